@@ -1,0 +1,136 @@
+//! All cluster access of a rollout goes through one trait, [`Cluster`] (oper8's deploy
+//! manager, F125). Two implementations share it, so dry-run and production run the same
+//! rollout code:
+//!
+//! - [`MemoryCluster`]: a faithful in-process API server: uids, monotonic resourceVersions,
+//!   generation, owner references with garbage collection, finalizers and deletion
+//!   timestamps, namespaces, label and field selectors, status apart from spec, watch
+//!   events. It is what `--dry-run` and unit tests run on (F140–F145).
+//! - the live cluster over a kube-rs `Client` (server-side apply with a fixed field manager),
+//!   which a later part of windlass adds behind this same trait.
+//!
+//! The trait speaks JSON manifests ([`serde_json::Value`]) because rollouts patch, merge and
+//! compare them generically; typed access is layered on top in [`crate::session`].
+
+mod memory;
+pub mod selector;
+mod validation;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
+pub use selector::{FieldSelector, LabelSelector, SelectorError};
+
+use crate::error::ClusterError;
+use crate::object::{ObjectRef, TypeRef};
+
+/// Whether objects of a kind live in a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Objects live in a namespace (ConfigMap, Deployment, most CRs).
+    Namespaced,
+    /// Objects are cluster-wide (Namespace, Node, ClusterRole, CRDs).
+    Cluster,
+}
+
+/// How a manifest is written (oper8's `DeployMethod`, F126).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum WriteMethod {
+    /// Server-side apply with windlass's field manager, conflicts forced: fields this
+    /// operator stops setting are removed, fields other managers set are kept.
+    #[default]
+    Apply,
+    /// Merge the manifest into the live object (a JSON merge patch): nothing is removed
+    /// unless set to `null`.
+    Update,
+    /// Replace the whole object (HTTP PUT): fields not in the manifest are dropped.
+    Replace,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletion {
+    /// The object is gone.
+    Deleted,
+    /// The object has finalizers: it now has a deletionTimestamp and goes away once they are
+    /// removed.
+    Terminating,
+    /// There was no such object.
+    NotFound,
+}
+
+/// Which objects a [`Cluster::list`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// The kind to list.
+    pub type_ref: TypeRef,
+    /// `None` lists across all namespaces (and is required for cluster-scoped kinds).
+    pub namespace: Option<String>,
+    /// A label selector such as `app=web,tier in (db,cache)`.
+    pub label_selector: Option<String>,
+    /// A field selector such as `metadata.name=web`.
+    pub field_selector: Option<String>,
+}
+
+impl ListQuery {
+    /// All objects of a kind in one namespace (or all namespaces with `None`).
+    pub fn new(type_ref: TypeRef, namespace: Option<&str>) -> Self {
+        ListQuery {
+            type_ref,
+            namespace: namespace.map(str::to_string),
+            label_selector: None,
+            field_selector: None,
+        }
+    }
+    /// Only objects whose labels match `selector`.
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+    /// Only objects whose fields match `selector`.
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+}
+
+/// The operations a rollout needs from a Kubernetes API server.
+///
+/// Implementations must be cheap to share (`Arc<dyn Cluster>`) and safe to call
+/// concurrently. Every method is one API round trip on a live cluster.
+#[async_trait]
+pub trait Cluster: Send + Sync + 'static {
+    /// Whether objects of `type_ref` are namespaced; [`ClusterError::UnknownKind`] if the
+    /// server does not serve the kind.
+    async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError>;
+
+    /// The object, or `None` if it does not exist.
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError>;
+
+    /// The objects matching `query`, ordered by namespace and name.
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError>;
+
+    /// Create or update the object described by `manifest` and return it as stored. The
+    /// manifest's `status` is ignored: status is written with [`Cluster::write_status`].
+    async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError>;
+
+    /// Delete the object. Dependents (objects whose owner references all point at deleted
+    /// objects) are garbage-collected by the cluster.
+    async fn delete(&self, object: &ObjectRef) -> Result<Deletion, ClusterError>;
+
+    /// Replace the object's status. `None` if the object does not exist.
+    async fn write_status(
+        &self,
+        object: &ObjectRef,
+        status: &Value,
+    ) -> Result<Option<Value>, ClusterError>;
+
+    /// Apply a JSON patch (RFC 6902) to the object, e.g. to add or remove a finalizer with a
+    /// `test` guard. A failed `test` is a [`ClusterError::Conflict`].
+    async fn patch(
+        &self,
+        object: &ObjectRef,
+        patch: &json_patch::Patch,
+    ) -> Result<Value, ClusterError>;
+}

@@ -1,0 +1,264 @@
+//! The object validation every real API server does before storing anything, so that a
+//! manifest the in-memory cluster accepts would not be rejected in production for its
+//! name or labels, and the table of built-in kinds and their scopes.
+
+use serde_json::Value;
+
+use super::Scope;
+
+/// A DNS-1123 subdomain: lowercase alphanumerics, `-` and `.`, starting and ending with
+/// an alphanumeric, at most 253 characters. The rule for most object names.
+pub fn check_subdomain(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 253 {
+        return Err(format!("name `{name}` must be 1 to 253 characters"));
+    }
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !name.chars().all(ok_char) || !name.starts_with(alnum) || !name.ends_with(alnum) {
+        return Err(format!(
+            "name `{name}` must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        ));
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: like a subdomain without dots, at most 63 characters. The rule for
+/// namespaces and services.
+pub fn check_label_name(name: &str) -> Result<(), String> {
+    if name.len() > 63 || name.contains('.') {
+        return Err(format!(
+            "name `{name}` must be at most 63 characters and contain no '.'"
+        ));
+    }
+    check_subdomain(name)
+}
+
+/// The name rule of a kind: RBAC kinds allow any path segment (`system:controller:x`),
+/// Namespaces and Services need a DNS label, everything else a DNS subdomain.
+pub fn check_name(kind: &str, name: &str) -> Result<(), String> {
+    match kind {
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => {
+            if name.is_empty() || name == "." || name == ".." || name.contains(['/', '%']) {
+                Err(format!(
+                    "name `{name}` may not be empty, `.`, `..`, or contain '/' or '%'"
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        "Namespace" | "Service" => check_label_name(name),
+        _ => check_subdomain(name),
+    }
+}
+
+/// A qualified name (`prefix/name` or `name`) as labels and annotations use for keys.
+pub fn check_qualified_name(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        check_subdomain(prefix).map_err(|_| format!("key `{key}` has an invalid prefix"))?;
+    }
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "key `{key}`: name part must be 1 to 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+        ))
+    }
+}
+
+/// A label value: empty, or up to 63 alphanumerics, `-`, `_`, `.`, starting and ending
+/// with an alphanumeric.
+pub fn check_label_value(value: &str) -> Result<(), String> {
+    let ok = value.is_empty()
+        || (value.len() <= 63
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "label value `{value}` must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+        ))
+    }
+}
+
+/// Every problem with a manifest's metadata, joined; `Ok` when it would be stored.
+pub fn check_metadata(kind: &str, manifest: &Value) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let metadata = manifest.get("metadata");
+    match metadata.and_then(|m| m.get("name")).and_then(Value::as_str) {
+        Some(name) => {
+            if let Err(e) = check_name(kind, name) {
+                problems.push(format!("metadata.name: {e}"));
+            }
+        }
+        None => problems.push("metadata.name: required".to_string()),
+    }
+    if let Some(labels) = metadata.and_then(|m| m.get("labels")) {
+        match labels.as_object() {
+            Some(labels) => {
+                for (k, v) in labels {
+                    if let Err(e) = check_qualified_name(k) {
+                        problems.push(format!("metadata.labels: {e}"));
+                    }
+                    match v.as_str() {
+                        Some(v) => {
+                            if let Err(e) = check_label_value(v) {
+                                problems.push(format!("metadata.labels.{k}: {e}"));
+                            }
+                        }
+                        None => problems.push(format!("metadata.labels.{k}: must be a string")),
+                    }
+                }
+            }
+            None => problems.push("metadata.labels: must be a map".to_string()),
+        }
+    }
+    if let Some(annotations) = metadata.and_then(|m| m.get("annotations")) {
+        match annotations.as_object() {
+            Some(annotations) => {
+                for (k, v) in annotations {
+                    if let Err(e) = check_qualified_name(k) {
+                        problems.push(format!("metadata.annotations: {e}"));
+                    }
+                    if !v.is_string() {
+                        problems.push(format!("metadata.annotations.{k}: must be a string"));
+                    }
+                }
+            }
+            None => problems.push("metadata.annotations: must be a map".to_string()),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Built-in kinds served by every cluster windlass supports, with their scope, read off
+/// k8s-openapi's types so the table cannot drift from the API definitions.
+pub fn builtin_kinds() -> Vec<(&'static str, &'static str, Scope)> {
+    use k8s_openapi::api::{
+        admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v2 as autoscaling,
+        batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coordination,
+        core::v1 as core, discovery::v1 as discovery, events::v1 as events,
+        networking::v1 as networking, node::v1 as node, policy::v1 as policy, rbac::v1 as rbac,
+        scheduling::v1 as scheduling, storage::v1 as storage,
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+
+    trait ScopeOf {
+        const SCOPE: Scope;
+    }
+    impl ScopeOf for k8s_openapi::NamespaceResourceScope {
+        const SCOPE: Scope = Scope::Namespaced;
+    }
+    impl ScopeOf for k8s_openapi::ClusterResourceScope {
+        const SCOPE: Scope = Scope::Cluster;
+    }
+    fn entry<K>() -> (&'static str, &'static str, Scope)
+    where
+        K: k8s_openapi::Resource,
+        K::Scope: ScopeOf,
+    {
+        (K::API_VERSION, K::KIND, <K::Scope as ScopeOf>::SCOPE)
+    }
+
+    vec![
+        entry::<core::ConfigMap>(),
+        entry::<core::Endpoints>(),
+        entry::<core::Event>(),
+        entry::<core::LimitRange>(),
+        entry::<core::Namespace>(),
+        entry::<core::Node>(),
+        entry::<core::PersistentVolume>(),
+        entry::<core::PersistentVolumeClaim>(),
+        entry::<core::Pod>(),
+        entry::<core::PodTemplate>(),
+        entry::<core::ReplicationController>(),
+        entry::<core::ResourceQuota>(),
+        entry::<core::Secret>(),
+        entry::<core::Service>(),
+        entry::<core::ServiceAccount>(),
+        entry::<apps::ControllerRevision>(),
+        entry::<apps::DaemonSet>(),
+        entry::<apps::Deployment>(),
+        entry::<apps::ReplicaSet>(),
+        entry::<apps::StatefulSet>(),
+        entry::<autoscaling::HorizontalPodAutoscaler>(),
+        entry::<batch::CronJob>(),
+        entry::<batch::Job>(),
+        entry::<certificates::CertificateSigningRequest>(),
+        entry::<coordination::Lease>(),
+        entry::<discovery::EndpointSlice>(),
+        entry::<events::Event>(),
+        entry::<networking::Ingress>(),
+        entry::<networking::IngressClass>(),
+        entry::<networking::NetworkPolicy>(),
+        entry::<node::RuntimeClass>(),
+        entry::<policy::PodDisruptionBudget>(),
+        entry::<rbac::ClusterRole>(),
+        entry::<rbac::ClusterRoleBinding>(),
+        entry::<rbac::Role>(),
+        entry::<rbac::RoleBinding>(),
+        entry::<scheduling::PriorityClass>(),
+        entry::<storage::CSIDriver>(),
+        entry::<storage::CSINode>(),
+        entry::<storage::StorageClass>(),
+        entry::<storage::VolumeAttachment>(),
+        entry::<admission::MutatingWebhookConfiguration>(),
+        entry::<admission::ValidatingWebhookConfiguration>(),
+        entry::<apiextensions::CustomResourceDefinition>(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_follow_the_kind_rule() {
+        assert!(check_name("ConfigMap", "web.config-1").is_ok());
+        assert!(check_name("ConfigMap", "Web").is_err());
+        assert!(check_name("ConfigMap", "-web").is_err());
+        assert!(check_name("Service", "a.b").is_err());
+        assert!(check_name("ClusterRole", "system:controller:x").is_ok());
+        assert!(check_name("Namespace", &"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn labels_and_annotations_are_checked() {
+        let ok = json!({"metadata": {"name": "x", "labels": {"app.kubernetes.io/name": "web", "empty": ""}, "annotations": {"windlass.dev/x": "{}"}}});
+        assert!(check_metadata("ConfigMap", &ok).is_ok());
+        let bad = json!({"metadata": {"name": "x", "labels": {"bad key": "v", "k": "has space", "n": 1}}});
+        let err = check_metadata("ConfigMap", &bad).expect_err("bad labels");
+        assert!(
+            err.contains("bad key") && err.contains("has space") && err.contains("labels.n"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn builtin_scopes_come_from_k8s_openapi() {
+        let kinds = builtin_kinds();
+        let scope = |k: &str| kinds.iter().find(|(_, kind, _)| *kind == k).map(|e| e.2);
+        assert_eq!(scope("Namespace"), Some(Scope::Cluster));
+        assert_eq!(scope("ConfigMap"), Some(Scope::Namespaced));
+        assert_eq!(scope("CustomResourceDefinition"), Some(Scope::Cluster));
+    }
+}

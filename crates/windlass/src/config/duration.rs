@@ -1,0 +1,171 @@
+//! Durations as the configuration writes them: `10m`, `30s`, `1h30m`, `1.5s`.
+//!
+//! Hand-written because the grammar is oper8's own (F201: optional hours, minutes and
+//! seconds, in that order, seconds possibly fractional) and `humantime` rejects two of its
+//! forms (`1hr`, `.5s`). windlass accepts `h` as well as oper8's `hr` (quirk Q10: oper8's
+//! docs promised `h` but its parser refused it).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A configuration duration. Parses `[<n>h|<n>hr][<n>m][<x>s]`, at least one part.
+///
+/// ```
+/// use std::time::Duration;
+/// use windlass::config::ConfigDuration;
+///
+/// let d: ConfigDuration = "1h30m".parse().unwrap();
+/// assert_eq!(Duration::from(d), Duration::from_secs(5400));
+/// assert_eq!("1hr".parse::<ConfigDuration>().unwrap(), "1h".parse().unwrap());
+/// assert_eq!(Duration::from("0.5s".parse::<ConfigDuration>().unwrap()), Duration::from_millis(500));
+/// assert!("10".parse::<ConfigDuration>().is_err());
+/// assert!("1d".parse::<ConfigDuration>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ConfigDuration(pub Duration);
+
+impl From<ConfigDuration> for Duration {
+    fn from(d: ConfigDuration) -> Duration {
+        d.0
+    }
+}
+
+impl From<Duration> for ConfigDuration {
+    fn from(d: Duration) -> Self {
+        ConfigDuration(d)
+    }
+}
+
+/// A duration string that does not follow the grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not a duration: write hours, minutes and seconds in that order, e.g. `1h30m`, `10m`, `2.5s`"
+)]
+pub struct DurationError(String);
+
+impl FromStr for ConfigDuration {
+    type Err = DurationError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let err = || DurationError(input.to_string());
+        let mut rest = input.trim();
+        if rest.is_empty() {
+            return Err(err());
+        }
+        let mut total = Duration::ZERO;
+        // Hours: digits then `hr` or `h`.
+        if let Some((digits, after)) = split_digits(rest)
+            && let Some(after_unit) = after.strip_prefix("hr").or_else(|| after.strip_prefix('h'))
+        {
+            let hours: u64 = digits.parse().map_err(|_| err())?;
+            total += Duration::from_secs(hours.checked_mul(3600).ok_or_else(err)?);
+            rest = after_unit;
+        }
+        // Minutes: digits then `m`.
+        if let Some((digits, after)) = split_digits(rest)
+            && let Some(after_unit) = after.strip_prefix('m')
+        {
+            let minutes: u64 = digits.parse().map_err(|_| err())?;
+            total += Duration::from_secs(minutes.checked_mul(60).ok_or_else(err)?);
+            rest = after_unit;
+        }
+        // Seconds: digits with an optional fraction, then `s`.
+        if let Some(number) = rest.strip_suffix('s') {
+            let valid = !number.is_empty()
+                && number.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && number.matches('.').count() <= 1
+                && !number.ends_with('.');
+            if !valid {
+                return Err(err());
+            }
+            let seconds: f64 = number.parse().map_err(|_| err())?;
+            total += Duration::try_from_secs_f64(seconds).map_err(|_| err())?;
+            rest = "";
+        }
+        if rest.is_empty() && input.trim() != "" {
+            Ok(ConfigDuration(total))
+        } else {
+            Err(err())
+        }
+    }
+}
+
+/// Leading ASCII digits (at least one) and what follows them.
+fn split_digits(s: &str) -> Option<(&str, &str)> {
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    (end > 0).then(|| s.split_at(end))
+}
+
+impl fmt::Display for ConfigDuration {
+    /// The shortest form that parses back to the same duration, e.g. `1h30m`, `10m`, `0.5s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total = self.0;
+        let whole = total.as_secs();
+        let nanos = total.subsec_nanos();
+        let (hours, minutes, seconds) = (whole / 3600, (whole % 3600) / 60, whole % 60);
+        if hours > 0 {
+            write!(f, "{hours}h")?;
+        }
+        if minutes > 0 {
+            write!(f, "{minutes}m")?;
+        }
+        if nanos > 0 {
+            let frac = format!("{:09}", nanos);
+            write!(f, "{seconds}.{}s", frac.trim_end_matches('0'))?;
+        } else if seconds > 0 || whole == 0 {
+            write!(f, "{seconds}s")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for ConfigDuration {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(s: &str) -> Option<Duration> {
+        s.parse::<ConfigDuration>().ok().map(Duration::from)
+    }
+
+    #[test]
+    fn oper8_grammar_and_h() {
+        assert_eq!(parse("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(parse("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse("2hr"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse("1h2m3s"), Some(Duration::from_secs(3723)));
+        assert_eq!(parse(".5s"), Some(Duration::from_millis(500)));
+        assert_eq!(parse("1.25s"), Some(Duration::from_millis(1250)));
+        for bad in [
+            "", "10", "m", "1d", "5ms", "1s2m", "1.s", "1..2s", "-1s", "1h 2m", "hr",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?} should not parse");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn display_round_trips(secs in 0u64..400_000, millis in 0u32..1000) {
+            let d = ConfigDuration(Duration::from_secs(secs) + Duration::from_millis(millis.into()));
+            let text = d.to_string();
+            prop_assert_eq!(text.parse::<ConfigDuration>(), Ok(d), "{}", text);
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! A small named DAG. Hand-written rather than petgraph: the graph needs names as identity,
+//! edge data, rejection of a cycle at the moment the edge is added, and a topology order
+//! whose ties are broken by name (rule 8), which petgraph's `toposort` does not give.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// A node of a [`Graph`]: an index, stable for the graph's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(usize);
+
+impl NodeId {
+    /// The node's index in insertion order.
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// Why a node or edge could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    /// Node names must not be empty.
+    #[error("a node name must not be empty")]
+    EmptyName,
+    /// Two nodes may not share a name.
+    #[error("a node named \"{0}\" already exists")]
+    Duplicate(String),
+    /// The edge would close a cycle.
+    #[error(
+        "unable to add cyclic dependency: \"{node}\" cannot wait for \"{upstream}\", which already waits for it"
+    )]
+    Cycle {
+        /// The node that would wait.
+        node: String,
+        /// The node it would wait for.
+        upstream: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Entry<N, E> {
+    name: String,
+    data: N,
+    upstream: Vec<(NodeId, E)>,
+}
+
+/// A directed acyclic graph of named nodes with data `N` and edges with data `E`.
+/// An edge from `node` to `upstream` means "`node` waits for `upstream`".
+///
+/// ```
+/// use windlass::dag::Graph;
+///
+/// let mut g: Graph<(), ()> = Graph::new();
+/// let db = g.add_node("db", ()).unwrap();
+/// let web = g.add_node("web", ()).unwrap();
+/// let secret = g.add_node("secret", ()).unwrap();
+/// g.add_dependency(web, db, ()).unwrap();
+/// g.add_dependency(db, secret, ()).unwrap();
+/// assert!(g.add_dependency(secret, web, ()).is_err()); // would be a cycle
+/// let order: Vec<&str> = g.topology().into_iter().map(|n| g.name(n)).collect();
+/// assert_eq!(order, ["secret", "db", "web"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Graph<N, E = ()> {
+    nodes: Vec<Entry<N, E>>,
+    by_name: HashMap<String, NodeId>,
+}
+
+impl<N, E> Default for Graph<N, E> {
+    fn default() -> Self {
+        Graph {
+            nodes: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+}
+
+impl<N, E> Graph<N, E> {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a node; its name must be non-empty and unique.
+    pub fn add_node(&mut self, name: impl Into<String>, data: N) -> Result<NodeId, GraphError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(GraphError::EmptyName);
+        }
+        if self.by_name.contains_key(&name) {
+            return Err(GraphError::Duplicate(name));
+        }
+        let id = NodeId(self.nodes.len());
+        self.by_name.insert(name.clone(), id);
+        self.nodes.push(Entry {
+            name,
+            data,
+            upstream: Vec::new(),
+        });
+        Ok(id)
+    }
+
+    /// Make `node` wait for `upstream`. Adding an existing edge again replaces its data;
+    /// an edge that would close a cycle (including a self-edge) is rejected (rule 9).
+    pub fn add_dependency(
+        &mut self,
+        node: NodeId,
+        upstream: NodeId,
+        edge: E,
+    ) -> Result<(), GraphError> {
+        if node == upstream || self.depends_on(upstream, node) {
+            return Err(GraphError::Cycle {
+                node: self.name(node).to_string(),
+                upstream: self.name(upstream).to_string(),
+            });
+        }
+        let edges = &mut self.nodes[node.0].upstream;
+        match edges.iter_mut().find(|(id, _)| *id == upstream) {
+            Some(existing) => existing.1 = edge,
+            None => edges.push((upstream, edge)),
+        }
+        Ok(())
+    }
+
+    /// Whether `node` waits for `target`, directly or transitively.
+    pub fn depends_on(&self, node: NodeId, target: NodeId) -> bool {
+        let mut stack = vec![node];
+        let mut seen = vec![false; self.nodes.len()];
+        while let Some(n) = stack.pop() {
+            for (up, _) in &self.nodes[n.0].upstream {
+                if *up == target {
+                    return true;
+                }
+                if !seen[up.0] {
+                    seen[up.0] = true;
+                    stack.push(*up);
+                }
+            }
+        }
+        false
+    }
+
+    /// The node of this name.
+    pub fn node(&self, name: &str) -> Option<NodeId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The node's name.
+    pub fn name(&self, id: NodeId) -> &str {
+        &self.nodes[id.0].name
+    }
+
+    /// The node's data.
+    pub fn data(&self, id: NodeId) -> &N {
+        &self.nodes[id.0].data
+    }
+
+    /// The node's data, mutably.
+    pub fn data_mut(&mut self, id: NodeId) -> &mut N {
+        &mut self.nodes[id.0].data
+    }
+
+    /// The nodes `id` waits for, with the edge data.
+    pub fn upstream(&self, id: NodeId) -> impl Iterator<Item = (NodeId, &E)> {
+        self.nodes[id.0].upstream.iter().map(|(n, e)| (*n, e))
+    }
+
+    /// The nodes that wait for `id`.
+    pub fn downstream(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        self.ids()
+            .filter(move |n| self.nodes[n.0].upstream.iter().any(|(up, _)| *up == id))
+    }
+
+    /// All nodes in insertion order.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> + use<N, E> {
+        (0..self.nodes.len()).map(NodeId)
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Nodes with every dependency before its dependents, ties broken by name (F94, rule 8):
+    /// a post-order depth-first walk visiting nodes and their dependencies sorted by name.
+    pub fn topology(&self) -> Vec<NodeId> {
+        let mut order = Vec::with_capacity(self.nodes.len());
+        let mut visited = vec![false; self.nodes.len()];
+        let mut roots: Vec<NodeId> = self.ids().collect();
+        roots.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
+        for root in roots {
+            self.visit(root, &mut visited, &mut order);
+        }
+        order
+    }
+
+    fn visit(&self, id: NodeId, visited: &mut [bool], order: &mut Vec<NodeId>) {
+        if visited[id.0] {
+            return;
+        }
+        visited[id.0] = true;
+        let mut deps: Vec<NodeId> = self.nodes[id.0].upstream.iter().map(|(n, _)| *n).collect();
+        deps.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
+        for dep in deps {
+            self.visit(dep, visited, order);
+        }
+        order.push(id);
+    }
+
+    /// The graph as a Mermaid flowchart, arrows pointing from a dependency to its dependents.
+    /// `label` decorates node labels (e.g. marks disabled components).
+    pub fn to_mermaid(&self, label: impl Fn(NodeId) -> String) -> String {
+        let mut out = String::from("flowchart TD\n");
+        for id in self.topology() {
+            let _ = writeln!(out, "    n{}[\"{}\"]", id.0, label(id).replace('"', "'"));
+        }
+        for id in self.topology() {
+            for (up, _) in self.upstream(id) {
+                let _ = writeln!(out, "    n{} --> n{}", up.0, id.0);
+            }
+        }
+        out
+    }
+
+    /// The graph in Graphviz DOT, arrows pointing from a dependency to its dependents.
+    pub fn to_dot(&self, label: impl Fn(NodeId) -> String) -> String {
+        let mut out = String::from("digraph components {\n    rankdir=LR;\n");
+        for id in self.topology() {
+            let _ = writeln!(
+                out,
+                "    \"{}\" [label=\"{}\"];",
+                self.name(id),
+                label(id).replace('"', "'")
+            );
+        }
+        for id in self.topology() {
+            for (up, _) in self.upstream(id) {
+                let _ = writeln!(out, "    \"{}\" -> \"{}\";", self.name(up), self.name(id));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_be_unique_and_non_empty() {
+        let mut g: Graph<()> = Graph::new();
+        g.add_node("a", ()).unwrap();
+        assert_eq!(g.add_node("a", ()), Err(GraphError::Duplicate("a".into())));
+        assert_eq!(g.add_node("", ()), Err(GraphError::EmptyName));
+    }
+
+    #[test]
+    fn cycles_are_rejected_when_added() {
+        let mut g: Graph<()> = Graph::new();
+        let a = g.add_node("a", ()).unwrap();
+        let b = g.add_node("b", ()).unwrap();
+        let c = g.add_node("c", ()).unwrap();
+        assert!(matches!(
+            g.add_dependency(a, a, ()),
+            Err(GraphError::Cycle { .. })
+        ));
+        g.add_dependency(a, b, ()).unwrap();
+        g.add_dependency(b, c, ()).unwrap();
+        let err = g.add_dependency(c, a, ()).unwrap_err();
+        assert!(err.to_string().contains("cyclic"), "{err}");
+    }
+
+    #[test]
+    fn re_adding_an_edge_replaces_its_data() {
+        let mut g: Graph<(), u8> = Graph::new();
+        let a = g.add_node("a", ()).unwrap();
+        let b = g.add_node("b", ()).unwrap();
+        g.add_dependency(a, b, 1).unwrap();
+        g.add_dependency(a, b, 2).unwrap();
+        assert_eq!(g.upstream(a).map(|(_, e)| *e).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn topology_is_dependencies_first_then_by_name() {
+        let mut g: Graph<()> = Graph::new();
+        // Inserted out of name order on purpose.
+        let z = g.add_node("z", ()).unwrap();
+        let b = g.add_node("b", ()).unwrap();
+        let a = g.add_node("a", ()).unwrap();
+        let y = g.add_node("y", ()).unwrap();
+        g.add_dependency(a, z, ()).unwrap(); // a waits for z
+        g.add_dependency(y, b, ()).unwrap();
+        let order: Vec<&str> = g.topology().into_iter().map(|n| g.name(n)).collect();
+        assert_eq!(order, ["z", "a", "b", "y"]);
+    }
+
+    #[test]
+    fn mermaid_and_dot_draw_dependency_arrows() {
+        let mut g: Graph<()> = Graph::new();
+        let db = g.add_node("db", ()).unwrap();
+        let web = g.add_node("web", ()).unwrap();
+        g.add_dependency(web, db, ()).unwrap();
+        let m = g.to_mermaid(|n| g.name(n).to_string());
+        assert!(m.contains("n0[\"db\"]") && m.contains("n0 --> n1"), "{m}");
+        let d = g.to_dot(|n| g.name(n).to_string());
+        assert!(d.contains("\"db\" -> \"web\";"), "{d}");
+    }
+}

@@ -1,0 +1,231 @@
+//! The error taxonomy (oper8 F209–F211): one enum, split into *fatal* errors that fail a
+//! rollout and *expected* errors that only mean "not yet".
+//!
+//! The split drives behaviour in three places:
+//! - in a rollout, a fatal error marks its component **failed**, an expected one leaves it
+//!   **unverified** (see [`crate::rollout`]);
+//! - in the CR's status, the variant picks the `Ready` / `Updating` reasons
+//!   (see [`crate::status::reasons_for_error`]);
+//! - in a [`crate::dag::CompletionState`], any recorded error that is fatal makes the state
+//!   failed.
+//!
+//! ```
+//! use windlass::Error;
+//!
+//! let not_yet = Error::precondition("the database has no endpoint yet");
+//! assert!(!not_yet.is_fatal());
+//! let broken = Error::config("spec.replicas must be at least 1");
+//! assert!(broken.is_fatal());
+//! ```
+
+use std::fmt;
+
+/// Everything that can stop or delay a reconcile.
+///
+/// Each variant says what the operator author (or the user of the CR) should do about it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API could not be read or written. Usually transient: the reconcile is
+    /// retried with back-off. Fatal for the rollout that hit it.
+    #[error("cluster error: {0}")]
+    Cluster(#[from] ClusterError),
+
+    /// The CR, its config overrides or the operator's configuration is invalid. Nothing will
+    /// change until someone fixes the input, so the message must name what is wrong.
+    #[error("config error: {0}")]
+    Config(String),
+
+    /// The rollout itself went wrong (a component failed to deploy, a graph was reconciled
+    /// twice, an annotation could not be parsed). Fatal.
+    #[error("rollout error: {0}")]
+    Rollout(String),
+
+    /// Something this reconcile depends on is not there yet (a secret another operator writes,
+    /// an endpoint). Expected: the component stays unverified and the CR is requeued.
+    #[error("precondition not met: {0}")]
+    Precondition(String),
+
+    /// A component or hook did not verify yet. Expected: the CR is requeued.
+    #[error("verification incomplete: {0}")]
+    Verification(String),
+
+    /// Operator code panicked. The panic is caught, the component fails, and the operator
+    /// keeps serving every other CR. Fix the operator code.
+    #[error("{context} panicked: {message}")]
+    Panic {
+        /// Where the panic happened, e.g. `component "database" while rendering`.
+        context: String,
+        /// The panic payload, when it was a string.
+        message: String,
+    },
+
+    /// Any other error raised by operator code (for example an `anyhow::Error` converted with
+    /// [`Error::other`]). Treated as fatal, as oper8 treats foreign exceptions.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A failed call to the cluster, typed by what the caller can do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// The API server does not serve this apiVersion/kind. Install the CRD, or fix the
+    /// manifest's `apiVersion`/`kind`.
+    #[error("unknown kind {kind} in {api_version}: is its CRD installed?")]
+    UnknownKind {
+        /// The apiVersion that was asked for.
+        api_version: String,
+        /// The kind that was asked for.
+        kind: String,
+    },
+    /// The object does not exist (HTTP 404) where it had to.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// Optimistic concurrency failed (HTTP 409): re-read and retry.
+    #[error("conflict on {object}: {message}")]
+    Conflict {
+        /// The object, as `apiVersion/kind/namespace/name`.
+        object: String,
+        /// The server's explanation.
+        message: String,
+    },
+    /// The server rejected the object as invalid (HTTP 422). Fix the manifest.
+    #[error("invalid {object}: {message}")]
+    Invalid {
+        /// The object, as `apiVersion/kind/namespace/name`.
+        object: String,
+        /// The server's explanation, naming the bad field.
+        message: String,
+    },
+    /// The operator's service account may not do this (HTTP 403). Fix its RBAC.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// Any other API or transport failure; usually transient.
+    #[error("{0}")]
+    Api(String),
+}
+
+impl Error {
+    /// A [`Error::Config`] with the given message.
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::Config(message.into())
+    }
+    /// A [`Error::Rollout`] with the given message.
+    pub fn rollout(message: impl Into<String>) -> Self {
+        Error::Rollout(message.into())
+    }
+    /// A [`Error::Precondition`] with the given message.
+    pub fn precondition(message: impl Into<String>) -> Self {
+        Error::Precondition(message.into())
+    }
+    /// A [`Error::Verification`] with the given message.
+    pub fn verification(message: impl Into<String>) -> Self {
+        Error::Verification(message.into())
+    }
+    /// Wrap any foreign error (an `anyhow::Error`, an `io::Error`, …) as [`Error::Other`].
+    pub fn other(err: impl fmt::Display) -> Self {
+        Error::Other(err.to_string())
+    }
+    /// A [`Error::Cluster`] of kind [`ClusterError::Api`] with the given message.
+    pub fn cluster(message: impl Into<String>) -> Self {
+        Error::Cluster(ClusterError::Api(message.into()))
+    }
+
+    /// Whether this error fails a rollout (true) or only leaves it incomplete (false).
+    ///
+    /// Only [`Error::Precondition`] and [`Error::Verification`] are expected; everything
+    /// else, including panics and foreign errors, is fatal (oper8 F95, F211).
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, Error::Precondition(_) | Error::Verification(_))
+    }
+
+    /// Build a [`Error::Panic`] from a caught panic payload.
+    pub fn from_panic(context: impl Into<String>, payload: &(dyn std::any::Any + Send)) -> Self {
+        let message = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "a non-string panic payload".to_string()
+        };
+        Error::Panic {
+            context: context.into(),
+            message,
+        }
+    }
+}
+
+/// Return a [`Error::Config`] unless `condition` holds (oper8's `assert_config`).
+pub fn ensure_config(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
+    ensure(condition, || Error::Config(message()))
+}
+
+/// Return a [`Error::Precondition`] unless `condition` holds (oper8's `assert_precondition`).
+pub fn ensure_precondition(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
+    ensure(condition, || Error::Precondition(message()))
+}
+
+/// Return a [`Error::Verification`] unless `condition` holds (oper8's `assert_verified`).
+pub fn ensure_verified(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
+    ensure(condition, || Error::Verification(message()))
+}
+
+/// Return a [`ClusterError::Api`] unless `condition` holds (oper8's `assert_cluster`).
+pub fn ensure_cluster(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
+    ensure(condition, || Error::cluster(message()))
+}
+
+fn ensure(condition: bool, error: impl FnOnce() -> Error) -> Result<(), Error> {
+    if condition { Ok(()) } else { Err(error()) }
+}
+
+/// The result type of everything operator code implements.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_precondition_and_verification_are_expected() {
+        let expected = [Error::precondition("p"), Error::verification("v")];
+        let fatal = [
+            Error::config("c"),
+            Error::rollout("r"),
+            Error::cluster("x"),
+            Error::other("o"),
+            Error::Panic {
+                context: "c".into(),
+                message: "m".into(),
+            },
+        ];
+        assert!(expected.iter().all(|e| !e.is_fatal()));
+        assert!(fatal.iter().all(Error::is_fatal));
+    }
+
+    #[test]
+    fn ensure_helpers_pick_their_variant() {
+        assert_eq!(
+            ensure_config(false, || "bad".into()),
+            Err(Error::config("bad"))
+        );
+        assert_eq!(
+            ensure_precondition(false, || "later".into()),
+            Err(Error::precondition("later"))
+        );
+        assert!(ensure_verified(true, || unreachable!()).is_ok());
+        assert!(matches!(
+            ensure_cluster(false, || "down".into()),
+            Err(Error::Cluster(ClusterError::Api(_)))
+        ));
+    }
+
+    #[test]
+    fn panic_payloads_become_messages() {
+        let caught = std::panic::catch_unwind(|| panic!("boom {}", 7)).expect_err("panics");
+        let err = Error::from_panic("component \"db\" while rendering", caught.as_ref());
+        assert_eq!(
+            err.to_string(),
+            "component \"db\" while rendering panicked: boom 7"
+        );
+    }
+}

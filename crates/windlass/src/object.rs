@@ -1,0 +1,302 @@
+//! Kubernetes objects as windlass handles them: JSON trees (`serde_json::Value`) with typed
+//! accessors, references that name one object, and the naming helpers of oper8 (F83–F87).
+//!
+//! Manifests stay plain JSON inside the framework because they must pass through patches,
+//! merges and comparisons that typed structs cannot express (a strategic-merge `null` means
+//! "delete"); operator code meets typed k8s-openapi objects at the edges
+//! ([`to_manifest`], [`crate::session::Session::get`]).
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+use crate::values::prune_nulls;
+
+/// Names one object in a cluster: apiVersion, kind, namespace (absent for cluster-scoped
+/// objects) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    /// e.g. `apps/v1`.
+    pub api_version: String,
+    /// e.g. `Deployment`.
+    pub kind: String,
+    /// `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// A reference to a namespaced object.
+    pub fn new(
+        api_version: impl Into<String>,
+        kind: impl Into<String>,
+        namespace: Option<&str>,
+        name: impl Into<String>,
+    ) -> Self {
+        ObjectRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+        }
+    }
+
+    /// The reference of a typed Kubernetes object kind, e.g. `ObjectRef::of::<ConfigMap>(..)`.
+    pub fn of<K: k8s_openapi::Resource>(namespace: Option<&str>, name: impl Into<String>) -> Self {
+        ObjectRef::new(K::API_VERSION, K::KIND, namespace, name)
+    }
+
+    /// The reference of a manifest; an error names what is missing.
+    pub fn from_manifest(manifest: &Value) -> Result<Self, Error> {
+        let api_version = manifest
+            .api_version()
+            .ok_or_else(|| Error::config("manifest has no apiVersion"))?;
+        let kind = manifest
+            .kind()
+            .ok_or_else(|| Error::config(format!("manifest of {api_version} has no kind")))?;
+        let name = manifest.name().ok_or_else(|| {
+            Error::config(format!(
+                "{api_version}/{kind} manifest has no metadata.name"
+            ))
+        })?;
+        Ok(ObjectRef::new(
+            api_version,
+            kind,
+            manifest.namespace(),
+            name,
+        ))
+    }
+
+    /// The type part of this reference.
+    pub fn type_ref(&self) -> TypeRef {
+        TypeRef::new(&self.api_version, &self.kind)
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    /// `apiVersion/kind/name`, or `apiVersion/kind/namespace/name` for namespaced objects.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}/{}", self.api_version, self.kind, ns, self.name),
+            None => write!(f, "{}/{}/{}", self.api_version, self.kind, self.name),
+        }
+    }
+}
+
+/// An apiVersion and a kind: a type of object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TypeRef {
+    /// e.g. `apps/v1`.
+    pub api_version: String,
+    /// e.g. `Deployment`.
+    pub kind: String,
+}
+
+impl TypeRef {
+    /// A type from its apiVersion and kind.
+    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
+        TypeRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+    /// The type of a typed Kubernetes object kind.
+    pub fn of<K: k8s_openapi::Resource>() -> Self {
+        TypeRef::new(K::API_VERSION, K::KIND)
+    }
+    /// The API group: empty for the core group (oper8 returned `v1` here, quirk Q4).
+    pub fn group(&self) -> &str {
+        api_group(&self.api_version)
+    }
+}
+
+impl fmt::Display for TypeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.api_version, self.kind)
+    }
+}
+
+/// The group of an apiVersion: `apps` for `apps/v1`, the empty string for the core `v1`.
+///
+/// oper8's `api_group` returned `v1` for the core API (quirk Q4); windlass returns the
+/// group Kubernetes itself uses, the empty string.
+pub fn api_group(api_version: &str) -> &str {
+    api_version
+        .split_once('/')
+        .map_or("", |(group, _version)| group)
+}
+
+/// Read access to the parts of a manifest every module needs.
+pub trait ManifestExt {
+    /// `apiVersion`.
+    fn api_version(&self) -> Option<&str>;
+    /// `kind`.
+    fn kind(&self) -> Option<&str>;
+    /// `metadata.name`.
+    fn name(&self) -> Option<&str>;
+    /// `metadata.namespace`.
+    fn namespace(&self) -> Option<&str>;
+    /// `metadata.uid`.
+    fn uid(&self) -> Option<&str>;
+    /// `metadata.resourceVersion`.
+    fn resource_version(&self) -> Option<&str>;
+    /// `metadata.generation`.
+    fn generation(&self) -> Option<i64>;
+    /// `metadata.labels.<key>`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// `metadata.annotations.<key>`.
+    fn annotation(&self, key: &str) -> Option<&str>;
+    /// `metadata.finalizers` (empty when absent).
+    fn finalizers(&self) -> Vec<&str>;
+    /// Whether `metadata.deletionTimestamp` is set.
+    fn is_terminating(&self) -> bool;
+    /// `metadata`, created empty when absent (the manifest must be a map).
+    fn metadata_mut(&mut self) -> &mut Map<String, Value>;
+}
+
+impl ManifestExt for Value {
+    fn api_version(&self) -> Option<&str> {
+        self.get("apiVersion")?.as_str()
+    }
+    fn kind(&self) -> Option<&str> {
+        self.get("kind")?.as_str()
+    }
+    fn name(&self) -> Option<&str> {
+        self.get("metadata")?.get("name")?.as_str()
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.get("metadata")?
+            .get("namespace")?
+            .as_str()
+            .filter(|ns| !ns.is_empty())
+    }
+    fn uid(&self) -> Option<&str> {
+        self.get("metadata")?.get("uid")?.as_str()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.get("metadata")?.get("resourceVersion")?.as_str()
+    }
+    fn generation(&self) -> Option<i64> {
+        self.get("metadata")?.get("generation")?.as_i64()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get("metadata")?.get("labels")?.get(key)?.as_str()
+    }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.get("metadata")?.get("annotations")?.get(key)?.as_str()
+    }
+    fn finalizers(&self) -> Vec<&str> {
+        self.get("metadata")
+            .and_then(|m| m.get("finalizers"))
+            .and_then(Value::as_array)
+            .map(|items| items.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    }
+    fn is_terminating(&self) -> bool {
+        self.get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some_and(|t| !t.is_null())
+    }
+    fn metadata_mut(&mut self) -> &mut Map<String, Value> {
+        if !self.is_object() {
+            *self = Value::Object(Map::new());
+        }
+        let map = self.as_object_mut().expect("made an object above");
+        let metadata = map
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !metadata.is_object() {
+            *metadata = Value::Object(Map::new());
+        }
+        metadata.as_object_mut().expect("made an object above")
+    }
+}
+
+/// Convert a typed object (a k8s-openapi struct, a CR, a `json!` tree) into a manifest,
+/// dropping `null` map entries (F214).
+pub fn to_manifest<T: Serialize + ?Sized>(object: &T) -> Result<Value, Error> {
+    let mut value = serde_json::to_value(object)
+        .map_err(|e| Error::config(format!("object cannot be serialized: {e}")))?;
+    if !value.is_object() {
+        return Err(Error::config(format!(
+            "a Kubernetes object must serialize to a map, got {value}"
+        )));
+    }
+    prune_nulls(&mut value);
+    Ok(value)
+}
+
+/// The longest name Kubernetes allows for most objects (a DNS-1123 label).
+pub const MAX_NAME_LENGTH: usize = 63;
+
+/// `name` if it fits in 63 characters; otherwise its first 59 characters followed by the
+/// first 4 hex digits of its SHA-256, so distinct long names stay distinct (F87).
+///
+/// ```
+/// let long = "a".repeat(70);
+/// let short = windlass::object::truncated_name(&long);
+/// assert_eq!(short.len(), 63);
+/// assert!(short.starts_with(&"a".repeat(59)));
+/// assert_eq!(windlass::object::truncated_name("web"), "web");
+/// ```
+pub fn truncated_name(name: &str) -> String {
+    if name.len() <= MAX_NAME_LENGTH {
+        return name.to_string();
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let hex: String = digest.iter().take(2).map(|b| format!("{b:02x}")).collect();
+    // Cut on a character boundary at or below 59 bytes (names are ASCII in practice).
+    let mut cut = MAX_NAME_LENGTH - 4;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{}", &name[..cut], hex)
+}
+
+/// `<cr name>-<name>`, truncated to a valid length (F87).
+pub fn scoped_name(cr_name: &str, name: &str) -> String {
+    truncated_name(&format!("{cr_name}-{name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn core_group_is_empty() {
+        assert_eq!(api_group("v1"), "");
+        assert_eq!(api_group("apps/v1"), "apps");
+        assert_eq!(TypeRef::new("example.com/v1", "Foo").group(), "example.com");
+    }
+
+    #[test]
+    fn refs_from_manifests_name_what_is_missing() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
+        let r = ObjectRef::from_manifest(&cm).expect("complete");
+        assert_eq!(r.to_string(), "v1/ConfigMap/ns/a");
+        let err = ObjectRef::from_manifest(&json!({"apiVersion": "v1", "kind": "ConfigMap"}))
+            .expect_err("no name");
+        assert!(err.to_string().contains("metadata.name"), "{err}");
+    }
+
+    #[test]
+    fn truncation_keeps_long_names_distinct() {
+        let a = truncated_name(&format!("{}a", "x".repeat(70)));
+        let b = truncated_name(&format!("{}b", "x".repeat(70)));
+        assert_eq!(a.len(), 63);
+        assert_ne!(a, b);
+        assert_eq!(scoped_name("shop", "db"), "shop-db");
+    }
+
+    #[test]
+    fn to_manifest_drops_nulls() {
+        let m = to_manifest(&json!({"kind": "X", "metadata": {"labels": null}})).expect("map");
+        assert_eq!(m, json!({"kind": "X", "metadata": {}}));
+        assert!(to_manifest(&json!([1])).is_err());
+    }
+}

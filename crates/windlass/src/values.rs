@@ -1,0 +1,180 @@
+//! Small operations on JSON trees that every other module needs: deep merge, dotted paths,
+//! null pruning and the "is this already there?" comparison that keeps steady-state
+//! reconciles free of writes (oper8 F212–F214).
+//!
+//! ```
+//! use serde_json::json;
+//! use windlass::values::{merge, nested_get};
+//!
+//! let mut config = json!({"db": {"size": "small", "replicas": 1}});
+//! merge(&mut config, json!({"db": {"replicas": 3}}));
+//! assert_eq!(nested_get(&config, "db.replicas").unwrap(), Some(&json!(3)));
+//! assert_eq!(nested_get(&config, "db.size").unwrap(), Some(&json!("small")));
+//! ```
+
+use serde_json::{Map, Value};
+
+/// Deep-merge `overrides` into `base`: maps merge key by key, anything else (lists included)
+/// is replaced (F212).
+pub fn merge(base: &mut Value, overrides: Value) {
+    match (base, overrides) {
+        (Value::Object(base), Value::Object(overrides)) => {
+            for (key, value) in overrides {
+                match base.get_mut(&key) {
+                    Some(existing) => merge(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, overrides) => *base = overrides,
+    }
+}
+
+/// A dotted path went through something that is not a map.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot follow `{path}`: `{segment}` is not a map")]
+pub struct PathError {
+    /// The whole path.
+    pub path: String,
+    /// The segment whose parent was not a map.
+    pub segment: String,
+}
+
+/// The value at a dotted path, `None` when any level is missing; an error when an
+/// intermediate level is not a map (F213).
+pub fn nested_get<'a>(value: &'a Value, path: &str) -> Result<Option<&'a Value>, PathError> {
+    let mut current = value;
+    for segment in path.split('.') {
+        match current {
+            Value::Object(map) => match map.get(segment) {
+                Some(next) => current = next,
+                None => return Ok(None),
+            },
+            _ => {
+                return Err(PathError {
+                    path: path.to_string(),
+                    segment: segment.to_string(),
+                });
+            }
+        }
+    }
+    Ok(Some(current))
+}
+
+/// Set the value at a dotted path, creating missing levels; an error when an intermediate
+/// level exists but is not a map (F213).
+pub fn nested_set(value: &mut Value, path: &str, new: Value) -> Result<(), PathError> {
+    let mut segments = path.split('.').peekable();
+    let mut current = value;
+    while let Some(segment) = segments.next() {
+        let Value::Object(map) = current else {
+            return Err(PathError {
+                path: path.to_string(),
+                segment: segment.to_string(),
+            });
+        };
+        if segments.peek().is_none() {
+            map.insert(segment.to_string(), new);
+            return Ok(());
+        }
+        current = map
+            .entry(segment.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    Ok(())
+}
+
+/// Drop every map entry whose value is `null`, recursively; empty maps and lists stay (F214).
+///
+/// Typed Kubernetes objects serialize unset optional fields as absent already; this catches
+/// hand-written `json!` manifests, so that "set to null" never reaches an apply by accident.
+pub fn prune_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(prune_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(prune_nulls),
+        _ => {}
+    }
+}
+
+/// Whether everything `desired` says is already true of `live`.
+///
+/// Maps: every key of `desired` is in `live` with a contained value (the server adds
+/// defaults and status, which must not count as drift). Lists: same length and element-wise
+/// contained (a shorter live list, or a longer one, is drift: items were added or removed).
+/// Scalars: equal, with numbers compared by value (`1` and `1.0` are the same).
+///
+/// This is what makes a steady-state reconcile issue no writes at all, where oper8's
+/// symmetric diff (F131) sent nearly every existing object through an apply again.
+pub fn is_contained(desired: &Value, live: &Value) -> bool {
+    match (desired, live) {
+        (Value::Object(d), Value::Object(l)) => d
+            .iter()
+            .all(|(k, dv)| l.get(k).is_some_and(|lv| is_contained(dv, lv))),
+        (Value::Array(d), Value::Array(l)) => {
+            d.len() == l.len() && d.iter().zip(l).all(|(dv, lv)| is_contained(dv, lv))
+        }
+        (Value::Number(d), Value::Number(l)) => d == l || d.as_f64() == l.as_f64(),
+        (d, l) => d == l,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_recurses_into_maps_and_replaces_lists() {
+        let mut base = json!({"a": {"b": 1, "c": [1, 2]}, "d": "x"});
+        merge(
+            &mut base,
+            json!({"a": {"c": [3], "e": true}, "d": {"now": "a map"}}),
+        );
+        assert_eq!(
+            base,
+            json!({"a": {"b": 1, "c": [3], "e": true}, "d": {"now": "a map"}})
+        );
+    }
+
+    #[test]
+    fn nested_get_and_set() {
+        let mut v = json!({"a": {"b": 1}, "s": "str"});
+        assert_eq!(nested_get(&v, "a.b"), Ok(Some(&json!(1))));
+        assert_eq!(nested_get(&v, "a.x.y"), Ok(None));
+        assert!(nested_get(&v, "s.x").is_err());
+        nested_set(&mut v, "a.c.d", json!(2)).expect("settable");
+        assert_eq!(v["a"]["c"]["d"], json!(2));
+        assert!(nested_set(&mut v, "s.x", json!(1)).is_err());
+    }
+
+    #[test]
+    fn prune_nulls_keeps_empty_containers() {
+        let mut v = json!({"a": null, "b": {"c": null, "d": []}, "e": [{"f": null}], "g": {}});
+        prune_nulls(&mut v);
+        assert_eq!(v, json!({"b": {"d": []}, "e": [{}], "g": {}}));
+    }
+
+    #[test]
+    fn containment_ignores_server_additions_but_not_list_changes() {
+        let live = json!({
+            "metadata": {"name": "x", "uid": "u", "resourceVersion": "7"},
+            "spec": {"replicas": 2, "template": {"containers": [{"name": "a", "image": "i", "imagePullPolicy": "Always"}]}},
+            "status": {"ready": true}
+        });
+        assert!(is_contained(
+            &json!({"metadata": {"name": "x"}, "spec": {"replicas": 2, "template": {"containers": [{"name": "a", "image": "i"}]}}}),
+            &live
+        ));
+        assert!(!is_contained(&json!({"spec": {"replicas": 3}}), &live));
+        assert!(!is_contained(
+            &json!({"spec": {"template": {"containers": []}}}),
+            &live
+        ));
+        assert!(is_contained(&json!({"spec": {"replicas": 2.0}}), &live));
+    }
+}
