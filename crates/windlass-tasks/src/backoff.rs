@@ -54,10 +54,14 @@ use rand::{Rng, RngExt};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BackOffError {
     /// `start` was zero.
-    #[error("back-off start must be greater than zero (got 0); use a positive duration such as 500ms")]
+    #[error(
+        "back-off start must be greater than zero (got 0); use a positive duration such as 500ms"
+    )]
     ZeroStart,
     /// `base` was below 1, infinite or NaN.
-    #[error("back-off base must be a finite factor >= 1.0 (got {0}); 2.0 doubles the delay after each failure")]
+    #[error(
+        "back-off base must be a finite factor >= 1.0 (got {0}); 2.0 doubles the delay after each failure"
+    )]
     InvalidBase(f64),
     /// `max` was below `start`.
     #[error("back-off max ({max:?}) must not be smaller than start ({start:?})")]
@@ -163,8 +167,8 @@ impl BackOffPolicy {
         let Some(previous) = previous else {
             return self.start;
         };
-        let grown = Duration::try_from_secs_f64(previous.as_secs_f64() * self.base)
-            .unwrap_or(self.max);
+        let grown =
+            Duration::try_from_secs_f64(previous.as_secs_f64() * self.base).unwrap_or(self.max);
         grown.max(previous).clamp(self.start, self.max)
     }
 
@@ -175,7 +179,11 @@ impl BackOffPolicy {
         if self.jitter == 0.0 {
             return delay.min(self.max);
         }
-        let unit = if unit.is_nan() { 0.0 } else { unit.clamp(-1.0, 1.0) };
+        let unit = if unit.is_nan() {
+            0.0
+        } else {
+            unit.clamp(-1.0, 1.0)
+        };
         let factor = 1.0 + self.jitter * unit;
         Duration::try_from_secs_f64(delay.as_secs_f64() * factor)
             .unwrap_or(self.max)

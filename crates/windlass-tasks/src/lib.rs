@@ -15,8 +15,10 @@ pub mod backoff;
 pub mod periodic;
 pub mod queue;
 pub mod restarting;
+pub mod scheduling;
 
 pub use backoff::{BackOffPolicy, ExponentialBackOff};
 pub use periodic::{PeriodicTaskSet, PeriodicTasks};
 pub use queue::{Lease, TaskOutcome, TaskQueue};
 pub use restarting::RestartingTask;
+pub use scheduling::{SchedulingKey, SchedulingKeys};

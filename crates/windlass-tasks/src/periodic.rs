@@ -90,7 +90,9 @@ pub enum PeriodicSetError {
     #[error("periodic task names must not be empty; name the task after what it does")]
     EmptyName,
     /// A task of that name is already in the set.
-    #[error("periodic task `{0}` is already in the set; use replace_task to override an inherited task")]
+    #[error(
+        "periodic task `{0}` is already in the set; use replace_task to override an inherited task"
+    )]
     DuplicateTask(String),
     /// `replace_task` named a task that is not in the set.
     #[error("no periodic task `{0}` to replace; use task to add a new one")]
@@ -320,14 +322,14 @@ impl<C: Clone + Send + 'static> PeriodicTasks<C> {
             }
             *skip = task.ticks_between_runs;
             tracing::debug!(task = %full_name, "running periodic task");
-            let result = match std::panic::catch_unwind(AssertUnwindSafe(|| (task.run)(ctx.clone())))
-            {
-                Err(panic) => Err(format!("panicked: {}", panic_message(&*panic))),
-                Ok(run) => match AssertUnwindSafe(run).catch_unwind().await {
-                    Ok(result) => result,
+            let result =
+                match std::panic::catch_unwind(AssertUnwindSafe(|| (task.run)(ctx.clone()))) {
                     Err(panic) => Err(format!("panicked: {}", panic_message(&*panic))),
-                },
-            };
+                    Ok(run) => match AssertUnwindSafe(run).catch_unwind().await {
+                        Ok(result) => result,
+                        Err(panic) => Err(format!("panicked: {}", panic_message(&*panic))),
+                    },
+                };
             match result {
                 Ok(()) => report.ran.push(full_name),
                 Err(message) => match on_error {

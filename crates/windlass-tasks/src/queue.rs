@@ -268,7 +268,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
             return self.enqueue(key);
         }
         let now = Instant::now();
-        self.shared.enqueue(key, Due::At(deadline_after(now, delay)))
+        self.shared
+            .enqueue(key, Due::At(deadline_after(now, delay)))
     }
 
     /// Run `key` at `when` (a [`tokio::time::Instant`]), or earlier if it is already due earlier.
@@ -320,8 +321,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                     return None;
                 }
                 if state.running < self.shared.max_concurrent {
-                    if let Some((key, retries, more)) =
-                        state.take_next(self.shared.max_concurrent)
+                    if let Some((key, retries, more)) = state.take_next(self.shared.max_concurrent)
                     {
                         drop(state);
                         if more {
@@ -395,10 +395,10 @@ impl<K: Hash + Eq + Clone + Send + 'static> Default for TaskQueue<K> {
 }
 
 fn report_join(done: Result<(), tokio::task::JoinError>) {
-    if let Err(err) = done {
-        if err.is_panic() {
-            tracing::error!(error = %err, "task queue worker panicked; its key will be retried after back-off");
-        }
+    if let Err(err) = done
+        && err.is_panic()
+    {
+        tracing::error!(error = %err, "task queue worker panicked; its key will be retried after back-off");
     }
 }
 
@@ -620,10 +620,7 @@ impl<K: Hash + Eq + Clone> State<K> {
 
     /// Returns what the enqueue did and whether a consumer should be woken.
     fn enqueue(&mut self, key: K, due: Due) -> (Enqueued, bool) {
-        let current = match self.entries.get(&key) {
-            None => None,
-            Some(entry) => Some(entry.slot),
-        };
+        let current = self.entries.get(&key).map(|entry| entry.slot);
         let result = match current {
             None => {
                 let (slot, wake) = self.place(key.clone(), due);
@@ -675,16 +672,17 @@ impl<K: Hash + Eq + Clone> State<K> {
 
     fn remove(&mut self, key: &K) -> bool {
         let slot = match self.entries.get(key) {
-            None | Some(Entry {
+            None
+            | Some(Entry {
                 slot: Slot::Running { .. },
                 ..
             }) => return false,
             Some(entry) => entry.slot,
         };
-        if let Some(entry) = self.entries.remove(key) {
-            if entry.backoff.is_failing() {
-                self.failing -= 1;
-            }
+        if let Some(entry) = self.entries.remove(key)
+            && entry.backoff.is_failing()
+        {
+            self.failing -= 1;
         }
         self.leave_slot(slot);
         self.maybe_compact();
@@ -834,7 +832,8 @@ impl<K: Hash + Eq + Clone> State<K> {
                 matches!(entries.get(&timer.key), Some(Entry { slot: Slot::Delayed { seq, .. }, .. }) if *seq == timer.seq)
             });
             self.stale_timers = 0;
-            if self.timers.capacity() > COMPACT_MIN && self.timers.len() * 4 < self.timers.capacity()
+            if self.timers.capacity() > COMPACT_MIN
+                && self.timers.len() * 4 < self.timers.capacity()
             {
                 self.timers.shrink_to(self.timers.len() * 2);
             }

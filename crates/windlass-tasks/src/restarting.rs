@@ -150,11 +150,11 @@ impl RestartingTask {
     /// otherwise the task keeps its policy.
     #[must_use]
     pub fn with_backoff(mut self, policy: BackOffPolicy) -> Self {
-        if let Some(handle) = Arc::get_mut(&mut self.handle) {
-            if let Some(core) = Arc::get_mut(&mut handle.core) {
-                core.policy = policy;
-                core.lock().backoff = ExponentialBackOff::new(policy);
-            }
+        if let Some(handle) = Arc::get_mut(&mut self.handle)
+            && let Some(core) = Arc::get_mut(&mut handle.core)
+        {
+            core.policy = policy;
+            core.lock().backoff = ExponentialBackOff::new(policy);
         }
         self
     }
@@ -164,10 +164,10 @@ impl RestartingTask {
     /// Same restrictions as [`with_backoff`](Self::with_backoff).
     #[must_use]
     pub fn reset_after(mut self, healthy_for: Option<Duration>) -> Self {
-        if let Some(handle) = Arc::get_mut(&mut self.handle) {
-            if let Some(core) = Arc::get_mut(&mut handle.core) {
-                core.reset_after = healthy_for;
-            }
+        if let Some(handle) = Arc::get_mut(&mut self.handle)
+            && let Some(core) = Arc::get_mut(&mut handle.core)
+        {
+            core.reset_after = healthy_for;
         }
         self
     }
