@@ -1,0 +1,118 @@
+//! Where the control plane binaries are found.
+//!
+//! The lookup mirrors `scripts/provision-control-plane.sh`, which fills the default cache: keep
+//! the two in step. Nothing here assumes a Kubernetes version; the version only names the cache
+//! directory the script builds into.
+
+use std::env;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The Kubernetes version `scripts/provision-control-plane.sh` builds and caches.
+pub const PROVISIONED_KUBERNETES_VERSION: &str = "1.20.2";
+
+/// Environment variable naming a directory with the control plane binaries; wins over everything.
+pub const ASSETS_ENV: &str = "WINDLASS_K8S_ASSETS";
+
+/// controller-runtime envtest's variable, honoured the same way when [`ASSETS_ENV`] is unset.
+pub const KUBEBUILDER_ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+
+/// Environment variable overriding the cache root (default `$XDG_CACHE_HOME/windlass` or
+/// `~/.cache/windlass`).
+pub const CACHE_DIR_ENV: &str = "WINDLASS_CACHE_DIR";
+
+/// The binaries one control plane runs.
+#[derive(Debug, Clone)]
+pub struct Assets {
+    /// `etcd`.
+    pub etcd: PathBuf,
+    /// `kube-apiserver`.
+    pub kube_apiserver: PathBuf,
+    /// `kube-controller-manager`.
+    pub kube_controller_manager: PathBuf,
+    /// `kubectl`, if one was found (the harness itself does not need it; tests and people do).
+    pub kubectl: Option<PathBuf>,
+}
+
+impl Assets {
+    /// Finds the binaries: in the directory named by `WINDLASS_K8S_ASSETS`, else
+    /// `KUBEBUILDER_ASSETS`, else the cache `scripts/provision-control-plane.sh` fills; a binary
+    /// missing there is looked up on `PATH`.
+    ///
+    /// # Errors
+    /// [`Error::BinaryNotFound`], naming the provisioning script, when a required binary is
+    /// nowhere.
+    pub fn locate() -> Result<Assets> {
+        let dir = match env::var_os(ASSETS_ENV).filter(|v| !v.is_empty()) {
+            Some(dir) => (PathBuf::from(dir), ASSETS_ENV.to_string()),
+            None => match env::var_os(KUBEBUILDER_ASSETS_ENV).filter(|v| !v.is_empty()) {
+                Some(dir) => (PathBuf::from(dir), KUBEBUILDER_ASSETS_ENV.to_string()),
+                None => {
+                    let cache = default_cache_dir();
+                    let label = format!("the provisioning cache {}", cache.display());
+                    (cache, label)
+                }
+            },
+        };
+        Self::from_dir_with_label(&dir.0, &dir.1)
+    }
+
+    /// Finds the binaries in `dir`, falling back to `PATH` for each one missing there.
+    ///
+    /// # Errors
+    /// [`Error::BinaryNotFound`] when a required binary is in neither place.
+    pub fn from_dir(dir: &Path) -> Result<Assets> {
+        Self::from_dir_with_label(dir, &dir.display().to_string())
+    }
+
+    fn from_dir_with_label(dir: &Path, label: &str) -> Result<Assets> {
+        let find = |binary: &'static str| -> Result<PathBuf> {
+            find_binary(dir, binary).ok_or_else(|| Error::BinaryNotFound {
+                binary,
+                searched: format!("{label} ({}), then PATH", dir.display()),
+            })
+        };
+        Ok(Assets {
+            etcd: find("etcd")?,
+            kube_apiserver: find("kube-apiserver")?,
+            kube_controller_manager: find("kube-controller-manager")?,
+            kubectl: find_binary(dir, "kubectl"),
+        })
+    }
+}
+
+/// The cache directory the provisioning script builds into, whether it exists or not.
+pub fn default_cache_dir() -> PathBuf {
+    cache_root().join(format!("k8s-{PROVISIONED_KUBERNETES_VERSION}"))
+}
+
+fn cache_root() -> PathBuf {
+    if let Some(dir) = env::var_os(CACHE_DIR_ENV).filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir).join("windlass");
+    }
+    let home = env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    home.join(".cache").join("windlass")
+}
+
+fn find_binary(dir: &Path, name: &str) -> Option<PathBuf> {
+    let candidate = dir.join(name);
+    if is_executable(&candidate) {
+        return Some(candidate);
+    }
+    env::split_paths(&env::var_os("PATH")?)
+        .map(|p| p.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
