@@ -1,14 +1,59 @@
-//! windlass: a Kubernetes operator framework.
+//! # windlass
+//!
+//! A Kubernetes operator framework: describe a custom resource and the tree of
+//! **components** it owns; windlass turns every change of a CR into a **rollout**: render
+//! each component's objects, apply them in dependency order, verify that they became
+//! healthy, and write the outcome into the CR's status.
+//!
+//! The flow of one reconcile, one module per stage:
+//!
+//! ```text
+//! CR ─▶ reconcile ─▶ session ─▶ controller::components() ─▶ rollout (dag runner)
+//!        │                                                   ├─ deploy: render → apply (cluster)
+//!        │                                                   └─ verify: per-kind readiness (verify)
+//!        └─▶ status (Ready / Updating, componentStatus, versions) ─▶ Outcome
+//! ```
+//!
+//! Start with [`controller`] and [`component`]; `examples/webapp` is a complete operator.
 #![forbid(unsafe_code)]
 
+pub mod annotations;
+pub mod cluster;
+pub mod component;
 pub mod config;
+pub mod controller;
+pub mod dag;
+mod dump;
 pub mod error;
 pub mod object;
+pub mod patch;
+pub mod progress;
+pub mod reconcile;
+pub mod rollout;
+pub mod session;
+pub mod status;
+pub mod testing;
 pub mod values;
+pub mod verify;
 
 pub use error::{ClusterError, Error, Result};
-pub mod cluster;
 
-/// The field manager windlass writes with (server-side apply) and stamps on managed objects.
+/// The field manager windlass writes with (server-side apply).
 pub const FIELD_MANAGER: &str = "windlass";
-pub mod dag;
+
+/// `async_trait`, re-exported: implementations of [`component::Component`] and
+/// [`controller::Controller`] are written with `#[async_trait]`.
+pub use async_trait::async_trait;
+
+/// Everything an operator author needs, in one import.
+pub mod prelude {
+    pub use crate::async_trait;
+    pub use crate::cluster::{Cluster, MemoryCluster, WriteMethod};
+    pub use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
+    pub use crate::controller::{
+        ComponentId, Components, Controller, PrimaryResource, Requeue, default_finalizer,
+    };
+    pub use crate::error::{Error, Result};
+    pub use crate::session::Session;
+    pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+}

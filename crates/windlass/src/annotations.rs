@@ -1,0 +1,38 @@
+//! The annotations windlass reads and writes (oper8 F62–F63), under windlass's own domain.
+//!
+//! oper8 used `oper8.org/…`; windlass uses `windlass.dev/…` with the same names, so a
+//! migrated operator renames the prefix and nothing else.
+
+/// `"true"` (any case) pauses reconciliation of the CR, finalizers included (F62, F112).
+pub const PAUSE_EXECUTION: &str = "windlass.dev/pause-execution";
+/// Name of a ConfigMap in the CR's namespace whose `data` are backend config defaults;
+/// only the part before the first `/` is used (F117).
+pub const CONFIG_DEFAULTS: &str = "windlass.dev/config-defaults";
+/// JSON index of temporary patches: `{name: {timestamp, api_version, kind?}}` (F118).
+pub const TEMPORARY_PATCHES: &str = "windlass.dev/temporary-patches";
+/// Stamped on every rendered object: `<component>.<resource>` (F26, F76).
+pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
+/// Per-CR log level override (F114).
+pub const LOG_DEFAULT_LEVEL: &str = "windlass.dev/log-default-level";
+/// Per-CR log filters (F114).
+pub const LOG_FILTERS: &str = "windlass.dev/log-filters";
+/// Per-CR JSON logging switch (F114).
+pub const LOG_JSON: &str = "windlass.dev/log-json";
+/// Per-CR thread-id logging switch (F114).
+pub const LOG_THREAD_ID: &str = "windlass.dev/log-thread-id";
+
+/// Annotations a parent CR passes on to the child CRs it renders (F63): config defaults,
+/// the log switches and pause. Temporary patches are deliberately not passed on.
+pub const PASSTHROUGH: [&str; 6] = [
+    CONFIG_DEFAULTS,
+    LOG_DEFAULT_LEVEL,
+    LOG_FILTERS,
+    LOG_JSON,
+    LOG_THREAD_ID,
+    PAUSE_EXECUTION,
+];
+
+/// Whether an annotation value means "true": `true` in any case, nothing else.
+pub fn is_true(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}

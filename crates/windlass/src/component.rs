@@ -1,0 +1,329 @@
+//! Components: named groups of related objects that deploy, verify and disable together
+//! (oper8 F73–F84).
+//!
+//! A component renders typed Kubernetes objects into [`Resources`]; windlass does the rest:
+//! patches, the internal-name annotation, owner references, applying in order, skipping
+//! what is already as desired, deleting what a disabled component owned, and verifying
+//! readiness per kind.
+//!
+//! ```
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use windlass::prelude::*;
+//! # #[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
+//! # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
+//! # struct AppSpec { greeting: String }
+//!
+//! struct Settings;
+//!
+//! #[async_trait]
+//! impl Component<App> for Settings {
+//!     fn name(&self) -> &str {
+//!         "settings"
+//!     }
+//!
+//!     async fn render(&self, session: &Session<App>, out: &mut Resources) -> Result<()> {
+//!         out.add("config", &ConfigMap {
+//!             metadata: ObjectMeta { name: Some(session.scoped_name("settings")), ..Default::default() },
+//!             data: Some([("greeting".to_string(), session.cr().spec.greeting.clone())].into()),
+//!             ..Default::default()
+//!         })?;
+//!         Ok(())
+//!     }
+//! }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cluster::WriteMethod;
+use crate::controller::PrimaryResource;
+use crate::dag::{Graph, NodeId};
+use crate::error::{Error, Result};
+use crate::object::{ManifestExt, ObjectRef, to_manifest};
+use crate::session::Session;
+
+/// A check of one live object's readiness, replacing the per-kind default.
+pub type VerifyFn = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+/// One unit of the rollout graph.
+///
+/// Only [`Component::name`] and [`Component::render`] are required. The default
+/// [`Component::verify`] checks every rendered object with [`crate::verify`]'s per-kind
+/// rules (Deployments available, Jobs complete, …) or its own verify function.
+#[async_trait]
+pub trait Component<K: PrimaryResource>: Send + Sync {
+    /// The component's name, unique in the controller's graph. Rendered objects get the
+    /// internal name `<component>.<resource>`.
+    fn name(&self) -> &str;
+
+    /// Add this component's objects to `out`. Called once per reconcile (the result is
+    /// reused by the verify phase).
+    async fn render(&self, session: &Session<K>, out: &mut Resources) -> Result<()>;
+
+    /// Whether the deployed objects are ready. In dry-run the default passes without
+    /// looking (F82).
+    async fn verify(&self, session: &Session<K>, objects: &[ManagedObject]) -> Result<bool> {
+        crate::verify::verify_objects(session, objects).await
+    }
+
+    /// A last chance to edit each rendered manifest, after patches and annotations (F76).
+    fn update_object_definition(
+        &self,
+        _session: &Session<K>,
+        _internal_name: &str,
+        manifest: Value,
+    ) -> Result<Value> {
+        Ok(manifest)
+    }
+}
+
+/// How one resource is written and verified.
+#[derive(Clone, Default)]
+pub struct ResourceOptions {
+    pub(crate) verify: Option<VerifyFn>,
+    pub(crate) method: WriteMethod,
+}
+
+impl ResourceOptions {
+    /// Server-side apply, per-kind verification.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Verify the live object with `check` instead of the per-kind rule.
+    pub fn verify(mut self, check: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        self.verify = Some(Arc::new(check));
+        self
+    }
+    /// Write with `method` instead of server-side apply.
+    pub fn method(mut self, method: WriteMethod) -> Self {
+        self.method = method;
+        self
+    }
+}
+
+impl fmt::Debug for ResourceOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceOptions")
+            .field("verify", &self.verify.as_ref().map(|_| "fn"))
+            .field("method", &self.method)
+            .finish()
+    }
+}
+
+/// A resource added to [`Resources`], for declaring order between resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceId(NodeId);
+
+/// The objects a component renders, with their order (F74, F75).
+pub struct Resources {
+    component: String,
+    namespace: String,
+    graph: Graph<(Value, ResourceOptions)>,
+}
+
+impl Resources {
+    pub(crate) fn new(component: &str, namespace: &str) -> Self {
+        Resources {
+            component: component.to_string(),
+            namespace: namespace.to_string(),
+            graph: Graph::new(),
+        }
+    }
+
+    /// Add an object (a k8s-openapi struct, a CR, or a `json!` manifest) under a name
+    /// unique in this component. `null` fields are dropped and the namespace defaults to
+    /// the CR's (F74).
+    pub fn add<T: Serialize + ?Sized>(&mut self, name: &str, object: &T) -> Result<ResourceId> {
+        self.add_with(name, object, ResourceOptions::default())
+    }
+
+    /// [`Resources::add`] with a custom verify function or write method.
+    pub fn add_with<T: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        object: &T,
+        options: ResourceOptions,
+    ) -> Result<ResourceId> {
+        let mut manifest = to_manifest(object).map_err(|e| {
+            Error::config(format!(
+                "component \"{}\" resource \"{name}\": {e}",
+                self.component
+            ))
+        })?;
+        for (field, present) in [
+            ("apiVersion", manifest.api_version().is_some()),
+            ("kind", manifest.kind().is_some()),
+            ("metadata.name", manifest.name().is_some()),
+        ] {
+            if !present {
+                return Err(Error::config(format!(
+                    "component \"{}\" resource \"{name}\" has no {field}",
+                    self.component
+                )));
+            }
+        }
+        if manifest.namespace().is_none() {
+            manifest
+                .metadata_mut()
+                .insert("namespace".into(), Value::String(self.namespace.clone()));
+        }
+        self.graph
+            .add_node(name, (manifest, options))
+            .map(ResourceId)
+            .map_err(|e| Error::config(format!("component \"{}\" resource: {e}", self.component)))
+    }
+
+    /// Apply `resource` only after `upstream` (within this component, F75).
+    pub fn depends_on(&mut self, resource: ResourceId, upstream: ResourceId) -> Result<()> {
+        self.graph
+            .add_dependency(resource.0, upstream.0, ())
+            .map_err(|e| Error::config(format!("component \"{}\": {e}", self.component)))
+    }
+
+    /// Number of resources added.
+    pub fn len(&self) -> usize {
+        self.graph.len()
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.graph.is_empty()
+    }
+
+    /// The resources in apply order (dependencies first, then by name, F76) with their
+    /// internal names `<component>.<resource>`.
+    pub(crate) fn into_ordered(self) -> Vec<(String, Value, ResourceOptions)> {
+        let order = self.graph.topology();
+        order
+            .into_iter()
+            .map(|id| {
+                let (manifest, options) = self.graph.data(id).clone();
+                (
+                    format!("{}.{}", self.component, self.graph.name(id)),
+                    manifest,
+                    options,
+                )
+            })
+            .collect()
+    }
+}
+
+/// A rendered object, ready to apply (F83).
+#[derive(Clone)]
+pub struct ManagedObject {
+    /// `<component>.<resource>`.
+    pub internal_name: String,
+    /// The manifest after patches and annotations.
+    pub manifest: Value,
+    /// Replaces the per-kind readiness rule, when set.
+    pub verify: Option<VerifyFn>,
+    /// How the object is written.
+    pub method: WriteMethod,
+}
+
+impl ManagedObject {
+    /// The object's reference (its manifest is known to have apiVersion, kind and name).
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef::new(
+            self.manifest.api_version().unwrap_or_default(),
+            self.manifest.kind().unwrap_or_default(),
+            self.manifest.namespace(),
+            self.manifest.name().unwrap_or_default(),
+        )
+    }
+}
+
+impl fmt::Debug for ManagedObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagedObject")
+            .field("internal_name", &self.internal_name)
+            .field("object", &self.object_ref().to_string())
+            .field("method", &self.method)
+            .finish()
+    }
+}
+
+impl fmt::Display for ManagedObject {
+    /// `apiVersion/kind/name`, as oper8 displays managed objects.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.object_ref();
+        write!(f, "{}/{}/{}", r.api_version, r.kind, r.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    #[test]
+    fn resources_default_the_namespace_and_drop_nulls() {
+        let mut r = Resources::new("web", "shop");
+        r.add(
+            "config",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": null}}),
+        )
+        .unwrap();
+        let ordered = r.into_ordered();
+        assert_eq!(ordered[0].0, "web.config");
+        assert_eq!(
+            ordered[0].1,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "shop"}})
+        );
+    }
+
+    #[test]
+    fn typed_objects_get_their_type_meta() {
+        let mut r = Resources::new("web", "shop");
+        let cm = ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("a".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        r.add("config", &cm).unwrap();
+        let ordered = r.into_ordered();
+        assert_eq!(ordered[0].1.kind(), Some("ConfigMap"));
+        assert_eq!(ordered[0].1.api_version(), Some("v1"));
+    }
+
+    #[test]
+    fn bad_resources_are_config_errors_naming_the_component() {
+        let mut r = Resources::new("web", "shop");
+        let err = r.add("x", &json!({"kind": "ConfigMap"})).unwrap_err();
+        assert!(matches!(err, Error::Config(_)));
+        assert!(
+            err.to_string()
+                .contains("component \"web\" resource \"x\" has no apiVersion"),
+            "{err}"
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+        r.add("dup", &cm).unwrap();
+        assert!(
+            r.add("dup", &cm)
+                .unwrap_err()
+                .to_string()
+                .contains("already exists")
+        );
+        assert!(r.add("", &cm).is_err());
+    }
+
+    #[test]
+    fn resource_order_follows_dependencies_then_names() {
+        let mut r = Resources::new("db", "ns");
+        let cm =
+            |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
+        let a = r.add("a", &cm("a")).unwrap();
+        let b = r.add("b", &cm("b")).unwrap();
+        r.depends_on(a, b).unwrap();
+        assert!(r.depends_on(b, a).is_err(), "cycles are rejected");
+        let names: Vec<String> = r.into_ordered().into_iter().map(|(n, _, _)| n).collect();
+        assert_eq!(names, ["db.b", "db.a"]);
+    }
+}

@@ -1,0 +1,52 @@
+//! Writing rendered components to disk when `working_dir` is set (oper8 F20, F21, F79),
+//! to inspect what a rollout would apply.
+//!
+//! Layout: `<working_dir>/<apiVersion with / as .>.<kind>/<cr name>/[DISABLED/]<component>/
+//! <cr name>-<component>.k8s.yaml` (the first segment lower-cased), one YAML document per
+//! object.
+
+use crate::component::ManagedObject;
+use crate::controller::PrimaryResource;
+use crate::error::{Error, Result};
+use crate::session::Session;
+
+/// Write the component's rendered objects below `working_dir`, if it is set.
+pub(crate) fn dump_component<K: PrimaryResource>(
+    session: &Session<K>,
+    component: &str,
+    disabled: bool,
+    objects: &[ManagedObject],
+) -> Result<()> {
+    let library = session.library();
+    let Some(dir) = &library.working_dir else {
+        return Ok(());
+    };
+    if disabled && !library.dump_disabled {
+        return Ok(());
+    }
+    let type_dir = format!(
+        "{}.{}",
+        session.api_version().replace('/', "."),
+        session.kind()
+    )
+    .to_lowercase();
+    let mut path = dir.join(type_dir).join(session.name());
+    if disabled {
+        path.push("DISABLED");
+    }
+    path.push(component);
+    let io = |e: std::io::Error| Error::other(format!("writing {}: {e}", path.display()));
+    std::fs::create_dir_all(&path).map_err(io)?;
+    let mut text = String::from("---\n");
+    for (i, object) in objects.iter().enumerate() {
+        if i > 0 {
+            text.push_str("---\n");
+        }
+        let yaml = serde_saphyr::to_string(&object.manifest).map_err(|e| {
+            Error::other(format!("rendering {} as YAML: {e}", object.internal_name))
+        })?;
+        text.push_str(&yaml);
+    }
+    let file = path.join(format!("{}-{component}.k8s.yaml", session.name()));
+    std::fs::write(&file, text).map_err(io)
+}

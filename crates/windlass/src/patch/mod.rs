@@ -1,0 +1,156 @@
+//! Temporary patches: operator-side overrides of rendered objects, kept in patch objects
+//! the CR lists in its `windlass.dev/temporary-patches` annotation (oper8 F118, F138).
+//!
+//! A patch object's `spec.patch` is a tree walked by the internal name of a rendered
+//! object (`<component>.<resource>`); where the walk consumes every part and ends on a
+//! non-empty value, that value is applied to the object, as a strategic merge patch
+//! (`spec.patchType: patchStrategicMerge`) or a JSON patch (`patchJson6902`). Patches
+//! apply oldest first.
+//!
+//! ```
+//! use serde_json::json;
+//! use windlass::patch::apply_patches;
+//!
+//! let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+//!     "spec": {"replicas": 1, "template": {"spec": {"containers": [
+//!         {"name": "web", "image": "web:1"}, {"name": "proxy", "image": "proxy:1"}]}}}});
+//! let patch = json!({"spec": {"patchType": "patchStrategicMerge", "patch": {"web": {"deployment": {
+//!     "spec": {"template": {"spec": {"containers": [{"name": "proxy", "image": "proxy:2"}]}}}}}}}});
+//! let patched = apply_patches("web.deployment", deployment, &[patch]).unwrap();
+//! assert_eq!(patched["spec"]["template"]["spec"]["containers"][1]["image"], "proxy:2");
+//! assert_eq!(patched["spec"]["template"]["spec"]["containers"][0]["image"], "web:1");
+//! ```
+
+mod strategic;
+
+use serde_json::Value;
+
+pub use strategic::strategic_merge;
+
+use crate::error::{Error, Result};
+use crate::object::ManifestExt;
+
+/// The `spec.patchType` of a strategic merge patch.
+pub const STRATEGIC_MERGE: &str = "patchStrategicMerge";
+/// The `spec.patchType` of an RFC 6902 JSON patch.
+pub const JSON_6902: &str = "patchJson6902";
+/// The kind of patch objects when the annotation does not name one (F64).
+pub const DEFAULT_PATCH_KIND: &str = "TemporaryPatch";
+
+/// Apply, in order, every patch whose tree matches `internal_name` (F138).
+pub fn apply_patches(internal_name: &str, manifest: Value, patches: &[Value]) -> Result<Value> {
+    let mut current = manifest;
+    for patch in patches {
+        let spec = &patch["spec"];
+        let mut node = &spec["patch"];
+        for part in internal_name.split('.') {
+            node = &node[part];
+        }
+        let empty = match node {
+            Value::Null => true,
+            Value::Object(m) => m.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            _ => false,
+        };
+        if empty {
+            continue;
+        }
+        let name = patch.name().unwrap_or("<unnamed>");
+        current = match spec["patchType"].as_str() {
+            Some(STRATEGIC_MERGE) => strategic_merge(&current, node).map_err(|e| {
+                Error::config(format!(
+                    "temporary patch \"{name}\" on {internal_name}: {e}"
+                ))
+            })?,
+            Some(JSON_6902) => {
+                let ops: json_patch::Patch = serde_json::from_value(node.clone()).map_err(|e| {
+                    Error::config(format!(
+                        "temporary patch \"{name}\" is not a JSON patch: {e}"
+                    ))
+                })?;
+                let mut patched = current;
+                json_patch::patch(&mut patched, &ops).map_err(|e| {
+                    Error::config(format!(
+                        "temporary patch \"{name}\" on {internal_name}: {e}"
+                    ))
+                })?;
+                patched
+            }
+            other => {
+                return Err(Error::config(format!(
+                    "temporary patch \"{name}\" has patchType {}: use {STRATEGIC_MERGE} or {JSON_6902}",
+                    other.map_or("<none>".to_string(), |t| format!("\"{t}\""))
+                )));
+            }
+        };
+    }
+    Ok(current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn patch(kind: &str, tree: Value) -> Value {
+        json!({"metadata": {"name": "p"}, "spec": {"patchType": kind, "patch": tree}})
+    }
+
+    #[test]
+    fn a_patch_matches_only_its_internal_name() {
+        let obj = json!({"kind": "ConfigMap", "data": {"a": "1"}});
+        let p = patch(
+            STRATEGIC_MERGE,
+            json!({"web": {"config": {"data": {"a": "2"}}}}),
+        );
+        assert_eq!(
+            apply_patches("web.config", obj.clone(), &[p.clone()]).unwrap()["data"]["a"],
+            "2"
+        );
+        assert_eq!(
+            apply_patches("web.other", obj.clone(), &[p.clone()]).unwrap(),
+            obj
+        );
+        assert_eq!(apply_patches("db.config", obj.clone(), &[p]).unwrap(), obj);
+    }
+
+    #[test]
+    fn json_patches_apply_and_patches_apply_in_order() {
+        let obj = json!({"kind": "ConfigMap", "data": {"a": "1"}});
+        let first = patch(
+            JSON_6902,
+            json!({"web": {"config": [{"op": "replace", "path": "/data/a", "value": "2"}]}}),
+        );
+        let second = patch(
+            STRATEGIC_MERGE,
+            json!({"web": {"config": {"data": {"a": "3"}}}}),
+        );
+        let out =
+            apply_patches("web.config", obj.clone(), &[first.clone(), second.clone()]).unwrap();
+        assert_eq!(out["data"]["a"], "3");
+        let out = apply_patches("web.config", obj, &[second, first]).unwrap();
+        assert_eq!(out["data"]["a"], "2");
+    }
+
+    #[test]
+    fn unknown_patch_types_and_failing_json_patches_are_config_errors() {
+        let obj = json!({"kind": "ConfigMap"});
+        let err = apply_patches(
+            "w.c",
+            obj.clone(),
+            &[patch("merge", json!({"w": {"c": {"a": 1}}}))],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("patchType \"merge\""), "{err}");
+        let err = apply_patches(
+            "w.c",
+            obj,
+            &[patch(
+                JSON_6902,
+                json!({"w": {"c": [{"op": "remove", "path": "/nope"}]}}),
+            )],
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Config(_)));
+    }
+}

@@ -1,0 +1,145 @@
+//! What a reconcile reports while it runs: one typed event per step, logged with `tracing`
+//! and handed to an [`Observer`] (the CLI prints them as the rollout happens).
+
+use std::fmt;
+
+use crate::object::ObjectRef;
+
+/// The two phases of a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Render and apply (or delete, for disabled components).
+    Deploy,
+    /// Check that what was applied became healthy.
+    Verify,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Deploy => "deploy",
+            Phase::Verify => "verify",
+        })
+    }
+}
+
+/// One step of a reconcile.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A reconcile of the CR began.
+    ReconcileStarted {
+        /// The CR.
+        cr: ObjectRef,
+        /// The reconcile id that tags its log lines.
+        id: String,
+    },
+    /// A rollout phase began.
+    PhaseStarted(Phase),
+    /// A component's objects were applied; `unchanged` ones needed no write.
+    Deployed {
+        /// The component.
+        component: String,
+        /// Objects written.
+        applied: Vec<ObjectRef>,
+        /// Objects already as desired.
+        unchanged: Vec<ObjectRef>,
+    },
+    /// A disabled component's objects were deleted.
+    Disabled {
+        /// The component.
+        component: String,
+        /// Objects that existed and were deleted.
+        deleted: Vec<ObjectRef>,
+    },
+    /// A component verified, or not yet.
+    Verified {
+        /// The component.
+        component: String,
+        /// Whether it is healthy.
+        ok: bool,
+    },
+    /// A component failed or stopped short in a phase.
+    Halted {
+        /// The component.
+        component: String,
+        /// The phase.
+        phase: Phase,
+        /// Whether this is a failure (or only "not yet").
+        failure: bool,
+        /// What went wrong, if known.
+        message: Option<String>,
+    },
+    /// A rollout hook ran.
+    Hook {
+        /// `after_deploy`, `after_verify`, …
+        name: &'static str,
+        /// Its verdict.
+        passed: bool,
+    },
+    /// The CR's status was written (or found unchanged).
+    Status {
+        /// `Ready` reason.
+        ready: String,
+        /// `Updating` reason.
+        updating: String,
+        /// Whether a write happened.
+        written: bool,
+    },
+}
+
+/// Receives reconcile events, e.g. to print progress. Must not block.
+pub trait Observer: Send + Sync {
+    /// Called for every event, in order, from the reconciling task.
+    fn event(&self, event: &Event);
+}
+
+/// An observer that ignores everything (events are still logged).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn event(&self, _: &Event) {}
+}
+
+/// Log the event with `tracing`, then hand it to the observer.
+pub(crate) fn emit(observer: &dyn Observer, event: Event) {
+    match &event {
+        Event::ReconcileStarted { cr, id } => tracing::info!(%cr, id, "reconcile started"),
+        Event::PhaseStarted(phase) => tracing::debug!(%phase, "phase started"),
+        Event::Deployed {
+            component,
+            applied,
+            unchanged,
+        } => tracing::info!(
+            component,
+            applied = applied.len(),
+            unchanged = unchanged.len(),
+            "component deployed"
+        ),
+        Event::Disabled { component, deleted } => {
+            tracing::info!(component, deleted = deleted.len(), "component disabled")
+        }
+        Event::Verified { component, ok } => tracing::info!(component, ok, "component verified"),
+        Event::Halted {
+            component,
+            phase,
+            failure,
+            message,
+        } => tracing::warn!(
+            component,
+            %phase,
+            failure,
+            message = message.as_deref().unwrap_or(""),
+            "component halted"
+        ),
+        Event::Hook { name, passed } => tracing::debug!(hook = name, passed, "hook ran"),
+        Event::Status {
+            ready,
+            updating,
+            written,
+        } => {
+            tracing::info!(ready, updating, written, "status")
+        }
+    }
+    observer.event(&event);
+}

@@ -1,0 +1,558 @@
+//! One reconcile of one CR, from reading it to the outcome (oper8 F110–F124): the
+//! pipeline, the finalizer, the status at the start and end, and the mapping of every
+//! error to a status and a retry. [`Reconciler::reconcile`] never fails and never panics:
+//! whatever goes wrong ends in the CR's status, a log line, and an [`Outcome`].
+//!
+//! 1. Read the CR. Gone → done. Paused (`windlass.dev/pause-execution: "true"`) → done,
+//!    even when it is being deleted, so a paused CR's finalizer stays.
+//! 2. Merge the controller's CR defaults under it and parse it into the typed CR; a
+//!    malformed spec is a config error naming the field.
+//! 3. Check strict versioning; layer the backend config (controller defaults ←
+//!    ConfigMap named by `windlass.dev/config-defaults` ← `spec.configOverrides`); load
+//!    the temporary patches.
+//! 4. Add the controller's finalizer (not while deleting); write the start status.
+//! 5. Build the graph (`components`, or `finalize_components` while deleting) and roll
+//!    it out. A recorded error, or a failed rollout, is an error of the reconcile.
+//! 6. Write the completion status; ask `should_requeue`; when deleting and no requeue is
+//!    needed, remove the finalizer.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use crate::annotations;
+use crate::cluster::Cluster;
+use crate::config::LibraryConfig;
+use crate::controller::{Controller, PrimaryResource, Requeue};
+use crate::dag::CompletionState;
+use crate::error::{ClusterError, Error, Result};
+use crate::object::{ManifestExt, ObjectRef};
+use crate::patch::DEFAULT_PATCH_KIND;
+use crate::progress::{Event, Observer, Quiet, emit};
+use crate::session::{Session, manifest_version};
+use crate::status::{
+    self, ReadyReason, StatusUpdate, UpdatingReason, condition, reasons_for_error,
+    reconciled_version,
+};
+use crate::values::merge;
+use crate::verify::verify_subsystem;
+
+/// What should happen next for a CR after a reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing until the CR or something it owns changes.
+    Done,
+    /// Reconcile again after this delay (not a failure).
+    RequeueAfter(Duration),
+    /// The reconcile hit an error: retry with back-off.
+    Retry,
+}
+
+/// What one reconcile did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The reconcile id, as in the logs.
+    pub id: String,
+    /// The CR.
+    pub cr: ObjectRef,
+    /// What to do next.
+    pub outcome: Outcome,
+    /// The rollout's outcome, if a rollout ran.
+    pub state: Option<CompletionState>,
+    /// The error that ended the reconcile, if any (also written to the status).
+    pub error: Option<Error>,
+}
+
+/// An error of the reconcile together with the rollout state it carries (F72).
+struct Failure {
+    error: Error,
+    state: Option<CompletionState>,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure { error, state: None }
+    }
+}
+
+impl From<ClusterError> for Failure {
+    fn from(error: ClusterError) -> Self {
+        Failure {
+            error: error.into(),
+            state: None,
+        }
+    }
+}
+
+/// Reconciles CRs of one controller against one cluster.
+pub struct Reconciler<C: Controller> {
+    controller: Arc<C>,
+    cluster: Arc<dyn Cluster>,
+    library: Arc<LibraryConfig>,
+    observer: Arc<dyn Observer>,
+}
+
+impl<C: Controller> Clone for Reconciler<C> {
+    fn clone(&self) -> Self {
+        Reconciler {
+            controller: self.controller.clone(),
+            cluster: self.cluster.clone(),
+            library: self.library.clone(),
+            observer: self.observer.clone(),
+        }
+    }
+}
+
+impl<C: Controller> Reconciler<C> {
+    /// A reconciler of `controller`'s CRs on `cluster`.
+    pub fn new(controller: C, cluster: Arc<dyn Cluster>, library: LibraryConfig) -> Self {
+        Reconciler {
+            controller: Arc::new(controller),
+            cluster,
+            library: Arc::new(library),
+            observer: Arc::new(Quiet),
+        }
+    }
+
+    /// Report progress events to `observer`.
+    pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.observer = Arc::new(observer);
+        self
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &C {
+        &self.controller
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &Arc<dyn Cluster> {
+        &self.cluster
+    }
+
+    /// The library configuration.
+    pub fn library(&self) -> &LibraryConfig {
+        &self.library
+    }
+
+    /// Reconcile the CR `cr` once. Never fails: errors are written to the CR's status
+    /// (when `manage_status`), logged, and returned in the [`Report`].
+    pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
+        let id = reconcile_id();
+        let span = tracing::info_span!(
+            "reconcile",
+            id = %id,
+            kind = %cr.kind,
+            namespace = cr.namespace.as_deref().unwrap_or(""),
+            name = %cr.name
+        );
+        async {
+            emit(
+                self.observer.as_ref(),
+                Event::ReconcileStarted {
+                    cr: cr.clone(),
+                    id: id.clone(),
+                },
+            );
+            let report = |outcome, state, error| Report {
+                id: id.clone(),
+                cr: cr.clone(),
+                outcome,
+                state,
+                error,
+            };
+            let manifest = match self.cluster.get(cr).await {
+                Ok(Some(manifest)) => manifest,
+                Ok(None) => return report(Outcome::Done, None, None),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the CR");
+                    return report(Outcome::Retry, None, Some(e.into()));
+                }
+            };
+            if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
+                tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
+                return report(Outcome::Done, None, None);
+            }
+            let run = AssertUnwindSafe(self.run(&id, cr, &manifest)).catch_unwind();
+            let failure = match run.await {
+                Ok(Ok((outcome, state))) => return report(outcome, Some(state), None),
+                Ok(Err(failure)) => failure,
+                Err(panic) => Failure::from(Error::from_panic("reconcile", panic.as_ref())),
+            };
+            tracing::warn!(error = %failure.error, "reconcile failed");
+            if self.library.manage_status {
+                let (ready, updating) = reasons_for_error(&failure.error);
+                let message = failure.error.to_string();
+                let update = StatusUpdate {
+                    ready: ready.map(|r| (r, message.clone())),
+                    updating: Some((updating, message)),
+                    components: failure.state.clone(),
+                    observed_generation: manifest.generation(),
+                    ..Default::default()
+                };
+                if let Err(e) = self.write_status(cr, |_| update).await {
+                    tracing::warn!(error = %e, "cannot write the error status");
+                }
+            }
+            report(Outcome::Retry, failure.state, Some(failure.error))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn run(
+        &self,
+        id: &str,
+        cr: &ObjectRef,
+        manifest: &Value,
+    ) -> std::result::Result<(Outcome, CompletionState), Failure> {
+        let controller = self.controller.as_ref();
+        let library = &self.library;
+        let finalizing = manifest.is_terminating();
+        let finalizer = controller.finalizer();
+        if finalizing
+            && !finalizer
+                .as_deref()
+                .is_some_and(|f| manifest.finalizers().contains(&f))
+        {
+            // Being deleted, and nothing of ours holds it: nothing to do.
+            return Ok((Outcome::Done, CompletionState::default()));
+        }
+
+        let mut merged = controller.cr_defaults();
+        merge(&mut merged, manifest.clone());
+        let typed: C::Resource = serde_path_to_error::deserialize(&merged).map_err(|e| {
+            Error::config(format!(
+                "invalid {} {}: {}: {}",
+                cr.kind,
+                cr.name,
+                e.path(),
+                e.inner()
+            ))
+        })?;
+        let version = manifest_version(&merged, library);
+        if library.strict_versioning {
+            let version = version.as_deref().ok_or_else(|| {
+                Error::config(format!("the CR has no version at {}", library.vcs.field))
+            })?;
+            if !library.supported_versions.iter().any(|v| v == version) {
+                return Err(Error::config(format!(
+                    "unsupported version {version}: this operator supports {}",
+                    library.supported_versions.join(", ")
+                ))
+                .into());
+            }
+        }
+        let config = self.backend_config(cr, manifest).await?;
+        let temporary_patches = self.temporary_patches(cr, manifest).await?;
+        let status = manifest.get("status").cloned().unwrap_or(Value::Null);
+        let current_version = reconciled_version(&status).map(str::to_string);
+        let session = Session {
+            id: id.to_string(),
+            cr: typed,
+            manifest: merged,
+            config,
+            library: library.clone(),
+            cluster: self.cluster.clone(),
+            temporary_patches,
+            status,
+            version,
+            current_version,
+            observer: self.observer.clone(),
+        };
+
+        if let Some(finalizer) = &finalizer
+            && !finalizing
+            && !manifest.finalizers().contains(&finalizer.as_str())
+        {
+            add_finalizer(self.cluster.as_ref(), cr, manifest, finalizer).await?;
+        }
+        if library.manage_status {
+            self.write_status(cr, |current| start_status(&session, current))
+                .await?;
+        }
+        let components = if finalizing {
+            controller.finalize_components(&session)?
+        } else {
+            controller.components(&session)?
+        };
+        let state = crate::rollout::run(controller, &session, &components).await;
+        if let Some(error) = state.error() {
+            return Err(Failure {
+                error: error.clone(),
+                state: Some(state),
+            });
+        }
+        if state.failed() {
+            return Err(Failure {
+                error: Error::rollout("Deploy phase failed"),
+                state: Some(state),
+            });
+        }
+        if library.manage_status {
+            self.write_status(cr, |current| completion_status(&session, &state, current))
+                .await?;
+        }
+        let requeue = controller.should_requeue(&session).await?;
+        if requeue == Requeue::No
+            && finalizing
+            && let Some(finalizer) = &finalizer
+        {
+            remove_finalizer(self.cluster.as_ref(), cr, finalizer).await?;
+        }
+        let outcome = match requeue {
+            Requeue::No => Outcome::Done,
+            Requeue::After(d) => Outcome::RequeueAfter(d),
+        };
+        Ok((outcome, state))
+    }
+
+    /// Controller defaults ← the ConfigMap named by the config-defaults annotation ←
+    /// `spec.configOverrides` (F117). oper8 read `configOverrides` from the CR's top level
+    /// (quirk Q3), where a structural CRD schema prunes it; windlass reads it from `spec`.
+    async fn backend_config(&self, cr: &ObjectRef, manifest: &Value) -> Result<Value> {
+        let mut config = self.controller.config_defaults();
+        if let Some(name) = manifest.annotation(annotations::CONFIG_DEFAULTS) {
+            let name = name.split('/').next().unwrap_or_default();
+            let reference = ObjectRef::new("v1", "ConfigMap", cr.namespace.as_deref(), name);
+            let configmap = self.cluster.get(&reference).await?.ok_or_else(|| {
+                Error::config(format!(
+                    "ConfigMap {name} named by {} does not exist",
+                    annotations::CONFIG_DEFAULTS
+                ))
+            })?;
+            match configmap.get("data") {
+                Some(data @ Value::Object(_)) => merge(&mut config, data.clone()),
+                _ => {
+                    return Err(Error::config(format!(
+                        "ConfigMap {name} named by {} has no data",
+                        annotations::CONFIG_DEFAULTS
+                    )));
+                }
+            }
+        }
+        match &manifest["spec"]["configOverrides"] {
+            Value::Null => {}
+            overrides @ Value::Object(_) => merge(&mut config, overrides.clone()),
+            other => {
+                return Err(Error::config(format!(
+                    "spec.configOverrides must be a map, got {other}"
+                )));
+            }
+        }
+        Ok(config)
+    }
+
+    /// The patch objects the temporary-patches annotation lists, oldest first (F118).
+    async fn temporary_patches(&self, cr: &ObjectRef, manifest: &Value) -> Result<Vec<Value>> {
+        let Some(raw) = manifest.annotation(annotations::TEMPORARY_PATCHES) else {
+            return Ok(Vec::new());
+        };
+        let bad =
+            |why: String| Error::rollout(format!("{}: {why}", annotations::TEMPORARY_PATCHES));
+        let index: Value = serde_json::from_str(raw).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let entries = index
+            .as_object()
+            .ok_or_else(|| bad("must be a JSON object of patch names".into()))?;
+        let mut listed = Vec::new();
+        for (name, entry) in entries {
+            let timestamp: jiff::Timestamp = entry["timestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| bad(format!("patch {name} has no valid timestamp")))?;
+            let api_version = entry["api_version"]
+                .as_str()
+                .ok_or_else(|| bad(format!("patch {name} has no api_version")))?;
+            let kind = entry["kind"].as_str().unwrap_or(DEFAULT_PATCH_KIND);
+            listed.push((
+                timestamp,
+                ObjectRef::new(api_version, kind, cr.namespace.as_deref(), name),
+            ));
+        }
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut patches = Vec::with_capacity(listed.len());
+        for (_, reference) in listed {
+            let patch = self.cluster.get(&reference).await?.ok_or_else(|| {
+                Error::config(format!("temporary patch {reference} does not exist"))
+            })?;
+            if patch.get("spec").is_none() {
+                return Err(Error::config(format!(
+                    "temporary patch {reference} has no spec"
+                )));
+            }
+            patches.push(patch);
+        }
+        Ok(patches)
+    }
+
+    /// Re-read the CR, compute its next status from the current one, and write it if
+    /// anything but timestamps changed (F154). `None` if the CR is gone.
+    async fn write_status(
+        &self,
+        cr: &ObjectRef,
+        update: impl FnOnce(&Value) -> StatusUpdate,
+    ) -> Result<Option<Value>> {
+        let Some(live) = self.cluster.get(cr).await? else {
+            return Ok(None);
+        };
+        let current = live.get("status").cloned().unwrap_or(Value::Null);
+        let mut update = update(&current);
+        update.operator_version = self.library.operator_version.clone();
+        let next = status::apply_update(&current, &cr.kind, &update, &now());
+        let written = status::status_changed(&current, &next);
+        if written {
+            self.cluster.write_status(cr, &next).await?;
+        }
+        let reason = |t: &str| {
+            condition(&next, t)
+                .ok()
+                .flatten()
+                .and_then(|c| c["reason"].as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        emit(
+            self.observer.as_ref(),
+            Event::Status {
+                ready: reason(status::READY),
+                updating: reason(status::UPDATING),
+                written,
+            },
+        );
+        Ok(Some(next))
+    }
+}
+
+/// The status at the start of a reconcile (F121): `Ready` keeps its reason (or
+/// `Initializing` before the first verified version); a version change sets
+/// `Updating=VersionChange` and `Ready=InProgress`.
+fn start_status<K: PrimaryResource>(session: &Session<K>, current: &Value) -> StatusUpdate {
+    let ready = condition(current, status::READY).ok().flatten();
+    let mut reason = ready
+        .and_then(|c| c["reason"].as_str())
+        .and_then(|r| r.parse::<ReadyReason>().ok())
+        .filter(|_| session.current_version().is_some())
+        .unwrap_or(ReadyReason::Initializing);
+    let message = ready
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("Initial Rollout Started")
+        .to_string();
+    let mut updating = None;
+    if let Some(old) = session.current_version()
+        && session.version() != Some(old)
+    {
+        updating = Some((
+            UpdatingReason::VersionChange,
+            format!(
+                "Version Change Started: [{old}] -> [{}]",
+                session.version().unwrap_or("")
+            ),
+        ));
+        reason = ReadyReason::InProgress;
+    }
+    StatusUpdate {
+        ready: Some((reason, message)),
+        updating,
+        supported_versions: Some(session.library().supported_versions.clone()),
+        observed_generation: session.manifest().generation(),
+        ..Default::default()
+    }
+}
+
+/// The status after a rollout that raised no error (F122).
+fn completion_status<K: PrimaryResource>(
+    session: &Session<K>,
+    state: &CompletionState,
+    current: &Value,
+) -> StatusUpdate {
+    let mut update = StatusUpdate {
+        components: Some(state.clone()),
+        observed_generation: session.manifest().generation(),
+        ..Default::default()
+    };
+    if state.verify_completed() {
+        update.ready = Some((ReadyReason::Stable, "Verify Complete".into()));
+        update.updating = Some((UpdatingReason::Stable, "Rollout Complete".into()));
+        update.reconciled_version = session.version().map(str::to_string);
+    } else {
+        let initializing = status::condition_reason::<ReadyReason>(current, status::READY)
+            == Some(ReadyReason::Initializing);
+        if !initializing {
+            update.ready = Some((ReadyReason::InProgress, "Verify InProgress".into()));
+        }
+        update.updating = Some((
+            UpdatingReason::VerifyWait,
+            "Component verification incomplete".into(),
+        ));
+    }
+    update
+}
+
+/// The default of [`Controller::should_requeue`] (F71): requeue after
+/// `requeue_after_seconds` until the CR's status shows it done at the requested version.
+pub async fn default_should_requeue<K: PrimaryResource>(session: &Session<K>) -> Result<Requeue> {
+    let again = Requeue::After(session.library().requeue_after());
+    Ok(match session.cluster().get(&session.cr_ref()).await {
+        Err(_) => again,
+        Ok(None) => Requeue::No,
+        Ok(Some(cr)) if verify_subsystem(&cr, session.version()) => Requeue::No,
+        Ok(Some(_)) => again,
+    })
+}
+
+/// Add `finalizer` to the CR with a JSON patch guarded by its resourceVersion (F215).
+async fn add_finalizer(
+    cluster: &dyn Cluster,
+    cr: &ObjectRef,
+    manifest: &Value,
+    finalizer: &str,
+) -> Result<()> {
+    let guard = json!({"op": "test", "path": "/metadata/resourceVersion", "value": manifest.resource_version()});
+    let add = if manifest["metadata"]["finalizers"].is_array() {
+        json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
+    } else {
+        json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
+    };
+    let patch: json_patch::Patch = serde_json::from_value(json!([guard, add]))
+        .map_err(|e| Error::other(format!("finalizer patch: {e}")))?;
+    cluster.patch(cr, &patch).await?;
+    Ok(())
+}
+
+/// Remove `finalizer` from the CR if it is there, guarded against concurrent edits (F216).
+async fn remove_finalizer(cluster: &dyn Cluster, cr: &ObjectRef, finalizer: &str) -> Result<()> {
+    let Some(live) = cluster.get(cr).await? else {
+        return Ok(());
+    };
+    let Some(index) = live.finalizers().iter().position(|f| *f == finalizer) else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": path, "value": finalizer},
+        {"op": "remove", "path": path},
+    ]))
+    .map_err(|e| Error::other(format!("finalizer patch: {e}")))?;
+    cluster.patch(cr, &patch).await?;
+    Ok(())
+}
+
+/// A random reconcile id: 22 characters of base32 (F112).
+fn reconcile_id() -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let bytes: [u8; 22] = rand::random();
+    bytes
+        .iter()
+        .map(|b| ALPHABET[usize::from(b % 32)] as char)
+        .collect()
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

@@ -1,0 +1,576 @@
+//! One rollout of a component graph: deploy phase, `after_deploy` hooks, verify phase,
+//! `after_verify` hooks, and the set arithmetic that turns the phases into one
+//! [`CompletionState`] (oper8 F101–F109).
+//!
+//! 1. **Deploy.** Every enabled component is rendered and applied in dependency order;
+//!    every disabled one is rendered and its objects deleted. The phase is complete when
+//!    every node verified its deploy step (`verify_completed`, not merely
+//!    `deploy_completed`), and failed when a node failed or a fatal error was recorded.
+//! 2. **After deploy.** `after_deploy_unsuccessful(failed)` runs when phase 1 is
+//!    incomplete or failed; `after_deploy` runs when it is complete. A hook returning
+//!    `false` is a *non-fatal* verification error: incomplete, not failed.
+//! 3. **Verify.** Unless phase 1 failed, the components that deployed are verified in
+//!    dependency order; the rest are left out. An enabled component verifies by its
+//!    [`Component::verify`]; a disabled one verifies once its objects are gone (oper8
+//!    re-ran the delete instead, quirk Q16). A `false` verify leaves the component
+//!    unverified, not failed.
+//! 4. **After verify.** `after_verify_unsuccessful(failed)` runs when phases 1 and 2
+//!    completed but 3 did not; `after_verify` when everything completed.
+//!
+//! The final state: verified = verified in phase 3; failed = failed in either phase;
+//! unverified = everything else that deployed; unstarted = what phase 1 never started;
+//! error = the first of the deploy, after-deploy, verify and after-verify errors.
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::{Value, json};
+
+use crate::annotations;
+use crate::cluster::{Deletion, Scope};
+use crate::component::{ManagedObject, Resources};
+use crate::controller::{Components, Controller, EdgeCondition, PrimaryResource};
+use crate::dag::{CompletionState, Halt, NodeId, Runner};
+use crate::error::{ClusterError, Error, Result};
+use crate::object::{ManifestExt, ObjectRef};
+use crate::progress::{Event, Phase};
+use crate::session::Session;
+use crate::values::is_contained;
+
+/// Roll out `components` for the session's CR and report what was achieved.
+pub async fn run<C: Controller>(
+    controller: &C,
+    session: &Session<C::Resource>,
+    components: &Components<C::Resource>,
+) -> CompletionState {
+    let rollout = Rollout {
+        session,
+        components,
+        rendered: Mutex::new(HashMap::new()),
+    };
+    let graph = &components.graph;
+    let (deploy_threads, verify_threads) = session.library().rollout_threads();
+    let check_conditions = !session.dry_run();
+    let condition = |_: NodeId, _: NodeId, edge: &Option<EdgeCondition<C::Resource>>| {
+        let edge = edge.clone();
+        async move {
+            match edge {
+                None => true,
+                Some(check) => match check(session).await {
+                    Ok(passed) => passed,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "edge condition failed; the dependent waits");
+                        false
+                    }
+                },
+            }
+        }
+    };
+
+    // Phase 1: deploy.
+    session.emit(Event::PhaseStarted(Phase::Deploy));
+    let deploy = Runner::new(graph)
+        .threads(deploy_threads)
+        .check_conditions(check_conditions)
+        .run(|id| rollout.deploy_node(id), condition)
+        .await;
+    let p1_complete = deploy.verify_completed();
+    let p1_failed = deploy.failed();
+
+    // Phase 2: after-deploy hooks.
+    let mut p2_error = None;
+    let mut p2_complete = false;
+    if !p1_complete || p1_failed {
+        let result = controller
+            .after_deploy_unsuccessful(session, p1_failed)
+            .await;
+        p2_error = hook_verdict(
+            session,
+            "after_deploy_unsuccessful",
+            result,
+            "After-deploy-unsuccessful verification failed",
+        )
+        .err();
+    }
+    if p1_complete {
+        let result = controller.after_deploy(session).await;
+        match hook_verdict(
+            session,
+            "after_deploy",
+            result,
+            "After-deploy verification failed",
+        ) {
+            Ok(()) => p2_complete = true,
+            Err(e) => p2_error = p2_error.or(Some(e)),
+        }
+    }
+
+    // Phase 3: verify what was deployed.
+    let mut verify = CompletionState::default();
+    let mut p3_complete = false;
+    let mut p3_failed = false;
+    if !p1_failed {
+        session.emit(Event::PhaseStarted(Phase::Verify));
+        let deployed: BTreeSet<&String> = deploy
+            .verified()
+            .union(deploy.unverified())
+            .filter(|n| !deploy.failed_nodes().contains(*n))
+            .collect();
+        let mut runner = Runner::new(graph)
+            .threads(verify_threads)
+            .check_conditions(check_conditions);
+        for id in graph.ids() {
+            if !deployed.contains(&graph.name(id).to_string()) {
+                runner.disable(id);
+            }
+        }
+        verify = runner.run(|id| rollout.verify_node(id), condition).await;
+        p3_complete = verify.verify_completed() && p1_complete && p2_complete;
+        p3_failed = verify.failed();
+    }
+
+    // Phase 4: after-verify hooks.
+    let mut p4_error = None;
+    if p1_complete && p2_complete && !p3_complete {
+        let result = controller
+            .after_verify_unsuccessful(session, p3_failed)
+            .await;
+        p4_error = hook_verdict(
+            session,
+            "after_verify_unsuccessful",
+            result,
+            "After-verify-unsuccessful failed",
+        )
+        .err();
+    }
+    if p3_complete {
+        let result = controller.after_verify(session).await;
+        p4_error =
+            p4_error.or(hook_verdict(session, "after_verify", result, "After-verify failed").err());
+    }
+
+    combine(
+        &deploy,
+        &verify,
+        [
+            deploy.error().cloned(),
+            p2_error,
+            verify.error().cloned(),
+            p4_error,
+        ],
+    )
+}
+
+/// The final state of a rollout from its two phases (F109).
+fn combine(
+    deploy: &CompletionState,
+    verify: &CompletionState,
+    errors: [Option<Error>; 4],
+) -> CompletionState {
+    let verified = verify.verified().clone();
+    let failed: BTreeSet<String> = verify
+        .failed_nodes()
+        .union(deploy.failed_nodes())
+        .cloned()
+        .collect();
+    let unverified: BTreeSet<String> = deploy
+        .verified()
+        .iter()
+        .chain(deploy.unverified())
+        .chain(verify.unverified())
+        .filter(|n| !verified.contains(*n) && !failed.contains(*n))
+        .cloned()
+        .collect();
+    let error = errors.into_iter().flatten().next();
+    let unstarted = deploy.unstarted().clone();
+    CompletionState::new(
+        verified,
+        unverified,
+        failed,
+        unstarted.clone(),
+        error.clone(),
+    )
+    .unwrap_or_else(|bug| {
+        let none: [String; 0] = [];
+        CompletionState::new(
+            none.clone(),
+            none.clone(),
+            none,
+            unstarted,
+            Some(error.unwrap_or(bug)),
+        )
+        .unwrap_or_default()
+    })
+}
+
+/// A hook's result as the rollout sees it: `false` becomes a non-fatal verification error.
+fn hook_verdict<K: PrimaryResource>(
+    session: &Session<K>,
+    name: &'static str,
+    result: Result<bool>,
+    message: &str,
+) -> Result<()> {
+    let passed = matches!(result, Ok(true));
+    session.emit(Event::Hook { name, passed });
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::verification(message)),
+        Err(e) => Err(e),
+    }
+}
+
+struct Rollout<'a, K: PrimaryResource> {
+    session: &'a Session<K>,
+    components: &'a Components<K>,
+    /// Rendering happens once per component per rollout (F76); the verify phase reuses it.
+    rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
+}
+
+impl<K: PrimaryResource> Rollout<'_, K> {
+    fn name(&self, id: NodeId) -> &str {
+        self.components.graph.name(id)
+    }
+
+    async fn deploy_node(&self, id: NodeId) -> std::result::Result<(), Halt> {
+        let disabled = self.components.graph.data(id).disabled;
+        self.guard(id, Phase::Deploy, true, async {
+            let objects = self.render(id).await?;
+            if disabled {
+                self.disable(id, &objects).await?;
+            } else {
+                self.deploy(id, &objects).await?;
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn verify_node(&self, id: NodeId) -> std::result::Result<(), Halt> {
+        let entry = self.components.graph.data(id);
+        self.guard(id, Phase::Verify, false, async {
+            let objects = self.render(id).await?;
+            let ok = if entry.disabled {
+                self.all_gone(&objects).await?
+            } else {
+                entry.component.verify(self.session, &objects).await?
+            };
+            self.session.emit(Event::Verified {
+                component: self.name(id).to_string(),
+                ok,
+            });
+            Ok(ok)
+        })
+        .await
+    }
+
+    /// Run one node's work and map its outcome to the runner's (F102): `true` succeeds,
+    /// `false` halts (a failure only in the deploy phase), an error halts and is a failure
+    /// iff fatal, and a panic is caught and becomes a fatal error naming the component.
+    async fn guard(
+        &self,
+        id: NodeId,
+        phase: Phase,
+        false_is_failure: bool,
+        work: impl Future<Output = Result<bool>>,
+    ) -> std::result::Result<(), Halt> {
+        let component = self.name(id).to_string();
+        let outcome = match AssertUnwindSafe(work).catch_unwind().await {
+            Ok(Ok(true)) => return Ok(()),
+            Ok(Ok(false)) => Halt {
+                failure: false_is_failure,
+                error: None,
+            },
+            Ok(Err(e)) => Halt {
+                failure: e.is_fatal(),
+                error: Some(e),
+            },
+            Err(panic) => Halt::failed(Error::from_panic(
+                format!("component \"{component}\" during {phase}"),
+                panic.as_ref(),
+            )),
+        };
+        if phase == Phase::Deploy || outcome.failure || outcome.error.is_some() {
+            self.session.emit(Event::Halted {
+                component,
+                phase,
+                failure: outcome.failure,
+                message: outcome.error.as_ref().map(ToString::to_string),
+            });
+        }
+        Err(outcome)
+    }
+
+    async fn render(&self, id: NodeId) -> Result<Arc<Vec<ManagedObject>>> {
+        if let Some(done) = self.lock_rendered().get(&id) {
+            return Ok(done.clone());
+        }
+        let session = self.session;
+        let entry = self.components.graph.data(id);
+        let name = self.name(id);
+        let mut resources = Resources::new(name, session.namespace());
+        entry.component.render(session, &mut resources).await?;
+        let mut objects = Vec::with_capacity(resources.len());
+        for (internal_name, manifest, options) in resources.into_ordered() {
+            let mut manifest =
+                crate::patch::apply_patches(&internal_name, manifest, session.temporary_patches())?;
+            if session.library().internal_name_annotation {
+                let metadata = manifest.metadata_mut();
+                let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+                if let Some(map) = annotations.as_object_mut() {
+                    map.insert(annotations::INTERNAL_NAME.into(), json!(internal_name));
+                }
+            }
+            let manifest =
+                entry
+                    .component
+                    .update_object_definition(session, &internal_name, manifest)?;
+            objects.push(ManagedObject {
+                internal_name,
+                manifest,
+                verify: options.verify,
+                method: options.method,
+            });
+        }
+        crate::dump::dump_component(session, name, entry.disabled, &objects)?;
+        let objects = Arc::new(objects);
+        self.lock_rendered().insert(id, objects.clone());
+        Ok(objects)
+    }
+
+    fn lock_rendered(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Arc<Vec<ManagedObject>>>> {
+        self.rendered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Apply every object in render order; the first error stops the component (F80).
+    async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
+        let mut applied = Vec::new();
+        let mut unchanged = Vec::new();
+        for object in objects {
+            let (reference, changed) = self.deploy_object(object).await?;
+            if changed {
+                applied.push(reference);
+            } else {
+                unchanged.push(reference);
+            }
+        }
+        self.session.emit(Event::Deployed {
+            component: self.name(id).to_string(),
+            applied,
+            unchanged,
+        });
+        Ok(())
+    }
+
+    /// Apply one object unless the live one already says everything it says. Returns its
+    /// reference and whether a write happened.
+    async fn deploy_object(&self, object: &ManagedObject) -> Result<(ObjectRef, bool)> {
+        let session = self.session;
+        let cluster = session.cluster();
+        let mut manifest = object.manifest.clone();
+        let reference = object.object_ref();
+        let scope = cluster.scope(&reference.type_ref()).await?;
+        if scope == Scope::Cluster {
+            manifest.metadata_mut().remove("namespace");
+        } else {
+            add_owner_reference(&mut manifest, session.manifest());
+        }
+        let reference = ObjectRef::from_manifest(&manifest)?;
+        if let Some(live) = cluster.get(&reference).await?
+            && !live.is_terminating()
+            && already_applied(&manifest, &live)
+        {
+            return Ok((reference, false));
+        }
+        // Conflicts (HTTP 409) are retried with a linear back-off (F28, F31).
+        let library = session.library();
+        let mut attempt = 0;
+        loop {
+            match cluster.apply(&manifest, object.method).await {
+                Ok(_) => return Ok((reference, true)),
+                Err(ClusterError::Conflict { .. }) if attempt < library.deploy_retries => {
+                    attempt += 1;
+                    let wait = library.retry_backoff_base_seconds * f64::from(attempt);
+                    tokio::time::sleep(Duration::try_from_secs_f64(wait).unwrap_or_default()).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Delete a disabled component's objects, dependents first (F81).
+    async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
+        let cluster = self.session.cluster();
+        let mut deleted = Vec::new();
+        for object in objects.iter().rev() {
+            let Some(reference) = self.live_ref(object).await? else {
+                continue;
+            };
+            match cluster.delete(&reference).await? {
+                Deletion::Deleted | Deletion::Terminating => deleted.push(reference),
+                Deletion::NotFound => {}
+            }
+        }
+        self.session.emit(Event::Disabled {
+            component: self.name(id).to_string(),
+            deleted,
+        });
+        Ok(())
+    }
+
+    /// Whether none of a disabled component's objects exist any more.
+    async fn all_gone(&self, objects: &[ManagedObject]) -> Result<bool> {
+        if self.session.dry_run() {
+            return Ok(true);
+        }
+        for object in objects {
+            if let Some(reference) = self.live_ref(object).await?
+                && self.session.cluster().get(&reference).await?.is_some()
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The object's reference with the namespace its kind's scope implies, or `None` when
+    /// the cluster does not serve the kind (so no such object can exist, F132).
+    async fn live_ref(&self, object: &ManagedObject) -> Result<Option<ObjectRef>> {
+        let mut reference = object.object_ref();
+        match self.session.cluster().scope(&reference.type_ref()).await {
+            Ok(Scope::Cluster) => reference.namespace = None,
+            Ok(Scope::Namespaced) => {}
+            Err(ClusterError::UnknownKind { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Some(reference))
+    }
+}
+
+/// Make the CR an owner of a namespaced object in its own namespace, so deleting the CR
+/// garbage-collects the object (F137): never the CR itself, never across namespaces,
+/// `blockOwnerDeletion` but not `controller`, so several CRs may share an object.
+fn add_owner_reference(manifest: &mut Value, owner: &Value) {
+    let (Some(uid), Some(name), Some(kind), Some(api_version)) =
+        (owner.uid(), owner.name(), owner.kind(), owner.api_version())
+    else {
+        return;
+    };
+    let same_object = manifest.kind() == Some(kind)
+        && manifest.api_version() == Some(api_version)
+        && manifest.name() == Some(name);
+    if same_object || manifest.namespace() != owner.namespace() {
+        return;
+    }
+    let reference = json!({
+        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+        "blockOwnerDeletion": true,
+    });
+    let metadata = manifest.metadata_mut();
+    let refs = metadata
+        .entry("ownerReferences")
+        .or_insert_with(|| json!([]));
+    if let Some(list) = refs.as_array_mut()
+        && !list.iter().any(|r| r["uid"] == uid)
+    {
+        list.push(reference);
+    }
+}
+
+/// Whether the live object already says everything the manifest says. Owner references
+/// and finalizers are compared as sets (others may add theirs); everything else by
+/// [`is_contained`].
+fn already_applied(manifest: &Value, live: &Value) -> bool {
+    let mut desired = manifest.clone();
+    let metadata = desired.metadata_mut();
+    let owner_refs = metadata.remove("ownerReferences");
+    let finalizers = metadata.remove("finalizers");
+    let live_refs = live["metadata"]["ownerReferences"].as_array();
+    let refs_present = owner_refs
+        .as_ref()
+        .and_then(Value::as_array)
+        .is_none_or(|wanted| {
+            wanted.iter().all(|w| {
+                live_refs
+                    .is_some_and(|l| l.iter().any(|r| r["uid"] == w["uid"] && is_contained(w, r)))
+            })
+        });
+    let live_finalizers = live.finalizers();
+    let finalizers_present = finalizers
+        .as_ref()
+        .and_then(Value::as_array)
+        .is_none_or(|wanted| {
+            wanted
+                .iter()
+                .all(|f| f.as_str().is_some_and(|f| live_finalizers.contains(&f)))
+        });
+    refs_present && finalizers_present && is_contained(&desired, live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_references_only_within_the_namespace_and_never_self() {
+        let owner = json!({"apiVersion": "x.io/v1", "kind": "App", "metadata": {"name": "a", "namespace": "ns", "uid": "u1"}});
+        let mut child = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}});
+        add_owner_reference(&mut child, &owner);
+        add_owner_reference(&mut child, &owner);
+        assert_eq!(
+            child["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "x.io/v1", "kind": "App", "name": "a", "uid": "u1", "blockOwnerDeletion": true}])
+        );
+        let mut elsewhere = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}});
+        add_owner_reference(&mut elsewhere, &owner);
+        assert!(elsewhere["metadata"].get("ownerReferences").is_none());
+        let mut itself = owner.clone();
+        add_owner_reference(&mut itself, &owner);
+        assert!(itself["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn applied_check_treats_owner_refs_and_finalizers_as_sets() {
+        let desired = json!({"metadata": {"name": "c", "ownerReferences": [{"uid": "u1"}], "finalizers": ["a"]}, "data": {"k": "v"}});
+        let live = json!({"metadata": {"name": "c", "uid": "x", "ownerReferences": [{"uid": "u0"}, {"uid": "u1", "kind": "App"}], "finalizers": ["b", "a"]}, "data": {"k": "v"}});
+        assert!(already_applied(&desired, &live));
+        let mut changed = live.clone();
+        changed["data"]["k"] = json!("w");
+        assert!(!already_applied(&desired, &changed));
+        let mut no_ref = live.clone();
+        no_ref["metadata"]["ownerReferences"] = json!([{"uid": "u0"}]);
+        assert!(!already_applied(&desired, &no_ref));
+    }
+
+    #[test]
+    fn combine_follows_the_set_arithmetic() {
+        let none: [&str; 0] = [];
+        let deploy = CompletionState::new(["a", "b", "c"], ["d"], ["e"], ["f"], None).unwrap();
+        let verify =
+            CompletionState::new(["a"], ["b"], ["c"], none, Some(Error::verification("v")))
+                .unwrap();
+        let state = combine(
+            &deploy,
+            &verify,
+            [
+                None,
+                Some(Error::config("hook")),
+                verify.error().cloned(),
+                None,
+            ],
+        );
+        let set = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(state.verified(), &set(&["a"]));
+        assert_eq!(state.failed_nodes(), &set(&["c", "e"]));
+        assert_eq!(state.unverified(), &set(&["b", "d"]));
+        assert_eq!(state.unstarted(), &set(&["f"]));
+        assert_eq!(
+            state.error(),
+            Some(&Error::config("hook")),
+            "after-deploy error precedes the verify error"
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! The context of one reconcile (oper8 F85–F91): the CR, typed and raw, its merged backend
+//! config, the library config, the cluster, the temporary patches, the status and versions
+//! as they were when the reconcile began. Components render from it; it never changes
+//! while the rollout runs.
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::cluster::{Cluster, ListQuery};
+use crate::config::LibraryConfig;
+use crate::controller::PrimaryResource;
+use crate::error::{Error, Result};
+use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
+use crate::progress::{Event, Observer, emit};
+
+/// Everything a component may know about the reconcile it is part of.
+pub struct Session<K> {
+    pub(crate) id: String,
+    pub(crate) cr: K,
+    pub(crate) manifest: Value,
+    pub(crate) config: Value,
+    pub(crate) library: Arc<LibraryConfig>,
+    pub(crate) cluster: Arc<dyn Cluster>,
+    pub(crate) temporary_patches: Vec<Value>,
+    pub(crate) status: Value,
+    pub(crate) version: Option<String>,
+    pub(crate) current_version: Option<String>,
+    pub(crate) observer: Arc<dyn Observer>,
+}
+
+impl<K: PrimaryResource> Session<K> {
+    /// The reconcile id that tags every log line of this reconcile.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// The CR, typed (after the controller's CR defaults were merged in, F119).
+    pub fn cr(&self) -> &K {
+        &self.cr
+    }
+    /// The CR as JSON, as read from the cluster (plus defaults).
+    pub fn manifest(&self) -> &Value {
+        &self.manifest
+    }
+    /// The CR's name.
+    pub fn name(&self) -> &str {
+        self.manifest.name().unwrap_or_default()
+    }
+    /// The CR's namespace; rendered objects default to it.
+    pub fn namespace(&self) -> &str {
+        self.manifest.namespace().unwrap_or("default")
+    }
+    /// The CR's kind.
+    pub fn kind(&self) -> &str {
+        self.manifest.kind().unwrap_or_default()
+    }
+    /// The CR's apiVersion.
+    pub fn api_version(&self) -> &str {
+        self.manifest.api_version().unwrap_or_default()
+    }
+    /// A reference to the CR.
+    pub fn cr_ref(&self) -> ObjectRef {
+        ObjectRef::new(
+            self.api_version(),
+            self.kind(),
+            Some(self.namespace()),
+            self.name(),
+        )
+    }
+    /// The backend config: controller defaults ← ConfigMap defaults ← the CR's
+    /// `spec.configOverrides` (F117).
+    pub fn config(&self) -> &Value {
+        &self.config
+    }
+    /// The backend config read into a typed struct; a [`Error::Config`] names the bad key.
+    pub fn config_as<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_path_to_error::deserialize(&self.config)
+            .map_err(|e| Error::config(format!("backend config: {}: {}", e.path(), e.inner())))
+    }
+    /// The library configuration.
+    pub fn library(&self) -> &LibraryConfig {
+        &self.library
+    }
+    /// The cluster this reconcile reads and writes.
+    pub fn cluster(&self) -> &dyn Cluster {
+        self.cluster.as_ref()
+    }
+    /// The CR's status when the reconcile began.
+    pub fn status(&self) -> &Value {
+        &self.status
+    }
+    /// The version the CR asks for (`vcs.version_override`, else the `vcs.field` path,
+    /// `spec.version` by default), if any.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+    /// The last version fully rolled out (`status.versions.reconciled`), if any.
+    pub fn current_version(&self) -> Option<&str> {
+        self.current_version.as_deref()
+    }
+    /// The temporary patch objects in force, oldest first (F118).
+    pub fn temporary_patches(&self) -> &[Value] {
+        &self.temporary_patches
+    }
+    /// Whether this reconcile runs on the in-memory cluster without verification.
+    pub fn dry_run(&self) -> bool {
+        self.library.dry_run
+    }
+    /// `<cr name>-<name>`, truncated to a valid object name (F87).
+    pub fn scoped_name(&self, name: &str) -> String {
+        scoped_name(self.name(), name)
+    }
+    /// `name` truncated to a valid object name (F87).
+    pub fn truncated_name(&self, name: &str) -> String {
+        truncated_name(name)
+    }
+
+    /// A typed object from the CR's namespace (F91), `None` if it does not exist.
+    ///
+    /// ```ignore
+    /// let secret: Option<Secret> = session.get("shop-credentials").await?;
+    /// ```
+    pub async fn get<T>(&self, name: &str) -> Result<Option<T>>
+    where
+        T: k8s_openapi::Resource + DeserializeOwned,
+    {
+        let namespace = self.namespace_for::<T>().await?;
+        self.get_object(&ObjectRef::of::<T>(namespace.as_deref(), name))
+            .await?
+            .map(|v| typed(v, T::KIND))
+            .transpose()
+    }
+
+    /// An object by reference, as JSON; `None` if it does not exist.
+    pub async fn get_object(&self, object: &ObjectRef) -> Result<Option<Value>> {
+        Ok(self.cluster.get(object).await?)
+    }
+
+    /// Typed objects in the CR's namespace matching a label selector (`""` for all).
+    pub async fn list<T>(&self, label_selector: &str) -> Result<Vec<T>>
+    where
+        T: k8s_openapi::Resource + DeserializeOwned,
+    {
+        let namespace = self.namespace_for::<T>().await?;
+        let mut query = ListQuery::new(TypeRef::of::<T>(), namespace.as_deref());
+        if !label_selector.is_empty() {
+            query = query.labels(label_selector);
+        }
+        self.cluster
+            .list(&query)
+            .await?
+            .into_iter()
+            .map(|v| typed(v, T::KIND))
+            .collect()
+    }
+
+    async fn namespace_for<T: k8s_openapi::Resource>(&self) -> Result<Option<String>> {
+        Ok(match self.cluster.scope(&TypeRef::of::<T>()).await? {
+            crate::cluster::Scope::Namespaced => Some(self.namespace().to_string()),
+            crate::cluster::Scope::Cluster => None,
+        })
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        emit(self.observer.as_ref(), event);
+    }
+}
+
+fn typed<T: DeserializeOwned>(value: Value, kind: &str) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        Error::cluster(format!(
+            "{kind} from the cluster does not parse: {}: {}",
+            e.path(),
+            e.inner()
+        ))
+    })
+}
+
+/// The version of a CR manifest: `version_override` if set, else the value at the
+/// dotted `field` (F86, F217).
+pub fn manifest_version(manifest: &Value, library: &LibraryConfig) -> Option<String> {
+    if let Some(v) = &library.vcs.version_override {
+        return Some(v.clone());
+    }
+    crate::values::nested_get(manifest, &library.vcs.field)
+        .ok()
+        .flatten()
+        .and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+}

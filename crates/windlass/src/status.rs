@@ -1,0 +1,533 @@
+//! The status vocabulary and its bookkeeping, in one place (oper8 F146–F154).
+//!
+//! A managed CR's status carries two conditions, `Ready` and `Updating`, each with a reason
+//! from a fixed vocabulary; a `componentStatus` summary of the last rollout; `versions`
+//! (the last fully verified version and the ones this operator supports); and a
+//! `<kind>Status` field (`webAppStatus: Completed | InProgress | Failed`) for humans and
+//! dashboards.
+//!
+//! Updates only touch what they say: other conditions, other keys and user-set
+//! `<kind>Status` strings are kept, a condition not mentioned keeps its reason and
+//! message, and a write is skipped when nothing but timestamps would change.
+//!
+//! Conditions follow Kubernetes' `metav1.Condition`: the time field is
+//! `lastTransitionTime`, and it changes only when the condition's status flips (oper8
+//! wrote `lastTransactionTime` and refreshed it on every change, quirk Q11). Each written
+//! condition records the `observedGeneration` it describes.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::{Map, Value, json};
+
+use crate::dag::CompletionState;
+use crate::error::Error;
+
+/// The `Ready` condition type.
+pub const READY: &str = "Ready";
+/// The `Updating` condition type.
+pub const UPDATING: &str = "Updating";
+
+macro_rules! reasons {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vmeta])* $variant),* }
+
+        impl $name {
+            /// The reason as written in the condition.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => stringify!($variant)),* }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self, Error> {
+                match s {
+                    $(stringify!($variant) => Ok($name::$variant),)*
+                    other => Err(Error::config(format!(
+                        "`{other}` is not a {} reason", stringify!($name)
+                    ))),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Reasons of the `Ready` condition (F147). It is `True` only for `Stable`.
+    ReadyReason {
+        /// Everything verified.
+        Stable,
+        /// No version has been fully rolled out yet.
+        Initializing,
+        /// A rollout is under way.
+        InProgress,
+        /// The CR or its config is invalid.
+        ConfigError,
+        /// The rollout failed.
+        Errored,
+    }
+}
+
+reasons! {
+    /// Reasons of the `Updating` condition (F147). It is `False` for `Stable`,
+    /// `ClusterError` and `Errored`: the operator is not working towards a new state.
+    UpdatingReason {
+        /// Nothing to do.
+        Stable,
+        /// Waiting for something outside this CR.
+        PreconditionWait,
+        /// Waiting for components to become ready.
+        VerifyWait,
+        /// The cluster could not be reached or refused a request.
+        ClusterError,
+        /// The rollout failed.
+        Errored,
+        /// Moving from one version to another.
+        VersionChange,
+    }
+}
+
+impl ReadyReason {
+    /// The condition status this reason implies.
+    pub fn is_true(self) -> bool {
+        self == ReadyReason::Stable
+    }
+}
+
+impl UpdatingReason {
+    /// The condition status this reason implies.
+    pub fn is_true(self) -> bool {
+        !matches!(
+            self,
+            UpdatingReason::Stable | UpdatingReason::ClusterError | UpdatingReason::Errored
+        )
+    }
+}
+
+/// The reasons an error selects, in oper8's order of checks (F123): the `Ready` reason
+/// is `None` where the error leaves `Ready` as it was.
+pub fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason) {
+    match error {
+        Error::Precondition(_) => (None, UpdatingReason::PreconditionWait),
+        Error::Verification(_) => (None, UpdatingReason::VerifyWait),
+        Error::Config(_) => (Some(ReadyReason::ConfigError), UpdatingReason::Errored),
+        Error::Cluster(_) => (None, UpdatingReason::ClusterError),
+        Error::Rollout(_) | Error::Panic { .. } | Error::Other(_) => {
+            (Some(ReadyReason::Errored), UpdatingReason::Errored)
+        }
+    }
+}
+
+/// One change to a CR's status. Fields left `None` are left as they are.
+#[derive(Debug, Clone, Default)]
+pub struct StatusUpdate {
+    /// New `Ready` reason and message.
+    pub ready: Option<(ReadyReason, String)>,
+    /// New `Updating` reason and message.
+    pub updating: Option<(UpdatingReason, String)>,
+    /// The rollout's outcome, summarised into `componentStatus`.
+    pub components: Option<CompletionState>,
+    /// A version that is now fully rolled out (`versions.reconciled`).
+    pub reconciled_version: Option<String>,
+    /// The versions this operator supports (`versions.available.versions`).
+    pub supported_versions: Option<Vec<String>>,
+    /// The CR generation the written conditions describe.
+    pub observed_generation: Option<i64>,
+    /// `operatorVersion`, when configured.
+    pub operator_version: Option<String>,
+}
+
+/// The status after `update`, starting from `current` (F151). `now` stamps conditions
+/// whose status flips.
+pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
+    let mut status = match current {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    let mut conditions: Vec<Value> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut set_condition = |type_: &str, is_true: bool, reason: &str, message: &str| {
+        let flag = if is_true { "True" } else { "False" };
+        let existing = conditions.iter().position(|c| c["type"] == type_);
+        let since = existing
+            .map(|i| &conditions[i])
+            .filter(|c| c["status"] == flag)
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or(now)
+            .to_string();
+        let mut condition = json!({
+            "type": type_, "status": flag, "reason": reason, "message": message,
+            "lastTransitionTime": since,
+        });
+        if let Some(generation) = update.observed_generation {
+            condition["observedGeneration"] = json!(generation);
+        }
+        match existing {
+            Some(i) => conditions[i] = condition,
+            None => conditions.push(condition),
+        }
+    };
+    if let Some((reason, message)) = &update.ready {
+        set_condition(READY, reason.is_true(), reason.as_str(), message);
+    }
+    if let Some((reason, message)) = &update.updating {
+        set_condition(UPDATING, reason.is_true(), reason.as_str(), message);
+    }
+    // Ready and Updating first, then everyone else's conditions in their order.
+    conditions.sort_by_key(|c| match c["type"].as_str() {
+        Some(READY) => 0,
+        Some(UPDATING) => 1,
+        _ => 2,
+    });
+    if !conditions.is_empty() {
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
+    if let Some(state) = &update.components {
+        status.insert("componentStatus".into(), component_status(state));
+    }
+    let versions = status
+        .entry("versions")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !versions.is_object() {
+        *versions = Value::Object(Map::new());
+    }
+    if let Some(version) = &update.reconciled_version {
+        versions["reconciled"] = json!(version);
+    }
+    if let Some(supported) = &update.supported_versions {
+        let names: Vec<Value> = supported.iter().map(|v| json!({"name": v})).collect();
+        versions["available"] = json!({"versions": names});
+    }
+    if versions.as_object().is_some_and(Map::is_empty) {
+        status.remove("versions");
+    }
+    if let Some(v) = &update.operator_version {
+        status.insert("operatorVersion".into(), json!(v));
+    }
+    let mut status = Value::Object(status);
+    let field = service_status_field(kind);
+    let ours = ["Completed", "Failed", "InProgress"];
+    let overwritable = match status.get(&field) {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty() || ours.contains(&s.as_str()),
+        Some(_) => false,
+    };
+    if overwritable {
+        let value = service_status(&status);
+        status[field.as_str()] = json!(value);
+    }
+    status
+}
+
+/// `componentStatus` of a completion state (F148; both `verifiedComponents` and
+/// `unverifiedComponents` are written, where oper8's docs and code disagreed, Q11).
+pub fn component_status(state: &CompletionState) -> Value {
+    let sorted = |s: &std::collections::BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>();
+    let all = state.all_nodes();
+    let deployed: std::collections::BTreeSet<String> = state
+        .verified()
+        .union(state.unverified())
+        .cloned()
+        .collect();
+    json!({
+        "allComponents": sorted(&all),
+        "deployedComponents": sorted(&deployed),
+        "verifiedComponents": sorted(state.verified()),
+        "unverifiedComponents": sorted(state.unverified()),
+        "failedComponents": sorted(state.failed_nodes()),
+        "deployed": format!("{}/{}", deployed.len(), all.len()),
+        "verified": format!("{}/{}", state.verified().len(), all.len()),
+    })
+}
+
+/// The name of the service status field: the kind with a lower-case first letter, plus
+/// `Status` (`WebApp` → `webAppStatus`, F150).
+pub fn service_status_field(kind: &str) -> String {
+    let mut chars = kind.chars();
+    match chars.next() {
+        Some(first) => format!("{}{}Status", first.to_lowercase(), chars.as_str()),
+        None => "status".to_string(),
+    }
+}
+
+/// `Completed`, `Failed` or `InProgress` from the Ready and Updating reasons (F150).
+fn service_status(status: &Value) -> &'static str {
+    let ready = condition_reason::<ReadyReason>(status, READY);
+    let updating = condition_reason::<UpdatingReason>(status, UPDATING);
+    match (ready, updating) {
+        (Some(ReadyReason::Stable), Some(UpdatingReason::Stable)) => "Completed",
+        (Some(ReadyReason::Errored | ReadyReason::ConfigError), _)
+        | (_, Some(UpdatingReason::Errored | UpdatingReason::ClusterError)) => "Failed",
+        _ => "InProgress",
+    }
+}
+
+/// The condition of a type in a status; an error if there is more than one (F152).
+pub fn condition<'a>(status: &'a Value, condition_type: &str) -> Result<Option<&'a Value>, Error> {
+    let mut matching = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == condition_type);
+    let first = matching.next();
+    if matching.next().is_some() {
+        return Err(Error::config(format!(
+            "status has more than one {condition_type} condition"
+        )));
+    }
+    Ok(first)
+}
+
+/// The parsed reason of a condition, if present and known.
+pub fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Option<R> {
+    condition(status, condition_type)
+        .ok()
+        .flatten()
+        .and_then(|c| c["reason"].as_str())
+        .and_then(|r| r.parse().ok())
+}
+
+/// `versions.reconciled`: the last version that was fully rolled out (F152).
+pub fn reconciled_version(status: &Value) -> Option<&str> {
+    status["versions"]["reconciled"].as_str()
+}
+
+/// Whether two statuses differ in anything but condition timestamps (F153).
+pub fn status_changed(a: &Value, b: &Value) -> bool {
+    if !a.is_object() || !b.is_object() {
+        return true;
+    }
+    strip_times(a) != strip_times(b)
+}
+
+fn strip_times(status: &Value) -> Value {
+    let mut s = status.clone();
+    if let Some(conditions) = s.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            c.remove("lastTransitionTime");
+            c.remove("lastTransactionTime");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+    const T1: &str = "2026-01-01T00:01:00Z";
+
+    fn update(ready: ReadyReason, updating: UpdatingReason) -> StatusUpdate {
+        StatusUpdate {
+            ready: Some((ready, format!("{ready}"))),
+            updating: Some((updating, format!("{updating}"))),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn condition_statuses_follow_reasons() {
+        let s = apply_update(
+            &Value::Null,
+            "WebApp",
+            &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
+            T0,
+        );
+        assert_eq!(s["conditions"][0]["status"], "True");
+        assert_eq!(s["conditions"][1]["status"], "True");
+        let s = apply_update(
+            &s,
+            "WebApp",
+            &update(ReadyReason::InProgress, UpdatingReason::Errored),
+            T0,
+        );
+        assert_eq!(s["conditions"][0]["status"], "False");
+        assert_eq!(s["conditions"][1]["status"], "False");
+    }
+
+    #[test]
+    fn transition_time_changes_only_when_the_status_flips() {
+        let s0 = apply_update(
+            &Value::Null,
+            "WebApp",
+            &update(ReadyReason::Initializing, UpdatingReason::VerifyWait),
+            T0,
+        );
+        let s1 = apply_update(
+            &s0,
+            "WebApp",
+            &update(ReadyReason::InProgress, UpdatingReason::VerifyWait),
+            T1,
+        );
+        assert_eq!(
+            s1["conditions"][0]["lastTransitionTime"], T0,
+            "False -> False keeps the time"
+        );
+        assert_eq!(s1["conditions"][0]["reason"], "InProgress");
+        let s2 = apply_update(
+            &s1,
+            "WebApp",
+            &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
+            T1,
+        );
+        assert_eq!(
+            s2["conditions"][0]["lastTransitionTime"], T1,
+            "False -> True moves it"
+        );
+    }
+
+    #[test]
+    fn unmentioned_conditions_keys_and_user_fields_are_kept() {
+        let current = json!({
+            "conditions": [{"type": "Backup", "status": "True"}, {"type": "Updating", "status": "True", "reason": "VersionChange", "message": "1 -> 2"}],
+            "custom": {"keep": true},
+            "webAppStatus": "Paused by ops"
+        });
+        let s = apply_update(
+            &current,
+            "WebApp",
+            &StatusUpdate {
+                ready: Some((ReadyReason::InProgress, "working".into())),
+                ..Default::default()
+            },
+            T0,
+        );
+        let types: Vec<&str> = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["Ready", "Updating", "Backup"]);
+        assert_eq!(
+            s["conditions"][1]["reason"], "VersionChange",
+            "carried over"
+        );
+        assert_eq!(s["custom"], json!({"keep": true}));
+        assert_eq!(s["webAppStatus"], "Paused by ops", "user-set strings stay");
+    }
+
+    #[test]
+    fn service_status_summarises() {
+        let field =
+            |u: StatusUpdate| apply_update(&Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
+        assert_eq!(
+            field(update(ReadyReason::Stable, UpdatingReason::Stable)),
+            "Completed"
+        );
+        assert_eq!(
+            field(update(ReadyReason::ConfigError, UpdatingReason::Errored)),
+            "Failed"
+        );
+        assert_eq!(
+            field(update(
+                ReadyReason::InProgress,
+                UpdatingReason::ClusterError
+            )),
+            "Failed"
+        );
+        assert_eq!(
+            field(update(ReadyReason::InProgress, UpdatingReason::VerifyWait)),
+            "InProgress"
+        );
+        assert_eq!(field(StatusUpdate::default()), "InProgress");
+        assert_eq!(service_status_field("MyApp"), "myAppStatus");
+    }
+
+    #[test]
+    fn versions_and_component_status() {
+        let state = CompletionState::new(["a"], ["b"], ["c"], ["d"], None).unwrap();
+        let s = apply_update(
+            &Value::Null,
+            "X",
+            &StatusUpdate {
+                components: Some(state),
+                reconciled_version: Some("1.0".into()),
+                supported_versions: Some(vec![]),
+                ..Default::default()
+            },
+            T0,
+        );
+        assert_eq!(
+            s["versions"],
+            json!({"reconciled": "1.0", "available": {"versions": []}})
+        );
+        assert_eq!(s["componentStatus"]["deployed"], "2/4");
+        assert_eq!(s["componentStatus"]["verified"], "1/4");
+        assert_eq!(
+            s["componentStatus"]["deployedComponents"],
+            json!(["a", "b"])
+        );
+        assert_eq!(s["componentStatus"]["failedComponents"], json!(["c"]));
+    }
+
+    #[test]
+    fn changes_ignore_timestamps() {
+        let a = apply_update(
+            &Value::Null,
+            "X",
+            &update(ReadyReason::Stable, UpdatingReason::Stable),
+            T0,
+        );
+        let mut b = a.clone();
+        b["conditions"][0]["lastTransitionTime"] = json!(T1);
+        assert!(!status_changed(&a, &b));
+        b["conditions"][0]["message"] = json!("other");
+        assert!(status_changed(&a, &b));
+        assert!(status_changed(&Value::Null, &a));
+    }
+
+    #[test]
+    fn error_reasons_follow_oper8s_table() {
+        use ReadyReason as R;
+        use UpdatingReason as U;
+        assert_eq!(
+            reasons_for_error(&Error::precondition("p")),
+            (None, U::PreconditionWait)
+        );
+        assert_eq!(
+            reasons_for_error(&Error::verification("v")),
+            (None, U::VerifyWait)
+        );
+        assert_eq!(
+            reasons_for_error(&Error::config("c")),
+            (Some(R::ConfigError), U::Errored)
+        );
+        assert_eq!(
+            reasons_for_error(&Error::cluster("x")),
+            (None, U::ClusterError)
+        );
+        assert_eq!(
+            reasons_for_error(&Error::rollout("r")),
+            (Some(R::Errored), U::Errored)
+        );
+        assert_eq!(
+            reasons_for_error(&Error::other("o")),
+            (Some(R::Errored), U::Errored)
+        );
+    }
+
+    #[test]
+    fn duplicate_conditions_are_an_error_and_unknown_reasons_are_rejected() {
+        let s = json!({"conditions": [{"type": "Ready"}, {"type": "Ready"}]});
+        assert!(condition(&s, READY).is_err());
+        assert!("Sleeping".parse::<ReadyReason>().is_err());
+        assert_eq!(
+            "VersionChange".parse::<UpdatingReason>().unwrap(),
+            UpdatingReason::VersionChange
+        );
+    }
+}

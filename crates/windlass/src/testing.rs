@@ -1,0 +1,638 @@
+//! Test helpers for operator authors (oper8 F219–F227), on the in-memory cluster.
+//!
+//! - [`TestEnv`]: an in-memory cluster with the controller's CRD installed, a reconciler,
+//!   the progress events, and shortcuts to apply CRs, reconcile them and read them back.
+//! - [`FaultyCluster`]: wraps any cluster and makes chosen calls fail, always or a given
+//!   number of times (oper8's `MockDeployManager` flags and `FailOnce`).
+//! - [`DummyComponent`] and [`DummyController`]: components and controllers built from
+//!   data, with switches to fail, panic or stay unverified, for testing rollout logic.
+//! - [`Widget`]: a ready-made CR type for tests that need any CR.
+//! - [`make_patch`]: a temporary-patch object (F224).
+//! - assertions on conditions and objects.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! use serde_json::json;
+//! use windlass::testing::{DummyComponent, DummyController, TestEnv, assert_condition};
+//!
+//! let controller = DummyController::new()
+//!     .component(DummyComponent::new("db").with_configmap("db"), &[])
+//!     .component(DummyComponent::new("web").with_configmap("web"), &["db"]);
+//! let env = TestEnv::new(controller).await;
+//! let cr = env.apply_cr("shop", json!({"version": "1.0"})).await;
+//! let report = env.reconcile(&cr).await;
+//! assert!(report.error.is_none());
+//! assert_condition(&env.status(&cr).await, "Ready", true, "Stable");
+//! # });
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use kube::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, Scope, WriteMethod};
+use crate::component::{Component, ManagedObject, Resources};
+use crate::config::LibraryConfig;
+use crate::controller::{Components, Controller, PrimaryResource};
+use crate::error::{ClusterError, Error, Result};
+use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::progress::{Event, Observer};
+use crate::reconcile::{Reconciler, Report};
+use crate::session::Session;
+
+/// The namespace test CRs live in (F219).
+pub const TEST_NAMESPACE: &str = "test";
+/// The default name of a test CR. oper8 used `test_instance`, which is not a valid
+/// object name.
+pub const TEST_INSTANCE_NAME: &str = "test-instance";
+
+/// A CR for tests: any spec, with an optional `version` (F219's default `Widget`).
+#[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "test.windlass.dev",
+    version = "v1",
+    kind = "Widget",
+    namespaced
+)]
+pub struct WidgetSpec {
+    /// The version the CR asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Any other spec fields.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// Records every progress event, for assertions on what a reconcile did.
+#[derive(Debug, Clone, Default)]
+pub struct EventLog(Arc<Mutex<Vec<Event>>>);
+
+impl EventLog {
+    /// Every event so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+    /// Forget the events so far.
+    pub fn clear(&self) {
+        if let Ok(mut e) = self.0.lock() {
+            e.clear();
+        }
+    }
+    /// Objects written by `Deployed` events since the last clear.
+    pub fn applied(&self) -> Vec<ObjectRef> {
+        self.events()
+            .into_iter()
+            .flat_map(|e| match e {
+                Event::Deployed { applied, .. } => applied,
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+}
+
+impl Observer for EventLog {
+    fn event(&self, event: &Event) {
+        if let Ok(mut e) = self.0.lock() {
+            e.push(event.clone());
+        }
+    }
+}
+
+/// An in-memory cluster with a controller's CRD installed and the test namespace
+/// created, a reconciler for the controller, and an [`EventLog`].
+pub struct TestEnv<C: Controller> {
+    /// The in-memory cluster.
+    pub memory: Arc<MemoryCluster>,
+    /// The reconciler (over [`TestEnv::memory`], or a wrapper of it).
+    pub reconciler: Reconciler<C>,
+    /// What reconciles reported.
+    pub log: EventLog,
+}
+
+impl<C: Controller> TestEnv<C> {
+    /// A test environment with the default library config (verification on: tests drive
+    /// object status themselves, e.g. with [`TestEnv::set_status`]).
+    pub async fn new(controller: C) -> Self {
+        Self::with_config(controller, LibraryConfig::default()).await
+    }
+
+    /// A test environment in dry-run mode: verification passes without looking.
+    pub async fn dry_run(controller: C) -> Self {
+        let config = LibraryConfig {
+            dry_run: true,
+            ..LibraryConfig::default()
+        };
+        Self::with_config(controller, config).await
+    }
+
+    /// A test environment with the given library config.
+    pub async fn with_config(controller: C, config: LibraryConfig) -> Self {
+        let memory = Arc::new(MemoryCluster::new());
+        Self::on_cluster(controller, config, memory.clone(), memory)
+    }
+
+    /// A test environment whose reconciler talks to `cluster` (e.g. a [`FaultyCluster`]
+    /// around `memory`), while the helpers read `memory` directly.
+    pub fn on_cluster(
+        controller: C,
+        config: LibraryConfig,
+        memory: Arc<MemoryCluster>,
+        cluster: Arc<dyn Cluster>,
+    ) -> Self {
+        memory.register_crd(&C::Resource::crd());
+        memory
+            .create_namespace(TEST_NAMESPACE)
+            .expect("the test namespace name is valid");
+        let log = EventLog::default();
+        let reconciler = Reconciler::new(controller, cluster, config).with_observer(log.clone());
+        TestEnv {
+            memory,
+            reconciler,
+            log,
+        }
+    }
+
+    /// Create or update a CR of the controller's kind in the test namespace with this
+    /// spec, and return its reference.
+    pub async fn apply_cr(&self, name: &str, spec: Value) -> ObjectRef {
+        let manifest = cr_manifest::<C::Resource>(name, spec);
+        self.apply(&manifest).await;
+        ObjectRef::from_manifest(&manifest).expect("cr_manifest names the CR")
+    }
+
+    /// Create or update any object (server-side apply as a different field manager than
+    /// the operator, like `kubectl apply --server-side`).
+    pub async fn apply(&self, manifest: &Value) -> Value {
+        match self.memory.apply(manifest, WriteMethod::Update).await {
+            Ok(v) => v,
+            Err(e) => panic!("test setup: cannot apply {manifest}: {e}"),
+        }
+    }
+
+    /// Reconcile a CR once.
+    pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
+        self.reconciler.reconcile(cr).await
+    }
+
+    /// The object, if it exists.
+    pub async fn get(&self, object: &ObjectRef) -> Option<Value> {
+        self.memory
+            .get(object)
+            .await
+            .expect("in-memory reads succeed")
+    }
+
+    /// The CR's status (`null` when it has none or is gone).
+    pub async fn status(&self, cr: &ObjectRef) -> Value {
+        self.get(cr)
+            .await
+            .map(|v| v["status"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Replace an object's status, e.g. to mark a Deployment available.
+    pub async fn set_status(&self, object: &ObjectRef, status: Value) {
+        let written = self.memory.write_status(object, &status).await;
+        assert!(
+            matches!(written, Ok(Some(_))),
+            "test setup: no {object} to set the status of"
+        );
+    }
+
+    /// Delete an object as a user would.
+    pub async fn delete(&self, object: &ObjectRef) -> Deletion {
+        self.memory
+            .delete(object)
+            .await
+            .expect("in-memory deletes succeed")
+    }
+}
+
+/// A manifest of a CR of kind `K` in the test namespace with this spec (F219).
+pub fn cr_manifest<K: PrimaryResource>(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": name, "namespace": TEST_NAMESPACE},
+        "spec": spec,
+    })
+}
+
+/// Assert that the status has a condition of `type_` with this status and reason.
+#[track_caller]
+pub fn assert_condition(status: &Value, type_: &str, is_true: bool, reason: &str) {
+    let condition = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in status {status:#}"));
+    let expected = if is_true { "True" } else { "False" };
+    assert_eq!(
+        (condition["status"].as_str(), condition["reason"].as_str()),
+        (Some(expected), Some(reason)),
+        "{type_} condition: {condition:#}"
+    );
+}
+
+/// A temporary patch object (F224), to be stored in the cluster and listed in the CR's
+/// `windlass.dev/temporary-patches` annotation.
+pub fn make_patch(name: &str, patch_type: &str, tree: Value) -> Value {
+    json!({
+        "apiVersion": "test.windlass.dev/v1",
+        "kind": crate::patch::DEFAULT_PATCH_KIND,
+        "metadata": {"name": name, "namespace": TEST_NAMESPACE},
+        "spec": {"patchType": patch_type, "patch": tree},
+    })
+}
+
+/// The kind of [`make_patch`] objects, to register on a test cluster.
+pub fn patch_kind() -> TypeRef {
+    TypeRef::new("test.windlass.dev/v1", crate::patch::DEFAULT_PATCH_KIND)
+}
+
+// ---------------------------------------------------------------------------------------
+// Fault injection
+
+/// A cluster operation, for [`FaultyCluster`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// [`Cluster::scope`]
+    Scope,
+    /// [`Cluster::get`]
+    Get,
+    /// [`Cluster::list`]
+    List,
+    /// [`Cluster::apply`]
+    Apply,
+    /// [`Cluster::delete`]
+    Delete,
+    /// [`Cluster::write_status`]
+    WriteStatus,
+    /// [`Cluster::patch`]
+    Patch,
+}
+
+#[derive(Debug, Clone)]
+struct Fault {
+    op: Op,
+    kind: Option<String>,
+    error: ClusterError,
+    remaining: Option<usize>,
+}
+
+/// A cluster that fails chosen operations (F221, F222).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use windlass::cluster::{Cluster, MemoryCluster};
+/// use windlass::testing::{FaultyCluster, Op};
+/// use windlass::{ClusterError, object::ObjectRef};
+///
+/// let cluster = FaultyCluster::new(Arc::new(MemoryCluster::new()));
+/// cluster.fail_times(Op::Get, Some("ConfigMap"), ClusterError::Api("down".into()), 1);
+/// let cm = ObjectRef::new("v1", "ConfigMap", Some("default"), "x");
+/// assert!(cluster.get(&cm).await.is_err());
+/// assert!(cluster.get(&cm).await.is_ok(), "failed once only");
+/// # });
+/// ```
+pub struct FaultyCluster {
+    inner: Arc<dyn Cluster>,
+    faults: Mutex<Vec<Fault>>,
+}
+
+impl FaultyCluster {
+    /// Wrap `inner`; nothing fails until told to.
+    pub fn new(inner: Arc<dyn Cluster>) -> Self {
+        FaultyCluster {
+            inner,
+            faults: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Make every `op` (on objects of `kind`, or any kind) fail with `error`.
+    pub fn fail(&self, op: Op, kind: Option<&str>, error: ClusterError) {
+        self.push(op, kind, error, None);
+    }
+
+    /// Make the next `times` calls of `op` fail (oper8's `FailOnce` for `times == 1`).
+    pub fn fail_times(&self, op: Op, kind: Option<&str>, error: ClusterError, times: usize) {
+        self.push(op, kind, error, Some(times));
+    }
+
+    /// Stop failing.
+    pub fn heal(&self) {
+        if let Ok(mut f) = self.faults.lock() {
+            f.clear();
+        }
+    }
+
+    fn push(&self, op: Op, kind: Option<&str>, error: ClusterError, remaining: Option<usize>) {
+        if let Ok(mut f) = self.faults.lock() {
+            f.push(Fault {
+                op,
+                kind: kind.map(str::to_string),
+                error,
+                remaining,
+            });
+        }
+    }
+
+    fn check(&self, op: Op, kind: &str) -> std::result::Result<(), ClusterError> {
+        let Ok(mut faults) = self.faults.lock() else {
+            return Ok(());
+        };
+        let hit = faults.iter_mut().find(|f| {
+            f.op == op
+                && f.kind.as_deref().is_none_or(|k| k == kind)
+                && f.remaining.is_none_or(|n| n > 0)
+        });
+        match hit {
+            Some(fault) => {
+                if let Some(n) = &mut fault.remaining {
+                    *n -= 1;
+                }
+                Err(fault.error.clone())
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Cluster for FaultyCluster {
+    async fn scope(&self, type_ref: &TypeRef) -> std::result::Result<Scope, ClusterError> {
+        self.check(Op::Scope, &type_ref.kind)?;
+        self.inner.scope(type_ref).await
+    }
+    async fn get(&self, object: &ObjectRef) -> std::result::Result<Option<Value>, ClusterError> {
+        self.check(Op::Get, &object.kind)?;
+        self.inner.get(object).await
+    }
+    async fn list(&self, query: &ListQuery) -> std::result::Result<Vec<Value>, ClusterError> {
+        self.check(Op::List, &query.type_ref.kind)?;
+        self.inner.list(query).await
+    }
+    async fn apply(
+        &self,
+        manifest: &Value,
+        method: WriteMethod,
+    ) -> std::result::Result<Value, ClusterError> {
+        self.check(Op::Apply, manifest.kind().unwrap_or_default())?;
+        self.inner.apply(manifest, method).await
+    }
+    async fn delete(&self, object: &ObjectRef) -> std::result::Result<Deletion, ClusterError> {
+        self.check(Op::Delete, &object.kind)?;
+        self.inner.delete(object).await
+    }
+    async fn write_status(
+        &self,
+        object: &ObjectRef,
+        status: &Value,
+    ) -> std::result::Result<Option<Value>, ClusterError> {
+        self.check(Op::WriteStatus, &object.kind)?;
+        self.inner.write_status(object, status).await
+    }
+    async fn patch(
+        &self,
+        object: &ObjectRef,
+        patch: &json_patch::Patch,
+    ) -> std::result::Result<Value, ClusterError> {
+        self.check(Op::Patch, &object.kind)?;
+        self.inner.patch(object, patch).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dummy components and controllers
+
+/// How a [`DummyComponent`] behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Behaviour {
+    /// Renders its objects and verifies by the per-kind rules.
+    Normal,
+    /// `render` returns this error.
+    RenderError(Error),
+    /// `render` panics.
+    RenderPanic,
+    /// `verify` returns `Ok(false)`.
+    NeverVerifies,
+    /// `verify` returns this error.
+    VerifyError(Error),
+}
+
+/// A component made of data (F223).
+#[derive(Debug, Clone)]
+pub struct DummyComponent {
+    name: String,
+    objects: Vec<(String, Value)>,
+    behaviour: Behaviour,
+}
+
+impl DummyComponent {
+    /// A component with no objects that renders and verifies.
+    pub fn new(name: &str) -> Self {
+        DummyComponent {
+            name: name.to_string(),
+            objects: Vec::new(),
+            behaviour: Behaviour::Normal,
+        }
+    }
+
+    /// Add an object under a resource name.
+    pub fn with_object(mut self, resource: &str, manifest: Value) -> Self {
+        self.objects.push((resource.to_string(), manifest));
+        self
+    }
+
+    /// Add a ConfigMap named `<cr name>-<name>` (resource name `name`).
+    pub fn with_configmap(self, name: &str) -> Self {
+        let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{{cr}}-{name}")}, "data": {"component": name}});
+        self.with_object(name, manifest)
+    }
+
+    /// Change how the component behaves.
+    pub fn behave(mut self, behaviour: Behaviour) -> Self {
+        self.behaviour = behaviour;
+        self
+    }
+}
+
+#[async_trait]
+impl<K: PrimaryResource> Component<K> for DummyComponent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn render(&self, session: &Session<K>, out: &mut Resources) -> Result<()> {
+        match &self.behaviour {
+            Behaviour::RenderError(e) => return Err(e.clone()),
+            Behaviour::RenderPanic => {
+                panic!("dummy component {} panics while rendering", self.name)
+            }
+            _ => {}
+        }
+        for (resource, manifest) in &self.objects {
+            // `{cr}` in names stands for the CR's name, so several CRs do not collide.
+            let text = manifest.to_string().replace("{cr}", session.name());
+            let manifest: Value = serde_json::from_str(&text).map_err(Error::other)?;
+            out.add(resource, &manifest)?;
+        }
+        Ok(())
+    }
+
+    async fn verify(&self, session: &Session<K>, objects: &[ManagedObject]) -> Result<bool> {
+        match &self.behaviour {
+            Behaviour::NeverVerifies => Ok(false),
+            Behaviour::VerifyError(e) => Err(e.clone()),
+            _ => crate::verify::verify_objects(session, objects).await,
+        }
+    }
+}
+
+/// What the hooks of a [`DummyController`] return.
+#[derive(Debug, Clone)]
+pub struct Hooks {
+    /// `after_deploy`.
+    pub after_deploy: Result<bool>,
+    /// `after_deploy_unsuccessful`.
+    pub after_deploy_unsuccessful: Result<bool>,
+    /// `after_verify`.
+    pub after_verify: Result<bool>,
+    /// `after_verify_unsuccessful`.
+    pub after_verify_unsuccessful: Result<bool>,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Hooks {
+            after_deploy: Ok(true),
+            after_deploy_unsuccessful: Ok(true),
+            after_verify: Ok(true),
+            after_verify_unsuccessful: Ok(true),
+        }
+    }
+}
+
+/// A controller of [`Widget`]s made of data (F223): components with their upstreams,
+/// components switched off by a spec field, hook results, and a finalizer. It records
+/// which hooks ran.
+#[derive(Default)]
+pub struct DummyController {
+    components: Vec<(DummyComponent, Vec<String>, Option<String>)>,
+    /// What the hooks return.
+    pub hooks: Hooks,
+    finalizer: Option<String>,
+    finalize: Vec<DummyComponent>,
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl DummyController {
+    /// A controller with no components.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a component that waits for `upstreams`.
+    pub fn component(mut self, component: DummyComponent, upstreams: &[&str]) -> Self {
+        self.components.push((
+            component,
+            upstreams.iter().map(|s| s.to_string()).collect(),
+            None,
+        ));
+        self
+    }
+
+    /// Add a component that is enabled only when the CR's `spec.<switch>` is `true`.
+    pub fn optional_component(mut self, component: DummyComponent, switch: &str) -> Self {
+        self.components
+            .push((component, Vec::new(), Some(switch.to_string())));
+        self
+    }
+
+    /// Set what the hooks return.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Use a finalizer; `finalize` components run when the CR is deleted.
+    pub fn finalizer(mut self, name: &str, finalize: Vec<DummyComponent>) -> Self {
+        self.finalizer = Some(name.to_string());
+        self.finalize = finalize;
+        self
+    }
+
+    /// The hooks called so far, in order.
+    pub fn calls(&self) -> Arc<Mutex<Vec<String>>> {
+        self.calls.clone()
+    }
+
+    fn record(&self, hook: &str, result: &Result<bool>) -> Result<bool> {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push(hook.to_string());
+        }
+        result.clone()
+    }
+}
+
+#[async_trait]
+impl Controller for DummyController {
+    type Resource = Widget;
+
+    fn components(&self, session: &Session<Widget>) -> Result<Components<Widget>> {
+        let mut graph = Components::new();
+        for (component, _, switch) in &self.components {
+            let enabled = switch
+                .as_ref()
+                .is_none_or(|s| session.cr().spec.extra.get(s) == Some(&Value::Bool(true)));
+            graph.add_enabled(component.clone(), enabled)?;
+        }
+        for (component, upstreams, _) in &self.components {
+            let id = graph.get(&component.name).expect("added above");
+            for upstream in upstreams {
+                let up = graph
+                    .get(upstream)
+                    .ok_or_else(|| Error::config(format!("no component named {upstream}")))?;
+                graph.depends_on(id, up)?;
+            }
+        }
+        Ok(graph)
+    }
+
+    fn finalizer(&self) -> Option<String> {
+        self.finalizer.clone()
+    }
+
+    fn finalize_components(&self, _session: &Session<Widget>) -> Result<Components<Widget>> {
+        let mut graph = Components::new();
+        for component in &self.finalize {
+            graph.add(component.clone())?;
+        }
+        Ok(graph)
+    }
+
+    async fn after_deploy(&self, _: &Session<Widget>) -> Result<bool> {
+        self.record("after_deploy", &self.hooks.after_deploy)
+    }
+    async fn after_deploy_unsuccessful(&self, _: &Session<Widget>, failed: bool) -> Result<bool> {
+        self.record(
+            &format!("after_deploy_unsuccessful(failed={failed})"),
+            &self.hooks.after_deploy_unsuccessful,
+        )
+    }
+    async fn after_verify(&self, _: &Session<Widget>) -> Result<bool> {
+        self.record("after_verify", &self.hooks.after_verify)
+    }
+    async fn after_verify_unsuccessful(&self, _: &Session<Widget>, failed: bool) -> Result<bool> {
+        self.record(
+            &format!("after_verify_unsuccessful(failed={failed})"),
+            &self.hooks.after_verify_unsuccessful,
+        )
+    }
+}

@@ -1,0 +1,260 @@
+//! Is a deployed object ready? Per-kind rules, condition checks and the subsystem check
+//! (oper8 F155–F158).
+//!
+//! windlass also requires a workload's status to describe its current spec
+//! (`status.observedGeneration >= metadata.generation`): right after an update, the old
+//! status still says "available" for the old spec, and oper8 would verify too early.
+
+use serde_json::Value;
+
+use crate::component::ManagedObject;
+use crate::controller::PrimaryResource;
+use crate::error::Result;
+use crate::object::ManifestExt;
+use crate::session::Session;
+
+/// The default verification of a component's objects (F82): in dry-run, true; otherwise
+/// every object must exist and pass its verify function or its kind's rule. A failed read
+/// is a cluster error (oper8 made it an assertion, quirk Q12).
+pub async fn verify_objects<K: PrimaryResource>(
+    session: &Session<K>,
+    objects: &[ManagedObject],
+) -> Result<bool> {
+    if session.dry_run() {
+        return Ok(true);
+    }
+    for object in objects {
+        let Some(live) = session.cluster().get(&object.object_ref()).await? else {
+            return Ok(false);
+        };
+        let ok = match &object.verify {
+            Some(check) => check(&live),
+            None => verify_object(&live),
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether a live object is ready by its kind's rule (F156); kinds without a rule are
+/// ready once they exist.
+///
+/// - `Pod`: condition `Ready` is true.
+/// - `Job`: condition `Complete` is true.
+/// - `Deployment`: `Available` is true and `Progressing` is true with reason
+///   `NewReplicaSetAvailable`, for the current generation.
+/// - `StatefulSet`: `readyReplicas` equals `replicas` (and `updatedReplicas`, when the
+///   controller reports it), for the current generation.
+/// - `DaemonSet`: every scheduled pod is updated and ready, for the current generation.
+pub fn verify_object(object: &Value) -> bool {
+    let status = &object["status"];
+    let int = |v: &Value| v.as_i64().unwrap_or(0);
+    match object.kind().unwrap_or_default() {
+        "Pod" => condition_is(object, "Ready", true, None),
+        "Job" => condition_is(object, "Complete", true, None),
+        "Deployment" => {
+            observed_current(object)
+                && condition_is(object, "Available", true, None)
+                && condition_is(object, "Progressing", true, Some("NewReplicaSetAvailable"))
+        }
+        "StatefulSet" => {
+            let Some(replicas) = status["replicas"].as_i64() else {
+                return false;
+            };
+            observed_current(object)
+                && int(&status["readyReplicas"]) == replicas
+                && status["updatedReplicas"]
+                    .as_i64()
+                    .is_none_or(|updated| updated == replicas)
+        }
+        "DaemonSet" => {
+            let desired = status["desiredNumberScheduled"].as_i64();
+            observed_current(object)
+                && desired.is_some_and(|d| {
+                    int(&status["numberReady"]) == d && int(&status["updatedNumberScheduled"]) == d
+                })
+        }
+        _ => true,
+    }
+}
+
+/// Whether the object's status was computed for its current spec.
+fn observed_current(object: &Value) -> bool {
+    match (
+        object["status"]["observedGeneration"].as_i64(),
+        object.generation(),
+    ) {
+        (Some(observed), Some(generation)) => observed >= generation,
+        // Servers that do not report generations cannot be checked.
+        _ => true,
+    }
+}
+
+/// Whether the newest condition of `condition_type` has the expected status and, if
+/// given, reason (F158). "Newest" is by `lastTransitionTime`, then the older oper8
+/// spelling `lastTransactionTime`; conditions without a time count as oldest.
+///
+/// Statuses are the strings `"True"`/`"False"` (any case) or booleans; a boolean `false`
+/// matches an expected false (oper8 never matched it, quirk Q12).
+pub fn condition_is(
+    object: &Value,
+    condition_type: &str,
+    expected: bool,
+    reason: Option<&str>,
+) -> bool {
+    let Some(condition) = newest_condition(object, condition_type) else {
+        return false;
+    };
+    let actual = match &condition["status"] {
+        Value::String(s) if s.eq_ignore_ascii_case("true") => Some(true),
+        Value::String(s) if s.eq_ignore_ascii_case("false") => Some(false),
+        Value::Bool(b) => Some(*b),
+        _ => None,
+    };
+    actual == Some(expected) && reason.is_none_or(|r| condition["reason"].as_str() == Some(r))
+}
+
+/// The newest condition of a type in `status.conditions`.
+pub fn newest_condition<'a>(object: &'a Value, condition_type: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .filter(|c| c["type"].as_str() == Some(condition_type))
+        .max_by_key(|c| condition_time(c))
+}
+
+fn condition_time(condition: &Value) -> jiff::Timestamp {
+    ["lastTransitionTime", "lastTransactionTime"]
+        .iter()
+        .find_map(|k| condition[*k].as_str())
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// Whether a child CR managed by another windlass (or oper8) operator is done (F157):
+/// `Ready` true, `Updating` false, and `versions.reconciled` equal to `desired_version`
+/// (both absent also counts as equal).
+pub fn verify_subsystem(object: &Value, desired_version: Option<&str>) -> bool {
+    let reconciled = object["status"]["versions"]["reconciled"].as_str();
+    if desired_version.is_some() && reconciled.is_none() {
+        return false;
+    }
+    condition_is(object, "Ready", true, None)
+        && condition_is(object, "Updating", false, None)
+        && reconciled == desired_version
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn with_conditions(kind: &str, conditions: Value) -> Value {
+        json!({"kind": kind, "status": {"conditions": conditions}})
+    }
+
+    #[test]
+    fn pods_and_jobs_follow_their_conditions() {
+        assert!(verify_object(&with_conditions(
+            "Pod",
+            json!([{"type": "Ready", "status": "True"}])
+        )));
+        assert!(!verify_object(&with_conditions(
+            "Pod",
+            json!([{"type": "Ready", "status": "False"}])
+        )));
+        assert!(!verify_object(&json!({"kind": "Pod"})));
+        assert!(verify_object(&with_conditions(
+            "Job",
+            json!([{"type": "Complete", "status": "True"}])
+        )));
+        assert!(!verify_object(&with_conditions(
+            "Job",
+            json!([{"type": "Failed", "status": "True"}])
+        )));
+    }
+
+    #[test]
+    fn deployments_need_the_new_replica_set_available_for_the_current_generation() {
+        let ready = json!({"kind": "Deployment", "metadata": {"generation": 2},
+            "status": {"observedGeneration": 2, "conditions": [
+                {"type": "Available", "status": "True"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}});
+        assert!(verify_object(&ready));
+        let mut rolling = ready.clone();
+        rolling["status"]["conditions"][1]["reason"] = json!("ReplicaSetUpdated");
+        assert!(!verify_object(&rolling));
+        let mut stale = ready.clone();
+        stale["metadata"]["generation"] = json!(3);
+        assert!(
+            !verify_object(&stale),
+            "status of the previous generation does not count"
+        );
+    }
+
+    #[test]
+    fn statefulsets_and_daemonsets_count_ready_pods() {
+        assert!(verify_object(
+            &json!({"kind": "StatefulSet", "status": {"replicas": 2, "readyReplicas": 2}})
+        ));
+        assert!(!verify_object(
+            &json!({"kind": "StatefulSet", "status": {"replicas": 2, "readyReplicas": 1}})
+        ));
+        assert!(!verify_object(
+            &json!({"kind": "StatefulSet", "status": {}})
+        ));
+        assert!(!verify_object(
+            &json!({"kind": "StatefulSet", "status": {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 1}})
+        ));
+        assert!(verify_object(
+            &json!({"kind": "DaemonSet", "status": {"desiredNumberScheduled": 3, "numberReady": 3, "updatedNumberScheduled": 3}})
+        ));
+        assert!(!verify_object(
+            &json!({"kind": "DaemonSet", "status": {"desiredNumberScheduled": 3, "numberReady": 2, "updatedNumberScheduled": 3}})
+        ));
+    }
+
+    #[test]
+    fn other_kinds_are_ready_when_present() {
+        assert!(verify_object(&json!({"kind": "ConfigMap"})));
+    }
+
+    #[test]
+    fn the_newest_condition_wins() {
+        let obj = with_conditions(
+            "X",
+            json!([
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+                {"type": "Ready", "status": "False", "lastTransitionTime": "2025-01-01T00:00:00Z"},
+                {"type": "Ready", "status": "True"}
+            ]),
+        );
+        assert!(condition_is(&obj, "Ready", false, None));
+    }
+
+    #[test]
+    fn boolean_false_matches_expected_false() {
+        // Q12: oper8 compared booleans by truthiness and never matched an expected false.
+        let obj = with_conditions("X", json!([{"type": "Updating", "status": false}]));
+        assert!(condition_is(&obj, "Updating", false, None));
+        assert!(!condition_is(&obj, "Updating", true, None));
+    }
+
+    #[test]
+    fn subsystems_need_ready_not_updating_and_the_version() {
+        let done = json!({"status": {"versions": {"reconciled": "1.2"}, "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "Updating", "status": "False"}]}});
+        assert!(verify_subsystem(&done, Some("1.2")));
+        assert!(!verify_subsystem(&done, Some("1.3")));
+        assert!(
+            !verify_subsystem(&done, None),
+            "reconciled 1.2 is not the absent version"
+        );
+        let mut unversioned = done.clone();
+        unversioned["status"]["versions"] = json!({});
+        assert!(verify_subsystem(&unversioned, None));
+        assert!(!verify_subsystem(&unversioned, Some("1.2")));
+    }
+}

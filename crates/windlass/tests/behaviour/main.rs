@@ -1,0 +1,9 @@
+//! Behaviour of whole reconciles on the in-memory cluster: the rollout's phase algebra,
+//! status bookkeeping, the reconcile pipeline, bad input and the quirks windlass fixes.
+//! Each test names the part of `shared/spec/seed-inventory.md` it pins.
+
+mod bad_input;
+mod reconcile;
+mod rollout;
+mod status;
+mod support;

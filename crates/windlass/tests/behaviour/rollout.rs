@@ -1,0 +1,246 @@
+//! The rollout's phase algebra (seed-inventory §22 hard part 2, F101–F109).
+
+use serde_json::json;
+use windlass::Error;
+use windlass::reconcile::Outcome;
+use windlass::testing::{
+    Behaviour, DummyComponent, DummyController, Hooks, TestEnv, assert_condition,
+};
+
+use crate::support::{available, cm_ref, deployment, deployment_ref};
+
+fn set(names: &[&str]) -> std::collections::BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed() {
+    // `db` halts with an expected error while deploying: phase 1 is neither complete nor
+    // failed, so after_deploy_unsuccessful(failed=false) runs, after_deploy does not, and
+    // the verify phase still runs over what did deploy (`cache`), but not over `web`.
+    let controller = DummyController::new()
+        .component(
+            DummyComponent::new("db")
+                .behave(Behaviour::RenderError(Error::precondition("no volume yet"))),
+            &[],
+        )
+        .component(DummyComponent::new("web").with_configmap("web"), &["db"])
+        .component(DummyComponent::new("cache").with_configmap("cache"), &[]);
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+
+    let state = report.state.expect("a rollout ran");
+    assert_eq!(state.verified(), &set(&["cache"]), "{state}");
+    assert_eq!(state.unverified(), &set(&["db"]));
+    assert_eq!(state.unstarted(), &set(&["web"]));
+    assert!(!state.failed());
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["after_deploy_unsuccessful(failed=false)"]
+    );
+    assert!(env.log.events().iter().any(|e| matches!(e, windlass::progress::Event::Verified { component, ok: true } if component == "cache")));
+    // The precondition error is what the status reports.
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", true, "PreconditionWait");
+    assert_eq!(report.outcome, Outcome::Retry);
+}
+
+#[tokio::test]
+async fn a_failed_deploy_skips_the_verify_phase() {
+    let controller = DummyController::new()
+        .component(
+            DummyComponent::new("db").behave(Behaviour::RenderError(Error::config("bad size"))),
+            &[],
+        )
+        .component(DummyComponent::new("cache").with_configmap("cache"), &[]);
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    let state = report.state.expect("a rollout ran");
+    assert_eq!(state.failed_nodes(), &set(&["db"]));
+    // cache deployed, but was never verified: phase 3 did not run.
+    assert_eq!(state.unverified(), &set(&["cache"]));
+    assert!(state.verified().is_empty());
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["after_deploy_unsuccessful(failed=true)"]
+    );
+    assert!(!env.log.events().iter().any(|e| matches!(
+        e,
+        windlass::progress::Event::PhaseStarted(windlass::progress::Phase::Verify)
+    )));
+}
+
+#[tokio::test]
+async fn hooks_run_in_their_phase_combinations() {
+    // Everything verifies: after_deploy then after_verify.
+    let controller =
+        DummyController::new().component(DummyComponent::new("db").with_configmap("db"), &[]);
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    env.reconcile(&env.apply_cr("a", json!({})).await).await;
+    assert_eq!(*calls.lock().unwrap(), ["after_deploy", "after_verify"]);
+
+    // Deployed but not verified: after_deploy then after_verify_unsuccessful(false).
+    let controller = DummyController::new().component(
+        DummyComponent::new("db").behave(Behaviour::NeverVerifies),
+        &[],
+    );
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    env.reconcile(&env.apply_cr("a", json!({})).await).await;
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["after_deploy", "after_verify_unsuccessful(failed=false)"]
+    );
+
+    // Verify fails fatally: after_verify_unsuccessful(true).
+    let controller = DummyController::new().component(
+        DummyComponent::new("db").behave(Behaviour::VerifyError(Error::rollout("crashed"))),
+        &[],
+    );
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    env.reconcile(&env.apply_cr("a", json!({})).await).await;
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["after_deploy", "after_verify_unsuccessful(failed=true)"]
+    );
+
+    // Every node ran and none failed, but one is only unverified: phase 1 is judged by
+    // verify_completed, so this is "unsuccessful" (deploy_completed would say done).
+    let controller = DummyController::new().component(
+        DummyComponent::new("db").behave(Behaviour::RenderError(Error::precondition("later"))),
+        &[],
+    );
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    env.reconcile(&env.apply_cr("a", json!({})).await).await;
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["after_deploy_unsuccessful(failed=false)"]
+    );
+
+    // after_deploy says "not yet": no verify hooks at all.
+    let controller = DummyController::new()
+        .component(DummyComponent::new("db").with_configmap("db"), &[])
+        .hooks(Hooks {
+            after_deploy: Ok(false),
+            ..Hooks::default()
+        });
+    let calls = controller.calls();
+    let env = TestEnv::new(controller).await;
+    env.reconcile(&env.apply_cr("a", json!({})).await).await;
+    assert_eq!(*calls.lock().unwrap(), ["after_deploy"]);
+}
+
+#[tokio::test]
+async fn a_hook_returning_false_is_incomplete_but_not_failed() {
+    let controller = DummyController::new()
+        .component(DummyComponent::new("db").with_configmap("db"), &[])
+        .hooks(Hooks {
+            after_verify: Ok(false),
+            ..Hooks::default()
+        });
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    let state = report.state.expect("a rollout ran");
+    assert_eq!(state.verified(), &set(&["db"]));
+    assert!(!state.failed(), "a false hook is not a failure");
+    assert!(!state.verify_completed());
+    assert_eq!(
+        report.error,
+        Some(Error::verification("After-verify failed"))
+    );
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", true, "VerifyWait");
+    assert_eq!(
+        status["conditions"][1]["message"],
+        "verification incomplete: After-verify failed"
+    );
+    assert_eq!(
+        status["versions"].get("reconciled"),
+        None,
+        "not verified, so no reconciled version"
+    );
+}
+
+#[tokio::test]
+async fn the_verify_phase_waits_for_workloads_to_become_ready() {
+    let controller = DummyController::new()
+        .component(
+            DummyComponent::new("web").with_object("deployment", deployment("web")),
+            &[],
+        )
+        .component(
+            DummyComponent::new("after").with_configmap("after"),
+            &["web"],
+        );
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let first = env.reconcile(&cr).await;
+    let state = first.state.expect("a rollout ran");
+    // Both deployed (the configmap does not wait for readiness, only for deployment),
+    // but web is not available yet, so `after` is not verified either.
+    assert_eq!(state.unverified(), &set(&["web", "after"]), "{state}");
+    assert!(matches!(first.outcome, Outcome::RequeueAfter(d) if d.as_secs() == 60));
+
+    env.set_status(&deployment_ref("web"), available()).await;
+    let second = env.reconcile(&cr).await;
+    assert!(second.state.expect("a rollout ran").verify_completed());
+    assert_eq!(second.outcome, Outcome::Done);
+}
+
+#[tokio::test]
+async fn a_disabled_component_deletes_its_objects_and_verifies_once_they_are_gone() {
+    let controller = DummyController::new()
+        .component(DummyComponent::new("web").with_configmap("web"), &[])
+        .optional_component(
+            DummyComponent::new("cache").with_configmap("cache"),
+            "cache",
+        );
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("a", json!({"cache": true})).await;
+    env.reconcile(&cr).await;
+    assert!(env.get(&cm_ref("a-cache")).await.is_some());
+
+    let cr = env.apply_cr("a", json!({"cache": false})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(
+        env.get(&cm_ref("a-cache")).await.is_none(),
+        "switching the component off deletes its objects"
+    );
+    assert!(env.get(&cm_ref("a-web")).await.is_some());
+    let state = report.state.expect("a rollout ran");
+    assert!(state.verify_completed(), "{state}");
+    assert!(env.log.events().iter().any(|e| matches!(e, windlass::progress::Event::Disabled { component, deleted } if component == "cache" && deleted.len() == 1)));
+}
+
+#[tokio::test]
+async fn a_disabled_component_whose_object_lingers_is_unverified() {
+    // Q16: oper8 re-ran the delete in the verify phase; windlass verifies that the objects
+    // are gone, so an object held by a finalizer keeps the rollout incomplete.
+    let mut held = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{cr}-cache", "finalizers": ["example.com/hold"]}});
+    held["data"] = json!({});
+    let controller = DummyController::new().optional_component(
+        DummyComponent::new("cache").with_object("cm", held),
+        "cache",
+    );
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("a", json!({"cache": true})).await;
+    env.reconcile(&cr).await;
+    let cr = env.apply_cr("a", json!({"cache": false})).await;
+    let report = env.reconcile(&cr).await;
+    let state = report.state.expect("a rollout ran");
+    assert_eq!(state.unverified(), &set(&["cache"]), "{state}");
+    assert!(
+        env.get(&cm_ref("a-cache"))
+            .await
+            .expect("held by its finalizer")["metadata"]["deletionTimestamp"]
+            .is_string()
+    );
+}
