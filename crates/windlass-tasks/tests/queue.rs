@@ -1,0 +1,615 @@
+//! TaskQueue behaviour under Tokio's paused clock: every time below is virtual and exact.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::{Instant, sleep};
+use windlass_tasks::backoff::BackOffPolicy;
+use windlass_tasks::queue::{Enqueued, TaskOutcome, TaskQueue};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn policy(start: Duration, max: Duration, jitter: f64) -> BackOffPolicy {
+    let policy = match BackOffPolicy::new(start, 2.0, max) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    match policy.with_jitter(jitter) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn queue<K: std::hash::Hash + Eq + Clone + Send + 'static>(
+    max_concurrent: usize,
+    backoff: BackOffPolicy,
+) -> TaskQueue<K> {
+    match TaskQueue::builder()
+        .max_concurrent(max_concurrent)
+        .backoff(backoff)
+        .build()
+    {
+        Ok(q) => q,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A log of run starts: (key, virtual time since `t0`).
+type Starts<K> = Arc<Mutex<Vec<(K, Duration)>>>;
+
+fn starts<K>() -> Starts<K> {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_runs_are_fifo_and_duplicates_merge() {
+    let q = queue::<u32>(1, BackOffPolicy::default());
+    for key in 0..100 {
+        assert_eq!(q.enqueue(key), Enqueued::Added);
+    }
+    // Re-enqueue everything, in reverse: no new entries, no change of order.
+    for key in (0..100).rev() {
+        assert_eq!(q.enqueue(key), Enqueued::Unchanged);
+    }
+    assert_eq!(q.stats().ready, 100);
+    let log = starts();
+    let (log2, q2) = (Arc::clone(&log), q.clone());
+    let t0 = Instant::now();
+    q.run(move |key| {
+        let (log, q) = (Arc::clone(&log2), q2.clone());
+        async move {
+            let mut log = lock(&log);
+            log.push((key, t0.elapsed()));
+            if log.len() == 100 {
+                q.shutdown();
+            }
+            TaskOutcome::Done
+        }
+    })
+    .await;
+    let order: Vec<u32> = lock(&log).iter().map(|(k, _)| *k).collect();
+    assert_eq!(order, (0..100).collect::<Vec<_>>());
+    assert_eq!(q.stats().keys(), 0, "done keys are forgotten");
+    assert_eq!(q.stats().dispatched_total, 100);
+}
+
+/// Drives `q` until `until` has passed, recording the start of every run.
+async fn run_for<K, F>(q: &TaskQueue<K>, until: Duration, outcome: F) -> Starts<K>
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    F: Fn(&K, usize) -> TaskOutcome + Send + Sync + 'static,
+{
+    let log = starts();
+    let runs: Arc<Mutex<HashMap<K, usize>>> = Arc::default();
+    let t0 = Instant::now();
+    let outcome = Arc::new(outcome);
+    let runner = {
+        let (q, log) = (q.clone(), Arc::clone(&log));
+        tokio::spawn(async move {
+            q.run(move |key: K| {
+                let (log, runs, outcome) =
+                    (Arc::clone(&log), Arc::clone(&runs), Arc::clone(&outcome));
+                async move {
+                    lock(&log).push((key.clone(), t0.elapsed()));
+                    let n = {
+                        let mut runs = lock(&runs);
+                        let n = runs.entry(key.clone()).or_insert(0);
+                        *n += 1;
+                        *n
+                    };
+                    outcome(&key, n)
+                }
+            })
+            .await;
+        })
+    };
+    sleep(until).await;
+    q.shutdown();
+    if let Err(e) = runner.await {
+        panic!("runner failed: {e}");
+    }
+    log
+}
+
+fn times_of<K: PartialEq>(log: &Starts<K>, key: &K) -> Vec<Duration> {
+    lock(log)
+        .iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, t)| *t)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_keys_back_off_exponentially_without_blocking_others() {
+    let q = queue::<&str>(1, policy(secs(1), secs(8), 0.0));
+    q.enqueue("flaky");
+    q.enqueue("steady");
+    let log = run_for(&q, secs(40), |key, _| match *key {
+        "flaky" => TaskOutcome::Retry,
+        _ => TaskOutcome::Done,
+    })
+    .await;
+    // Runs at 0, then after 1, 2, 4, 8, 8, 8 … seconds.
+    assert_eq!(
+        times_of(&log, &"flaky"),
+        [0, 1, 3, 7, 15, 23, 31, 39].map(secs)
+    );
+    assert_eq!(times_of(&log, &"steady"), [secs(0)]);
+    let stats = q.stats();
+    assert_eq!((stats.delayed, stats.failing), (1, 1), "never dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn jittered_back_off_stays_in_its_band() {
+    let jitter = 0.5;
+    let q = queue::<u32>(8, policy(secs(1), secs(16), jitter));
+    for key in 0..8 {
+        q.enqueue(key);
+    }
+    let log = run_for(&q, secs(200), |_, _| TaskOutcome::Retry).await;
+    for key in 0..8 {
+        let times = times_of(&log, &key);
+        assert!(times.len() >= 8, "key {key} ran only {} times", times.len());
+        for (n, pair) in times.windows(2).enumerate() {
+            let nominal = secs(1 << n.min(4)).as_secs_f64();
+            let gap = (pair[1] - pair[0]).as_secs_f64();
+            let (lo, hi) = (nominal * (1.0 - jitter), (nominal * (1.0 + jitter)).min(16.0));
+            assert!(
+                gap >= lo - 1e-3 && gap <= hi + 1e-3,
+                "key {key}, retry {n}: gap {gap}s outside [{lo}, {hi}]"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_resets_the_back_off() {
+    let q = queue::<u8>(1, policy(secs(1), secs(60), 0.0));
+    q.enqueue(1);
+    // Retry, Retry, RequeueAfter(10s) (a success), Retry, Retry, then done.
+    let log = run_for(&q, secs(60), |_, n| match n {
+        1 | 2 | 4 | 5 => TaskOutcome::Retry,
+        3 => TaskOutcome::RequeueAfter(secs(10)),
+        _ => TaskOutcome::Done,
+    })
+    .await;
+    assert_eq!(times_of(&log, &1), [0, 1, 3, 13, 14, 16].map(secs));
+    assert_eq!(q.stats().keys(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_event_runs_a_backing_off_key_now_and_keeps_its_back_off() {
+    let q = queue::<u8>(1, policy(secs(100), secs(1000), 0.0));
+    q.enqueue(1);
+    let producer = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            sleep(secs(5)).await;
+            assert_eq!(q.enqueue(1), Enqueued::Advanced);
+        })
+    };
+    let log = run_for(&q, secs(400), |_, n| {
+        if n <= 2 {
+            TaskOutcome::Retry
+        } else {
+            TaskOutcome::Done
+        }
+    })
+    .await;
+    if let Err(e) = producer.await {
+        panic!("{e}");
+    }
+    // 0: fail (back-off 100 s) · 5: event runs it now, fails again (back-off 200 s) · 205: done.
+    assert_eq!(times_of(&log, &1), [0, 5, 205].map(secs));
+}
+
+#[tokio::test(start_paused = true)]
+async fn later_enqueues_never_postpone_and_earlier_ones_advance() {
+    let q = queue::<u8>(1, BackOffPolicy::default());
+    assert_eq!(q.enqueue_after(1, secs(10)), Enqueued::Added);
+    assert_eq!(q.enqueue_after(1, secs(50)), Enqueued::Unchanged);
+    assert_eq!(q.enqueue_after(2, secs(30)), Enqueued::Added);
+    assert_eq!(q.enqueue_after(2, secs(20)), Enqueued::Advanced);
+    let at = Instant::now() + secs(25);
+    assert_eq!(q.enqueue_at(3, at), Enqueued::Added);
+    let log = run_for(&q, secs(60), |_, _| TaskOutcome::Done).await;
+    let all: Vec<_> = lock(&log).clone();
+    assert_eq!(all, [(1, secs(10)), (2, secs(20)), (3, secs(25))]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requeue_after_runs_again_after_the_delay() {
+    let q = queue::<u8>(1, BackOffPolicy::default());
+    q.enqueue(1);
+    let log = run_for(&q, secs(100), |_, n| {
+        if n < 4 {
+            TaskOutcome::RequeueAfter(secs(30))
+        } else {
+            TaskOutcome::Done
+        }
+    })
+    .await;
+    assert_eq!(times_of(&log, &1), [0, 30, 60, 90].map(secs));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_enqueue_during_a_run_reruns_once_after_it_never_alongside() {
+    let q = queue::<u8>(4, BackOffPolicy::default());
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let max_in_flight = Arc::new(AtomicU64::new(0));
+    let log = starts();
+    let t0 = Instant::now();
+    q.enqueue(1);
+    let runner = {
+        let (q, log, in_flight, max_in_flight) = (
+            q.clone(),
+            Arc::clone(&log),
+            Arc::clone(&in_flight),
+            Arc::clone(&max_in_flight),
+        );
+        tokio::spawn(async move {
+            q.run(move |key| {
+                let (log, in_flight, max_in_flight) = (
+                    Arc::clone(&log),
+                    Arc::clone(&in_flight),
+                    Arc::clone(&max_in_flight),
+                );
+                async move {
+                    lock(&log).push((key, t0.elapsed()));
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_in_flight.fetch_max(now, Ordering::SeqCst);
+                    sleep(secs(10)).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    TaskOutcome::Done
+                }
+            })
+            .await;
+        })
+    };
+    sleep(secs(1)).await;
+    assert_eq!(q.enqueue(1), Enqueued::Rerun);
+    for _ in 0..5 {
+        assert_eq!(q.enqueue(1), Enqueued::Unchanged);
+    }
+    assert_eq!(q.stats().rerun_marked, 1);
+    sleep(secs(60)).await;
+    q.shutdown();
+    if let Err(e) = runner.await {
+        panic!("{e}");
+    }
+    assert_eq!(times_of(&log, &1), [secs(0), secs(10)]);
+    assert_eq!(max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_is_bounded() {
+    let q = queue::<u32>(3, BackOffPolicy::default());
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let max_in_flight = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    for key in 0..20 {
+        q.enqueue(key);
+    }
+    let t0 = Instant::now();
+    let (q2, f, m, d) = (
+        q.clone(),
+        Arc::clone(&in_flight),
+        Arc::clone(&max_in_flight),
+        Arc::clone(&done),
+    );
+    q.run(move |_key| {
+        let (q, f, m, d) = (q2.clone(), Arc::clone(&f), Arc::clone(&m), Arc::clone(&d));
+        async move {
+            let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            assert!(q.stats().running <= 3);
+            sleep(secs(1)).await;
+            f.fetch_sub(1, Ordering::SeqCst);
+            if d.fetch_add(1, Ordering::SeqCst) + 1 == 20 {
+                q.shutdown();
+            }
+            TaskOutcome::Done
+        }
+    })
+    .await;
+    assert_eq!(max_in_flight.load(Ordering::SeqCst), 3);
+    assert_eq!(t0.elapsed(), secs(7), "20 one-second runs, 3 at a time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_dispatch_and_waits_for_running_tasks() {
+    let q = queue::<u32>(2, BackOffPolicy::default());
+    for key in 0..10 {
+        q.enqueue(key);
+    }
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    let runner = {
+        let (q, finished) = (q.clone(), Arc::clone(&finished));
+        tokio::spawn(async move {
+            q.run(move |key| {
+                let finished = Arc::clone(&finished);
+                async move {
+                    sleep(secs(5)).await;
+                    lock(&finished).push((key, t0.elapsed()));
+                    TaskOutcome::Done
+                }
+            })
+            .await;
+            t0.elapsed()
+        })
+    };
+    sleep(secs(1)).await;
+    q.shutdown();
+    let returned_at = match runner.await {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(returned_at, secs(5), "run returns when the running tasks end");
+    assert_eq!(*lock(&finished), [(0, secs(5)), (1, secs(5))]);
+    let stats = q.stats();
+    assert!(stats.shut_down);
+    assert_eq!((stats.ready, stats.running), (8, 0), "pending keys are kept");
+    assert!(q.acquire().await.is_none());
+    q.enqueue(99);
+    assert!(q.contains(&99), "enqueues after shutdown are recorded");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_worker_is_a_failure_not_a_crash() {
+    let q = queue::<&str>(1, policy(secs(1), secs(1), 0.0));
+    q.enqueue("bomb");
+    q.enqueue("fine");
+    let log = run_for(&q, ms(2500), |key, n| {
+        if *key == "bomb" && n < 3 {
+            panic!("worker bug");
+        }
+        TaskOutcome::Done
+    })
+    .await;
+    assert_eq!(times_of(&log, &"bomb"), [0, 1, 2].map(secs));
+    assert_eq!(times_of(&log, &"fine"), [secs(0)]);
+    assert_eq!(q.stats().failures_total, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_lease_counts_as_a_failure() {
+    let q = queue::<u8>(1, policy(secs(2), secs(2), 0.0));
+    q.enqueue(1);
+    let Some(lease) = q.acquire().await else {
+        panic!("shut down")
+    };
+    assert_eq!((lease.key(), lease.retries()), (&1, 0));
+    drop(lease);
+    let stats = q.stats();
+    assert_eq!((stats.delayed, stats.failing, stats.running), (1, 1, 0));
+    let t0 = Instant::now();
+    let Some(lease) = q.acquire().await else {
+        panic!("shut down")
+    };
+    assert_eq!(t0.elapsed(), secs(2));
+    assert_eq!(lease.retries(), 1);
+    lease.complete(TaskOutcome::Done);
+    assert_eq!(q.stats().keys(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn remove_drops_a_pending_key_but_not_a_running_one() {
+    let q = queue::<u8>(2, BackOffPolicy::default());
+    q.enqueue(1);
+    q.enqueue_after(2, secs(5));
+    let Some(lease) = q.acquire().await else {
+        panic!("shut down")
+    };
+    assert!(!q.remove(&1), "running");
+    assert!(q.remove(&2));
+    assert!(!q.remove(&2));
+    lease.complete(TaskOutcome::Done);
+    assert_eq!(q.stats().keys(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_pull_consumers_share_the_bound_and_the_timers() {
+    // Two consumers asleep on a far timer; two nearer keys must both be picked up on time.
+    let q = queue::<u8>(2, BackOffPolicy::default());
+    q.enqueue_after(9, secs(1000));
+    let t0 = Instant::now();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut consumers = Vec::new();
+    for _ in 0..2 {
+        let (q, got) = (q.clone(), Arc::clone(&got));
+        consumers.push(tokio::spawn(async move {
+            while let Some(lease) = q.acquire().await {
+                lock(&got).push((*lease.key(), t0.elapsed()));
+                sleep(secs(100)).await;
+                lease.complete(TaskOutcome::Done);
+            }
+        }));
+    }
+    sleep(secs(1)).await;
+    q.enqueue_after(1, secs(1));
+    q.enqueue_after(2, secs(2));
+    sleep(secs(10)).await;
+    q.shutdown();
+    for c in consumers {
+        if let Err(e) = c.await {
+            panic!("{e}");
+        }
+    }
+    assert_eq!(*lock(&got), [(1, secs(2)), (2, secs(3))]);
+}
+
+/// Random producers and a random worker; checks the queue's invariants on the whole history.
+#[tokio::test(start_paused = true)]
+async fn invariants_hold_under_concurrent_producers() {
+    const KEYS: u32 = 40;
+    const PRODUCERS: u64 = 8;
+    const MAX_CONCURRENT: usize = 4;
+    let jitter = 0.2;
+    let backoff = policy(ms(100), secs(2), jitter);
+    let q = queue::<u32>(MAX_CONCURRENT, backoff);
+
+    #[derive(Clone, Copy, Debug)]
+    struct EnqueueRec {
+        seq: u64,
+        due: Instant,
+    }
+    #[derive(Clone, Copy, Debug)]
+    struct RunRec {
+        start_seq: u64,
+        start: Instant,
+        end: Instant,
+        failed: bool,
+    }
+    #[derive(Default)]
+    struct History {
+        enqueues: HashMap<u32, Vec<EnqueueRec>>,
+        runs: HashMap<u32, Vec<RunRec>>,
+        in_flight: HashSet<u32>,
+        overlaps: Vec<u32>,
+        max_in_flight: usize,
+    }
+    let history = Arc::new(Mutex::new(History::default()));
+    let seq = Arc::new(AtomicU64::new(0));
+
+    let runner = {
+        let (q, history, seq) = (q.clone(), Arc::clone(&history), Arc::clone(&seq));
+        tokio::spawn(async move {
+            q.run(move |key: u32| {
+                let (history, seq) = (Arc::clone(&history), Arc::clone(&seq));
+                async move {
+                    let start_seq = seq.fetch_add(1, Ordering::SeqCst);
+                    let start = Instant::now();
+                    let n = {
+                        let mut h = lock(&history);
+                        if !h.in_flight.insert(key) {
+                            h.overlaps.push(key);
+                        }
+                        h.max_in_flight = h.max_in_flight.max(h.in_flight.len());
+                        h.runs.get(&key).map_or(0, Vec::len) as u64
+                    };
+                    let mut rng = SmallRng::seed_from_u64(u64::from(key) * 1000 + n);
+                    sleep(ms(rng.random_range(0..30))).await;
+                    // Fail 40% of runs, but never more than 4 times in a row.
+                    let streak = {
+                        let h = lock(&history);
+                        h.runs
+                            .get(&key)
+                            .map_or(0, |r| r.iter().rev().take_while(|r| r.failed).count())
+                    };
+                    let failed = streak < 4 && rng.random_range(0..10) < 4;
+                    let mut h = lock(&history);
+                    h.in_flight.remove(&key);
+                    h.runs.entry(key).or_default().push(RunRec {
+                        start_seq,
+                        start,
+                        end: Instant::now(),
+                        failed,
+                    });
+                    if failed {
+                        TaskOutcome::Retry
+                    } else {
+                        TaskOutcome::Done
+                    }
+                }
+            })
+            .await;
+        })
+    };
+
+    let mut producers = Vec::new();
+    for p in 0..PRODUCERS {
+        let (q, history, seq) = (q.clone(), Arc::clone(&history), Arc::clone(&seq));
+        producers.push(tokio::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(p);
+            for _ in 0..150 {
+                let key = rng.random_range(0..KEYS);
+                let delay = if rng.random_range(0..10) < 3 {
+                    ms(rng.random_range(1..3000))
+                } else {
+                    Duration::ZERO
+                };
+                let s = seq.fetch_add(1, Ordering::SeqCst);
+                let due = Instant::now() + delay;
+                q.enqueue_after(key, delay);
+                lock(&history)
+                    .enqueues
+                    .entry(key)
+                    .or_default()
+                    .push(EnqueueRec { seq: s, due });
+                sleep(ms(rng.random_range(0..40))).await;
+            }
+        }));
+    }
+    for p in producers {
+        if let Err(e) = p.await {
+            panic!("{e}");
+        }
+    }
+    // Long enough for every back-off (at most 4 failures in a row, each <= 2.4 s) to play out.
+    sleep(secs(120)).await;
+    let stats = q.stats();
+    q.shutdown();
+    if let Err(e) = runner.await {
+        panic!("{e}");
+    }
+
+    let h = lock(&history);
+    assert!(h.overlaps.is_empty(), "keys ran twice at once: {:?}", h.overlaps);
+    assert!(h.max_in_flight <= MAX_CONCURRENT);
+    assert_eq!(stats.keys(), 0, "everything ran to completion: {stats:?}");
+    let mut total_runs = 0;
+    for (key, enqueues) in &h.enqueues {
+        let runs = h.runs.get(key).map_or(&[][..], Vec::as_slice);
+        total_runs += runs.len();
+        // No task lost: every enqueue is followed by a run that started after it.
+        for e in enqueues {
+            assert!(
+                runs.iter().any(|r| r.start_seq > e.seq),
+                "key {key}: enqueue #{} never ran",
+                e.seq
+            );
+        }
+        // De-duplication: each run is paid for by an enqueue or a failure.
+        let failures = runs.iter().filter(|r| r.failed).count();
+        assert!(runs.len() <= enqueues.len() + failures, "key {key}");
+        // A failed key comes back after its back-off, not before, unless an enqueue asked.
+        let mut streak = 0u32;
+        for pair in runs.windows(2) {
+            let (prev, next) = (pair[0], pair[1]);
+            if !prev.failed {
+                streak = 0;
+                continue;
+            }
+            streak += 1;
+            let asked = enqueues
+                .iter()
+                .any(|e| e.seq > prev.start_seq && e.seq < next.start_seq && e.due <= next.start);
+            if asked {
+                continue;
+            }
+            let nominal = (0.1 * 2f64.powi(streak as i32 - 1)).min(2.0);
+            let gap = (next.start - prev.end).as_secs_f64();
+            assert!(
+                gap >= nominal * (1.0 - jitter) - 1e-3,
+                "key {key}: retry {streak} came back after {gap}s, back-off is {nominal}s ±{jitter}"
+            );
+        }
+    }
+    assert!(total_runs > 300, "the test exercised the queue ({total_runs} runs)");
+    assert!(stats.dispatched_total as usize == total_runs);
+}
