@@ -36,8 +36,8 @@ fn spawner() -> std::io::Result<&'static mpsc::Sender<SpawnRequest>> {
             .spawn(move || {
                 for request in rx {
                     let mut command = request.command;
-                    // The requester may have given up waiting; the child is then killed by
-                    // its `Child` being dropped... which std does not do, so kill it here.
+                    // If the requester is gone, nobody would ever kill this child (dropping
+                    // a `Child` does not), so do it here.
                     if let Err(std::sync::mpsc::SendError(Ok(mut child))) =
                         request.reply.send(command.spawn())
                     {
@@ -140,7 +140,8 @@ impl ManagedProcess {
             .map_err(|e| Error::io(format!("opening {}", pid_file.display()), e))?;
         writeln!(pids, "{}", process.pid())
             .map_err(|e| Error::io(format!("writing {}", pid_file.display()), e))?;
-        // Drop the handle early on failure is done by `process` going out of scope.
+        // A binary that cannot run at all (wrong architecture, bad flags) fails right here,
+        // with its log, instead of at the first readiness probe.
         process.check_running()?;
         Ok(process)
     }

@@ -599,7 +599,7 @@ pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
 /// What the simulated kubelet does next with a Pod on its Node.
 enum Next {
     /// Write this status, then look again after the duration, if any.
-    Write(PodStatus, Option<Duration>),
+    Write(Box<PodStatus>, Option<Duration>),
     /// Nothing to write yet; look again after the duration.
     Wait(Duration),
     /// The Pod stays as it is until it changes.
@@ -675,7 +675,12 @@ enum Outcome {
     Failed,
 }
 
-fn build_status(pod: &Pod, outcome: Outcome, start: &Time, pod_ip: Option<String>) -> PodStatus {
+fn build_status(
+    pod: &Pod,
+    outcome: Outcome,
+    start: &Time,
+    pod_ip: Option<String>,
+) -> Box<PodStatus> {
     let now = Time(jiff::Timestamp::now());
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
@@ -767,7 +772,7 @@ fn build_status(pod: &Pod, outcome: Outcome, start: &Time, pod_ip: Option<String
         Outcome::Failed => "Failed",
         _ => "Running",
     };
-    PodStatus {
+    Box::new(PodStatus {
         phase: Some(phase.to_string()),
         conditions: Some(vec![
             condition("Initialized", true),
@@ -782,7 +787,7 @@ fn build_status(pod: &Pod, outcome: Outcome, start: &Time, pod_ip: Option<String
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ..Default::default()
-    }
+    })
 }
 
 fn terminated(exit_code: i32, reason: &str, start: &Time, end: &Time) -> ContainerState {
