@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+pub mod cli;
 pub mod cluster;
 pub mod component;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod controller;
 pub mod dag;
 mod dump;
 pub mod error;
+pub mod logging;
 pub mod object;
 pub mod patch;
 pub mod progress;

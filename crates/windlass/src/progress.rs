@@ -104,22 +104,22 @@ impl Observer for Quiet {
 /// Log the event with `tracing`, then hand it to the observer.
 pub(crate) fn emit(observer: &dyn Observer, event: Event) {
     match &event {
-        Event::ReconcileStarted { cr, id } => tracing::info!(%cr, id, "reconcile started"),
+        Event::ReconcileStarted { cr, id } => tracing::debug!(%cr, id, "reconcile started"),
         Event::PhaseStarted(phase) => tracing::debug!(%phase, "phase started"),
         Event::Deployed {
             component,
             applied,
             unchanged,
-        } => tracing::info!(
+        } => tracing::debug!(
             component,
             applied = applied.len(),
             unchanged = unchanged.len(),
             "component deployed"
         ),
         Event::Disabled { component, deleted } => {
-            tracing::info!(component, deleted = deleted.len(), "component disabled")
+            tracing::debug!(component, deleted = deleted.len(), "component disabled")
         }
-        Event::Verified { component, ok } => tracing::info!(component, ok, "component verified"),
+        Event::Verified { component, ok } => tracing::debug!(component, ok, "component verified"),
         Event::Halted {
             component,
             phase,
@@ -138,7 +138,7 @@ pub(crate) fn emit(observer: &dyn Observer, event: Event) {
             updating,
             written,
         } => {
-            tracing::info!(ready, updating, written, "status")
+            tracing::debug!(ready, updating, written, "status")
         }
     }
     observer.event(&event);

@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::annotations;
 use crate::cluster::Cluster;
 use crate::config::LibraryConfig;
-use crate::controller::{Controller, PrimaryResource, Requeue};
+use crate::controller::{Components, Controller, PrimaryResource, Requeue};
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
@@ -204,26 +204,15 @@ impl<C: Controller> Reconciler<C> {
         .await
     }
 
-    async fn run(
+    /// The session of one reconcile of the CR `manifest` (steps 2 and 3 of the pipeline).
+    async fn session(
         &self,
         id: &str,
         cr: &ObjectRef,
         manifest: &Value,
-    ) -> std::result::Result<(Outcome, CompletionState), Failure> {
-        let controller = self.controller.as_ref();
+    ) -> Result<Session<C::Resource>> {
         let library = &self.library;
-        let finalizing = manifest.is_terminating();
-        let finalizer = controller.finalizer();
-        if finalizing
-            && !finalizer
-                .as_deref()
-                .is_some_and(|f| manifest.finalizers().contains(&f))
-        {
-            // Being deleted, and nothing of ours holds it: nothing to do.
-            return Ok((Outcome::Done, CompletionState::default()));
-        }
-
-        let mut merged = controller.cr_defaults();
+        let mut merged = self.controller.cr_defaults();
         merge(&mut merged, manifest.clone());
         let typed: C::Resource = serde_path_to_error::deserialize(&merged).map_err(|e| {
             Error::config(format!(
@@ -243,15 +232,14 @@ impl<C: Controller> Reconciler<C> {
                 return Err(Error::config(format!(
                     "unsupported version {version}: this operator supports {}",
                     library.supported_versions.join(", ")
-                ))
-                .into());
+                )));
             }
         }
         let config = self.backend_config(cr, manifest).await?;
         let temporary_patches = self.temporary_patches(cr, manifest).await?;
         let status = manifest.get("status").cloned().unwrap_or(Value::Null);
         let current_version = reconciled_version(&status).map(str::to_string);
-        let session = Session {
+        Ok(Session {
             id: id.to_string(),
             cr: typed,
             manifest: merged,
@@ -263,7 +251,43 @@ impl<C: Controller> Reconciler<C> {
             version,
             current_version,
             observer: self.observer.clone(),
-        };
+        })
+    }
+
+    /// The component graph the controller would roll out for the CR now, e.g. to draw it.
+    pub async fn components(&self, cr: &ObjectRef) -> Result<Components<C::Resource>> {
+        let manifest = self
+            .cluster
+            .get(cr)
+            .await?
+            .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
+        let session = self.session(&reconcile_id(), cr, &manifest).await?;
+        if manifest.is_terminating() {
+            self.controller.finalize_components(&session)
+        } else {
+            self.controller.components(&session)
+        }
+    }
+
+    async fn run(
+        &self,
+        id: &str,
+        cr: &ObjectRef,
+        manifest: &Value,
+    ) -> std::result::Result<(Outcome, CompletionState), Failure> {
+        let controller = self.controller.as_ref();
+        let library = &self.library;
+        let finalizing = manifest.is_terminating();
+        let finalizer = controller.finalizer();
+        if finalizing
+            && !finalizer
+                .as_deref()
+                .is_some_and(|f| manifest.finalizers().contains(&f))
+        {
+            // Being deleted, and nothing of ours holds it: nothing to do.
+            return Ok((Outcome::Done, CompletionState::default()));
+        }
+        let session = self.session(id, cr, manifest).await?;
 
         if let Some(finalizer) = &finalizer
             && !finalizing

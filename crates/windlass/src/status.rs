@@ -15,13 +15,67 @@
 //! wrote `lastTransactionTime` and refreshed it on every change, quirk Q11). Each written
 //! condition records the `observedGeneration` it describes.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
 use crate::error::Error;
+
+/// The status type of a windlass-managed CR: `#[kube(status = "windlass::status::Status")]`.
+///
+/// windlass writes the status as JSON, so this type only has to carry it and to tell the
+/// CRD schema that its fields are windlass's to choose (`x-kubernetes-preserve-unknown-fields`).
+///
+/// ```
+/// # use serde_json::json;
+/// let status: windlass::status::Status = serde_json::from_value(json!({
+///     "conditions": [{"type": "Ready", "status": "True", "reason": "Stable"}],
+///     "versions": {"reconciled": "1.0"}})).unwrap();
+/// assert!(status.is_ready());
+/// assert_eq!(status.reconciled_version(), Some("1.0"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Status(pub Map<String, Value>);
+
+impl Status {
+    /// Whether the `Ready` condition is true.
+    pub fn is_ready(&self) -> bool {
+        self.condition(READY).is_some_and(|c| c["status"] == "True")
+    }
+    /// The condition of a type, if present.
+    pub fn condition(&self, condition_type: &str) -> Option<&Value> {
+        self.0
+            .get("conditions")?
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == condition_type)
+    }
+    /// `versions.reconciled`.
+    pub fn reconciled_version(&self) -> Option<&str> {
+        self.0.get("versions")?.get("reconciled")?.as_str()
+    }
+}
+
+impl schemars::JsonSchema for Status {
+    fn schema_name() -> Cow<'static, str> {
+        "WindlassStatus".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "Written by windlass: Ready and Updating conditions, componentStatus, versions.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
 
 /// The `Ready` condition type.
 pub const READY: &str = "Ready";

@@ -1,1 +1,5 @@
-fn main() {}
+//! The webapp operator's binary: everything is in the library; windlass gives it its CLI.
+
+fn main() -> std::process::ExitCode {
+    windlass::cli::main(webapp_operator::WebAppController)
+}

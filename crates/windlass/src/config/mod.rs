@@ -24,7 +24,7 @@
 //! configuration loads; the README's feature table says which ones have no effect.
 
 mod duration;
-mod layers;
+pub mod layers;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,0 +1,550 @@
+//! The operator binary's command line, from one call: [`main`].
+//!
+//! ```text
+//! <kind>-operator run --dry-run [PATH…] [-r DIR]   reconcile CR manifests on the in-memory cluster
+//! <kind>-operator graph CR.yaml [--format dot]      draw the component graph (Mermaid or DOT)
+//! <kind>-operator crds                              print the CRD as YAML
+//! ```
+//!
+//! Every subcommand takes the library configuration as flags (`--<dotted.key>[=value]`,
+//! with `-` accepted for `_`), on top of the environment (`UPPER_SNAKE` keys) and an
+//! optional `--config FILE` (F2, F3). As in oper8, a command line that does not start with
+//! a subcommand is a `run` (F1).
+//!
+//! ```no_run
+//! # struct MyController;
+//! # #[windlass::async_trait] impl windlass::controller::Controller for MyController {
+//! #   type Resource = windlass::testing::Widget;
+//! #   fn components(&self, _: &windlass::session::Session<Self::Resource>) -> windlass::Result<windlass::controller::Components<Self::Resource>> { Ok(Default::default()) }
+//! # }
+//! fn main() -> std::process::ExitCode {
+//!     windlass::cli::main(MyController)
+//! }
+//! ```
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use kube::CustomResourceExt;
+use serde_json::Value;
+
+use crate::cluster::{Cluster, MemoryCluster, Scope, WriteMethod};
+use crate::config::layers::{LeafKind, env_name};
+use crate::config::{Layers, LibraryConfig};
+use crate::controller::Controller;
+use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::progress::{Event, Observer};
+use crate::reconcile::{Outcome, Reconciler};
+
+const SUBCOMMANDS: [&str; 3] = ["run", "graph", "crds"];
+
+/// Where the CLI writes its output: standard output, or a buffer in tests.
+#[derive(Clone)]
+pub struct Output(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl Output {
+    /// Standard output.
+    pub fn stdout() -> Self {
+        Output(Arc::new(Mutex::new(Box::new(std::io::stdout()))))
+    }
+
+    /// An in-memory buffer, and a handle to read it.
+    pub fn buffer() -> (Self, Arc<Mutex<Vec<u8>>>) {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        (
+            Output(Arc::new(Mutex::new(Box::new(SharedBuffer(buffer.clone()))))),
+            buffer,
+        )
+    }
+
+    fn line(&self, text: impl AsRef<str>) {
+        if let Ok(mut out) = self.0.lock() {
+            // Output is best effort: a closed pipe must not crash the operator.
+            let _ = writeln!(out, "{}", text.as_ref());
+            let _ = out.flush();
+        }
+    }
+}
+
+struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("buffer poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Parse the process's arguments and run the subcommand on a new tokio runtime.
+pub fn main<C: Controller>(controller: C) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(controller, std::env::args_os(), Output::stdout()))
+}
+
+/// Run the command line `args` (the first being the program name), writing to `out`.
+pub async fn run<C, I, T>(controller: C, args: I, out: Output) -> ExitCode
+where
+    C: Controller,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // F1: no subcommand means `run`.
+    if let Some(first) = args.get(1).and_then(|a| a.to_str())
+        && !SUBCOMMANDS.contains(&first)
+        && !["help", "-h", "--help", "-V", "--version"].contains(&first)
+    {
+        args.insert(1, "run".into());
+    }
+    let matches = match command::<C>().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let config = match library_config(&matches) {
+        Ok(c) => c,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    crate::logging::init(&config);
+    match matches.subcommand() {
+        Some(("run", sub)) => run_command(controller, config, sub, out).await,
+        Some(("graph", sub)) => graph_command(controller, config, sub, out).await,
+        Some(("crds", _)) => match serde_saphyr::to_string(&C::Resource::crd()) {
+            Ok(yaml) => {
+                out.line(format!("---\n{}", yaml.trim_end()));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cannot render the CRD: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        _ => ExitCode::from(2),
+    }
+}
+
+fn command<C: Controller>() -> Command {
+    use kube::Resource as _;
+    let kind = C::Resource::kind(&());
+    let group = C::Resource::group(&());
+    let mut cmd = Command::new(format!("{}-operator", kind.to_lowercase()))
+        .about(format!("The {kind}.{group} operator, built with windlass."))
+        .subcommand_required(true)
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .global(true)
+                .value_name("FILE")
+                .help("A YAML file of library configuration, under environment and flags"),
+        )
+        .subcommand(
+            Command::new("run")
+                .about("Reconcile CRs. With --dry-run: on the in-memory cluster, printing the rollout and the final status")
+                .arg(Arg::new("manifests").num_args(0..).value_name("PATH").help("CR manifests: YAML files or directories of them"))
+                .arg(Arg::new("cr").short('c').long("cr").action(ArgAction::Append).value_name("FILE").help("A CR manifest (same as a PATH)"))
+                .arg(Arg::new("resource_dir").short('r').long("resource-dir").value_name("DIR").help("Objects that already exist in the cluster (dry-run)")),
+        )
+        .subcommand(
+            Command::new("graph")
+                .about("Print the component graph the controller builds for a CR")
+                .arg(Arg::new("cr").required(true).value_name("CR").help("A CR manifest"))
+                .arg(Arg::new("format").long("format").value_parser(["mermaid", "dot"]).default_value("mermaid")),
+        )
+        .subcommand(Command::new("crds").about("Print the CustomResourceDefinition as YAML"));
+    for (path, kind) in Layers::leaves() {
+        let mut arg = Arg::new(path.clone())
+            .long(path.clone())
+            .global(true)
+            .help_heading("Library configuration")
+            .help(format!("(env {})", env_name(&path)));
+        if path.contains('_') {
+            arg = arg.alias(path.replace('_', "-"));
+        }
+        arg = match kind {
+            LeafKind::Bool => arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .value_name("BOOL"),
+            LeafKind::List => arg
+                .action(ArgAction::Append)
+                .value_delimiter(',')
+                .value_name("A,B"),
+            LeafKind::Scalar => arg.num_args(1).value_name("VALUE"),
+        };
+        cmd = cmd.arg(arg);
+    }
+    cmd
+}
+
+/// Defaults ← `--config` YAML ← environment ← flags.
+fn library_config(matches: &ArgMatches) -> Result<LibraryConfig, String> {
+    let sub = matches.subcommand().map(|(_, m)| m);
+    let get = |id: &str| -> Option<Vec<String>> {
+        [Some(matches), sub].into_iter().flatten().find_map(|m| {
+            (m.value_source(id) == Some(ValueSource::CommandLine)).then(|| {
+                m.get_many::<String>(id)
+                    .map(|v| v.cloned().collect())
+                    .unwrap_or_default()
+            })
+        })
+    };
+    let mut layers = Layers::new();
+    if let Some(file) = get("config").and_then(|v| v.into_iter().next()) {
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("--config {file}: {e}"))?;
+        layers = layers.yaml(&text).map_err(|e| e.to_string())?;
+    }
+    let flags: Vec<(String, Vec<String>)> = Layers::leaves()
+        .into_iter()
+        .filter_map(|(path, _)| get(&path).map(|values| (path, values)))
+        .collect();
+    layers
+        .process_env()
+        .flag_values(flags)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+async fn run_command<C: Controller>(
+    controller: C,
+    config: LibraryConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    if !config.dry_run {
+        eprintln!(
+            "this windlass build reconciles on the in-memory cluster only: pass --dry-run \
+             (the live-cluster runtime is not part of this release)"
+        );
+        return ExitCode::from(2);
+    }
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for id in ["manifests", "cr"] {
+        paths.extend(
+            matches
+                .get_many::<String>(id)
+                .into_iter()
+                .flatten()
+                .map(PathBuf::from),
+        );
+    }
+    let memory = Arc::new(MemoryCluster::new());
+    let crd = C::Resource::crd();
+    memory.register_crd(&crd);
+    if let Ok(crd) = serde_json::to_value(&crd)
+        && let Err(e) = memory.load([crd])
+    {
+        eprintln!("cannot install the CRD in the in-memory cluster: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(dir) = matches.get_one::<String>("resource_dir") {
+        let loaded = read_manifests(Path::new(dir), true).and_then(|docs| {
+            memory
+                .load(docs.into_iter().map(|(_, d)| d))
+                .map_err(|e| format!("{dir}: {e}"))
+        });
+        if let Err(e) = loaded {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    }
+    let mut docs = Vec::new();
+    for path in &paths {
+        match read_manifests(path, false) {
+            Ok(found) => docs.extend(found),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if docs.is_empty() {
+        eprintln!("no CR manifests given: run --dry-run <file.yaml | directory>…");
+        return ExitCode::from(2);
+    }
+
+    let target = {
+        use kube::Resource as _;
+        TypeRef::new(C::Resource::api_version(&()), C::Resource::kind(&()))
+    };
+    let mut crs = Vec::new();
+    let mut ok = true;
+    for (source, doc) in docs {
+        match store(&memory, doc).await {
+            Ok(stored)
+                if stored.kind() == Some(target.kind.as_str())
+                    && stored.api_version() == Some(target.api_version.as_str()) =>
+            {
+                if let Ok(r) = ObjectRef::from_manifest(&stored) {
+                    crs.push(r);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ok = false;
+                out.line(format!("✗ {}: {e}", source.display()));
+            }
+        }
+    }
+
+    let reconciler = Reconciler::new(controller, memory.clone(), config)
+        .with_observer(Printer { out: out.clone() });
+    for cr in crs {
+        let report = reconciler.reconcile(&cr).await;
+        match (&report.outcome, &report.error) {
+            (Outcome::Done, _) => out.line("  outcome: done"),
+            (Outcome::RequeueAfter(d), _) => {
+                out.line(format!("  outcome: requeue after {}s", d.as_secs()))
+            }
+            (Outcome::Retry, Some(e)) => out.line(format!("  outcome: retry with back-off ({e})")),
+            (Outcome::Retry, None) => out.line("  outcome: retry with back-off"),
+        }
+        ok &= report.error.is_none();
+        if let Ok(Some(live)) = memory.get(&cr).await {
+            out.line(format!("{} {} status:", cr.kind, cr.name));
+            let status = live.get("status").cloned().unwrap_or(Value::Null);
+            match serde_saphyr::to_string(&status) {
+                Ok(yaml) => yaml.lines().for_each(|l| out.line(format!("  {l}"))),
+                Err(e) => out.line(format!("  (cannot print the status: {e})")),
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Store one manifest as a user would: namespaced objects default to `default`, and the
+/// namespace is created when it does not exist yet.
+async fn store(memory: &MemoryCluster, mut doc: Value) -> Result<Value, String> {
+    let type_ref = TypeRef::new(
+        doc.api_version().ok_or("no apiVersion")?,
+        doc.kind().ok_or("no kind")?,
+    );
+    if memory.scope(&type_ref).await.map_err(|e| e.to_string())? == Scope::Namespaced {
+        let namespace = doc.namespace().unwrap_or("default").to_string();
+        doc.metadata_mut()
+            .insert("namespace".into(), Value::String(namespace.clone()));
+        memory
+            .create_namespace(&namespace)
+            .map_err(|e| e.to_string())?;
+    }
+    memory
+        .apply(&doc, WriteMethod::Update)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Every YAML document in a file, or in the `*.yaml`/`*.yml` files directly in a
+/// directory (F6), in file-name order.
+fn read_manifests(path: &Path, must_be_dir: bool) -> Result<Vec<(PathBuf, Value)>, String> {
+    let files = if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+            })
+            .collect();
+        files.sort();
+        files
+    } else if must_be_dir {
+        return Err(format!("{}: not a directory", path.display()));
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut docs = Vec::new();
+    for file in files {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .map_err(|e| format!("{}: not YAML: {e}", file.display()))?;
+        for doc in parsed.into_iter().filter(|d| !d.is_null()) {
+            if !doc.is_object() {
+                return Err(format!(
+                    "{}: a manifest must be a map, got {doc}",
+                    file.display()
+                ));
+            }
+            docs.push((file.clone(), doc));
+        }
+    }
+    Ok(docs)
+}
+
+async fn graph_command<C: Controller>(
+    controller: C,
+    config: LibraryConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let Some(path) = matches.get_one::<String>("cr") else {
+        return ExitCode::from(2);
+    };
+    let memory = Arc::new(MemoryCluster::new());
+    memory.register_crd(&C::Resource::crd());
+    let doc = match read_manifests(Path::new(path), false).map(|d| d.into_iter().next()) {
+        Ok(Some((_, doc))) => doc,
+        Ok(None) => {
+            eprintln!("{path}: no manifest");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let stored = match store(&memory, doc)
+        .await
+        .and_then(|s| ObjectRef::from_manifest(&s).map_err(|e| e.to_string()))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let reconciler = Reconciler::new(
+        controller,
+        memory,
+        LibraryConfig {
+            dry_run: true,
+            ..config
+        },
+    );
+    match reconciler.components(&stored).await {
+        Ok(graph) => {
+            let text = match matches.get_one::<String>("format").map(String::as_str) {
+                Some("dot") => graph.to_dot(),
+                _ => graph.to_mermaid(),
+            };
+            out.line(text.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints reconcile progress as it happens.
+struct Printer {
+    out: Output,
+}
+
+impl Observer for Printer {
+    fn event(&self, event: &Event) {
+        let short = |refs: &[ObjectRef]| {
+            refs.iter()
+                .map(|r| format!("{}/{}", r.kind, r.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let line = match event {
+            Event::ReconcileStarted { cr, id } => format!(
+                "▶ reconcile {} {}/{} (id {id})",
+                cr.kind,
+                cr.namespace.as_deref().unwrap_or(""),
+                cr.name
+            ),
+            Event::PhaseStarted(phase) => format!("  {phase}"),
+            Event::Deployed {
+                component,
+                applied,
+                unchanged,
+            } => {
+                let mut text = format!("    {component:<14} ");
+                if !applied.is_empty() {
+                    text.push_str(&format!("applied {}", short(applied)));
+                }
+                if !unchanged.is_empty() {
+                    if !applied.is_empty() {
+                        text.push_str("; ");
+                    }
+                    text.push_str(&format!("unchanged {}", short(unchanged)));
+                }
+                if applied.is_empty() && unchanged.is_empty() {
+                    text.push_str("nothing to apply");
+                }
+                text
+            }
+            Event::Disabled { component, deleted } if deleted.is_empty() => {
+                format!("    {component:<14} disabled (nothing to delete)")
+            }
+            Event::Disabled { component, deleted } => {
+                format!("    {component:<14} disabled, deleted {}", short(deleted))
+            }
+            Event::Verified { component, ok } => {
+                format!(
+                    "    {component:<14} {}",
+                    if *ok { "ready" } else { "not ready yet" }
+                )
+            }
+            Event::Halted {
+                component,
+                failure,
+                message,
+                ..
+            } => format!(
+                "    {component:<14} {}{}",
+                if *failure { "FAILED" } else { "waiting" },
+                message
+                    .as_ref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+            Event::Hook {
+                name,
+                passed: false,
+            } => format!("  hook {name} did not pass"),
+            Event::Hook { .. } => return,
+            Event::Status {
+                ready,
+                updating,
+                written,
+            } => format!(
+                "  status Ready={ready}{}{}",
+                if updating.is_empty() {
+                    String::new()
+                } else {
+                    format!(" Updating={updating}")
+                },
+                if *written { "" } else { " (unchanged)" }
+            ),
+        };
+        self.out.line(line);
+    }
+}
