@@ -117,6 +117,8 @@ impl std::fmt::Debug for NodeSimulator {
 
 struct Context {
     client: Client,
+    /// Names of our Nodes, known before the Node store has synced.
+    own_nodes: std::collections::HashSet<String>,
     nodes: Store<Node>,
     pods: Store<Pod>,
     /// Pod uid → Node for bindings not yet seen in `pods`.
@@ -163,6 +165,7 @@ impl NodeSimulator {
             Controller::new(Api::<Pod>::all(client.clone()), watcher::Config::default())
                 .with_config(kube::runtime::controller::Config::default().concurrency(16));
         let context = Arc::new(Context {
+            own_nodes: node_names.iter().cloned().collect(),
             client,
             nodes: node_store,
             pods: controller.store(),
@@ -403,7 +406,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Reconcile
     }
 
     // Only Pods on our Nodes are ours to run.
-    if ctx.nodes.find(|n| n.name_any() == node_name).is_none() {
+    if !ctx.own_nodes.contains(&node_name) {
         return Ok(Action::await_change());
     }
 
