@@ -5,6 +5,7 @@
 //! directory the script builds into.
 
 use std::env;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -67,8 +68,12 @@ impl Assets {
     }
 
     fn from_dir_with_label(dir: &Path, label: &str) -> Result<Assets> {
+        Self::search(dir, label, env::var_os("PATH").as_deref())
+    }
+
+    fn search(dir: &Path, label: &str, path: Option<&OsStr>) -> Result<Assets> {
         let find = |binary: &'static str| -> Result<PathBuf> {
-            find_binary(dir, binary).ok_or_else(|| Error::BinaryNotFound {
+            find_binary(dir, binary, path).ok_or_else(|| Error::BinaryNotFound {
                 binary,
                 searched: format!("{label} ({}), then PATH", dir.display()),
             })
@@ -77,7 +82,7 @@ impl Assets {
             etcd: find("etcd")?,
             kube_apiserver: find("kube-apiserver")?,
             kube_controller_manager: find("kube-controller-manager")?,
-            kubectl: find_binary(dir, "kubectl"),
+            kubectl: find_binary(dir, "kubectl", path),
         })
     }
 }
@@ -100,12 +105,12 @@ fn cache_root() -> PathBuf {
     home.join(".cache").join("windlass")
 }
 
-fn find_binary(dir: &Path, name: &str) -> Option<PathBuf> {
+fn find_binary(dir: &Path, name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
     let candidate = dir.join(name);
     if is_executable(&candidate) {
         return Some(candidate);
     }
-    env::split_paths(&env::var_os("PATH")?)
+    env::split_paths(path?)
         .map(|p| p.join(name))
         .find(|p| is_executable(p))
 }
@@ -115,4 +120,49 @@ fn is_executable(path: &Path) -> bool {
     path.metadata()
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn fake_binary(dir: &Path, name: &str, mode: u32) {
+        let path = dir.join(name);
+        assert!(std::fs::write(&path, "#!/bin/sh\n").is_ok());
+        assert!(std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).is_ok());
+    }
+
+    #[test]
+    fn binaries_come_from_the_directory_then_path() -> std::io::Result<()> {
+        let assets = tempfile::tempdir()?;
+        let on_path = tempfile::tempdir()?;
+        fake_binary(assets.path(), "kube-apiserver", 0o755);
+        fake_binary(assets.path(), "kube-controller-manager", 0o755);
+        fake_binary(assets.path(), "etcd", 0o644); // not executable: ignored
+        fake_binary(on_path.path(), "etcd", 0o755);
+        let found = Assets::search(assets.path(), "test", Some(on_path.path().as_os_str()));
+        let found = found.map_err(|e| std::io::Error::other(e.to_string()))?;
+        assert_eq!(found.kube_apiserver, assets.path().join("kube-apiserver"));
+        assert_eq!(found.etcd, on_path.path().join("etcd"));
+        assert_eq!(found.kubectl, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_binary_names_the_provisioning_script() -> std::io::Result<()> {
+        let empty = tempfile::tempdir()?;
+        match Assets::search(empty.path(), "the cache", Some(empty.path().as_os_str())) {
+            Err(e @ Error::BinaryNotFound { binary: "etcd", .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains("scripts/provision-control-plane.sh"),
+                    "{message}"
+                );
+                assert!(message.contains(ASSETS_ENV), "{message}");
+            }
+            other => panic!("expected BinaryNotFound for etcd, got {other:?}"),
+        }
+        Ok(())
+    }
 }

@@ -245,8 +245,8 @@ done
 cleanup
 "#;
 
-/// Removes the control plane's directory if this process dies without dropping the
-/// [`ControlPlane`](crate::ControlPlane).
+/// Removes the control plane's directory if this process dies without dropping its
+/// `ControlPlane`.
 pub(crate) struct Watchdog {
     child: Child,
 }
