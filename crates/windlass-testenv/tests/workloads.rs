@@ -433,3 +433,125 @@ async fn deleting_a_namespace_removes_its_contents() -> anyhow::Result<()> {
     ensure!(cms.list(&ListParams::default()).await?.items.is_empty());
     Ok(())
 }
+
+fn bare_pod(
+    name: &str,
+    restart_policy: &str,
+    annotations: &BTreeMap<&str, &str>,
+) -> anyhow::Result<Pod> {
+    let mut template = pod_template(name, annotations, restart_policy);
+    template["apiVersion"] = json!("v1");
+    template["kind"] = json!("Pod");
+    template["metadata"]["name"] = json!(name);
+    from_json(template)
+}
+
+fn phase(pod: Option<&Pod>) -> Option<&str> {
+    pod?.status.as_ref()?.phase.as_deref()
+}
+
+#[tokio::test]
+async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
+    use windlass_testenv::{KEEP_RUNNING_ANNOTATION, READY_AFTER_ANNOTATION};
+    let env = TestEnv::shared().await?;
+    let ns = env.namespace("lifecycle").await?;
+    let pods: Api<Pod> = ns.api(env.client()?);
+    let none = BTreeMap::new();
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("completes", "Never", &none)?,
+    )
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &bare_pod(
+            "keeps-running",
+            "Never",
+            &BTreeMap::from([(KEEP_RUNNING_ANNOTATION, "true")]),
+        )?,
+    )
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &bare_pod(
+            "slow",
+            "Always",
+            &BTreeMap::from([(READY_AFTER_ANNOTATION, "3s")]),
+        )?,
+    )
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &bare_pod(
+            "fails",
+            "Never",
+            &BTreeMap::from([(FAIL_ANNOTATION, "true")]),
+        )?,
+    )
+    .await?;
+
+    let slow_running = wait_for(&pods, "slow", TIMEOUT, |p: Option<&Pod>| {
+        phase(p) == Some("Running")
+    })
+    .await?;
+    ensure!(
+        !slow_running.as_ref().is_some_and(is_pod_ready),
+        "not ready before its delay"
+    );
+    let slow_ready = wait_for(&pods, "slow", TIMEOUT, |p: Option<&Pod>| {
+        p.is_some_and(is_pod_ready)
+    })
+    .await?;
+    let started = slow_ready
+        .as_ref()
+        .and_then(|p| p.status.as_ref()?.start_time.clone())
+        .map(|t| t.0);
+    let ready_at = slow_ready
+        .as_ref()
+        .and_then(|p| {
+            p.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .last_transition_time
+                .clone()
+        })
+        .map(|t| t.0);
+    if let (Some(started), Some(ready_at)) = (started, ready_at) {
+        // Times have second precision on the wire.
+        ensure!(
+            ready_at.duration_since(started).as_secs() >= 1,
+            "ready {ready_at} only just after start {started}"
+        );
+    } else {
+        anyhow::bail!("slow pod lacks startTime or Ready transition time: {slow_ready:?}");
+    }
+
+    wait_for(&pods, "completes", TIMEOUT, |p: Option<&Pod>| {
+        phase(p) == Some("Succeeded")
+    })
+    .await?;
+    let failed = wait_for(&pods, "fails", TIMEOUT, |p: Option<&Pod>| {
+        phase(p) == Some("Failed")
+    })
+    .await?;
+    let exit_code = failed
+        .and_then(|p| {
+            p.status?
+                .container_statuses?
+                .first()?
+                .state
+                .clone()?
+                .terminated
+        })
+        .map(|t| t.exit_code);
+    ensure!(
+        exit_code == Some(1),
+        "failed container exits with 1, got {exit_code:?}"
+    );
+    // By now the sibling that was created earlier has had every chance to complete.
+    ensure!(phase(pods.get("keeps-running").await.ok().as_ref()) == Some("Running"));
+    Ok(())
+}
