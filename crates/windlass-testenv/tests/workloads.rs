@@ -522,7 +522,7 @@ async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
     if let (Some(started), Some(ready_at)) = (started, ready_at) {
         // Times have second precision on the wire.
         ensure!(
-            ready_at.duration_since(started).as_secs() >= 1,
+            ready_at.duration_since(started).as_secs() >= 2,
             "ready {ready_at} only just after start {started}"
         );
     } else {
