@@ -23,6 +23,10 @@ set -euo pipefail
 K8S_VERSION=1.20.2
 GO_PACKAGE=golang-1.19-go
 GO_BIN=/usr/lib/go-1.19/bin
+if [ -z "${WINDLASS_CACHE_DIR:-}" ] && [ -z "${XDG_CACHE_HOME:-}" ] && [ -z "${HOME:-}" ]; then
+    echo "provision-control-plane: ERROR: HOME is not set; set WINDLASS_CACHE_DIR to choose the cache directory" >&2
+    exit 1
+fi
 CACHE_ROOT="${WINDLASS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/windlass}"
 DEST="$CACHE_ROOT/k8s-$K8S_VERSION"
 BUILD_DIR="$CACHE_ROOT/build-k8s-$K8S_VERSION"
