@@ -80,6 +80,7 @@
 //! [`BackOffPolicy`]: crate::backoff::BackOffPolicy
 
 use std::cmp::Ordering;
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
@@ -311,29 +312,47 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// completing it counts as [`TaskOutcome::Retry`], so a panicking or cancelled worker never
     /// loses its key. Cancel-safe: dropping the future before it resolves loses nothing.
     pub async fn acquire(&self) -> Option<Lease<K>> {
+        let mut parked = None;
         loop {
+            // Registered before looking, so a wake-up between the look and the wait is kept.
             let notified = self.shared.notify.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
+            if parked.is_some() {
+                notified.as_mut().enable();
+            }
             let wake_at = {
                 let mut state = self.shared.lock();
                 if state.shutdown {
                     return None;
                 }
-                if state.running < self.shared.max_concurrent {
-                    if let Some((key, retries, more)) = state.take_next(self.shared.max_concurrent)
-                    {
-                        drop(state);
-                        if more {
-                            // Pass the baton: another idle consumer should watch what is left.
-                            self.shared.notify.notify_one();
-                        }
-                        return Some(Lease {
-                            shared: Arc::clone(&self.shared),
-                            key: Some(key),
-                            retries,
-                        });
+                let max = self.shared.max_concurrent;
+                let taken = if state.running < max {
+                    state.take_next(max)
+                } else {
+                    None
+                };
+                if let Some((key, retries, more)) = taken {
+                    // Pass the baton: another parked consumer should watch what is left.
+                    let baton = more && state.waiting > usize::from(parked.is_some());
+                    drop(state);
+                    drop(parked);
+                    if baton {
+                        self.shared.notify.notify_one();
                     }
+                    return Some(Lease {
+                        shared: Arc::clone(&self.shared),
+                        key: Some(key),
+                        retries,
+                    });
+                }
+                if parked.is_none() {
+                    // Nothing to take on the fast path: park, then look again before waiting.
+                    state.waiting += 1;
+                    drop(state);
+                    parked = Some(Parked(&*self.shared));
+                    continue;
+                }
+                if state.running < max {
                     state.earliest_timer()
                 } else {
                     None
@@ -532,67 +551,23 @@ impl<K> Ord for Timer<K> {
     }
 }
 
-struct State<K> {
-    entries: HashMap<K, Entry>,
+/// The queue's lines: where pending keys wait. Kept apart from the entry map so that both can
+/// be borrowed at once (one hash lookup per operation).
+struct Lines<K> {
     ready: VecDeque<(u64, K)>,
     timers: BinaryHeap<Timer<K>>,
     next_seq: u64,
     stale_ready: usize,
     stale_timers: usize,
     delayed: usize,
-    running: usize,
-    rerun_marked: usize,
-    failing: usize,
-    dispatched_total: u64,
-    failures_total: u64,
-    shutdown: bool,
 }
 
-/// Tables below this size are never shrunk or compacted; the work would cost more than it saves.
-const COMPACT_MIN: usize = 1024;
-
-impl<K: Hash + Eq + Clone> State<K> {
-    fn new() -> Self {
-        Self {
-            entries: HashMap::new(),
-            ready: VecDeque::new(),
-            timers: BinaryHeap::new(),
-            next_seq: 0,
-            stale_ready: 0,
-            stale_timers: 0,
-            delayed: 0,
-            running: 0,
-            rerun_marked: 0,
-            failing: 0,
-            dispatched_total: 0,
-            failures_total: 0,
-            shutdown: false,
-        }
-    }
-
-    fn stats(&self) -> QueueStats {
-        QueueStats {
-            ready: self.ready.len() - self.stale_ready,
-            delayed: self.delayed,
-            running: self.running,
-            rerun_marked: self.rerun_marked,
-            failing: self.failing,
-            dispatched_total: self.dispatched_total,
-            failures_total: self.failures_total,
-            shut_down: self.shutdown,
-        }
-    }
-
-    fn seq(&mut self) -> u64 {
+impl<K> Lines<K> {
+    /// Puts a key into the ready line or the timer heap. Returns its slot and whether a
+    /// consumer should be woken (it is due now, or it is the new earliest timer).
+    fn place(&mut self, key: K, due: Due) -> (Slot, bool) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        seq
-    }
-
-    /// Puts a key that has no live slot into the ready line or the timer heap.
-    /// Returns whether a consumer should be woken.
-    fn place(&mut self, key: K, due: Due) -> (Slot, bool) {
-        let seq = self.seq();
         match due {
             Due::Now => {
                 self.ready.push_back((seq, key));
@@ -607,7 +582,8 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
     }
 
-    fn leave_slot(&mut self, slot: Slot) {
+    /// Marks the slot an entry leaves as stale.
+    fn leave(&mut self, slot: Slot) {
         match slot {
             Slot::Ready { .. } => self.stale_ready += 1,
             Slot::Delayed { .. } => {
@@ -618,115 +594,164 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
     }
 
+    fn ready_len(&self) -> usize {
+        self.ready.len() - self.stale_ready
+    }
+}
+
+struct State<K> {
+    entries: HashMap<K, Entry>,
+    lines: Lines<K>,
+    running: usize,
+    rerun_marked: usize,
+    failing: usize,
+    /// Consumers parked in `acquire`; notifications are only sent when there is one.
+    waiting: usize,
+    dispatched_total: u64,
+    failures_total: u64,
+    shutdown: bool,
+}
+
+/// Tables below this size are never shrunk or compacted; the work would cost more than it saves.
+const COMPACT_MIN: usize = 1024;
+
+fn is_live_timer<K: Hash + Eq>(entries: &HashMap<K, Entry>, key: &K, seq: u64) -> bool {
+    matches!(entries.get(key), Some(Entry { slot: Slot::Delayed { seq: live, .. }, .. }) if *live == seq)
+}
+
+impl<K: Hash + Eq + Clone> State<K> {
+    fn new() -> Self {
+        Self {
+            entries: HashMap::new(),
+            lines: Lines {
+                ready: VecDeque::new(),
+                timers: BinaryHeap::new(),
+                next_seq: 0,
+                stale_ready: 0,
+                stale_timers: 0,
+                delayed: 0,
+            },
+            running: 0,
+            rerun_marked: 0,
+            failing: 0,
+            waiting: 0,
+            dispatched_total: 0,
+            failures_total: 0,
+            shutdown: false,
+        }
+    }
+
+    fn stats(&self) -> QueueStats {
+        QueueStats {
+            ready: self.lines.ready_len(),
+            delayed: self.lines.delayed,
+            running: self.running,
+            rerun_marked: self.rerun_marked,
+            failing: self.failing,
+            dispatched_total: self.dispatched_total,
+            failures_total: self.failures_total,
+            shut_down: self.shutdown,
+        }
+    }
+
     /// Returns what the enqueue did and whether a consumer should be woken.
     fn enqueue(&mut self, key: K, due: Due) -> (Enqueued, bool) {
-        let current = self.entries.get(&key).map(|entry| entry.slot);
-        let result = match current {
-            None => {
-                let (slot, wake) = self.place(key.clone(), due);
-                self.entries.insert(
-                    key,
-                    Entry {
-                        slot,
-                        backoff: BackOffState::new(),
-                    },
-                );
+        let result = match self.entries.entry(key) {
+            MapEntry::Vacant(vacant) => {
+                let (slot, wake) = self.lines.place(vacant.key().clone(), due);
+                vacant.insert(Entry {
+                    slot,
+                    backoff: BackOffState::new(),
+                });
                 (Enqueued::Added, wake)
             }
-            Some(Slot::Ready { .. }) => (Enqueued::Unchanged, false),
-            Some(slot @ Slot::Delayed { due: current, .. }) => {
-                if due.is_earlier_than(Due::At(current)) {
-                    self.leave_slot(slot);
-                    let (slot, wake) = self.place(key.clone(), due);
-                    if let Some(entry) = self.entries.get_mut(&key) {
-                        entry.slot = slot;
+            MapEntry::Occupied(mut occupied) => match occupied.get().slot {
+                Slot::Ready { .. } => (Enqueued::Unchanged, false),
+                slot @ Slot::Delayed { due: current, .. } => {
+                    if due.is_earlier_than(Due::At(current)) {
+                        self.lines.leave(slot);
+                        let (slot, wake) = self.lines.place(occupied.key().clone(), due);
+                        occupied.get_mut().slot = slot;
+                        (Enqueued::Advanced, wake)
+                    } else {
+                        (Enqueued::Unchanged, false)
                     }
-                    (Enqueued::Advanced, wake)
-                } else {
-                    (Enqueued::Unchanged, false)
                 }
-            }
-            Some(Slot::Running { rerun }) => {
-                let merged = match rerun {
-                    None => {
-                        self.rerun_marked += 1;
-                        due
-                    }
-                    Some(previous) => previous.min(due),
-                };
-                if let Some(entry) = self.entries.get_mut(&key) {
-                    entry.slot = Slot::Running {
+                Slot::Running { rerun } => {
+                    let merged = match rerun {
+                        None => {
+                            self.rerun_marked += 1;
+                            due
+                        }
+                        Some(previous) => previous.min(due),
+                    };
+                    occupied.get_mut().slot = Slot::Running {
                         rerun: Some(merged),
                     };
+                    if rerun.is_some_and(|previous| !due.is_earlier_than(previous)) {
+                        (Enqueued::Unchanged, false)
+                    } else {
+                        (Enqueued::Rerun, false)
+                    }
                 }
-                if rerun.is_some_and(|previous| !due.is_earlier_than(previous)) {
-                    (Enqueued::Unchanged, false)
-                } else {
-                    (Enqueued::Rerun, false)
-                }
-            }
+            },
         };
-        self.maybe_compact();
+        if result.0 == Enqueued::Advanced {
+            self.maybe_compact();
+        }
         result
     }
 
     fn remove(&mut self, key: &K) -> bool {
-        let slot = match self.entries.get(key) {
+        match self.entries.get(key) {
             None
             | Some(Entry {
                 slot: Slot::Running { .. },
                 ..
             }) => return false,
-            Some(entry) => entry.slot,
-        };
-        if let Some(entry) = self.entries.remove(key)
-            && entry.backoff.is_failing()
-        {
-            self.failing -= 1;
+            Some(_) => {}
         }
-        self.leave_slot(slot);
+        if let Some(entry) = self.entries.remove(key) {
+            if entry.backoff.is_failing() {
+                self.failing -= 1;
+            }
+            self.lines.leave(entry.slot);
+        }
         self.maybe_compact();
         true
     }
 
     /// Moves every timer that is due by now into the ready line, in `(due, seq)` order.
     fn promote_due(&mut self, now: Instant) {
-        while let Some(top) = self.timers.peek() {
+        while let Some(top) = self.lines.timers.peek() {
             if top.due > now {
                 break;
             }
-            let Some(timer) = self.timers.pop() else {
+            let Some(timer) = self.lines.timers.pop() else {
                 break;
             };
-            let live = matches!(
-                self.entries.get(&timer.key),
-                Some(Entry { slot: Slot::Delayed { seq, .. }, .. }) if *seq == timer.seq
-            );
-            if !live {
-                self.stale_timers -= 1;
+            let Some(entry) = self.entries.get_mut(&timer.key) else {
+                self.lines.stale_timers -= 1;
+                continue;
+            };
+            if !matches!(entry.slot, Slot::Delayed { seq, .. } if seq == timer.seq) {
+                self.lines.stale_timers -= 1;
                 continue;
             }
-            self.delayed -= 1;
-            let seq = self.seq();
-            if let Some(entry) = self.entries.get_mut(&timer.key) {
-                entry.slot = Slot::Ready { seq };
-            }
-            self.ready.push_back((seq, timer.key));
+            self.lines.delayed -= 1;
+            let (slot, _) = self.lines.place(timer.key, Due::Now);
+            entry.slot = slot;
         }
     }
 
     /// The earliest live timer's due time, dropping stale timers from the top on the way.
     fn earliest_timer(&mut self) -> Option<Instant> {
-        while let Some(top) = self.timers.peek() {
-            let live = matches!(
-                self.entries.get(&top.key),
-                Some(Entry { slot: Slot::Delayed { seq, .. }, .. }) if *seq == top.seq
-            );
-            if live {
+        while let Some(top) = self.lines.timers.peek() {
+            if is_live_timer(&self.entries, &top.key, top.seq) {
                 return Some(top.due);
             }
-            self.timers.pop();
-            self.stale_timers -= 1;
+            self.lines.timers.pop();
+            self.lines.stale_timers -= 1;
         }
         None
     }
@@ -734,41 +759,39 @@ impl<K: Hash + Eq + Clone> State<K> {
     /// Takes the next ready key and marks it running. Returns the key, its retry count, and
     /// whether more work is waiting for another consumer.
     fn take_next(&mut self, max_concurrent: usize) -> Option<(K, u32, bool)> {
-        if !self.timers.is_empty() {
+        if !self.lines.timers.is_empty() {
             self.promote_due(Instant::now());
         }
-        while let Some((seq, key)) = self.ready.pop_front() {
-            let Some(entry) = self.entries.get_mut(&key) else {
-                self.stale_ready -= 1;
-                continue;
-            };
-            match entry.slot {
-                Slot::Ready { seq: live } if live == seq => {}
+        while let Some((seq, key)) = self.lines.ready.pop_front() {
+            let entry = match self.entries.get_mut(&key) {
+                Some(entry) if matches!(entry.slot, Slot::Ready { seq: live } if live == seq) => {
+                    entry
+                }
                 _ => {
-                    self.stale_ready -= 1;
+                    self.lines.stale_ready -= 1;
                     continue;
                 }
-            }
+            };
             entry.slot = Slot::Running { rerun: None };
             let retries = entry.backoff.attempts();
             self.running += 1;
             self.dispatched_total += 1;
             let more = self.running < max_concurrent
-                && (self.ready.len() > self.stale_ready || self.delayed > 0);
+                && (self.lines.ready_len() > 0 || self.lines.delayed > 0);
             return Some((key, retries, more));
         }
         None
     }
 
-    /// Ends a run. Returns whether a consumer should be woken.
-    fn complete(&mut self, key: K, outcome: TaskOutcome, policy: &BackOffPolicy) -> bool {
+    /// Ends a run and schedules what follows.
+    fn complete(&mut self, key: K, outcome: TaskOutcome, policy: &BackOffPolicy) {
         let (rerun, mut backoff) = match self.entries.get(&key) {
             Some(Entry {
                 slot: Slot::Running { rerun },
                 backoff,
             }) => (*rerun, *backoff),
             // Unreachable while the lease protocol holds; never corrupt the counts if it does not.
-            _ => return false,
+            _ => return,
         };
         self.running -= 1;
         if rerun.is_some() {
@@ -801,54 +824,51 @@ impl<K: Hash + Eq + Clone> State<K> {
             (true, false) => self.failing -= 1,
             _ => {}
         }
-        let Some(next) = next else {
-            self.entries.remove(&key);
-            self.maybe_compact();
-            // A slot came free.
-            return true;
-        };
-        let (slot, _) = self.place(key.clone(), next);
-        if let Some(entry) = self.entries.get_mut(&key) {
-            entry.slot = slot;
-            entry.backoff = backoff;
+        match next {
+            None => {
+                self.entries.remove(&key);
+                self.maybe_compact();
+            }
+            Some(next) => {
+                let (slot, _) = self.lines.place(key.clone(), next);
+                if let Some(entry) = self.entries.get_mut(&key) {
+                    entry.slot = slot;
+                    entry.backoff = backoff;
+                }
+            }
         }
-        true
     }
 
     /// Drops stale slots once they outnumber live ones, and gives memory back once tables are
     /// mostly empty, so memory tracks the keys pending now rather than the peak.
     fn maybe_compact(&mut self) {
-        if self.stale_ready > COMPACT_MIN && self.stale_ready > self.ready.len() / 2 {
-            let entries = &self.entries;
-            self.ready.retain(|(seq, key)| {
+        let entries = &self.entries;
+        let lines = &mut self.lines;
+        if lines.stale_ready > COMPACT_MIN && lines.stale_ready > lines.ready.len() / 2 {
+            lines.ready.retain(|(seq, key)| {
                 matches!(entries.get(key), Some(Entry { slot: Slot::Ready { seq: live }, .. }) if live == seq)
             });
-            self.stale_ready = 0;
-            shrink_deque(&mut self.ready);
+            lines.stale_ready = 0;
         }
-        if self.stale_timers > COMPACT_MIN && self.stale_timers > self.timers.len() / 2 {
-            let entries = &self.entries;
-            self.timers.retain(|timer| {
-                matches!(entries.get(&timer.key), Some(Entry { slot: Slot::Delayed { seq, .. }, .. }) if *seq == timer.seq)
-            });
-            self.stale_timers = 0;
-            if self.timers.capacity() > COMPACT_MIN
-                && self.timers.len() * 4 < self.timers.capacity()
+        if lines.stale_timers > COMPACT_MIN && lines.stale_timers > lines.timers.len() / 2 {
+            lines
+                .timers
+                .retain(|timer| is_live_timer(entries, &timer.key, timer.seq));
+            lines.stale_timers = 0;
+            if lines.timers.capacity() > COMPACT_MIN
+                && lines.timers.len() * 4 < lines.timers.capacity()
             {
-                self.timers.shrink_to(self.timers.len() * 2);
+                lines.timers.shrink_to(lines.timers.len() * 2);
             }
         }
         let cap = self.entries.capacity();
         if cap > COMPACT_MIN && self.entries.len() * 4 < cap {
             self.entries.shrink_to(self.entries.len() * 2);
         }
-        shrink_deque(&mut self.ready);
-    }
-}
-
-fn shrink_deque<T>(deque: &mut VecDeque<T>) {
-    if deque.capacity() > COMPACT_MIN && deque.len() * 4 < deque.capacity() {
-        deque.shrink_to(deque.len() * 2);
+        let ready = &mut self.lines.ready;
+        if ready.capacity() > COMPACT_MIN && ready.len() * 4 < ready.capacity() {
+            ready.shrink_to(ready.len() * 2);
+        }
     }
 }
 
@@ -860,7 +880,10 @@ impl<K: Hash + Eq + Clone> Shared<K> {
     }
 
     fn enqueue(&self, key: K, due: Due) -> Enqueued {
-        let (result, wake) = self.lock().enqueue(key, due);
+        let mut state = self.lock();
+        let (result, wake) = state.enqueue(key, due);
+        let wake = wake && state.waiting > 0;
+        drop(state);
         if wake {
             self.notify.notify_one();
         }
@@ -872,10 +895,23 @@ impl<K: Hash + Eq + Clone> Shared<K> {
     }
 
     fn complete(&self, key: K, outcome: TaskOutcome) {
-        let wake = self.lock().complete(key, outcome, &self.backoff);
+        let mut state = self.lock();
+        state.complete(key, outcome, &self.backoff);
+        let wake = state.waiting > 0;
+        drop(state);
         if wake {
+            // A slot came free, or the key is due again.
             self.notify.notify_one();
         }
+    }
+}
+
+/// Counts a consumer as parked in `acquire` while it lives.
+struct Parked<'a, K: Hash + Eq + Clone>(&'a Shared<K>);
+
+impl<K: Hash + Eq + Clone> Drop for Parked<'_, K> {
+    fn drop(&mut self) {
+        self.0.lock().waiting -= 1;
     }
 }
 
@@ -933,11 +969,11 @@ mod tests {
             }
         }
         let state = q.shared.lock();
-        assert_eq!(state.delayed, 1000);
+        assert_eq!(state.lines.delayed, 1000);
         assert!(
-            state.timers.len() <= 3 * 1000 + COMPACT_MIN,
+            state.lines.timers.len() <= 3 * 1000 + COMPACT_MIN,
             "timer heap holds {} slots for 1000 keys",
-            state.timers.len()
+            state.lines.timers.len()
         );
     }
 }

@@ -167,7 +167,10 @@ async fn jittered_back_off_stays_in_its_band() {
         for (n, pair) in times.windows(2).enumerate() {
             let nominal = secs(1 << n.min(4)).as_secs_f64();
             let gap = (pair[1] - pair[0]).as_secs_f64();
-            let (lo, hi) = (nominal * (1.0 - jitter), (nominal * (1.0 + jitter)).min(16.0));
+            let (lo, hi) = (
+                nominal * (1.0 - jitter),
+                (nominal * (1.0 + jitter)).min(16.0),
+            );
             assert!(
                 gap >= lo - 1e-3 && gap <= hi + 1e-3,
                 "key {key}, retry {n}: gap {gap}s outside [{lo}, {hi}]"
@@ -359,11 +362,19 @@ async fn shutdown_stops_dispatch_and_waits_for_running_tasks() {
         Ok(t) => t,
         Err(e) => panic!("{e}"),
     };
-    assert_eq!(returned_at, secs(5), "run returns when the running tasks end");
+    assert_eq!(
+        returned_at,
+        secs(5),
+        "run returns when the running tasks end"
+    );
     assert_eq!(*lock(&finished), [(0, secs(5)), (1, secs(5))]);
     let stats = q.stats();
     assert!(stats.shut_down);
-    assert_eq!((stats.ready, stats.running), (8, 0), "pending keys are kept");
+    assert_eq!(
+        (stats.ready, stats.running),
+        (8, 0),
+        "pending keys are kept"
+    );
     assert!(q.acquire().await.is_none());
     q.enqueue(99);
     assert!(q.contains(&99), "enqueues after shutdown are recorded");
@@ -569,7 +580,11 @@ async fn invariants_hold_under_concurrent_producers() {
     }
 
     let h = lock(&history);
-    assert!(h.overlaps.is_empty(), "keys ran twice at once: {:?}", h.overlaps);
+    assert!(
+        h.overlaps.is_empty(),
+        "keys ran twice at once: {:?}",
+        h.overlaps
+    );
     assert!(h.max_in_flight <= MAX_CONCURRENT);
     assert_eq!(stats.keys(), 0, "everything ran to completion: {stats:?}");
     let mut total_runs = 0;
@@ -610,6 +625,32 @@ async fn invariants_hold_under_concurrent_producers() {
             );
         }
     }
-    assert!(total_runs > 300, "the test exercised the queue ({total_runs} runs)");
+    assert!(
+        total_runs > 300,
+        "the test exercised the queue ({total_runs} runs)"
+    );
     assert!(stats.dispatched_total as usize == total_runs);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_waiting_for_a_free_slot_is_woken_when_one_frees() {
+    let q = queue::<u8>(1, BackOffPolicy::default());
+    q.enqueue(1);
+    q.enqueue(2);
+    let Some(first) = q.acquire().await else {
+        panic!("shut down")
+    };
+    let t0 = Instant::now();
+    let second = {
+        let q = q.clone();
+        tokio::spawn(async move { q.acquire().await.map(|lease| (*lease.key(), t0.elapsed())) })
+    };
+    sleep(secs(10)).await;
+    assert_eq!(q.stats().running, 1, "the bound holds while key 1 runs");
+    first.complete(TaskOutcome::Done);
+    match tokio::time::timeout(secs(100), second).await {
+        Ok(Ok(got)) => assert_eq!(got, Some((2, secs(10)))),
+        Ok(Err(e)) => panic!("{e}"),
+        Err(_) => panic!("the parked consumer was never woken"),
+    }
 }

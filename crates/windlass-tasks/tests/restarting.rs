@@ -45,9 +45,11 @@ async fn a_panicking_task_is_restarted_with_back_off_capped_at_120s() {
     task.start();
     sleep(secs(1000)).await;
     // 1 s, doubling: runs at 0, 1, 3, 7, 15, 31, 63, 127, 247 (cap 120), 367, …
-    let expected: Vec<Duration> = [0, 1, 3, 7, 15, 31, 63, 127, 247, 367, 487, 607, 727, 847, 967]
-        .map(secs)
-        .to_vec();
+    let expected: Vec<Duration> = [
+        0, 1, 3, 7, 15, 31, 63, 127, 247, 367, 487, 607, 727, 847, 967,
+    ]
+    .map(secs)
+    .to_vec();
     assert_eq!(*lock(&starts), expected);
     assert!(task.is_running(), "still alive, waiting to restart");
     assert_eq!(task.crash_count(), 15);
@@ -142,7 +144,10 @@ async fn restart_waits_for_the_old_run_to_be_gone() {
     }
     sleep(secs(1)).await;
     assert_eq!(runs.load(Ordering::SeqCst), 6);
-    assert!(!overlap.load(Ordering::SeqCst), "two runs were alive at once");
+    assert!(
+        !overlap.load(Ordering::SeqCst),
+        "two runs were alive at once"
+    );
     task.wait_for_termination().await;
     assert_eq!(live.load(Ordering::SeqCst), 0);
 }

@@ -256,7 +256,9 @@ fn bad_keys_give_clear_errors() {
         .with_group_keys([SchedulingKey::AnyApi]);
     assert_eq!(
         dup.err(),
-        Some(SchedulingError::DuplicateKey("any.yaook.cloud/api".to_string()))
+        Some(SchedulingError::DuplicateKey(
+            "any.yaook.cloud/api".to_string()
+        ))
     );
     let msg = err(&["bad key!"]).to_string();
     assert!(
