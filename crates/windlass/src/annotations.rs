@@ -12,6 +12,10 @@ pub const CONFIG_DEFAULTS: &str = "windlass.dev/config-defaults";
 pub const TEMPORARY_PATCHES: &str = "windlass.dev/temporary-patches";
 /// Stamped on every rendered object: `<component>.<resource>` (F26, F76).
 pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
+/// SHA-256 of the manifest windlass last applied to an object. An object is written again
+/// when its desired manifest hashes differently (so fields the operator stopped setting are
+/// removed by server-side apply) or when the live object drifted from it.
+pub const APPLIED_HASH: &str = "windlass.dev/applied-hash";
 /// Per-CR log level override (F114).
 pub const LOG_DEFAULT_LEVEL: &str = "windlass.dev/log-default-level";
 /// Per-CR log filters (F114).

@@ -379,6 +379,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
             add_owner_reference(&mut manifest, session.manifest());
         }
         let reference = ObjectRef::from_manifest(&manifest)?;
+        stamp_applied_hash(&mut manifest);
         if let Some(live) = cluster.get(&reference).await?
             && !live.is_terminating()
             && already_applied(&manifest, &live)
@@ -480,6 +481,18 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     }
 }
 
+/// Record the hash of the manifest in the manifest itself, so that a later, different
+/// desired manifest is never mistaken for one already applied (a field the operator
+/// stopped setting is still on the live object, but the hash no longer matches).
+fn stamp_applied_hash(manifest: &mut Value) {
+    let hash = crate::values::canonical_hash(manifest);
+    let metadata = manifest.metadata_mut();
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    if let Some(map) = annotations.as_object_mut() {
+        map.insert(annotations::APPLIED_HASH.into(), json!(hash));
+    }
+}
+
 /// Whether the live object already says everything the manifest says. Owner references
 /// and finalizers are compared as sets (others may add theirs); everything else by
 /// [`is_contained`].
@@ -530,6 +543,20 @@ mod tests {
         let mut itself = owner.clone();
         add_owner_reference(&mut itself, &owner);
         assert!(itself["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn a_manifest_that_drops_a_field_is_not_already_applied() {
+        let mut before = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
+        stamp_applied_hash(&mut before);
+        let live = before.clone();
+        let mut after = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
+        stamp_applied_hash(&mut after);
+        assert!(already_applied(&before, &live));
+        assert!(
+            !already_applied(&after, &live),
+            "b must be removed by a new apply"
+        );
     }
 
     #[test]

@@ -123,6 +123,47 @@ pub fn is_contained(desired: &Value, live: &Value) -> bool {
     }
 }
 
+/// SHA-256 (hex) of the canonical JSON of a value: map keys sorted, so equal trees hash
+/// equally whatever order their maps were built in.
+pub fn canonical_hash(value: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    fn write(value: &Value, out: &mut Vec<u8>) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(Value::String(key.clone()).to_string().as_bytes());
+                    out.push(b':');
+                    write(&map[key], out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write(item, out);
+                }
+                out.push(b']');
+            }
+            scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+        }
+    }
+    let mut bytes = Vec::new();
+    write(value, &mut bytes);
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +191,16 @@ mod tests {
         nested_set(&mut v, "a.c.d", json!(2)).expect("settable");
         assert_eq!(v["a"]["c"]["d"], json!(2));
         assert!(nested_set(&mut v, "s.x", json!(1)).is_err());
+    }
+
+    #[test]
+    fn canonical_hash_ignores_key_order_only() {
+        let a: Value = serde_json::from_str(r#"{"a": 1, "b": {"x": [1, 2], "y": "s"}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [1, 2]}, "a": 1}"#).unwrap();
+        assert_eq!(canonical_hash(&a), canonical_hash(&b));
+        let c: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [2, 1]}, "a": 1}"#).unwrap();
+        assert_ne!(canonical_hash(&a), canonical_hash(&c));
+        assert_eq!(canonical_hash(&a).len(), 64);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 
 use futures::FutureExt;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -245,13 +246,14 @@ impl Component<WebApp> for Credentials {
         let password = existing
             .and_then(|s| s.data)
             .and_then(|data| data.get("password").cloned())
-            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
-            .unwrap_or_else(generate_password);
+            .unwrap_or_else(|| ByteString(generate_password().into_bytes()));
         out.add(
             "secret",
             &Secret {
                 metadata: meta(session, "db-credentials", "credentials"),
-                string_data: Some(BTreeMap::from([("password".to_string(), password)])),
+                // `data`, not `stringData`: the API server turns stringData into data, so
+                // a manifest with stringData would never look applied.
+                data: Some(BTreeMap::from([("password".to_string(), password)])),
                 ..Default::default()
             },
         )?;

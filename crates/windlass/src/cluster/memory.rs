@@ -506,6 +506,7 @@ fn apply_locked(
     for field in SYSTEM_METADATA {
         metadata.remove(field);
     }
+    normalize(kind, &mut desired);
 
     let Some(entry) = state.objects.get(&key).cloned() else {
         if requested_version.is_some() {
@@ -883,6 +884,29 @@ fn same_item(list: &str, a: &Value, b: &Value) -> bool {
     match list {
         "ownerReferences" => a.get("uid").is_some() && a.get("uid") == b.get("uid"),
         _ => a == b,
+    }
+}
+
+/// What the API server does to some kinds before storing them: a Secret's `stringData` is
+/// base64-encoded into `data` and never stored.
+fn normalize(kind: &str, object: &mut Value) {
+    if kind != "Secret" {
+        return;
+    }
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let bytes = value.as_str().unwrap_or_default().as_bytes().to_vec();
+            if let Ok(encoded) = serde_json::to_value(k8s_openapi::ByteString(bytes)) {
+                data.insert(key, encoded);
+            }
+        }
     }
 }
 

@@ -46,10 +46,14 @@ impl Halt {
 /// The concurrency used when none is configured: like Python's thread-pool default that
 /// oper8 relied on, CPUs + 4, at most 32.
 pub fn default_concurrency() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .saturating_add(4)
-        .min(32)
+    // available_parallelism reads cgroup files on Linux: far too slow to ask per rollout.
+    static CONCURRENCY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CONCURRENCY.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .saturating_add(4)
+            .min(32)
+    })
 }
 
 const FIRST_RECHECK: Duration = Duration::from_millis(50);

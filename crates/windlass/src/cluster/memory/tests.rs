@@ -404,3 +404,13 @@ async fn changes_are_published_as_watch_events() {
         ]
     );
 }
+
+#[tokio::test]
+async fn secret_string_data_is_stored_as_data() {
+    let c = MemoryCluster::new();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "default"},
+        "data": {"a": "YQ=="}, "stringData": {"b": "bee"}});
+    let stored = c.apply(&secret, WriteMethod::Apply).await.unwrap();
+    assert_eq!(stored["data"], json!({"a": "YQ==", "b": "YmVl"}));
+    assert!(stored.get("stringData").is_none());
+}

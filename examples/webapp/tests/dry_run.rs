@@ -1,0 +1,222 @@
+//! The example operator, run through its command line on the in-memory cluster exactly
+//! as the README's first command runs it.
+
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use webapp_operator::{WebApp, WebAppController};
+use windlass::cli::{Output, run};
+use windlass::object::{ManifestExt, ObjectRef};
+use windlass::testing::{TEST_NAMESPACE, TestEnv, assert_condition};
+
+const SHOP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml");
+
+async fn cli(args: &[&str]) -> (ExitCode, String) {
+    let (out, buffer) = Output::buffer();
+    let mut argv = vec!["webapp-operator"];
+    argv.extend_from_slice(args);
+    let code = run(WebAppController, argv, out).await;
+    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    (code, text)
+}
+
+#[tokio::test]
+async fn the_quick_start_prints_the_rollout_and_a_stable_status() {
+    let (code, out) = cli(&["run", "--dry-run", SHOP]).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    // Components appear in dependency order within each phase.
+    let position = |needle: &str| {
+        out.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing from:\n{out}"))
+    };
+    assert!(
+        position("credentials    applied Secret/shop-db-credentials")
+            < position("database       applied Service/shop-db, StatefulSet/shop-db")
+    );
+    assert!(
+        position("database       applied")
+            < position("migration      applied Job/shop-migrate-1-4-0")
+    );
+    assert!(
+        position("migration      applied")
+            < position(
+                "web            applied ConfigMap/shop-web, Deployment/shop-web, Service/shop-web"
+            )
+    );
+    assert!(out.contains("cache          applied Deployment/shop-cache, Service/shop-cache"));
+    assert!(out.contains("status Ready=Stable Updating=Stable"));
+    assert!(
+        out.contains("reconciled: \"1.4.0\"") || out.contains("reconciled: 1.4.0"),
+        "{out}"
+    );
+    assert!(out.contains("webAppStatus: Completed"), "{out}");
+}
+
+#[tokio::test]
+async fn a_malformed_cr_exits_non_zero_with_a_config_error_status() {
+    let dir = std::env::temp_dir().join(format!("webapp-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, "apiVersion: example.windlass.dev/v1alpha1\nkind: WebApp\nmetadata: {name: bad}\nspec: {version: '1', image: x, replicas: many}\n---\napiVersion: example.windlass.dev/v1alpha1\nkind: WebApp\nmetadata: {name: good}\nspec: {version: '1', image: x}\n").unwrap();
+    let (code, out) = cli(&["run", "--dry-run", dir.to_str().unwrap()]).await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, ExitCode::FAILURE);
+    assert!(out.contains("reason: ConfigError"), "{out}");
+    assert!(out.contains("spec.replicas: invalid type"), "{out}");
+    // The good CR in the same run still rolled out.
+    assert!(
+        out.contains("WebApp good status:") && out.contains("webAppStatus: Completed"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn graph_and_crds_describe_the_operator() {
+    let (code, out) = cli(&["graph", SHOP]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.starts_with("flowchart TD"), "{out}");
+    let (_, dot) = cli(&["graph", "--format", "dot", SHOP]).await;
+    assert!(
+        dot.contains("\"database\" -> \"migration\";") && dot.contains("\"cache\" -> \"web\";"),
+        "{dot}"
+    );
+    let (code, crd) = cli(&["crds"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        crd.contains("name: webapps.example.windlass.dev")
+            && crd.contains("x-kubernetes-preserve-unknown-fields: true"),
+        "{crd}"
+    );
+}
+
+#[tokio::test]
+async fn library_flags_reach_the_rollout() {
+    // manage_status=false: the rollout runs but no status is written.
+    let (code, out) = cli(&["run", "--dry-run", "--manage_status=false", SHOP]).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(!out.contains("status Ready="), "{out}");
+    // A bad key is refused before anything runs.
+    let (code, _) = cli(&["run", "--dry-run", "--deploy_retries=lots", SHOP]).await;
+    assert_eq!(code, ExitCode::from(2));
+    // Without --dry-run there is no live cluster to talk to: a clear refusal.
+    let (code, _) = cli(&["run", SHOP]).await;
+    assert_eq!(code, ExitCode::from(2));
+}
+
+fn shop(overrides: Value) -> Value {
+    let mut spec = json!({"version": "1.4.0", "image": "ghcr.io/example/shop", "replicas": 2});
+    windlass::values::merge(&mut spec, overrides);
+    spec
+}
+
+fn obj(api_version: &str, kind: &str, name: &str) -> ObjectRef {
+    ObjectRef::new(api_version, kind, Some(TEST_NAMESPACE), name)
+}
+
+#[tokio::test]
+async fn switching_the_cache_off_deletes_it_and_the_password_survives_reconciles() {
+    let env = TestEnv::dry_run(WebAppController).await;
+    let cr = env
+        .apply_cr("shop", shop(json!({"cache": {"enabled": true}})))
+        .await;
+    env.reconcile(&cr).await;
+    let secret = obj("v1", "Secret", "shop-db-credentials");
+    let password = env.get(&secret).await.unwrap()["data"]["password"].clone();
+    assert_eq!(
+        password.as_str().map(str::len),
+        Some(32),
+        "24 characters, base64-encoded"
+    );
+    assert!(
+        env.get(&obj("apps/v1", "Deployment", "shop-cache"))
+            .await
+            .is_some()
+    );
+    assert_eq!(
+        env.get(&obj("v1", "ConfigMap", "shop-web")).await.unwrap()["data"]["CACHE_URL"],
+        "redis://shop-cache:6379"
+    );
+
+    let cr = env
+        .apply_cr("shop", json!({"cache": {"enabled": false}}))
+        .await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(
+        env.get(&obj("apps/v1", "Deployment", "shop-cache"))
+            .await
+            .is_none()
+    );
+    assert!(env.get(&obj("v1", "Service", "shop-cache")).await.is_none());
+    assert!(
+        env.get(&obj("v1", "ConfigMap", "shop-web")).await.unwrap()["data"]
+            .get("CACHE_URL")
+            .is_none()
+    );
+    assert_condition(&env.status(&cr).await, "Ready", true, "Stable");
+    assert_eq!(
+        env.get(&secret).await.unwrap()["data"]["password"],
+        password,
+        "the generated password is kept"
+    );
+}
+
+#[tokio::test]
+async fn a_second_reconcile_writes_nothing() {
+    let env = TestEnv::dry_run(WebAppController).await;
+    let cr = env
+        .apply_cr("shop", shop(json!({"cache": {"enabled": true}})))
+        .await;
+    env.reconcile(&cr).await;
+    env.log.clear();
+    let before = env.memory.objects();
+    env.reconcile(&cr).await;
+    assert!(
+        env.log.applied().is_empty(),
+        "applied again: {:?}",
+        env.log.applied()
+    );
+    assert_eq!(env.memory.objects(), before);
+}
+
+#[tokio::test]
+async fn a_new_version_runs_its_own_migration() {
+    let env = TestEnv::dry_run(WebAppController).await;
+    let cr = env.apply_cr("shop", shop(json!({}))).await;
+    env.reconcile(&cr).await;
+    let cr = env.apply_cr("shop", json!({"version": "1.5.0"})).await;
+    env.reconcile(&cr).await;
+    assert!(
+        env.get(&obj("batch/v1", "Job", "shop-migrate-1-5-0"))
+            .await
+            .is_some()
+    );
+    let web = env
+        .get(&obj("apps/v1", "Deployment", "shop-web"))
+        .await
+        .unwrap();
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/example/shop:1.5.0"
+    );
+    assert_eq!(env.status(&cr).await["versions"]["reconciled"], "1.5.0");
+    let owner = env.get(&cr).await.unwrap();
+    assert_eq!(
+        web["metadata"]["ownerReferences"][0]["uid"].as_str(),
+        owner.uid()
+    );
+    let _: Option<WebApp> = serde_json::from_value(owner).ok();
+}
+
+#[tokio::test]
+async fn negative_replicas_are_refused_with_a_message() {
+    let env = TestEnv::dry_run(WebAppController).await;
+    let cr = env.apply_cr("shop", shop(json!({"replicas": -1}))).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    assert_eq!(
+        status["conditions"][0]["message"],
+        "config error: spec.replicas must not be negative"
+    );
+}
