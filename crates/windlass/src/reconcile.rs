@@ -397,7 +397,7 @@ impl<C: Controller> Reconciler<C> {
                 ObjectRef::new(api_version, kind, cr.namespace.as_deref(), name),
             ));
         }
-        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        listed.sort_by_key(|(timestamp, _)| *timestamp);
         let mut patches = Vec::with_capacity(listed.len());
         for (_, reference) in listed {
             let patch = self.cluster.get(&reference).await?.ok_or_else(|| {

@@ -1,6 +1,8 @@
 //! The example operator, run through its command line on the in-memory cluster exactly
 //! as the README's first command runs it.
 
+#![allow(clippy::unwrap_used)]
+
 use std::process::ExitCode;
 
 use serde_json::{Value, json};

@@ -104,11 +104,11 @@ mod tests {
             json!({"web": {"config": {"data": {"a": "2"}}}}),
         );
         assert_eq!(
-            apply_patches("web.config", obj.clone(), &[p.clone()]).unwrap()["data"]["a"],
+            apply_patches("web.config", obj.clone(), std::slice::from_ref(&p)).unwrap()["data"]["a"],
             "2"
         );
         assert_eq!(
-            apply_patches("web.other", obj.clone(), &[p.clone()]).unwrap(),
+            apply_patches("web.other", obj.clone(), std::slice::from_ref(&p)).unwrap(),
             obj
         );
         assert_eq!(apply_patches("db.config", obj.clone(), &[p]).unwrap(), obj);

@@ -2,6 +2,8 @@
 //! status bookkeeping, the reconcile pipeline, bad input and the quirks windlass fixes.
 //! Each test names the part of `shared/spec/seed-inventory.md` it pins.
 
+#![allow(clippy::unwrap_used)]
+
 mod bad_input;
 mod reconcile;
 mod rollout;
