@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used)]
 
 mod bad_input;
+mod quirks;
 mod reconcile;
+mod render;
 mod rollout;
 mod status;
 mod support;

@@ -1,0 +1,80 @@
+//! Quirks of oper8 (seed-inventory §23) that windlass decides deliberately, one test each
+//! where the quirk is in scope and not pinned next to its code. The README lists them.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use windlass::cluster::MemoryCluster;
+use windlass::config::LibraryConfig;
+use windlass::testing::{
+    Behaviour, DummyComponent, DummyController, FaultyCluster, Op, TestEnv, assert_condition,
+};
+
+use crate::support::{deployment, deployment_ref};
+
+/// Q11: conditions use Kubernetes' `lastTransitionTime`, moved only when the status
+/// flips, and both verified and unverified component lists are written.
+#[tokio::test]
+async fn q11_transition_times_and_component_lists() {
+    let controller = DummyController::new()
+        .component(DummyComponent::new("a").with_configmap("a"), &[])
+        .component(
+            DummyComponent::new("b").behave(Behaviour::NeverVerifies),
+            &[],
+        );
+    let env = TestEnv::new(controller).await;
+    let cr = env.apply_cr("x", json!({})).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    for condition in status["conditions"].as_array().unwrap() {
+        assert!(condition["lastTransitionTime"].is_string());
+        assert!(condition.get("lastTransactionTime").is_none());
+    }
+    assert_eq!(
+        status["componentStatus"]["verifiedComponents"],
+        json!(["a"])
+    );
+    assert_eq!(
+        status["componentStatus"]["unverifiedComponents"],
+        json!(["b"])
+    );
+    let first = status["conditions"][0]["lastTransitionTime"].clone();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    env.reconcile(&cr).await;
+    assert_eq!(
+        env.status(&cr).await["conditions"][0]["lastTransitionTime"],
+        first,
+        "Ready stayed False"
+    );
+}
+
+/// Q12: a failed read of a managed object is a cluster error in the status, not an
+/// assertion that kills the reconcile.
+#[tokio::test]
+async fn q12_a_failed_read_of_a_managed_object_is_a_cluster_error() {
+    let memory = Arc::new(MemoryCluster::new());
+    let faulty = Arc::new(FaultyCluster::new(memory.clone()));
+    let controller = DummyController::new().component(
+        DummyComponent::new("web").with_object("d", deployment("web")),
+        &[],
+    );
+    let env = TestEnv::on_cluster(controller, LibraryConfig::default(), memory, faulty.clone());
+    let cr = env.apply_cr("x", json!({})).await;
+    env.reconcile(&cr).await;
+    assert!(env.get(&deployment_ref("web")).await.is_some());
+    faulty.fail(
+        Op::Get,
+        Some("Deployment"),
+        windlass::ClusterError::Forbidden("deployments is forbidden".into()),
+    );
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", false, "ClusterError");
+    assert!(
+        status["conditions"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("forbidden"),
+        "{status:#}"
+    );
+}

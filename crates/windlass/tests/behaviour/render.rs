@@ -1,0 +1,119 @@
+//! The render pipeline (seed-inventory §22 hard part 5, F74–F77, F118, F138): patches →
+//! internal-name annotation → the component's own hook, patches oldest first.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use windlass::cluster::Scope;
+use windlass::prelude::*;
+use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget, make_patch, patch_kind};
+
+use crate::support::cm_ref;
+
+/// A component that records what its update hook receives and stamps the result.
+struct Recording(Arc<Mutex<Vec<Value>>>);
+
+#[async_trait]
+impl Component<Widget> for Recording {
+    fn name(&self) -> &str {
+        "web"
+    }
+    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+        out.add(
+            "config",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": session.scoped_name("web"), "labels": null},
+            "data": {"value": "rendered"}}),
+        )?;
+        Ok(())
+    }
+    fn update_object_definition(
+        &self,
+        _: &Session<Widget>,
+        internal_name: &str,
+        mut manifest: Value,
+    ) -> Result<Value> {
+        assert_eq!(internal_name, "web.config");
+        self.0.lock().unwrap().push(manifest.clone());
+        manifest["data"]["hooked"] = json!("yes");
+        Ok(manifest)
+    }
+}
+
+struct One(Arc<Mutex<Vec<Value>>>);
+
+#[async_trait]
+impl Controller for One {
+    type Resource = Widget;
+    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+        let mut g = Components::new();
+        g.add(Recording(self.0.clone()))?;
+        Ok(g)
+    }
+}
+
+#[tokio::test]
+async fn patches_then_annotation_then_the_component_hook_oldest_patch_first() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let env = TestEnv::dry_run(One(seen.clone())).await;
+    env.memory.register_kind(patch_kind(), Scope::Namespaced);
+    env.apply(&make_patch(
+        "older",
+        "patchStrategicMerge",
+        json!({"web": {"config": {"data": {"value": "older", "older": "1"}}}}),
+    ))
+    .await;
+    env.apply(&make_patch(
+        "newer",
+        "patchJson6902",
+        json!({"web": {"config": [{"op": "replace", "path": "/data/value", "value": "newer"}]}}),
+    ))
+    .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    // Listed newest first: order comes from the timestamps, not the annotation.
+    let index = json!({
+        "newer": {"timestamp": "2026-02-01T00:00:00Z", "api_version": "test.windlass.dev/v1"},
+        "older": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"},
+    });
+    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches": index.to_string()}}})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+
+    let hooked = seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        hooked["data"],
+        json!({"value": "newer", "older": "1"}),
+        "both patches, oldest first, before the hook"
+    );
+    assert_eq!(
+        hooked["metadata"]["annotations"]["windlass.dev/internal-name"], "web.config",
+        "annotated before the hook"
+    );
+    assert!(
+        hooked["metadata"].get("labels").is_none(),
+        "null fields are dropped when added"
+    );
+    let stored = env.get(&cm_ref("a-web")).await.unwrap();
+    assert_eq!(
+        stored["data"],
+        json!({"value": "newer", "older": "1", "hooked": "yes"})
+    );
+}
+
+#[tokio::test]
+async fn a_missing_patch_object_is_a_config_error() {
+    let env = TestEnv::dry_run(One(Arc::default())).await;
+    env.memory.register_kind(patch_kind(), Scope::Namespaced);
+    let cr = env.apply_cr("a", json!({})).await;
+    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches":
+            json!({"gone": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()}}})).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    windlass::testing::assert_condition(&status, "Ready", false, "ConfigError");
+    assert!(
+        env.get(&cm_ref("a-web")).await.is_none(),
+        "nothing rendered with a patch missing"
+    );
+}
