@@ -44,9 +44,9 @@
 //! 2. **One run per key at a time.** Enqueueing a key while it runs marks it to run once more
 //!    after the current run ends (at the earliest due time asked for meanwhile); it is never
 //!    handed out twice at once.
-//! 3. **First runs are FIFO.** Keys that are due are handed out in the order they became due;
-//!    keys enqueued for "now" in the order of their `enqueue` calls. Keys whose delay expired
-//!    join the back of that line when a consumer next looks.
+//! 3. **First runs are FIFO.** Keys are handed out in the order they became due: keys enqueued
+//!    for "now" in the order of their `enqueue` calls, a key whose delay expired ahead of keys
+//!    enqueued after its due time (ties keep enqueue order).
 //! 4. **Failures back off per key and are never dropped.** A run that ends in
 //!    [`TaskOutcome::Retry`] (or panics, or whose [`Lease`] is dropped unfinished) brings the key
 //!    back after its own exponential back-off with jitter ([`BackOffPolicy`], yaook's defaults
@@ -370,6 +370,27 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         }
     }
 
+    /// Leases the next due key if one is due and a slot is free, without waiting; `None`
+    /// otherwise (and once the queue is shut down). Same lease rules as
+    /// [`acquire`](Self::acquire).
+    pub fn try_acquire(&self) -> Option<Lease<K>> {
+        let mut state = self.shared.lock();
+        if state.shutdown || state.running >= self.shared.max_concurrent {
+            return None;
+        }
+        let (key, retries, more) = state.take_next(self.shared.max_concurrent)?;
+        let baton = more && state.waiting > 0;
+        drop(state);
+        if baton {
+            self.shared.notify.notify_one();
+        }
+        Some(Lease {
+            shared: Arc::clone(&self.shared),
+            key: Some(key),
+            retries,
+        })
+    }
+
     /// Runs `worker` for every due key, at most [`max_concurrent`](Self::max_concurrent) at once,
     /// each on its own Tokio task, until [`shutdown`](Self::shutdown); then waits for the runs in
     /// flight and returns.
@@ -384,21 +405,29 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     {
         let worker = Arc::new(worker);
         let mut running = JoinSet::new();
+        let spawn = |running: &mut JoinSet<()>, lease: Lease<K>| {
+            let worker = Arc::clone(&worker);
+            running.spawn(async move {
+                let outcome = worker(lease.key().clone()).await;
+                lease.complete(outcome);
+            });
+        };
         loop {
             while let Some(done) = running.try_join_next() {
                 report_join(done);
             }
+            // Fast path: no future to build while keys are due and slots are free.
+            if let Some(lease) = self.try_acquire() {
+                spawn(&mut running, lease);
+                continue;
+            }
             tokio::select! {
                 biased;
                 Some(done) = running.join_next(), if !running.is_empty() => report_join(done),
-                lease = self.acquire() => {
-                    let Some(lease) = lease else { break };
-                    let worker = Arc::clone(&worker);
-                    running.spawn(async move {
-                        let outcome = worker(lease.key().clone()).await;
-                        lease.complete(outcome);
-                    });
-                }
+                lease = self.acquire() => match lease {
+                    Some(lease) => spawn(&mut running, lease),
+                    None => break,
+                },
             }
         }
         while let Some(done) = running.join_next().await {
@@ -656,6 +685,10 @@ impl<K: Hash + Eq + Clone> State<K> {
 
     /// Returns what the enqueue did and whether a consumer should be woken.
     fn enqueue(&mut self, key: K, due: Due) -> (Enqueued, bool) {
+        if due == Due::Now && !self.lines.timers.is_empty() {
+            // Keys whose time has come are ahead of a key enqueued now.
+            self.promote_due(Instant::now());
+        }
         let result = match self.entries.entry(key) {
             MapEntry::Vacant(vacant) => {
                 let (slot, wake) = self.lines.place(vacant.key().clone(), due);

@@ -654,3 +654,22 @@ async fn a_consumer_waiting_for_a_free_slot_is_woken_when_one_frees() {
         Err(_) => panic!("the parked consumer was never woken"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_never_waits_and_respects_the_bound() {
+    let q = queue::<u8>(1, BackOffPolicy::default());
+    assert!(q.try_acquire().is_none(), "empty");
+    q.enqueue_after(1, secs(5));
+    assert!(q.try_acquire().is_none(), "not due yet");
+    sleep(secs(5)).await;
+    q.enqueue(2);
+    let Some(lease) = q.try_acquire() else {
+        panic!("key 1 is due")
+    };
+    assert_eq!(*lease.key(), 1, "the expired timer was enqueued first");
+    assert!(q.try_acquire().is_none(), "at the bound");
+    lease.complete(TaskOutcome::Done);
+    q.shutdown();
+    assert!(q.try_acquire().is_none(), "shut down");
+    assert_eq!(q.stats().ready, 1);
+}
