@@ -36,6 +36,27 @@ pub const PASSTHROUGH: [&str; 6] = [
     PAUSE_EXECUTION,
 ];
 
+/// The annotations of `manifest` that a parent passes on to the CRs it renders (F217):
+/// put them on a child CR's metadata so that pausing or configuring the parent reaches it.
+///
+/// ```
+/// use serde_json::json;
+/// let parent = json!({"metadata": {"annotations": {
+///     "windlass.dev/pause-execution": "true", "windlass.dev/temporary-patches": "{}", "team": "a"}}});
+/// let passed = windlass::annotations::passthrough(&parent);
+/// assert_eq!(passed.len(), 1);
+/// assert_eq!(passed["windlass.dev/pause-execution"], "true");
+/// ```
+pub fn passthrough(manifest: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    manifest["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| PASSTHROUGH.contains(&k.as_str()))
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
 /// Whether an annotation value means "true": `true` in any case, nothing else.
 pub fn is_true(value: Option<&str>) -> bool {
     value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))

@@ -196,17 +196,14 @@ impl Resources {
 
     /// The resources in apply order (dependencies first, then by name, F76) with their
     /// internal names `<component>.<resource>`.
-    pub(crate) fn into_ordered(self) -> Vec<(String, Value, ResourceOptions)> {
+    pub(crate) fn into_ordered(mut self) -> Vec<(String, Value, ResourceOptions)> {
         let order = self.graph.topology();
         order
             .into_iter()
             .map(|id| {
-                let (manifest, options) = self.graph.data(id).clone();
-                (
-                    format!("{}.{}", self.component, self.graph.name(id)),
-                    manifest,
-                    options,
-                )
+                let name = format!("{}.{}", self.component, self.graph.name(id));
+                let (manifest, options) = std::mem::take(self.graph.data_mut(id));
+                (name, manifest, options)
             })
             .collect()
     }

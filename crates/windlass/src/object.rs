@@ -247,8 +247,7 @@ pub fn truncated_name(name: &str) -> String {
     if name.len() <= MAX_NAME_LENGTH {
         return name.to_string();
     }
-    let digest = Sha256::digest(name.as_bytes());
-    let hex: String = digest.iter().take(2).map(|b| format!("{b:02x}")).collect();
+    let hex = crate::values::hex(&Sha256::digest(name.as_bytes())[..2]);
     // Cut on a character boundary at or below 59 bytes (names are ASCII in practice).
     let mut cut = MAX_NAME_LENGTH - 4;
     while !name.is_char_boundary(cut) {

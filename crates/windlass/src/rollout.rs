@@ -115,16 +115,17 @@ pub async fn run<C: Controller>(
     let mut p3_failed = false;
     if !p1_failed {
         session.emit(Event::PhaseStarted(Phase::Verify));
-        let deployed: BTreeSet<&String> = deploy
+        let deployed: BTreeSet<&str> = deploy
             .verified()
             .union(deploy.unverified())
             .filter(|n| !deploy.failed_nodes().contains(*n))
+            .map(String::as_str)
             .collect();
         let mut runner = Runner::new(graph)
             .threads(verify_threads)
             .check_conditions(check_conditions);
         for id in graph.ids() {
-            if !deployed.contains(&graph.name(id).to_string()) {
+            if !deployed.contains(graph.name(id)) {
                 runner.disable(id);
             }
         }

@@ -360,21 +360,40 @@ pub fn reconciled_version(status: &Value) -> Option<&str> {
 
 /// Whether two statuses differ in anything but condition timestamps (F153).
 pub fn status_changed(a: &Value, b: &Value) -> bool {
-    if !a.is_object() || !b.is_object() {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return true;
+    };
+    if a.len() != b.len() {
         return true;
     }
-    strip_times(a) != strip_times(b)
+    a.iter().any(|(key, av)| match (key.as_str(), b.get(key)) {
+        (_, None) => true,
+        ("conditions", Some(bv)) => !conditions_equal(av, bv),
+        (_, Some(bv)) => av != bv,
+    })
 }
 
-fn strip_times(status: &Value) -> Value {
-    let mut s = status.clone();
-    if let Some(conditions) = s.get_mut("conditions").and_then(Value::as_array_mut) {
-        for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
-            c.remove("lastTransitionTime");
-            c.remove("lastTransactionTime");
-        }
-    }
-    s
+fn conditions_equal(a: &Value, b: &Value) -> bool {
+    const TIMES: [&str; 2] = ["lastTransitionTime", "lastTransactionTime"];
+    let (Some(a), Some(b)) = (a.as_array(), b.as_array()) else {
+        return a == b;
+    };
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(ca, cb)| match (ca.as_object(), cb.as_object()) {
+                (Some(ma), Some(mb)) => {
+                    let keys = |m: &'_ Map<String, Value>| {
+                        m.keys().filter(|k| !TIMES.contains(&k.as_str())).count()
+                    };
+                    keys(ma) == keys(mb)
+                        && ma
+                            .iter()
+                            .filter(|(k, _)| !TIMES.contains(&k.as_str()))
+                            .all(|(k, v)| mb.get(k) == Some(v))
+                }
+                _ => ca == cb,
+            })
 }
 
 #[cfg(test)]

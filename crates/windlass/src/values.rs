@@ -137,7 +137,8 @@ pub fn canonical_hash(value: &Value) -> String {
                     if i > 0 {
                         out.push(b',');
                     }
-                    out.extend_from_slice(Value::String(key.clone()).to_string().as_bytes());
+                    // A String always serializes; writing into a Vec cannot fail.
+                    let _ = serde_json::to_writer(&mut *out, key);
                     out.push(b':');
                     write(&map[key], out);
                 }
@@ -153,15 +154,25 @@ pub fn canonical_hash(value: &Value) -> String {
                 }
                 out.push(b']');
             }
-            scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+            scalar => {
+                let _ = serde_json::to_writer(&mut *out, scalar);
+            }
         }
     }
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(256);
     write(value, &mut bytes);
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(&bytes))
+}
+
+/// Lower-case hexadecimal of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -998,7 +998,7 @@ fn new_uid() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40; // version 4
     b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let hex = crate::values::hex(&b);
     format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],

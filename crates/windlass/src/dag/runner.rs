@@ -170,6 +170,12 @@ impl<'g, N, E> Runner<'g, N, E> {
             rank[id.index()] = i;
         }
         let mut waiting_on: Vec<usize> = graph.ids().map(|id| graph.upstream(id).count()).collect();
+        let mut downstream: Vec<Vec<NodeId>> = vec![Vec::new(); graph.len()];
+        for id in graph.ids() {
+            for (up, _) in graph.upstream(id) {
+                downstream[up.index()].push(id);
+            }
+        }
         let mut state = vec![NodeState::Waiting; graph.len()];
         // Ready nodes ordered by topology rank, so a limit of 1 runs them in topology order.
         let mut queue: BTreeSet<(usize, NodeId)> = BTreeSet::new();
@@ -241,7 +247,7 @@ impl<'g, N, E> Runner<'g, N, E> {
                     };
                     state[id.index()] = outcome;
                     if outcome == NodeState::Verified {
-                        for down in graph.downstream(id) {
+                        for &down in &downstream[id.index()] {
                             waiting_on[down.index()] -= 1;
                             if waiting_on[down.index()] == 0
                                 && state[down.index()] == NodeState::Waiting
