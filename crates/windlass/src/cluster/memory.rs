@@ -307,24 +307,8 @@ impl Cluster for MemoryCluster {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
-        let labels: LabelSelector = query
-            .label_selector
-            .as_deref()
-            .unwrap_or("")
-            .parse()
-            .map_err(|e: crate::cluster::SelectorError| ClusterError::Invalid {
-                object: query.type_ref.to_string(),
-                message: e.to_string(),
-            })?;
-        let fields: FieldSelector = query
-            .field_selector
-            .as_deref()
-            .unwrap_or("")
-            .parse()
-            .map_err(|e: crate::cluster::SelectorError| ClusterError::Invalid {
-                object: query.type_ref.to_string(),
-                message: e.to_string(),
-            })?;
+        let labels: LabelSelector = parse_selector(query, query.label_selector.as_deref())?;
+        let fields: FieldSelector = parse_selector(query, query.field_selector.as_deref())?;
         let state = self.lock();
         let scope = state.scope(&query.type_ref)?;
         let group = query.type_ref.group();
@@ -425,6 +409,19 @@ impl Cluster for MemoryCluster {
         self.flush();
         result
     }
+}
+
+/// A selector of a list query; an invalid one is the server's 422.
+fn parse_selector<S>(query: &ListQuery, text: Option<&str>) -> Result<S, ClusterError>
+where
+    S: std::str::FromStr<Err = crate::cluster::SelectorError>,
+{
+    text.unwrap_or("")
+        .parse()
+        .map_err(|e: crate::cluster::SelectorError| ClusterError::Invalid {
+            object: query.type_ref.to_string(),
+            message: e.to_string(),
+        })
 }
 
 fn apply_locked(
