@@ -5,7 +5,8 @@
 //! (run as soon as possible) or [`enqueue_after`](TaskQueue::enqueue_after) /
 //! [`enqueue_at`](TaskQueue::enqueue_at) (run later); consumers either let
 //! [`run`](TaskQueue::run) call a worker for every due key, or pull keys themselves with
-//! [`acquire`](TaskQueue::acquire) and report back through the returned [`Lease`]. A run ends in
+//! [`acquire`](TaskQueue::acquire) (waits) or [`try_acquire`](TaskQueue::try_acquire) (does not)
+//! and report back through the returned [`Lease`]. A run ends in
 //! a [`TaskOutcome`]: done, run again after a delay, or failed (retry with back-off).
 //!
 //! ```
@@ -60,9 +61,9 @@
 //!    last of them has. Pending keys stay visible in [`stats`](TaskQueue::stats).
 //! 7. **Memory follows the pending keys.** The queue keeps state only for keys that are pending
 //!    or running: a key whose run ends in `Done` with no further enqueue is forgotten, back-off
-//!    and all. Re-enqueueing never grows anything but that key's entry; stale timer and ready
-//!    slots left by merges are compacted once they outnumber live ones, and the tables shrink
-//!    when they empty out.
+//!    and all. Re-enqueueing a pending key adds no entry; the stale timer an advanced key
+//!    leaves behind is dropped when it surfaces or, if they pile up, once stale slots
+//!    outnumber live ones; and the tables shrink when they empty out.
 //!
 //! Order is not a dependency mechanism: a failing key comes back later while others go ahead.
 //!
