@@ -422,6 +422,13 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 spawn(&mut running, lease);
                 continue;
             }
+            if running.len() >= self.shared.max_concurrent {
+                // Our own runs fill the bound: only a finished one can free a slot.
+                if let Some(done) = running.join_next().await {
+                    report_join(done);
+                }
+                continue;
+            }
             tokio::select! {
                 biased;
                 Some(done) = running.join_next(), if !running.is_empty() => report_join(done),
