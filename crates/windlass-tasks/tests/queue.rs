@@ -673,3 +673,106 @@ async fn try_acquire_never_waits_and_respects_the_bound() {
     assert!(q.try_acquire().is_none(), "shut down");
     assert_eq!(q.stats().ready, 1);
 }
+
+/// Real parallelism: producer threads hammer the queue while a multi-threaded runtime runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_producers_on_a_multi_threaded_runtime() {
+    const KEYS: u64 = 500;
+    const THREADS: u64 = 4;
+    const PER_THREAD: u64 = 20_000;
+    let q = queue::<u64>(8, policy(ms(1), ms(4), 0.0));
+    let seq = Arc::new(AtomicU64::new(0));
+    // Per key: (last enqueue seq, start seqs of its runs).
+    let log: Arc<Mutex<HashMap<u64, (u64, Vec<u64>)>>> = Arc::default();
+    let in_flight: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let runner = {
+        let (q, seq, log, in_flight, overlaps) = (
+            q.clone(),
+            Arc::clone(&seq),
+            Arc::clone(&log),
+            Arc::clone(&in_flight),
+            Arc::clone(&overlaps),
+        );
+        tokio::spawn(async move {
+            q.run(move |key| {
+                let (seq, log, in_flight, overlaps) = (
+                    Arc::clone(&seq),
+                    Arc::clone(&log),
+                    Arc::clone(&in_flight),
+                    Arc::clone(&overlaps),
+                );
+                async move {
+                    if !lock(&in_flight).insert(key) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let start = seq.fetch_add(1, Ordering::SeqCst);
+                    lock(&log).entry(key).or_default().1.push(start);
+                    tokio::task::yield_now().await;
+                    lock(&in_flight).remove(&key);
+                    // Every 7th run of a key fails once, to mix retries in.
+                    if start % 7 == 0 {
+                        TaskOutcome::Retry
+                    } else {
+                        TaskOutcome::Done
+                    }
+                }
+            })
+            .await;
+        })
+    };
+    let producers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (q, seq, log) = (q.clone(), Arc::clone(&seq), Arc::clone(&log));
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                for _ in 0..PER_THREAD {
+                    let key = rng.random_range(0..KEYS);
+                    let s = seq.fetch_add(1, Ordering::SeqCst);
+                    q.enqueue(key);
+                    let mut log = lock(&log);
+                    let entry = log.entry(key).or_default();
+                    entry.0 = entry.0.max(s);
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        if p.join().is_err() {
+            panic!("producer thread panicked");
+        }
+    }
+    // Wait (real time, bounded) for the queue to run dry.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while q.stats().keys() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queue did not drain: {:?}",
+            q.stats()
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    q.shutdown();
+    if let Err(e) = runner.await {
+        panic!("{e}");
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a key ran twice at once"
+    );
+    let log = lock(&log);
+    let mut runs = 0;
+    for (key, (last_enqueue, starts)) in log.iter() {
+        assert!(
+            starts.iter().any(|s| s > last_enqueue),
+            "key {key}: its last enqueue (#{last_enqueue}) never ran"
+        );
+        runs += starts.len();
+    }
+    assert!(
+        (runs as u64) < THREADS * PER_THREAD,
+        "merging saved runs ({runs} runs for {} enqueues)",
+        THREADS * PER_THREAD
+    );
+}
