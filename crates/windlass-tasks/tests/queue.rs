@@ -682,8 +682,9 @@ async fn parallel_producers_on_a_multi_threaded_runtime() {
     const PER_THREAD: u64 = 20_000;
     let q = queue::<u64>(8, policy(ms(1), ms(4), 0.0));
     let seq = Arc::new(AtomicU64::new(0));
-    // Per key: (last enqueue seq, start seqs of its runs).
-    let log: Arc<Mutex<HashMap<u64, (u64, Vec<u64>)>>> = Arc::default();
+    /// Per key: (last enqueue seq, start seqs of its runs).
+    type RunLog = HashMap<u64, (u64, Vec<u64>)>;
+    let log: Arc<Mutex<RunLog>> = Arc::default();
     let in_flight: Arc<Mutex<HashSet<u64>>> = Arc::default();
     let overlaps = Arc::new(AtomicU64::new(0));
     let runner = {
