@@ -44,6 +44,7 @@
 //!                     Ok(Some(resync)) => TaskOutcome::RequeueAfter(resync),
 //!                     Err(_) => TaskOutcome::Retry, // back off: 0.5 s, 1 s, 2 s … 120 s, ±10 %
 //!                 }
+//!                 // (the same mapping, as a conversion: `reconcile(key).await.into()`)
 //!             })
 //!             .await
 //!     }

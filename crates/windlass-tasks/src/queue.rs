@@ -111,6 +111,19 @@ pub enum TaskOutcome {
     Retry,
 }
 
+/// `Ok(None)` → [`Done`](TaskOutcome::Done), `Ok(Some(d))` →
+/// [`RequeueAfter(d)`](TaskOutcome::RequeueAfter), `Err(_)` → [`Retry`](TaskOutcome::Retry):
+/// a worker returning `Result<Option<Duration>, E>` can end with `.into()` (log the error first).
+impl<E> From<Result<Option<Duration>, E>> for TaskOutcome {
+    fn from(result: Result<Option<Duration>, E>) -> Self {
+        match result {
+            Ok(None) => TaskOutcome::Done,
+            Ok(Some(delay)) => TaskOutcome::RequeueAfter(delay),
+            Err(_) => TaskOutcome::Retry,
+        }
+    }
+}
+
 /// What an enqueue call did, for callers that count or log it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {
@@ -965,6 +978,19 @@ mod tests {
             Ok(q) => q,
             Err(e) => panic!("{e}"),
         }
+    }
+
+    #[test]
+    fn results_map_onto_outcomes() {
+        let ok: Result<Option<Duration>, String> = Ok(None);
+        assert_eq!(TaskOutcome::from(ok), TaskOutcome::Done);
+        let requeue: Result<Option<Duration>, String> = Ok(Some(Duration::from_secs(3)));
+        assert_eq!(
+            TaskOutcome::from(requeue),
+            TaskOutcome::RequeueAfter(Duration::from_secs(3))
+        );
+        let failed: Result<Option<Duration>, String> = Err("conflict".into());
+        assert_eq!(TaskOutcome::from(failed), TaskOutcome::Retry);
     }
 
     #[test]
