@@ -57,7 +57,8 @@ pub const TEST_INSTANCE_NAME: &str = "test-instance";
     group = "test.windlass.dev",
     version = "v1",
     kind = "Widget",
-    namespaced
+    namespaced,
+    status = "crate::status::Status"
 )]
 pub struct WidgetSpec {
     /// The version the CR asks for.

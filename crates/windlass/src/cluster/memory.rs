@@ -9,7 +9,8 @@
 //!   change something (a no-op apply leaves it alone, as a real server does), and a write
 //!   carrying a stale `resourceVersion` is a conflict;
 //! - `generation` starts at 1 and is bumped by changes outside `metadata` and `status`;
-//! - `status` is kept apart: applies ignore it, [`Cluster::write_status`] writes only it;
+//! - `status` is kept apart where the kind has a status subresource (built-in kinds, CRDs
+//!   that declare one): applies ignore it, [`Cluster::write_status`] writes only it;
 //! - server-side apply remembers what each field manager applied, so a field the operator
 //!   stops setting is removed while fields set by others stay; `ownerReferences` merge by
 //!   uid and `finalizers` as a set, as their list types say;
@@ -32,7 +33,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::validation::{builtin_kinds, check_metadata};
+use super::validation::{KINDS_WITH_GENERATION, builtin_kinds, check_metadata};
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::cluster::selector::{FieldSelector, LabelSelector};
 use crate::error::ClusterError;
@@ -87,10 +88,21 @@ struct Entry {
     applied: BTreeMap<String, Value>,
 }
 
+/// What the store knows of a kind.
+#[derive(Debug, Clone, Copy)]
+struct KindInfo {
+    scope: Scope,
+    /// Whether `status` is a subresource, written apart from the rest (true for built-in
+    /// kinds and for CRDs that declare it). Without one, status is an ordinary field.
+    status_subresource: bool,
+    /// Whether objects carry `metadata.generation`.
+    generation: bool,
+}
+
 #[derive(Debug, Default)]
 struct State {
     objects: BTreeMap<Key, Entry>,
-    kinds: HashMap<TypeRef, Scope>,
+    kinds: HashMap<TypeRef, KindInfo>,
     resource_version: u64,
     /// Events of the current operation, published after the lock is released.
     pending: Vec<WatchEvent>,
@@ -137,7 +149,13 @@ impl MemoryCluster {
         let (events, _) = broadcast::channel(4096);
         let mut state = State::default();
         for (api_version, kind, scope) in builtin_kinds() {
-            state.kinds.insert(TypeRef::new(api_version, kind), scope);
+            let info = KindInfo {
+                scope,
+                status_subresource: true,
+                generation: KINDS_WITH_GENERATION.contains(&kind)
+                    || kind == "CustomResourceDefinition",
+            };
+            state.kinds.insert(TypeRef::new(api_version, kind), info);
         }
         let cluster = MemoryCluster {
             state: Mutex::new(state),
@@ -153,10 +171,15 @@ impl MemoryCluster {
         cluster
     }
 
-    /// Serve an additional kind (what installing a CRD does; applying a
-    /// `CustomResourceDefinition` manifest registers its kinds too).
+    /// Serve an additional kind with a status subresource (what installing a CRD does;
+    /// applying a `CustomResourceDefinition` manifest registers its kinds too).
     pub fn register_kind(&self, type_ref: TypeRef, scope: Scope) {
-        self.lock().kinds.insert(type_ref, scope);
+        let info = KindInfo {
+            scope,
+            status_subresource: true,
+            generation: true,
+        };
+        self.lock().kinds.insert(type_ref, info);
     }
 
     /// Serve the kinds a CRD defines, e.g. `cluster.register_crd(&MyApp::crd())`.
@@ -186,7 +209,7 @@ impl MemoryCluster {
             })?;
             let mut object = manifest;
             object["status"] = json!({"phase": "Active"});
-            create(&mut state, key, object, None, &self.field_manager);
+            create(&mut state, key, object, None, &self.field_manager, false);
         }
         drop(state);
         self.flush();
@@ -267,7 +290,7 @@ impl MemoryCluster {
 }
 
 impl State {
-    fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+    fn kind(&self, type_ref: &TypeRef) -> Result<KindInfo, ClusterError> {
         self.kinds
             .get(type_ref)
             .copied()
@@ -275,6 +298,10 @@ impl State {
                 api_version: type_ref.api_version.clone(),
                 kind: type_ref.kind.clone(),
             })
+    }
+
+    fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+        self.kind(type_ref).map(|k| k.scope)
     }
 
     fn next_resource_version(&mut self) -> String {
@@ -381,12 +408,6 @@ impl Cluster for MemoryCluster {
                 .clone();
             let mut next = stored.clone();
             match json_patch::patch(&mut next, patch) {
-                Err(e) if matches!(e.kind, json_patch::PatchErrorKind::TestFailed) => {
-                    Err(ClusterError::Conflict {
-                        object: object.to_string(),
-                        message: format!("the object has been modified: {e}"),
-                    })
-                }
                 Err(e) => Err(ClusterError::Invalid {
                     object: object.to_string(),
                     message: format!("patch does not apply: {e}"),
@@ -400,8 +421,10 @@ impl Cluster for MemoryCluster {
                             });
                         }
                     }
-                    // The main resource endpoint does not write status.
-                    keep_status(&mut next, &stored);
+                    // The main resource endpoint does not write a status subresource.
+                    if state.kind(&object.type_ref())?.status_subresource {
+                        keep_status(&mut next, &stored);
+                    }
                     commit(&mut state, key, next, None)
                 }
             }
@@ -451,12 +474,16 @@ fn apply_locked(
     let kind = manifest
         .kind()
         .ok_or_else(|| invalid("kind: required".into()))?;
-    let scope = state.scope(&TypeRef::new(api_version, kind))?;
+    let KindInfo {
+        scope,
+        status_subresource,
+        generation,
+    } = state.kind(&TypeRef::new(api_version, kind))?;
     check_metadata(kind, manifest).map_err(invalid)?;
     check_owner_references(manifest).map_err(invalid)?;
 
     let mut desired = manifest.clone();
-    if let Some(map) = desired.as_object_mut() {
+    if status_subresource && let Some(map) = desired.as_object_mut() {
         map.remove("status");
     }
     let namespace = match scope {
@@ -516,7 +543,7 @@ fn apply_locked(
         if method == WriteMethod::Update {
             crate::values::prune_nulls(&mut desired);
         }
-        return Ok(create(state, key, desired, applied, manager));
+        return Ok(create(state, key, desired, applied, manager, generation));
     };
 
     let stored = &entry.object;
@@ -556,7 +583,9 @@ fn apply_locked(
             next_meta.insert(field.to_string(), v.clone());
         }
     }
-    keep_status(&mut next, stored);
+    if status_subresource {
+        keep_status(&mut next, stored);
+    }
     let applied = (method == WriteMethod::Apply).then(|| desired.clone());
     commit(state, key, next, applied.map(|a| (manager.to_string(), a)))
 }
@@ -578,10 +607,12 @@ fn commit(
     if stored.is_terminating() {
         let before: BTreeSet<&str> = stored.finalizers().into_iter().collect();
         if let Some(added) = next.finalizers().into_iter().find(|f| !before.contains(f)) {
-            return Err(ClusterError::Forbidden(format!(
-                "{}/{}: no new finalizers can be added if the object is being deleted, found new finalizer {added}",
-                key.kind, key.name
-            )));
+            return Err(ClusterError::Invalid {
+                object: format!("{}/{}", key.kind, key.name),
+                message: format!(
+                    "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizer {added}"
+                ),
+            });
         }
     }
     let mut entry_applied = entry.applied;
@@ -594,10 +625,13 @@ fn commit(
         }
         return Ok(stored);
     }
-    if spec_changed(&stored, &next) {
-        let generation = stored.generation().unwrap_or(1) + 1;
+    // Kinds with a generation got one at creation; it counts changes outside metadata
+    // and status.
+    if let Some(generation) = stored.generation()
+        && spec_changed(&stored, &next)
+    {
         next.metadata_mut()
-            .insert("generation".into(), json!(generation));
+            .insert("generation".into(), json!(generation + 1));
     }
     let rv = state.next_resource_version();
     next.metadata_mut()
@@ -628,13 +662,16 @@ fn create(
     mut object: Value,
     applied: Option<Value>,
     manager: &str,
+    generation: bool,
 ) -> Value {
     let rv = state.next_resource_version();
     let metadata = object.metadata_mut();
     metadata.insert("uid".into(), json!(new_uid()));
     metadata.insert("creationTimestamp".into(), json!(now()));
     metadata.insert("resourceVersion".into(), json!(rv));
-    metadata.insert("generation".into(), json!(1));
+    if generation {
+        metadata.insert("generation".into(), json!(1));
+    }
     if !key.namespace.is_empty() {
         metadata.insert("namespace".into(), json!(key.namespace));
     }
@@ -978,9 +1015,14 @@ fn register_crd_kinds(state: &mut State, object: &Value) {
     };
     for version in spec["versions"].as_array().into_iter().flatten() {
         if let Some(name) = version["name"].as_str() {
+            let info = KindInfo {
+                scope,
+                status_subresource: version["subresources"].get("status").is_some(),
+                generation: true,
+            };
             state
                 .kinds
-                .insert(TypeRef::new(format!("{group}/{name}"), kind), scope);
+                .insert(TypeRef::new(format!("{group}/{name}"), kind), info);
         }
     }
 }

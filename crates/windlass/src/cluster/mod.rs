@@ -6,12 +6,12 @@
 //!   generation, owner references with garbage collection, finalizers and deletion
 //!   timestamps, namespaces, label and field selectors, status apart from spec, watch
 //!   events. It is what `--dry-run` and unit tests run on (F140–F145).
-//! - the live cluster over a kube-rs `Client` (server-side apply with a fixed field manager),
-//!   which a later part of windlass adds behind this same trait.
+//! - [`LiveCluster`]: a kube-rs `Client` (server-side apply with a fixed field manager).
 //!
 //! The trait speaks JSON manifests ([`serde_json::Value`]) because rollouts patch, merge and
 //! compare them generically; typed access is layered on top in [`crate::session`].
 
+mod live;
 mod memory;
 pub mod selector;
 mod validation;
@@ -19,6 +19,7 @@ mod validation;
 use async_trait::async_trait;
 use serde_json::Value;
 
+pub use live::LiveCluster;
 pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 
@@ -127,7 +128,8 @@ pub trait Cluster: Send + Sync + 'static {
     ) -> Result<Option<Value>, ClusterError>;
 
     /// Apply a JSON patch (RFC 6902) to the object, e.g. to add or remove a finalizer with a
-    /// `test` guard. A failed `test` is a [`ClusterError::Conflict`].
+    /// `test` guard. A failed `test` is a [`ClusterError::Invalid`], as API servers answer
+    /// it with HTTP 422: re-read the object and try again.
     async fn patch(
         &self,
         object: &ObjectRef,

@@ -189,7 +189,10 @@ async fn finalizers_hold_deletion_and_none_may_be_added_meanwhile() {
     let mut more = obj.clone();
     more["metadata"]["finalizers"] = json!(["example.com/cleanup", "another"]);
     let err = c.apply(&more, WriteMethod::Apply).await.unwrap_err();
-    assert!(matches!(err, ClusterError::Forbidden(_)), "{err}");
+    assert!(
+        matches!(err, ClusterError::Invalid { .. }),
+        "a 422, as the API server answers: {err}"
+    );
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "test", "path": "/metadata/finalizers/0", "value": "example.com/cleanup"},
         {"op": "remove", "path": "/metadata/finalizers/0"}
@@ -204,7 +207,7 @@ async fn finalizers_hold_deletion_and_none_may_be_added_meanwhile() {
 }
 
 #[tokio::test]
-async fn failed_patch_test_is_a_conflict() {
+async fn failed_patch_test_is_invalid() {
     let c = MemoryCluster::new();
     c.apply(&cm("a", json!({})), WriteMethod::Apply)
         .await
@@ -215,7 +218,10 @@ async fn failed_patch_test_is_a_conflict() {
     ]))
     .unwrap();
     let err = c.patch(&cm_ref("a"), &patch).await.unwrap_err();
-    assert!(matches!(err, ClusterError::Conflict { .. }), "{err}");
+    assert!(
+        matches!(err, ClusterError::Invalid { .. }),
+        "a 422, as the API server answers: {err}"
+    );
 }
 
 #[tokio::test]
@@ -413,4 +419,34 @@ async fn secret_string_data_is_stored_as_data() {
     let stored = c.apply(&secret, WriteMethod::Apply).await.unwrap();
     assert_eq!(stored["data"], json!({"a": "YQ==", "b": "YmVl"}));
     assert!(stored.get("stringData").is_none());
+}
+
+#[tokio::test]
+async fn status_is_an_ordinary_field_of_crds_without_a_status_subresource() {
+    let c = MemoryCluster::new();
+    let crd = |subresources: Value| {
+        json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "things.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Thing", "plural": "things"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "subresources": subresources}]}})
+    };
+    c.apply(&crd(json!({})), WriteMethod::Apply).await.unwrap();
+    let thing = json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t", "namespace": "default"}, "status": {"x": 1}});
+    assert_eq!(
+        c.apply(&thing, WriteMethod::Apply).await.unwrap()["status"],
+        json!({"x": 1})
+    );
+    c.apply(&crd(json!({"status": {}})), WriteMethod::Apply)
+        .await
+        .unwrap();
+    let mut other = thing.clone();
+    other["metadata"]["name"] = json!("u");
+    assert!(
+        c.apply(&other, WriteMethod::Apply)
+            .await
+            .unwrap()
+            .get("status")
+            .is_none()
+    );
 }
