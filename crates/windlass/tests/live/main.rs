@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod rollout;
 
 use std::sync::Arc;
 use std::time::Duration;
