@@ -44,13 +44,19 @@ pub async fn verify_objects<K: PrimaryResource>(
 /// - `Pod`: condition `Ready` is true.
 /// - `Job`: condition `Complete` is true.
 /// - `Deployment`: `Available` is true and `Progressing` is true with reason
-///   `NewReplicaSetAvailable`, for the current generation.
-/// - `StatefulSet`: `readyReplicas` equals `replicas` (and `updatedReplicas`, when the
-///   controller reports it), for the current generation.
-/// - `DaemonSet`: every scheduled pod is updated and ready, for the current generation.
+///   `NewReplicaSetAvailable`, and, as `kubectl rollout status` checks, every desired
+///   replica is updated and available with no old one left.
+/// - `StatefulSet`: every desired replica (`spec.replicas`, default 1) is ready and
+///   updated. oper8 compared `readyReplicas` with `status.replicas`, which is 0 right after
+///   creation, so a brand-new StatefulSet counted as ready.
+/// - `DaemonSet`: every scheduled pod is updated and ready.
+///
+/// Workloads must also have been observed at their current generation: right after an
+/// update, the old status still describes the old spec.
 pub fn verify_object(object: &Value) -> bool {
     let status = &object["status"];
-    let int = |v: &Value| v.as_i64().unwrap_or(0);
+    let count = |v: &Value| v.as_i64().unwrap_or(0);
+    let desired = object["spec"]["replicas"].as_i64().unwrap_or(1);
     match object.kind().unwrap_or_default() {
         "Pod" => condition_is(object, "Ready", true, None),
         "Job" => condition_is(object, "Complete", true, None),
@@ -58,22 +64,23 @@ pub fn verify_object(object: &Value) -> bool {
             observed_current(object)
                 && condition_is(object, "Available", true, None)
                 && condition_is(object, "Progressing", true, Some("NewReplicaSetAvailable"))
+                && count(&status["updatedReplicas"]) == desired
+                && count(&status["replicas"]) == desired
+                && count(&status["availableReplicas"]) == desired
         }
         "StatefulSet" => {
-            let Some(replicas) = status["replicas"].as_i64() else {
-                return false;
-            };
             observed_current(object)
-                && int(&status["readyReplicas"]) == replicas
+                && count(&status["readyReplicas"]) == desired
                 && status["updatedReplicas"]
                     .as_i64()
-                    .is_none_or(|updated| updated == replicas)
+                    .is_none_or(|updated| updated == desired)
         }
         "DaemonSet" => {
-            let desired = status["desiredNumberScheduled"].as_i64();
+            let scheduled = status["desiredNumberScheduled"].as_i64();
             observed_current(object)
-                && desired.is_some_and(|d| {
-                    int(&status["numberReady"]) == d && int(&status["updatedNumberScheduled"]) == d
+                && scheduled.is_some_and(|d| {
+                    count(&status["numberReady"]) == d
+                        && count(&status["updatedNumberScheduled"]) == d
                 })
         }
         _ => true,
@@ -178,8 +185,8 @@ mod tests {
 
     #[test]
     fn deployments_need_the_new_replica_set_available_for_the_current_generation() {
-        let ready = json!({"kind": "Deployment", "metadata": {"generation": 2},
-            "status": {"observedGeneration": 2, "conditions": [
+        let ready = json!({"kind": "Deployment", "metadata": {"generation": 2}, "spec": {"replicas": 2},
+            "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2, "conditions": [
                 {"type": "Available", "status": "True"},
                 {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}});
         assert!(verify_object(&ready));
@@ -192,22 +199,42 @@ mod tests {
             !verify_object(&stale),
             "status of the previous generation does not count"
         );
+        let mut old_pods_left = ready.clone();
+        old_pods_left["status"]["replicas"] = json!(3);
+        assert!(
+            !verify_object(&old_pods_left),
+            "an old replica is still running"
+        );
+        let mut scaled = ready.clone();
+        scaled["spec"]["replicas"] = json!(3);
+        assert!(
+            !verify_object(&scaled),
+            "not every desired replica is available"
+        );
     }
 
     #[test]
     fn statefulsets_and_daemonsets_count_ready_pods() {
-        assert!(verify_object(
-            &json!({"kind": "StatefulSet", "status": {"replicas": 2, "readyReplicas": 2}})
-        ));
-        assert!(!verify_object(
-            &json!({"kind": "StatefulSet", "status": {"replicas": 2, "readyReplicas": 1}})
-        ));
-        assert!(!verify_object(
-            &json!({"kind": "StatefulSet", "status": {}})
-        ));
-        assert!(!verify_object(
-            &json!({"kind": "StatefulSet", "status": {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 1}})
-        ));
+        let sts = |spec: Value, status: Value| json!({"kind": "StatefulSet", "spec": spec, "status": status});
+        assert!(verify_object(&sts(
+            json!({"replicas": 2}),
+            json!({"replicas": 2, "readyReplicas": 2})
+        )));
+        assert!(!verify_object(&sts(
+            json!({"replicas": 2}),
+            json!({"replicas": 2, "readyReplicas": 1})
+        )));
+        assert!(!verify_object(&sts(
+            json!({"replicas": 2}),
+            json!({"replicas": 2, "readyReplicas": 2, "updatedReplicas": 1})
+        )));
+        // Right after creation the controller reports zero pods; that is not ready (oper8
+        // compared with status.replicas and said it was).
+        assert!(!verify_object(&sts(json!({}), json!({"replicas": 0}))));
+        assert!(verify_object(&sts(
+            json!({}),
+            json!({"replicas": 1, "readyReplicas": 1})
+        )));
         assert!(verify_object(
             &json!({"kind": "DaemonSet", "status": {"desiredNumberScheduled": 3, "numberReady": 3, "updatedNumberScheduled": 3}})
         ));

@@ -203,6 +203,9 @@ fn service(
             ports: Some(vec![ServicePort {
                 port,
                 target_port: Some(IntOrString::Int(target)),
+                // Server-side apply keys service ports by port and protocol; spell the
+                // default out, as servers before 1.22 refuse an apply without it.
+                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -303,6 +306,7 @@ impl Component<WebApp> for Database {
             env: Some(vec![password_env(session, "POSTGRES_PASSWORD")]),
             ports: Some(vec![ContainerPort {
                 container_port: 5432,
+                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             volume_mounts: Some(vec![VolumeMount {
@@ -434,6 +438,7 @@ impl Component<WebApp> for Web {
             env: Some(vec![password_env(session, "DATABASE_PASSWORD")]),
             ports: Some(vec![ContainerPort {
                 container_port: 8080,
+                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             ..Default::default()

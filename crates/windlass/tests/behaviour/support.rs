@@ -33,9 +33,9 @@ pub fn deployment_ref(name: &str) -> ObjectRef {
     ObjectRef::new("apps/v1", "Deployment", Some(TEST_NAMESPACE), name)
 }
 
-/// The status a Deployment controller writes once the Deployment is available.
+/// The status a Deployment controller writes once the (one-replica) Deployment is available.
 pub fn available() -> Value {
-    json!({"observedGeneration": 1, "conditions": [
+    json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "conditions": [
         {"type": "Available", "status": "True"},
         {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]})
 }

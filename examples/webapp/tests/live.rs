@@ -1,0 +1,111 @@
+//! The example operator on a real control plane: the node simulator runs its Pods, so the
+//! database really becomes ready before the migration starts, the migration Job really
+//! completes, and the web Deployment really becomes available before the WebApp is Ready.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use webapp_operator::{WebApp, WebAppController};
+use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
+use windlass::config::LibraryConfig;
+use windlass::object::{ManifestExt, ObjectRef, TypeRef};
+use windlass::progress::Event;
+use windlass::reconcile::{Outcome, Reconciler};
+use windlass::testing::{EventLog, assert_condition};
+use windlass_testenv::TestEnv;
+
+#[tokio::test]
+async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
+    let env = TestEnv::shared()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace("webapp").await.unwrap();
+    let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
+    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
+    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
+    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
+    for _ in 0..100 {
+        if cluster.scope(&kind).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let shop = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+        "metadata": {"name": "shop", "namespace": ns.name()},
+        "spec": {"version": "1.4.0", "image": "ghcr.io/example/shop", "cache": {"enabled": true}}});
+    cluster.apply(&shop, WriteMethod::Update).await.unwrap();
+    let cr = ObjectRef::from_manifest(&shop).unwrap();
+
+    let log = EventLog::default();
+    let reconciler = Reconciler::new(WebAppController, cluster.clone(), LibraryConfig::default())
+        .with_observer(log.clone());
+    let mut outcomes = Vec::new();
+    for _ in 0..90 {
+        let report = reconciler.reconcile(&cr).await;
+        assert!(report.error.is_none(), "{:?}", report.error);
+        outcomes.push(report.outcome);
+        if report.outcome == Outcome::Done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        outcomes.last(),
+        Some(&Outcome::Done),
+        "the WebApp never became ready: {outcomes:?}"
+    );
+    assert!(
+        outcomes.len() > 1,
+        "a real rollout cannot verify in its first reconcile"
+    );
+
+    // The migration was applied only once the database was really ready (its edge
+    // condition), and never before the database's objects existed.
+    let deployed: Vec<String> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Deployed {
+                component, applied, ..
+            } if !applied.is_empty() => Some(component),
+            _ => None,
+        })
+        .collect();
+    let first = |c: &str| {
+        deployed
+            .iter()
+            .position(|d| d == c)
+            .unwrap_or_else(|| panic!("{c} never applied: {deployed:?}"))
+    };
+    assert!(first("credentials") < first("database"));
+    assert!(first("database") < first("migration"));
+    assert!(first("migration") < first("web"));
+
+    let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
+    assert_condition(&status, "Ready", true, "Stable");
+    assert_eq!(status["versions"]["reconciled"], "1.4.0");
+    assert_eq!(status["webAppStatus"], "Completed");
+    let job = ObjectRef::new("batch/v1", "Job", Some(ns.name()), "shop-migrate-1-4-0");
+    let job = cluster.get(&job).await.unwrap().unwrap();
+    assert!(
+        windlass::verify::verify_object(&job),
+        "the migration completed: {:#}",
+        job["status"]
+    );
+
+    // Switching the cache off deletes its objects for real.
+    cluster.apply(&json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+        "metadata": {"name": "shop", "namespace": ns.name()}, "spec": {"cache": {"enabled": false}}}), WriteMethod::Update).await.unwrap();
+    let report = reconciler.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let cache = ObjectRef::new("apps/v1", "Deployment", Some(ns.name()), "shop-cache");
+    let gone = cluster.get(&cache).await.unwrap();
+    assert!(
+        gone.is_none() || gone.is_some_and(|d| d.is_terminating()),
+        "the cache Deployment is deleted"
+    );
+}
