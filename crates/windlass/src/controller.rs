@@ -156,11 +156,16 @@ pub trait Controller: Send + Sync + 'static {
         Ok(true)
     }
 
-    /// Whether to reconcile again. The default re-reads the CR and requeues after
-    /// `requeue_after_seconds` until its status shows Ready, not Updating, and the
-    /// requested version reconciled (F71).
-    async fn should_requeue(&self, session: &Session<Self::Resource>) -> Result<Requeue> {
-        crate::reconcile::default_should_requeue(session).await
+    /// Whether to reconcile again, given what the rollout achieved. The default re-reads
+    /// the CR and requeues after `requeue_after_seconds` until its status shows Ready, not
+    /// Updating, and the requested version reconciled (F71); see
+    /// [`crate::reconcile::default_should_requeue`].
+    async fn should_requeue(
+        &self,
+        session: &Session<Self::Resource>,
+        state: &crate::dag::CompletionState,
+    ) -> Result<Requeue> {
+        crate::reconcile::default_should_requeue(session, state).await
     }
 }
 

@@ -321,7 +321,7 @@ impl<C: Controller> Reconciler<C> {
             self.write_status(cr, |current| completion_status(&session, &state, current))
                 .await?;
         }
-        let requeue = controller.should_requeue(&session).await?;
+        let requeue = controller.should_requeue(&session, &state).await?;
         if requeue == Requeue::No
             && finalizing
             && let Some(finalizer) = &finalizer
@@ -454,27 +454,29 @@ impl<C: Controller> Reconciler<C> {
 /// The status at the start of a reconcile (F121): `Ready` keeps its reason (or
 /// `Initializing` before the first verified version); a version change sets
 /// `Updating=VersionChange` and `Ready=InProgress`.
+///
+/// A CR without a version has no `versions.reconciled` to wait for: its `Ready` reason
+/// simply carries over (oper8 reset it to `Initializing` on every reconcile, flapping the
+/// condition). Dropping the version from a CR is not a version change.
 fn start_status<K: PrimaryResource>(session: &Session<K>, current: &Value) -> StatusUpdate {
     let ready = condition(current, status::READY).ok().flatten();
+    let first_rollout_pending = session.version().is_some() && session.current_version().is_none();
     let mut reason = ready
         .and_then(|c| c["reason"].as_str())
         .and_then(|r| r.parse::<ReadyReason>().ok())
-        .filter(|_| session.current_version().is_some())
+        .filter(|_| !first_rollout_pending)
         .unwrap_or(ReadyReason::Initializing);
     let message = ready
         .and_then(|c| c["message"].as_str())
         .unwrap_or("Initial Rollout Started")
         .to_string();
     let mut updating = None;
-    if let Some(old) = session.current_version()
-        && session.version() != Some(old)
+    if let (Some(old), Some(new)) = (session.current_version(), session.version())
+        && old != new
     {
         updating = Some((
             UpdatingReason::VersionChange,
-            format!(
-                "Version Change Started: [{old}] -> [{}]",
-                session.version().unwrap_or("")
-            ),
+            format!("Version Change Started: [{old}] -> [{new}]"),
         ));
         reason = ReadyReason::InProgress;
     }
@@ -517,14 +519,31 @@ fn completion_status<K: PrimaryResource>(
 }
 
 /// The default of [`Controller::should_requeue`] (F71): requeue after
-/// `requeue_after_seconds` until the CR's status shows it done at the requested version.
-pub async fn default_should_requeue<K: PrimaryResource>(session: &Session<K>) -> Result<Requeue> {
+/// `requeue_after_seconds` until the CR's status, read back, shows it done: `Ready`,
+/// not `Updating`, and the requested version reconciled (a CR without a version needs
+/// only the conditions). Without `manage_status` there is no status to read, so the
+/// rollout's own outcome decides.
+pub async fn default_should_requeue<K: PrimaryResource>(
+    session: &Session<K>,
+    state: &CompletionState,
+) -> Result<Requeue> {
     let again = Requeue::After(session.library().requeue_after());
+    if !session.library().manage_status {
+        return Ok(if state.verify_completed() { Requeue::No } else { again });
+    }
     Ok(match session.cluster().get(&session.cr_ref()).await {
         Err(_) => again,
         Ok(None) => Requeue::No,
-        Ok(Some(cr)) if verify_subsystem(&cr, session.version()) => Requeue::No,
-        Ok(Some(_)) => again,
+        Ok(Some(cr)) => {
+            let done = match session.version() {
+                Some(version) => verify_subsystem(&cr, Some(version)),
+                None => {
+                    crate::verify::condition_is(&cr, status::READY, true, None)
+                        && crate::verify::condition_is(&cr, status::UPDATING, false, None)
+                }
+            };
+            if done { Requeue::No } else { again }
+        }
     })
 }
 

@@ -175,3 +175,50 @@ async fn observed_generation_is_recorded_on_conditions() {
         2
     );
 }
+
+#[tokio::test]
+async fn a_cr_without_a_version_settles_and_writes_nothing_more() {
+    let env = TestEnv::new(web()).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    env.reconcile(&cr).await;
+    env.set_status(&deployment_ref("web"), available()).await;
+    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    let settled = env.status(&cr).await;
+    assert_condition(&settled, "Ready", true, "Stable");
+
+    let before = high_water_mark(&env.memory.objects());
+    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(high_water_mark(&env.memory.objects()), before, "no status flapping between reconciles");
+    assert_eq!(env.status(&cr).await, settled);
+}
+
+#[tokio::test]
+async fn dropping_the_version_is_not_a_version_change() {
+    let env = TestEnv::new(web()).await;
+    let cr = env.apply_cr("a", json!({"version": "1"})).await;
+    env.reconcile(&cr).await;
+    env.set_status(&deployment_ref("web"), available()).await;
+    env.reconcile(&cr).await;
+    let cr = env.apply_cr("a", json!({"version": null})).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "no endless requeue");
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", false, "Stable");
+    assert_condition(&status, "Ready", true, "Stable");
+}
+
+#[tokio::test]
+async fn without_managed_status_the_rollout_decides_the_requeue() {
+    use windlass::config::LibraryConfig;
+    let config = LibraryConfig { manage_status: false, ..LibraryConfig::default() };
+    let env = TestEnv::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
+    let cr = env.apply_cr("a", json!({"version": "1"})).await;
+    assert!(matches!(env.reconcile(&cr).await.outcome, Outcome::RequeueAfter(_)), "not ready yet");
+    env.set_status(&deployment_ref("web"), available()).await;
+    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.status(&cr).await, serde_json::Value::Null, "no status written");
+    // Deleting it is not held forever by a status that is never written.
+    env.delete(&cr).await;
+    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert!(env.get(&cr).await.is_none());
+}
