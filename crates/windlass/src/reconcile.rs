@@ -529,7 +529,11 @@ pub async fn default_should_requeue<K: PrimaryResource>(
 ) -> Result<Requeue> {
     let again = Requeue::After(session.library().requeue_after());
     if !session.library().manage_status {
-        return Ok(if state.verify_completed() { Requeue::No } else { again });
+        return Ok(if state.verify_completed() {
+            Requeue::No
+        } else {
+            again
+        });
     }
     Ok(match session.cluster().get(&session.cr_ref()).await {
         Err(_) => again,

@@ -55,18 +55,22 @@ pub async fn run<C: Controller>(
     let graph = &components.graph;
     let (deploy_threads, verify_threads) = session.library().rollout_threads();
     let check_conditions = !session.dry_run();
-    let condition = |_: NodeId, _: NodeId, edge: &Option<EdgeCondition<C::Resource>>| {
+    // An edge condition that errs or panics halts the component it gates, with the reason.
+    let condition = |node: NodeId, _: NodeId, edge: &Option<EdgeCondition<C::Resource>>| {
         let edge = edge.clone();
+        let component = graph.name(node).to_string();
         async move {
-            match edge {
-                None => true,
-                Some(check) => match check(session).await {
-                    Ok(passed) => passed,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "edge condition failed; the dependent waits");
-                        false
-                    }
-                },
+            let Some(check) = edge else { return Ok(true) };
+            match AssertUnwindSafe(check(session)).catch_unwind().await {
+                Ok(Ok(passed)) => Ok(passed),
+                Ok(Err(e)) => Err(Halt {
+                    failure: e.is_fatal(),
+                    error: Some(e),
+                }),
+                Err(panic) => Err(Halt::failed(Error::from_panic(
+                    format!("the condition component \"{component}\" waits for"),
+                    panic.as_ref(),
+                ))),
             }
         }
     };

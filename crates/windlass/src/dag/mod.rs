@@ -21,14 +21,16 @@
 //!    false is *gated*: it is checked again whenever another node finishes, and on a
 //!    back-off timer (50 ms doubling to 1 s) while other nodes are still running. When
 //!    nothing else is running it is checked once more; if it is still gated it stays
-//!    unstarted. Conditions are skipped when the runner is told not to check them (dry-run).
+//!    unstarted. A condition that fails to evaluate halts the node it gates (rule 5).
+//!    Conditions are skipped when the runner is told not to check them (dry-run).
 //! 5. **Halts stop only what depends on them.** A node that halts (its action returned a
 //!    [`Halt`]) is *failed* if the halt is a failure, *unverified* otherwise. Nodes
 //!    downstream of it never start; independent branches run to completion ("as complete
 //!    as possible").
 //! 6. **Errors are recorded once.** The first halt that carries an error sets the state's
-//!    error. A panic in a node's action fails the node but records no error (the rollout
-//!    layer catches panics itself and turns them into errors with a message).
+//!    error. A panic in a node's action or condition fails the node but records no error
+//!    (the rollout layer catches panics in both itself and turns them into errors with a
+//!    message).
 //! 7. **Disabled nodes never run** and are reported as *unstarted*, as are nodes that never
 //!    became ready.
 //! 8. **Deterministic order.** Topology order is a post-order walk with ties broken by node

@@ -80,7 +80,7 @@ const MAX_RECHECK: Duration = Duration::from_secs(1);
 ///             let fails = *g.data(id) == "fail";
 ///             async move { if fails { Err(Halt::failed(None)) } else { Ok(()) } }
 ///         },
-///         |_, _, _| async { true },
+///         |_, _, _| async { Ok(true) },
 ///     )
 ///     .await;
 /// // `left` failed, so `leaf` never started; `right` is independent and verified.
@@ -156,13 +156,14 @@ impl<'g, N, E> Runner<'g, N, E> {
     }
 
     /// Run `action` for every enabled node in dependency order and report what happened.
-    /// `condition(node, upstream, edge)` gates `node` on an edge (rule 4).
+    /// `condition(node, upstream, edge)` gates `node` on an edge (rule 4): `Ok(false)`
+    /// keeps it waiting, `Err(halt)` halts it as its action would have.
     pub async fn run<A, AF, C, CF>(&self, action: A, condition: C) -> CompletionState
     where
         A: Fn(NodeId) -> AF,
         AF: Future<Output = Result<(), Halt>>,
         C: Fn(NodeId, NodeId, &'g E) -> CF,
-        CF: Future<Output = bool>,
+        CF: Future<Output = Result<bool, Halt>>,
     {
         let graph = self.graph;
         let mut rank = vec![0; graph.len()];
@@ -301,15 +302,18 @@ impl<'g, N, E> Runner<'g, N, E> {
         A: Fn(NodeId) -> AF,
         AF: Future<Output = Result<(), Halt>>,
         C: Fn(NodeId, NodeId, &'g E) -> CF,
-        CF: Future<Output = bool>,
+        CF: Future<Output = Result<bool, Halt>>,
     {
         let graph = self.graph;
         let check = self.check_conditions;
         let work = async move {
             if check {
                 for (upstream, edge) in graph.upstream(id) {
-                    if !condition(id, upstream, edge).await {
-                        return Step::Gated;
+                    match condition(id, upstream, edge).await {
+                        Ok(true) => {}
+                        Ok(false) => return Step::Gated,
+                        // A condition that cannot be evaluated halts the node it gates.
+                        Err(halt) => return Step::Finished(Err(halt)),
                     }
                 }
             }

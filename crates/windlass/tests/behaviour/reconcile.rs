@@ -389,3 +389,61 @@ async fn several_crs_do_not_interfere() {
     assert!(env.get(&cm_ref("b-web")).await.is_some());
     let _ = env.memory.get(&b).await.map(|o| o.is_some());
 }
+
+/// A controller whose web component waits on a condition that errs or panics.
+struct BrokenCondition(bool);
+
+#[async_trait]
+impl Controller for BrokenCondition {
+    type Resource = Widget;
+    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+        let mut g = Components::new();
+        let db = g.add(DummyComponent::new("db").with_configmap("db"))?;
+        let web = g.add(DummyComponent::new("web").with_configmap("web"))?;
+        let panics = self.0;
+        g.depends_on_when(web, db, move |_| {
+            async move {
+                if panics {
+                    panic!("condition bug");
+                }
+                Err(Error::Cluster(windlass::ClusterError::Forbidden(
+                    "statefulsets is forbidden".into(),
+                )))
+            }
+            .boxed()
+        })?;
+        Ok(g)
+    }
+}
+
+#[tokio::test]
+async fn a_failing_edge_condition_reaches_the_status() {
+    let env = TestEnv::new(BrokenCondition(false)).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(
+        matches!(report.error, Some(Error::Cluster(_))),
+        "{:?}",
+        report.error
+    );
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", false, "ClusterError");
+    assert!(
+        status["conditions"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("statefulsets is forbidden"),
+        "{status:#}"
+    );
+
+    let env = TestEnv::new(BrokenCondition(true)).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Ready", false, "Errored");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the condition component \"web\" waits for panicked: condition bug"),
+        "{message}"
+    );
+}

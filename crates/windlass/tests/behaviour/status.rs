@@ -188,7 +188,11 @@ async fn a_cr_without_a_version_settles_and_writes_nothing_more() {
 
     let before = high_water_mark(&env.memory.objects());
     assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
-    assert_eq!(high_water_mark(&env.memory.objects()), before, "no status flapping between reconciles");
+    assert_eq!(
+        high_water_mark(&env.memory.objects()),
+        before,
+        "no status flapping between reconciles"
+    );
     assert_eq!(env.status(&cr).await, settled);
 }
 
@@ -210,13 +214,24 @@ async fn dropping_the_version_is_not_a_version_change() {
 #[tokio::test]
 async fn without_managed_status_the_rollout_decides_the_requeue() {
     use windlass::config::LibraryConfig;
-    let config = LibraryConfig { manage_status: false, ..LibraryConfig::default() };
-    let env = TestEnv::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
+    let config = LibraryConfig {
+        manage_status: false,
+        ..LibraryConfig::default()
+    };
+    let env =
+        TestEnv::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
     let cr = env.apply_cr("a", json!({"version": "1"})).await;
-    assert!(matches!(env.reconcile(&cr).await.outcome, Outcome::RequeueAfter(_)), "not ready yet");
+    assert!(
+        matches!(env.reconcile(&cr).await.outcome, Outcome::RequeueAfter(_)),
+        "not ready yet"
+    );
     env.set_status(&deployment_ref("web"), available()).await;
     assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
-    assert_eq!(env.status(&cr).await, serde_json::Value::Null, "no status written");
+    assert_eq!(
+        env.status(&cr).await,
+        serde_json::Value::Null,
+        "no status written"
+    );
     // Deleting it is not held forever by a status that is never written.
     env.delete(&cr).await;
     assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);

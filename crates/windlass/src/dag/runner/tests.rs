@@ -27,8 +27,8 @@ fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
-async fn always(_: NodeId, _: NodeId, _: &()) -> bool {
-    true
+async fn always(_: NodeId, _: NodeId, _: &()) -> Result<bool, Halt> {
+    Ok(true)
 }
 
 #[tokio::test]
@@ -152,8 +152,7 @@ async fn a_slow_edge_condition_does_not_end_the_run_early() {
     // oper8 had to snapshot completed nodes before computing ready ones, or a slow edge
     // check let the run end with the gated node unstarted. Here `leaf`'s condition takes
     // longer than everything else and must still be honoured.
-    let (mut g, [_, left, _, leaf]) = diamond();
-    g.add_dependency(leaf, left, ()).unwrap();
+    let (g, [_, _, _, leaf]) = diamond();
     let state = Runner::new(&g)
         .run(
             |_| async { Ok(()) },
@@ -161,7 +160,7 @@ async fn a_slow_edge_condition_does_not_end_the_run_early() {
                 if node == leaf {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
-                true
+                Ok(true)
             },
         )
         .await;
@@ -195,7 +194,7 @@ async fn a_gated_node_is_rechecked_while_others_run_and_then_starts() {
             |_, _, _| {
                 checks.fetch_add(1, Ordering::SeqCst);
                 let open = opened.load(Ordering::SeqCst);
-                async move { open }
+                async move { Ok(open) }
             },
         )
         .await;
@@ -211,7 +210,7 @@ async fn a_gated_node_is_rechecked_while_others_run_and_then_starts() {
 async fn a_node_gated_when_nothing_else_runs_stays_unstarted() {
     let (g, _) = diamond();
     let state = Runner::new(&g)
-        .run(|_| async { Ok(()) }, |_, _, _| async { false })
+        .run(|_| async { Ok(()) }, |_, _, _| async { Ok(false) })
         .await;
     assert_eq!(state.verified(), &set(&["base"]));
     assert_eq!(state.unstarted(), &set(&["left", "right", "leaf"]));
@@ -222,7 +221,7 @@ async fn conditions_are_skipped_when_not_checked() {
     let (g, _) = diamond();
     let state = Runner::new(&g)
         .check_conditions(false)
-        .run(|_| async { Ok(()) }, |_, _, _| async { false })
+        .run(|_| async { Ok(()) }, |_, _, _| async { Ok(false) })
         .await;
     assert!(state.verify_completed());
 }
@@ -282,5 +281,28 @@ async fn the_first_error_is_kept() {
     assert!(
         state.failed(),
         "c failed, so the run failed even though the error is expected"
+    );
+}
+
+#[tokio::test]
+async fn a_condition_that_fails_halts_the_node_it_gates() {
+    let (g, [_, left, _, _]) = diamond();
+    let state = Runner::new(&g)
+        .run(
+            |_| async { Ok(()) },
+            |node, _, _| async move {
+                if node == left {
+                    Err(Halt::failed(Error::cluster("cannot read the database")))
+                } else {
+                    Ok(true)
+                }
+            },
+        )
+        .await;
+    assert_eq!(state.failed_nodes(), &set(&["left"]));
+    assert_eq!(state.unstarted(), &set(&["leaf"]));
+    assert_eq!(
+        state.error(),
+        Some(&Error::cluster("cannot read the database"))
     );
 }
