@@ -9,7 +9,7 @@
 //! database (StatefulSet + Service)          cache (Deployment + Service)   ← only when
 //!      │  …and the database must be ready                │                    spec.cache.enabled
 //! migration (Job for this version)                        │
-//!      │                                                  │
+//!      │  …and the migration must have completed          │
 //! web (ConfigMap + Deployment + Service) ◀────────────────┘
 //! ```
 //!
@@ -133,17 +133,14 @@ impl Controller for WebAppController {
 
         graph.depends_on(database, credentials)?;
         // The migration needs a database that accepts connections, not just one that was
-        // applied: it waits until the StatefulSet reports its pod ready.
-        graph.depends_on_when(migration, database, |session| {
-            async move {
-                let db: Option<StatefulSet> = session.get(&session.scoped_name("db")).await?;
-                Ok(db.as_ref().is_some_and(|db| {
-                    windlass::verify::verify_object(&serde_json::to_value(db).unwrap_or_default())
-                }))
-            }
-            .boxed()
+        // applied: it waits until the StatefulSet reports its pod ready. Likewise the new
+        // web version waits until its migration has completed.
+        graph.depends_on_when(migration, database, |s| {
+            is_ready::<StatefulSet>(s, s.scoped_name("db")).boxed()
         })?;
-        graph.depends_on(web, migration)?;
+        graph.depends_on_when(web, migration, |s| {
+            is_ready::<Job>(s, migration_name(s)).boxed()
+        })?;
         if spec.cache.enabled {
             graph.depends_on(web, cache)?;
         }
@@ -152,6 +149,33 @@ impl Controller for WebAppController {
 
     // The default hooks and requeue policy suit this operator: it is requeued until the
     // status says Ready at the requested version.
+}
+
+/// Whether the live object of kind `K` and this name is ready by windlass's per-kind rule
+/// (a StatefulSet's pods ready, a Job complete, …). Conditions on graph edges use it.
+async fn is_ready<K>(session: &Session<WebApp>, name: String) -> Result<bool>
+where
+    K: k8s_openapi::Resource + serde::de::DeserializeOwned + Serialize,
+{
+    let live: Option<K> = session.get(&name).await?;
+    Ok(live
+        .and_then(|object| windlass::object::to_manifest(&object).ok())
+        .is_some_and(|manifest| windlass::verify::verify_object(&manifest)))
+}
+
+/// The migration Job of the requested version: `<cr>-migrate-<version>`, with the version
+/// made a valid name (lower case, `-` for anything else). Jobs are immutable, so each
+/// version gets its own.
+fn migration_name(session: &Session<WebApp>) -> String {
+    let version: String = session
+        .cr()
+        .spec
+        .version
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    session.scoped_name(&format!("migrate-{}", version.trim_matches('-')))
 }
 
 /// Labels shared by every object of one component of one WebApp.
@@ -345,8 +369,7 @@ impl Component<WebApp> for Database {
     }
 }
 
-/// The schema migration of this version, as a Job. Jobs are immutable, so each version
-/// gets its own.
+/// The schema migration of this version, as a Job (see [`migration_name`]).
 struct Migration;
 
 #[async_trait]
@@ -357,13 +380,14 @@ impl Component<WebApp> for Migration {
 
     async fn render(&self, session: &Session<WebApp>, out: &mut Resources) -> Result<()> {
         let spec = &session.cr().spec;
-        let version = spec
-            .version
-            .replace(|c: char| !c.is_ascii_alphanumeric(), "-");
         out.add(
             "job",
             &Job {
-                metadata: meta(session, &format!("migrate-{version}"), "migration"),
+                metadata: ObjectMeta {
+                    name: Some(migration_name(session)),
+                    labels: Some(labels(session, "migration")),
+                    ..Default::default()
+                },
                 spec: Some(JobSpec {
                     backoff_limit: Some(3),
                     template: PodTemplateSpec {

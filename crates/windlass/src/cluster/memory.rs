@@ -216,22 +216,46 @@ impl MemoryCluster {
         Ok(())
     }
 
-    /// Store objects as they are, creating their namespaces, without publishing events:
-    /// the cluster state a dry run starts from (F140).
+    /// Store objects as they are (their uid, creationTimestamp, generation and status
+    /// kept when given), creating their namespaces, without publishing events: the cluster
+    /// state a dry run starts from (F140). Objects are validated as any write is; objects
+    /// whose owners were not loaded are garbage, and collected, as a real cluster would.
     pub fn load(&self, manifests: impl IntoIterator<Item = Value>) -> Result<(), ClusterError> {
         for manifest in manifests {
-            if let Some(ns) = manifest.namespace() {
+            let type_ref = TypeRef::new(
+                manifest.api_version().unwrap_or_default(),
+                manifest.kind().unwrap_or_default(),
+            );
+            if self.lock().scope(&type_ref)? == Scope::Namespaced
+                && let Some(ns) = manifest.namespace()
+            {
                 self.create_namespace(ns)?;
             }
             let mut state = self.lock();
-            apply_locked(
+            let stored = apply_locked(
                 &mut state,
                 &manifest,
                 WriteMethod::Replace,
                 &self.field_manager,
             )?;
+            // Put back what a write would have assigned anew.
+            let key = key_of_manifest(&stored);
+            if let Some(entry) = state.objects.get_mut(&key) {
+                let metadata = entry.object.metadata_mut();
+                for field in ["uid", "creationTimestamp", "generation"] {
+                    if let Some(given) = manifest.get("metadata").and_then(|m| m.get(field)) {
+                        metadata.insert(field.to_string(), given.clone());
+                    }
+                }
+                if let Some(status) = manifest.get("status") {
+                    entry.object["status"] = status.clone();
+                }
+            }
             state.pending.clear();
         }
+        let mut state = self.lock();
+        collect_garbage(&mut state);
+        state.pending.clear();
         Ok(())
     }
 
@@ -736,6 +760,16 @@ fn mark_deleted(state: &mut State, key: &Key) {
         event_type: WatchEventType::Modified,
         object: next,
     });
+}
+
+/// The store key of a stored object (its namespace already resolved by its kind's scope).
+fn key_of_manifest(object: &Value) -> Key {
+    Key {
+        group: api_group(object.api_version().unwrap_or_default()).to_string(),
+        kind: object.kind().unwrap_or_default().to_string(),
+        namespace: object.namespace().unwrap_or_default().to_string(),
+        name: object.name().unwrap_or_default().to_string(),
+    }
 }
 
 fn remove(state: &mut State, key: &Key, last: Value) {

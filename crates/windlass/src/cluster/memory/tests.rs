@@ -450,3 +450,54 @@ async fn status_is_an_ordinary_field_of_crds_without_a_status_subresource() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn loaded_objects_keep_their_identity_status_and_owners() {
+    let c = MemoryCluster::new();
+    let owner = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "uid": "owner-uid", "creationTimestamp": "2020-01-01T00:00:00Z", "generation": 4},
+        "spec": {"replicas": 1}, "status": {"readyReplicas": 1}});
+    let child = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "shop", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "owner-uid"}]}});
+    let orphan = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "orphan", "namespace": "shop", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "missing-uid"}]}});
+    c.load([owner, child, orphan]).unwrap();
+    let web = c
+        .get(&ObjectRef::new(
+            "apps/v1",
+            "Deployment",
+            Some("shop"),
+            "web",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(web.uid(), Some("owner-uid"));
+    assert_eq!(web["metadata"]["creationTimestamp"], "2020-01-01T00:00:00Z");
+    assert_eq!(web.generation(), Some(4));
+    assert_eq!(web["status"], json!({"readyReplicas": 1}));
+    assert!(
+        c.get(&ObjectRef::new("v1", "ConfigMap", Some("shop"), "cfg"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        c.get(&ObjectRef::new("v1", "ConfigMap", Some("shop"), "orphan"))
+            .await
+            .unwrap()
+            .is_none(),
+        "its owner was never there"
+    );
+    // An unrelated deletion leaves the owned object alone.
+    c.apply(&cm("x", json!({})), WriteMethod::Apply)
+        .await
+        .unwrap();
+    c.delete(&cm_ref("x")).await.unwrap();
+    assert!(
+        c.get(&ObjectRef::new("v1", "ConfigMap", Some("shop"), "cfg"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
