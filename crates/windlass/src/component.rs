@@ -60,8 +60,8 @@ pub trait Component<K: PrimaryResource>: Send + Sync {
     /// internal name `<component>.<resource>`.
     fn name(&self) -> &str;
 
-    /// Add this component's objects to `out`. Called once per reconcile (the result is
-    /// reused by the verify phase).
+    /// Add this component's objects to `out`. Called once per rollout; the verify phase
+    /// reuses the result (a render that failed is tried again there).
     async fn render(&self, session: &Session<K>, out: &mut Resources) -> Result<()>;
 
     /// Whether the deployed objects are ready. In dry-run the default passes without
@@ -214,6 +214,8 @@ impl Resources {
 pub struct ManagedObject {
     /// `<component>.<resource>`.
     pub internal_name: String,
+    /// The object's reference, its namespace resolved by its kind's scope.
+    pub reference: ObjectRef,
     /// The manifest after patches and annotations.
     pub manifest: Value,
     /// Replaces the per-kind readiness rule, when set.
@@ -223,14 +225,9 @@ pub struct ManagedObject {
 }
 
 impl ManagedObject {
-    /// The object's reference (its manifest is known to have apiVersion, kind and name).
+    /// The object's reference.
     pub fn object_ref(&self) -> ObjectRef {
-        ObjectRef::new(
-            self.manifest.api_version().unwrap_or_default(),
-            self.manifest.kind().unwrap_or_default(),
-            self.manifest.namespace(),
-            self.manifest.name().unwrap_or_default(),
-        )
+        self.reference.clone()
     }
 }
 

@@ -329,12 +329,31 @@ impl<K: PrimaryResource> Rollout<'_, K> {
                     map.insert(annotations::INTERNAL_NAME.into(), json!(internal_name));
                 }
             }
-            let manifest =
+            let mut manifest =
                 entry
                     .component
                     .update_object_definition(session, &internal_name, manifest)?;
+            // Patches and the hook may have broken what `Resources::add` checked.
+            let mut reference = ObjectRef::from_manifest(&manifest).map_err(|e| {
+                Error::config(format!(
+                    "{internal_name} after temporary patches and update_object_definition: {e}"
+                ))
+            })?;
+            // Resolve the kind's scope once: cluster-scoped objects have no namespace.
+            match session.cluster().scope(&reference.type_ref()).await {
+                Ok(Scope::Namespaced) => {}
+                Ok(Scope::Cluster) => {
+                    manifest.metadata_mut().remove("namespace");
+                    reference.namespace = None;
+                }
+                // A disabled component's object of a kind the server does not serve
+                // cannot exist: there is nothing to delete or wait for (F132).
+                Err(ClusterError::UnknownKind { .. }) if entry.disabled => continue,
+                Err(e) => return Err(e.into()),
+            }
             objects.push(ManagedObject {
                 internal_name,
+                reference,
                 manifest,
                 verify: options.verify,
                 method: options.method,
@@ -376,14 +395,10 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         let session = self.session;
         let cluster = session.cluster();
         let mut manifest = object.manifest.clone();
-        let reference = object.object_ref();
-        let scope = cluster.scope(&reference.type_ref()).await?;
-        if scope == Scope::Cluster {
-            manifest.metadata_mut().remove("namespace");
-        } else {
+        let reference = object.reference.clone();
+        if reference.namespace.is_some() {
             add_owner_reference(&mut manifest, session.manifest());
         }
-        let reference = ObjectRef::from_manifest(&manifest)?;
         stamp_applied_hash(&mut manifest);
         if let Some(live) = cluster.get(&reference).await?
             && !live.is_terminating()
@@ -412,11 +427,8 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         let cluster = self.session.cluster();
         let mut deleted = Vec::new();
         for object in objects.iter().rev() {
-            let Some(reference) = self.live_ref(object).await? else {
-                continue;
-            };
-            match cluster.delete(&reference).await? {
-                Deletion::Deleted | Deletion::Terminating => deleted.push(reference),
+            match cluster.delete(&object.reference).await? {
+                Deletion::Deleted | Deletion::Terminating => deleted.push(object.reference.clone()),
                 Deletion::NotFound => {}
             }
         }
@@ -433,26 +445,17 @@ impl<K: PrimaryResource> Rollout<'_, K> {
             return Ok(true);
         }
         for object in objects {
-            if let Some(reference) = self.live_ref(object).await?
-                && self.session.cluster().get(&reference).await?.is_some()
+            if self
+                .session
+                .cluster()
+                .get(&object.reference)
+                .await?
+                .is_some()
             {
                 return Ok(false);
             }
         }
         Ok(true)
-    }
-
-    /// The object's reference with the namespace its kind's scope implies, or `None` when
-    /// the cluster does not serve the kind (so no such object can exist, F132).
-    async fn live_ref(&self, object: &ManagedObject) -> Result<Option<ObjectRef>> {
-        let mut reference = object.object_ref();
-        match self.session.cluster().scope(&reference.type_ref()).await {
-            Ok(Scope::Cluster) => reference.namespace = None,
-            Ok(Scope::Namespaced) => {}
-            Err(ClusterError::UnknownKind { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        }
-        Ok(Some(reference))
     }
 }
 

@@ -47,7 +47,8 @@ impl<K: PrimaryResource> Session<K> {
     pub fn name(&self) -> &str {
         self.manifest.name().unwrap_or_default()
     }
-    /// The CR's namespace; rendered objects default to it.
+    /// The CR's namespace; rendered objects of namespaced kinds default to it. For a
+    /// cluster-scoped CR this is `default`, so its components should name namespaces.
     pub fn namespace(&self) -> &str {
         self.manifest.namespace().unwrap_or("default")
     }
@@ -64,7 +65,7 @@ impl<K: PrimaryResource> Session<K> {
         ObjectRef::new(
             self.api_version(),
             self.kind(),
-            Some(self.namespace()),
+            self.manifest.namespace(),
             self.name(),
         )
     }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use windlass::cluster::Scope;
+use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
 use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget, make_patch, patch_kind};
 
@@ -115,5 +116,81 @@ async fn a_missing_patch_object_is_a_config_error() {
     assert!(
         env.get(&cm_ref("a-web")).await.is_none(),
         "nothing rendered with a patch missing"
+    );
+}
+
+/// A component with a cluster-scoped object and a patch that breaks its manifest.
+struct Mixed;
+
+struct Rbac;
+
+#[async_trait]
+impl Component<Widget> for Rbac {
+    fn name(&self) -> &str {
+        "rbac"
+    }
+    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+        out.add(
+            "role",
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": session.scoped_name("reader")}, "rules": []}),
+        )?;
+        out.add("config", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Controller for Mixed {
+    type Resource = Widget;
+    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+        let mut g = Components::new();
+        g.add(Rbac)?;
+        Ok(g)
+    }
+}
+
+#[tokio::test]
+async fn cluster_scoped_objects_lose_the_namespace_and_the_owner_reference() {
+    let env = TestEnv::dry_run(Mixed).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let role = ObjectRef::new(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "a-reader",
+    );
+    let role = env.get(&role).await.expect("created cluster-wide");
+    assert_eq!(role.namespace(), None);
+    assert!(
+        role["metadata"].get("ownerReferences").is_none(),
+        "no owner across scopes"
+    );
+    assert!(env.get(&cm_ref("a-cfg")).await.unwrap()["metadata"]["ownerReferences"].is_array());
+}
+
+#[tokio::test]
+async fn a_patch_that_breaks_a_manifest_is_a_config_error_naming_it() {
+    let env = TestEnv::dry_run(Mixed).await;
+    env.memory.register_kind(patch_kind(), Scope::Namespaced);
+    env.apply(&make_patch(
+        "bad",
+        "patchJson6902",
+        json!({"rbac": {"config": [{"op": "remove", "path": "/kind"}]}}),
+    ))
+    .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches":
+            json!({"bad": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()}}})).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    windlass::testing::assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("rbac.config after temporary patches") && message.contains("no kind"),
+        "{message}"
     );
 }
