@@ -33,9 +33,13 @@ pub fn filter_directives(config: &LibraryConfig) -> String {
 
 /// Install the global subscriber. Calling it again (e.g. from tests) does nothing.
 pub fn init(config: &LibraryConfig) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(filter_directives(config)))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::try_new(filter_directives(config)).unwrap_or_else(|e| {
+            // A bad log_filters entry must not cost the configured level.
+            eprintln!("ignoring log_filters `{}`: {e}", config.log_filters);
+            EnvFilter::new(config.log_level.as_directive())
+        })
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -230,6 +230,13 @@ pub fn to_manifest<T: Serialize + ?Sized>(object: &T) -> Result<Value, Error> {
     Ok(value)
 }
 
+/// The current time as Kubernetes writes timestamps: RFC 3339, UTC, whole seconds.
+pub fn timestamp_now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 /// The longest name Kubernetes allows for most objects (a DNS-1123 label).
 pub const MAX_NAME_LENGTH: usize = 63;
 

@@ -179,7 +179,7 @@ impl<C: Controller> Reconciler<C> {
             }
             let run = AssertUnwindSafe(self.run(&id, cr, &manifest)).catch_unwind();
             let failure = match run.await {
-                Ok(Ok((outcome, state))) => return report(outcome, Some(state), None),
+                Ok(Ok((outcome, state))) => return report(outcome, state, None),
                 Ok(Err(failure)) => failure,
                 Err(panic) => Failure::from(Error::from_panic("reconcile", panic.as_ref())),
             };
@@ -274,7 +274,7 @@ impl<C: Controller> Reconciler<C> {
         id: &str,
         cr: &ObjectRef,
         manifest: &Value,
-    ) -> std::result::Result<(Outcome, CompletionState), Failure> {
+    ) -> std::result::Result<(Outcome, Option<CompletionState>), Failure> {
         let controller = self.controller.as_ref();
         let library = &self.library;
         let finalizing = manifest.is_terminating();
@@ -285,7 +285,7 @@ impl<C: Controller> Reconciler<C> {
                 .is_some_and(|f| manifest.finalizers().contains(&f))
         {
             // Being deleted, and nothing of ours holds it: nothing to do.
-            return Ok((Outcome::Done, CompletionState::default()));
+            return Ok((Outcome::Done, None));
         }
         let session = self.session(id, cr, manifest).await?;
 
@@ -332,7 +332,7 @@ impl<C: Controller> Reconciler<C> {
             Requeue::No => Outcome::Done,
             Requeue::After(d) => Outcome::RequeueAfter(d),
         };
-        Ok((outcome, state))
+        Ok((outcome, Some(state)))
     }
 
     /// Controller defaults ← the ConfigMap named by the config-defaults annotation ←
@@ -426,7 +426,8 @@ impl<C: Controller> Reconciler<C> {
         let current = live.get("status").cloned().unwrap_or(Value::Null);
         let mut update = update(&current);
         update.operator_version = self.library.operator_version.clone();
-        let next = status::apply_update(&current, &cr.kind, &update, &now());
+        let next =
+            status::apply_update(&current, &cr.kind, &update, &crate::object::timestamp_now());
         let written = status::status_changed(&current, &next);
         if written {
             self.cluster.write_status(cr, &next).await?;
@@ -596,10 +597,4 @@ fn reconcile_id() -> String {
         .iter()
         .map(|b| ALPHABET[usize::from(b % 32)] as char)
         .collect()
-}
-
-fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }

@@ -406,7 +406,9 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         {
             return Ok((reference, false));
         }
-        // Conflicts (HTTP 409) are retried with a linear back-off (F28, F31).
+        // Conflicts (HTTP 409) are retried with a linear back-off (F28, F31). Server-side
+        // apply sends no resourceVersion and cannot conflict on it; the retry is for the
+        // replace method, whose cluster call reads the live resourceVersion afresh.
         let library = session.library();
         let mut attempt = 0;
         loop {
@@ -506,6 +508,8 @@ fn stamp_applied_hash(manifest: &mut Value) {
 /// [`is_contained`].
 fn already_applied(manifest: &Value, live: &Value) -> bool {
     let mut desired = manifest.clone();
+    // Compare what the server would store: a Secret's stringData becomes data.
+    crate::cluster::validation::normalize(manifest.kind().unwrap_or_default(), &mut desired);
     let metadata = desired.metadata_mut();
     let owner_refs = metadata.remove("ownerReferences");
     let finalizers = metadata.remove("finalizers");
@@ -565,6 +569,15 @@ mod tests {
             !already_applied(&after, &live),
             "b must be removed by a new apply"
         );
+    }
+
+    #[test]
+    fn a_secret_written_as_string_data_counts_as_applied() {
+        let desired =
+            json!({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"p": "pw"}});
+        let live =
+            json!({"kind": "Secret", "metadata": {"name": "s", "uid": "u"}, "data": {"p": "cHc="}});
+        assert!(already_applied(&desired, &live));
     }
 
     #[test]

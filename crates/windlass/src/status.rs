@@ -47,13 +47,12 @@ impl Status {
     pub fn is_ready(&self) -> bool {
         self.condition(READY).is_some_and(|c| c["status"] == "True")
     }
-    /// The condition of a type, if present.
+    /// The condition of a type; `None` if absent or present more than once (see
+    /// [`condition`]).
     pub fn condition(&self, condition_type: &str) -> Option<&Value> {
-        self.0
-            .get("conditions")?
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == condition_type)
+        find_condition(self.0.get("conditions"), condition_type)
+            .ok()
+            .flatten()
     }
     /// `versions.reconciled`.
     pub fn reconciled_version(&self) -> Option<&str> {
@@ -330,8 +329,15 @@ fn service_status(status: &Value) -> &'static str {
 
 /// The condition of a type in a status; an error if there is more than one (F152).
 pub fn condition<'a>(status: &'a Value, condition_type: &str) -> Result<Option<&'a Value>, Error> {
-    let mut matching = status["conditions"]
-        .as_array()
+    find_condition(status.get("conditions"), condition_type)
+}
+
+fn find_condition<'a>(
+    conditions: Option<&'a Value>,
+    condition_type: &str,
+) -> Result<Option<&'a Value>, Error> {
+    let mut matching = conditions
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter(|c| c["type"] == condition_type);

@@ -166,8 +166,8 @@ impl<C: Controller> TestEnv<C> {
         ObjectRef::from_manifest(&manifest).expect("cr_manifest names the CR")
     }
 
-    /// Create or update any object (server-side apply as a different field manager than
-    /// the operator, like `kubectl apply --server-side`).
+    /// Create or update any object as another client would, with a JSON merge patch:
+    /// fields given are set, `null` deletes a field, nothing else is touched.
     pub async fn apply(&self, manifest: &Value) -> Value {
         match self.memory.apply(manifest, WriteMethod::Update).await {
             Ok(v) => v,

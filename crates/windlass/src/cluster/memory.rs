@@ -13,7 +13,9 @@
 //!   that declare one): applies ignore it, [`Cluster::write_status`] writes only it;
 //! - server-side apply remembers what each field manager applied, so a field the operator
 //!   stops setting is removed while fields set by others stay; `ownerReferences` merge by
-//!   uid and `finalizers` as a set, as their list types say;
+//!   uid and `finalizers` as a set, as their list types say. Other lists are treated as
+//!   atomic: an apply replaces the whole list, where a real server merges lists keyed by
+//!   name (containers, env) item by item, keeping items other managers added;
 //! - deleting an object with finalizers only sets `deletionTimestamp`; it goes away when
 //!   the last finalizer is removed, and no finalizer may be added meanwhile;
 //! - deleting an owner garbage-collects every object whose owners are all gone, and
@@ -33,7 +35,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::validation::{KINDS_WITH_GENERATION, builtin_kinds, check_metadata};
+use super::validation::{KINDS_WITH_GENERATION, builtin_kinds, check_metadata, normalize};
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::cluster::selector::{FieldSelector, LabelSelector};
 use crate::error::ClusterError;
@@ -445,6 +447,15 @@ impl Cluster for MemoryCluster {
                             });
                         }
                     }
+                    check_metadata(&object.kind, &next).map_err(|message| {
+                        ClusterError::Invalid {
+                            object: object.to_string(),
+                            message,
+                        }
+                    })?;
+                    // Server-owned fields (generation, resourceVersion, deletionTimestamp…)
+                    // are not the patch's to change.
+                    restore_system_metadata(&mut next, &stored);
                     // The main resource endpoint does not write a status subresource.
                     if state.kind(&object.type_ref())?.status_subresource {
                         keep_status(&mut next, &stored);
@@ -598,7 +609,16 @@ fn apply_locked(
         }
         WriteMethod::Replace => desired.clone(),
     };
-    // Server-owned fields come from the stored object, whatever the writer sent.
+    restore_system_metadata(&mut next, stored);
+    if status_subresource {
+        keep_status(&mut next, stored);
+    }
+    let applied = (method == WriteMethod::Apply).then(|| desired.clone());
+    commit(state, key, next, applied.map(|a| (manager.to_string(), a)))
+}
+
+/// Server-owned metadata comes from the stored object, whatever a writer sent.
+fn restore_system_metadata(next: &mut Value, stored: &Value) {
     let stored_meta = stored.get("metadata").and_then(Value::as_object);
     let next_meta = next.metadata_mut();
     for field in SYSTEM_METADATA {
@@ -607,11 +627,6 @@ fn apply_locked(
             next_meta.insert(field.to_string(), v.clone());
         }
     }
-    if status_subresource {
-        keep_status(&mut next, stored);
-    }
-    let applied = (method == WriteMethod::Apply).then(|| desired.clone());
-    commit(state, key, next, applied.map(|a| (manager.to_string(), a)))
 }
 
 /// Store `next` in place of the object at `key`, doing what a server does on every
@@ -691,7 +706,10 @@ fn create(
     let rv = state.next_resource_version();
     let metadata = object.metadata_mut();
     metadata.insert("uid".into(), json!(new_uid()));
-    metadata.insert("creationTimestamp".into(), json!(now()));
+    metadata.insert(
+        "creationTimestamp".into(),
+        json!(crate::object::timestamp_now()),
+    );
     metadata.insert("resourceVersion".into(), json!(rv));
     if generation {
         metadata.insert("generation".into(), json!(1));
@@ -747,7 +765,10 @@ fn mark_deleted(state: &mut State, key: &Key) {
     let mut next = object;
     let rv = state.next_resource_version();
     let metadata = next.metadata_mut();
-    metadata.insert("deletionTimestamp".into(), json!(now()));
+    metadata.insert(
+        "deletionTimestamp".into(),
+        json!(crate::object::timestamp_now()),
+    );
     metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
     metadata.insert("resourceVersion".into(), json!(rv));
     if is_namespace {
@@ -955,29 +976,6 @@ fn same_item(list: &str, a: &Value, b: &Value) -> bool {
     }
 }
 
-/// What the API server does to some kinds before storing them: a Secret's `stringData` is
-/// base64-encoded into `data` and never stored.
-fn normalize(kind: &str, object: &mut Value) {
-    if kind != "Secret" {
-        return;
-    }
-    let Some(map) = object.as_object_mut() else {
-        return;
-    };
-    let Some(Value::Object(strings)) = map.remove("stringData") else {
-        return;
-    };
-    let data = map.entry("data").or_insert_with(|| json!({}));
-    if let Some(data) = data.as_object_mut() {
-        for (key, value) in strings {
-            let bytes = value.as_str().unwrap_or_default().as_bytes().to_vec();
-            if let Ok(encoded) = serde_json::to_value(k8s_openapi::ByteString(bytes)) {
-                data.insert(key, encoded);
-            }
-        }
-    }
-}
-
 fn keep_status(next: &mut Value, stored: &Value) {
     if let Some(map) = next.as_object_mut() {
         match stored.get("status") {
@@ -1059,12 +1057,6 @@ fn register_crd_kinds(state: &mut State, object: &Value) {
                 .insert(TypeRef::new(format!("{group}/{name}"), kind), info);
         }
     }
-}
-
-fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }
 
 fn new_uid() -> String {

@@ -14,7 +14,7 @@
 mod live;
 mod memory;
 pub mod selector;
-mod validation;
+pub(crate) mod validation;
 
 use async_trait::async_trait;
 use serde_json::Value;

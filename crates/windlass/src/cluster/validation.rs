@@ -2,7 +2,7 @@
 //! manifest the in-memory cluster accepts would not be rejected in production for its
 //! name or labels, and the table of built-in kinds and their scopes.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Scope;
 
@@ -146,6 +146,29 @@ pub fn check_metadata(kind: &str, manifest: &Value) -> Result<(), String> {
         Ok(())
     } else {
         Err(problems.join("; "))
+    }
+}
+
+/// What the API server does to some kinds before storing them: a Secret's `stringData` is
+/// base64-encoded into `data` and never stored.
+pub fn normalize(kind: &str, object: &mut Value) {
+    if kind != "Secret" {
+        return;
+    }
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let bytes = value.as_str().unwrap_or_default().as_bytes().to_vec();
+            if let Ok(encoded) = serde_json::to_value(k8s_openapi::ByteString(bytes)) {
+                data.insert(key, encoded);
+            }
+        }
     }
 }
 

@@ -197,7 +197,9 @@ impl Layers {
             match serde_path_to_error::deserialize::<_, LibraryConfig>(tree.clone()) {
                 Ok(config) => break config,
                 Err(err) => {
+                    // An error inside a list (`supported_versions[0]`) belongs to the key.
                     let path = err.path().to_string();
+                    let path = path.split('[').next().unwrap_or_default().to_string();
                     let inner = err.into_inner().to_string();
                     if let Some(raw) = untyped_overrides.get(&path)
                         && retried_as_string.insert(path.clone())
@@ -406,6 +408,18 @@ mod tests {
         ] {
             assert!(text.contains(key), "{key} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn an_error_inside_a_list_still_lets_every_other_key_be_listed() {
+        let err = Layers::new()
+            .yaml("supported_versions: [1.0, {a: b}]\nwatch_manager: bogus\n")
+            .expect("yaml parses")
+            .build()
+            .expect_err("invalid");
+        let text = err.to_string();
+        assert!(text.contains("supported_versions"), "{text}");
+        assert!(text.contains("watch_manager"), "{text}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Strategic merge patch, as kubectl and kustomize apply it, for the fields oper8 knew the
-//! merge keys of (F139).
+//! Strategic merge patch for the fields oper8 knew the merge keys of (F139): the subset of
+//! kubectl's and kustomize's semantics that temporary patches use.
 //!
 //! Hand-written: no maintained Rust crate implements strategic merge (it needs the merge
 //! keys of Kubernetes' Go types); the table below covers the lists operators patch in
@@ -9,7 +9,10 @@
 //! Rules: in maps, `null` deletes a key, `$deleteFromPrimitiveList/<list>` removes values
 //! from a list of scalars, and other keys merge recursively. A list with a merge key is
 //! merged item by item (existing order kept, new items appended), honouring `$patch:
-//! delete | replace | merge` per item; a list without one is replaced.
+//! delete | replace | merge` per item; a list without one is replaced. Not supported:
+//! map-level `$patch`, list-level `$patch: replace`, `$retainKeys` and
+//! `$setElementOrder` (their keys are ignored), and `null` inside a newly added value is
+//! kept rather than dropped.
 
 use serde_json::{Map, Value};
 

@@ -38,12 +38,24 @@ async fn q11_transition_times_and_component_lists() {
         status["componentStatus"]["unverifiedComponents"],
         json!(["b"])
     );
+    // A later reconcile writes a new status (a new generation is observed) while Ready
+    // stays False: the transition time must not move. oper8 refreshed it on every write.
     let first = status["conditions"][0]["lastTransitionTime"].clone();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let cr = env.apply_cr("x", json!({"bump": 1})).await;
+    env.log.clear();
     env.reconcile(&cr).await;
+    assert!(
+        env.log
+            .events()
+            .iter()
+            .any(|e| matches!(e, windlass::progress::Event::Status { written: true, .. })),
+        "the status was rewritten"
+    );
+    let after = env.status(&cr).await;
+    assert_eq!(after["conditions"][0]["observedGeneration"], 2);
     assert_eq!(
-        env.status(&cr).await["conditions"][0]["lastTransitionTime"],
-        first,
+        after["conditions"][0]["lastTransitionTime"], first,
         "Ready stayed False"
     );
 }
