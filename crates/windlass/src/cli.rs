@@ -37,6 +37,7 @@ use crate::cluster::{Cluster, MemoryCluster, Scope, WriteMethod};
 use crate::config::layers::{LeafKind, env_name};
 use crate::config::{Layers, LibraryConfig};
 use crate::controller::Controller;
+use crate::dryrun::DryRun;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::{Outcome, Reconciler};
@@ -318,24 +319,39 @@ async fn run_command<C: Controller>(
 
     let reconciler = Reconciler::new(controller, memory.clone(), config)
         .with_observer(Printer { out: out.clone() });
-    for cr in crs {
-        let report = reconciler.reconcile(&cr).await;
-        match (&report.outcome, &report.error) {
-            (Outcome::Done, _) => out.line("  outcome: done"),
-            (Outcome::RequeueAfter(d), _) => {
-                out.line(format!("  outcome: requeue after {}s", d.as_secs()))
-            }
-            (Outcome::Retry, Some(e)) => out.line(format!("  outcome: retry with back-off ({e})")),
-            (Outcome::Retry, None) => out.line("  outcome: retry with back-off"),
+    // CRs that the rollouts create, change or delete are reconciled too (F161, F162).
+    let reports = DryRun::new(reconciler, memory.clone())
+        .run(crs, |report| {
+            out.line(match (&report.outcome, &report.error) {
+                (Outcome::Done, _) => "  outcome: done".to_string(),
+                (Outcome::RequeueAfter(d), _) => {
+                    format!("  outcome: requeue after {}s", d.as_secs())
+                }
+                (Outcome::Retry, Some(e)) => format!("  outcome: retry with back-off ({e})"),
+                (Outcome::Retry, None) => "  outcome: retry with back-off".to_string(),
+            })
+        })
+        .await;
+    // Each CR once, in the order first reconciled, judged by its last reconcile.
+    let mut crs: Vec<&ObjectRef> = Vec::new();
+    for report in &reports {
+        if !crs.contains(&&report.cr) {
+            crs.push(&report.cr);
         }
-        ok &= report.error.is_none();
-        if let Ok(Some(live)) = memory.get(&cr).await {
-            out.line(format!("{} {} status:", cr.kind, cr.name));
-            let status = live.get("status").cloned().unwrap_or(Value::Null);
-            match serde_saphyr::to_string(&status) {
-                Ok(yaml) => yaml.lines().for_each(|l| out.line(format!("  {l}"))),
-                Err(e) => out.line(format!("  (cannot print the status: {e})")),
+    }
+    for cr in crs {
+        let last = reports.iter().rev().find(|r| &r.cr == cr);
+        ok &= last.is_some_and(|r| r.error.is_none());
+        match memory.get(cr).await {
+            Ok(Some(live)) => {
+                out.line(format!("{} {} status:", cr.kind, cr.name));
+                let status = live.get("status").cloned().unwrap_or(Value::Null);
+                match serde_saphyr::to_string(&status) {
+                    Ok(yaml) => yaml.lines().for_each(|l| out.line(format!("  {l}"))),
+                    Err(e) => out.line(format!("  (cannot print the status: {e})")),
+                }
             }
+            _ => out.line(format!("{} {} is gone", cr.kind, cr.name)),
         }
     }
     if ok {

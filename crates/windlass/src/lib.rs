@@ -24,6 +24,7 @@ pub mod component;
 pub mod config;
 pub mod controller;
 pub mod dag;
+pub mod dryrun;
 mod dump;
 pub mod error;
 pub mod logging;

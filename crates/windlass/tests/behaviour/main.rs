@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod bad_input;
+mod dryrun;
 mod quirks;
 mod reconcile;
 mod render;
