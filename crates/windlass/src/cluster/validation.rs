@@ -51,48 +51,16 @@ pub fn check_name(kind: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// A qualified name (`prefix/name` or `name`) as labels and annotations use for keys.
+/// A qualified name (`prefix/name` or `name`) as labels and annotations use for keys. One
+/// implementation serves the whole workspace: `windlass_tasks::scheduling`'s.
 pub fn check_qualified_name(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        check_subdomain(prefix).map_err(|_| format!("key `{key}` has an invalid prefix"))?;
-    }
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "key `{key}`: name part must be 1 to 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-        ))
-    }
+    windlass_tasks::scheduling::validate_label_key(key).map_err(|e| e.to_string())
 }
 
 /// A label value: empty, or up to 63 alphanumerics, `-`, `_`, `.`, starting and ending
 /// with an alphanumeric.
 pub fn check_label_value(value: &str) -> Result<(), String> {
-    let ok = value.is_empty()
-        || (value.len() <= 63
-            && value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "label value `{value}` must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-        ))
-    }
+    windlass_tasks::scheduling::validate_label_value(value).map_err(|e| e.to_string())
 }
 
 /// Every problem with a manifest's metadata, joined; `Ok` when it would be stored.
