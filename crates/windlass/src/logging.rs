@@ -1,8 +1,9 @@
 //! Logging from the library configuration (F3, F15–F18): `log_level`, `log_filters`
 //! (`target:level,…`), `log_json` and `log_thread_id` set up a `tracing` subscriber on
 //! standard error. `RUST_LOG`, when set, wins over `log_level` and `log_filters`.
-//! Every reconcile runs in a span carrying its id, kind, namespace and name, so each log
-//! line says which CR it is about (F218).
+//! Every reconcile runs in a span carrying `reconciliation_id`, `kind`, `api_version`,
+//! `namespace`, `resource_name` and `resource_version`, so each log line (JSON or not) says which
+//! CR it is about (F218).
 
 use tracing_subscriber::EnvFilter;
 

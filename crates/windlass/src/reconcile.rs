@@ -143,12 +143,16 @@ impl<C: Controller> Reconciler<C> {
     /// (when `manage_status`), logged, and returned in the [`Report`].
     pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
         let id = reconcile_id();
+        // The fields oper8's JSON log lines carried (F218), on every line of this reconcile.
         let span = tracing::info_span!(
             "reconcile",
-            id = %id,
+            reconciliation_id = %id,
             kind = %cr.kind,
+            api_version = %cr.api_version,
             namespace = cr.namespace.as_deref().unwrap_or(""),
-            name = %cr.name
+            // Not `name`: JSON lines already use that key for the span's own name.
+            resource_name = %cr.name,
+            resource_version = tracing::field::Empty,
         );
         async {
             emit(
@@ -166,7 +170,13 @@ impl<C: Controller> Reconciler<C> {
                 error,
             };
             let manifest = match self.cluster.get(cr).await {
-                Ok(Some(manifest)) => manifest,
+                Ok(Some(manifest)) => {
+                    tracing::Span::current().record(
+                        "resource_version",
+                        manifest.resource_version().unwrap_or(""),
+                    );
+                    manifest
+                }
                 Ok(None) => return report(Outcome::Done, None, None),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the CR");

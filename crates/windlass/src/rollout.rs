@@ -11,7 +11,7 @@
 //!    `false` is a *non-fatal* verification error: incomplete, not failed.
 //! 3. **Verify.** Unless phase 1 failed, the components that deployed are verified in
 //!    dependency order; the rest are left out. An enabled component verifies by its
-//!    [`Component::verify`]; a disabled one verifies once its objects are gone (oper8
+//!    [`Component::verify`](crate::component::Component::verify); a disabled one verifies once its objects are gone (oper8
 //!    re-ran the delete instead, quirk Q16). A `false` verify leaves the component
 //!    unverified, not failed.
 //! 4. **After verify.** `after_verify_unsuccessful(failed)` runs when phases 1 and 2
