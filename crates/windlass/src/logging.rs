@@ -1,29 +1,54 @@
-//! Logging from the library configuration (F3, F15–F18): `log_level`, `log_filters`
-//! (`target:level,…`), `log_json` and `log_thread_id` set up a `tracing` subscriber on
-//! standard error. `RUST_LOG`, when set, wins over `log_level` and `log_filters`.
-//! Every reconcile runs in a span carrying `reconciliation_id`, `kind`, `api_version`,
-//! `namespace`, `resource_name` and `resource_version`, so each log line (JSON or not) says which
-//! CR it is about (F218).
+//! Logging from the library configuration (F3, F15–F18), with per-CR overrides (F114).
+//!
+//! `log_level`, `log_filters` (`target:level,…`), `log_json` and `log_thread_id` set up a
+//! `tracing` subscriber on standard error; `RUST_LOG`, when set, wins over `log_level` and
+//! `log_filters`. Every reconcile runs in a span carrying `reconciliation_id`, `kind`,
+//! `api_version`, `namespace`, `resource_name` and `resource_version`, so each log line
+//! (JSON or not) says which CR it is about (F218).
+//!
+//! A CR annotated `windlass.dev/log-default-level: debug` (and optionally
+//! `windlass.dev/log-filters: "target:level,…"`) is logged at that level while it is
+//! reconciled, whatever the process-wide level: debugging one CR does not mean debugging
+//! them all. The override lives in [`ReconcileFilter`], which wraps the process-wide
+//! `EnvFilter`, and covers windlass's own log lines (targets `windlass…`): their callsites
+//! are always asked per event, so an override never meets a callsite cached as disabled,
+//! while every other crate's disabled callsites stay cached as such. oper8's per-CR
+//! `log-json` and `log-thread-id` switches are deliberately not supported: the output
+//! format belongs to the process, and mixing formats in one stream breaks log collectors.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, RwLock};
+
+use serde_json::Value;
+use tracing::level_filters::LevelFilter;
+use tracing::span;
+use tracing::subscriber::Interest;
+use tracing::{Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
 
+use crate::annotations;
 use crate::config::{LibraryConfig, LogLevel};
+use crate::object::ManifestExt;
 
 /// The filter directives of a configuration: the level, then per-target levels.
 pub fn filter_directives(config: &LibraryConfig) -> String {
-    let mut directives = vec![config.log_level.as_directive().to_string()];
-    for entry in config
-        .log_filters
-        .split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-    {
+    directives(config.log_level, &config.log_filters)
+}
+
+fn directives(level: LogLevel, filters: &str) -> String {
+    let mut directives = vec![level.as_directive().to_string()];
+    for entry in filters.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         match entry.rsplit_once(':') {
             Some((target, level)) => {
                 // oper8's level names (`warning`, `debug1`…) become tracing's.
                 let level = level.trim();
-                let level = serde_json::from_value::<LogLevel>(serde_json::json!(level))
-                    .map_or_else(|_| level.to_string(), |l| l.as_directive().to_string());
+                let level = parse_level(level)
+                    .map_or_else(|| level.to_string(), |l| l.as_directive().to_string());
                 directives.push(format!("{}={level}", target.trim()));
             }
             None => directives.push(entry.to_string()),
@@ -32,24 +57,194 @@ pub fn filter_directives(config: &LibraryConfig) -> String {
     directives.join(",")
 }
 
+fn parse_level(text: &str) -> Option<LogLevel> {
+    serde_json::from_value(serde_json::json!(text.trim().to_ascii_lowercase())).ok()
+}
+
 /// Install the global subscriber. Calling it again (e.g. from tests) does nothing.
 pub fn init(config: &LibraryConfig) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+    let base = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::try_new(filter_directives(config)).unwrap_or_else(|e| {
             // A bad log_filters entry must not cost the configured level.
             eprintln!("ignoring log_filters `{}`: {e}", config.log_filters);
             EnvFilter::new(config.log_level.as_directive())
         })
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_thread_ids(config.log_thread_id);
-    let _ = if config.log_json {
-        builder.json().try_init()
+    let fmt = if config.log_json {
+        fmt.json().with_filter(ReconcileFilter::new(base)).boxed()
     } else {
-        builder.try_init()
+        fmt.with_filter(ReconcileFilter::new(base)).boxed()
     };
+    let _ = tracing_subscriber::registry().with(fmt).try_init();
+}
+
+/// Per-CR logging overrides, by reconcile id, while those reconciles run.
+static OVERRIDES: LazyLock<RwLock<HashMap<String, Arc<EnvFilter>>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+/// How many overrides are registered: zero keeps the filter on its fast path.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Keeps a CR's logging override in force for one reconcile; dropping it removes it.
+#[must_use = "the override lasts as long as the guard"]
+pub struct CrLogGuard(Option<String>);
+
+impl Drop for CrLogGuard {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take() {
+            let removed = OVERRIDES
+                .write()
+                .map(|mut o| o.remove(&id).is_some())
+                .unwrap_or(false);
+            if removed {
+                ACTIVE.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Register the logging override the CR's annotations ask for, for the reconcile `id`.
+/// A CR without the annotations, or with unparseable ones (logged), gets none.
+pub fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
+    let level = manifest.annotation(annotations::LOG_DEFAULT_LEVEL);
+    let filters = manifest.annotation(annotations::LOG_FILTERS);
+    if level.is_none() && filters.is_none() {
+        return CrLogGuard(None);
+    }
+    let Some(level) = level.map_or(Some(LogLevel::Info), parse_level) else {
+        tracing::warn!(
+            "{} is not a log level; ignoring the CR's log annotations",
+            annotations::LOG_DEFAULT_LEVEL
+        );
+        return CrLogGuard(None);
+    };
+    let filter = match EnvFilter::try_new(directives(level, filters.unwrap_or(""))) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring the CR's {}", annotations::LOG_FILTERS);
+            return CrLogGuard(None);
+        }
+    };
+    let Ok(mut overrides) = OVERRIDES.write() else {
+        return CrLogGuard(None);
+    };
+    overrides.insert(id.to_string(), Arc::new(filter));
+    ACTIVE.fetch_add(1, Ordering::SeqCst);
+    CrLogGuard(Some(id.to_string()))
+}
+
+/// The reconcile id of a span, kept in its extensions.
+struct ReconcileId(String);
+
+/// The process-wide filter, overridden inside reconciles of CRs that ask for their own
+/// log level (see the module docs).
+pub struct ReconcileFilter {
+    base: EnvFilter,
+}
+
+impl ReconcileFilter {
+    /// Wrap the process-wide filter.
+    pub fn new(base: EnvFilter) -> Self {
+        ReconcileFilter { base }
+    }
+
+    fn override_for<S>(cx: &Context<'_, S>) -> Option<Arc<EnvFilter>>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let current = cx.lookup_current()?;
+        let id = current
+            .scope()
+            .find_map(|span| span.extensions().get::<ReconcileId>().map(|r| r.0.clone()))?;
+        OVERRIDES.read().ok()?.get(&id).cloned()
+    }
+}
+
+fn is_reconcile_span(meta: &Metadata<'_>) -> bool {
+    meta.is_span() && meta.name() == "reconcile" && meta.target() == "windlass::reconcile"
+}
+
+/// Log lines a per-CR override may switch on: windlass's own.
+fn overridable(meta: &Metadata<'_>) -> bool {
+    meta.target().starts_with("windlass")
+}
+
+impl<S> Filter<S> for ReconcileFilter
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn enabled(&self, meta: &Metadata<'_>, cx: &Context<'_, S>) -> bool {
+        // Reconcile spans always exist, so that an override can find them.
+        if is_reconcile_span(meta) {
+            return true;
+        }
+        if overridable(meta)
+            && ACTIVE.load(Ordering::Relaxed) > 0
+            && let Some(filter) = Self::override_for(cx)
+        {
+            return filter.enabled(meta, cx.clone());
+        }
+        self.base.enabled(meta, cx.clone())
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if overridable(meta) {
+            // Never cache windlass's callsites as disabled: an override may want them.
+            Interest::sometimes()
+        } else {
+            <EnvFilter as Filter<S>>::callsite_enabled(&self.base, meta)
+        }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        // Any windlass line may be switched on by an override; other crates' disabled
+        // callsites stay cheap because their interest is cached as "never".
+        Some(LevelFilter::TRACE)
+    }
+
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, cx: Context<'_, S>) {
+        self.base.on_new_span(attrs, id, cx.clone());
+        if is_reconcile_span(attrs.metadata()) {
+            let mut visitor = IdVisitor(None);
+            attrs.record(&mut visitor);
+            if let (Some(reconcile), Some(span)) = (visitor.0, cx.span(id)) {
+                span.extensions_mut().insert(ReconcileId(reconcile));
+            }
+        }
+    }
+
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, cx: Context<'_, S>) {
+        self.base.on_record(id, values, cx);
+    }
+
+    fn on_enter(&self, id: &span::Id, cx: Context<'_, S>) {
+        self.base.on_enter(id, cx);
+    }
+
+    fn on_exit(&self, id: &span::Id, cx: Context<'_, S>) {
+        self.base.on_exit(id, cx);
+    }
+
+    fn on_close(&self, id: span::Id, cx: Context<'_, S>) {
+        self.base.on_close(id, cx);
+    }
+}
+
+struct IdVisitor(Option<String>);
+
+impl tracing::field::Visit for IdVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "reconciliation_id" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "reconciliation_id" {
+            self.0 = Some(value.to_string());
+        }
+    }
 }
 
 #[cfg(test)]

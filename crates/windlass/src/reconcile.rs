@@ -183,6 +183,8 @@ impl<C: Controller> Reconciler<C> {
                     return report(Outcome::Retry, None, Some(e.into()));
                 }
             };
+            // The CR's own log level, if it asks for one, for the rest of this reconcile.
+            let _log = crate::logging::for_cr(&id, &manifest);
             if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
                 tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
                 return report(Outcome::Done, None, None);
