@@ -175,6 +175,16 @@ impl<C: Controller> TestEnv<C> {
         }
     }
 
+    /// Set an annotation on an object (e.g. the pause switch on a CR) and return it.
+    pub async fn annotate(&self, object: &ObjectRef, key: &str, value: &str) -> Value {
+        let mut patch = json!({"apiVersion": object.api_version, "kind": object.kind,
+            "metadata": {"name": object.name, "annotations": {key: value}}});
+        if let Some(ns) = &object.namespace {
+            patch["metadata"]["namespace"] = json!(ns);
+        }
+        self.apply(&patch).await
+    }
+
     /// Reconcile a CR once.
     pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
         self.reconciler.reconcile(cr).await

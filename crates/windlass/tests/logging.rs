@@ -13,7 +13,7 @@ use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{EnvFilter, Layer};
 use windlass::logging::ReconcileFilter;
-use windlass::testing::{DummyComponent, DummyController, TEST_NAMESPACE, TestEnv};
+use windlass::testing::{DummyComponent, DummyController, TestEnv};
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -45,8 +45,8 @@ async fn a_cr_can_ask_for_its_own_log_level() {
     )
     .await;
     let loud = env.apply_cr("loud", json!({})).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "loud", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/log-default-level": "DEBUG"}}})).await;
+    env.annotate(&loud, "windlass.dev/log-default-level", "DEBUG")
+        .await;
     let quiet = env.apply_cr("quiet", json!({})).await;
     env.reconcile(&loud).await;
     env.reconcile(&quiet).await;

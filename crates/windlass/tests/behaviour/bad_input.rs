@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use serde_json::json;
 use windlass::prelude::*;
 use windlass::reconcile::Outcome;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, assert_condition};
+use windlass::testing::{TestEnv, assert_condition};
 
 use crate::support::{Shop, cm_ref};
 
@@ -212,8 +212,8 @@ async fn malformed_annotations_and_overrides_are_reported() {
     let cr = env
         .apply_cr("patched", json!({"replicas": 1, "title": "t"}))
         .await;
-    env.apply(&json!({"apiVersion": "shop.example.com/v1", "kind": "Shop",
-        "metadata": {"name": "patched", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches": "{not json"}}})).await;
+    env.annotate(&cr, "windlass.dev/temporary-patches", "{not json")
+        .await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "Errored");

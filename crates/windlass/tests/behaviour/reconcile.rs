@@ -25,8 +25,8 @@ fn one_configmap() -> DummyController {
 async fn a_paused_cr_is_left_alone() {
     let env = TestEnv::new(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/pause-execution": "TRUE"}}})).await;
+    env.annotate(&cr, "windlass.dev/pause-execution", "TRUE")
+        .await;
     let report = env.reconcile(&cr).await;
     assert_eq!(report.outcome, Outcome::Done);
     assert!(report.state.is_none(), "no rollout");
@@ -39,8 +39,8 @@ async fn pause_holds_even_the_finalizer() {
     let env = TestEnv::new(one_configmap().finalizer("test.windlass.dev/cleanup", vec![])).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/pause-execution": "true"}}})).await;
+    env.annotate(&cr, "windlass.dev/pause-execution", "true")
+        .await;
     env.delete(&cr).await;
     env.reconcile(&cr).await;
     let held = env
@@ -149,10 +149,11 @@ async fn backend_config_layers_defaults_configmap_and_overrides() {
     let cr = env
         .apply_cr("a", json!({"configOverrides": {"c": "cr"}}))
         .await;
+    env.annotate(&cr, "windlass.dev/config-defaults", "site/ignored")
+        .await;
+    // Q3: a top-level configOverrides is not read (a structural CRD schema would prune it).
     env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/config-defaults": "site/ignored"}},
-        // Q3: a top-level configOverrides is not read (a structural CRD schema would prune it).
-        "configOverrides": {"a": "top-level"}})).await;
+        "metadata": {"name": "a", "namespace": TEST_NAMESPACE}, "configOverrides": {"a": "top-level"}})).await;
     env.reconcile(&cr).await;
     let echoed = env.get(&cm_ref("a-echo")).await.expect("rendered");
     assert_eq!(
@@ -165,8 +166,8 @@ async fn backend_config_layers_defaults_configmap_and_overrides() {
 async fn a_missing_config_defaults_configmap_is_a_config_error() {
     let env = TestEnv::dry_run(ConfigEcho).await;
     let cr = env.apply_cr("a", json!({})).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/config-defaults": "nope"}}})).await;
+    env.annotate(&cr, "windlass.dev/config-defaults", "nope")
+        .await;
     let report = env.reconcile(&cr).await;
     assert_eq!(report.outcome, Outcome::Retry);
     let status = env.status(&cr).await;
@@ -348,9 +349,7 @@ async fn temporary_patches_apply_to_rendered_objects() {
     ))
     .await;
     let cr = env.apply_cr("a", json!({})).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches":
-            json!({"more-data": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()}}})).await;
+    env.annotate(&cr, "windlass.dev/temporary-patches", &json!({"more-data": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()).await;
     env.reconcile(&cr).await;
     let cm = env.get(&cm_ref("a-web")).await.unwrap();
     assert_eq!(cm["data"], json!({"component": "web", "patched": "yes"}));

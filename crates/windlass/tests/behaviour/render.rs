@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use windlass::cluster::Scope;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget, make_patch, patch_kind};
+use windlass::testing::{TestEnv, Widget, make_patch, patch_kind};
 
 use crate::support::cm_ref;
 
@@ -76,8 +76,8 @@ async fn patches_then_annotation_then_the_component_hook_oldest_patch_first() {
         "newer": {"timestamp": "2026-02-01T00:00:00Z", "api_version": "test.windlass.dev/v1"},
         "older": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"},
     });
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches": index.to_string()}}})).await;
+    env.annotate(&cr, "windlass.dev/temporary-patches", &index.to_string())
+        .await;
     let report = env.reconcile(&cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
 
@@ -107,9 +107,7 @@ async fn a_missing_patch_object_is_a_config_error() {
     let env = TestEnv::dry_run(One(Arc::default())).await;
     env.memory.register_kind(patch_kind(), Scope::Namespaced);
     let cr = env.apply_cr("a", json!({})).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches":
-            json!({"gone": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()}}})).await;
+    env.annotate(&cr, "windlass.dev/temporary-patches", &json!({"gone": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
     windlass::testing::assert_condition(&status, "Ready", false, "ConfigError");
@@ -182,9 +180,7 @@ async fn a_patch_that_breaks_a_manifest_is_a_config_error_naming_it() {
     ))
     .await;
     let cr = env.apply_cr("a", json!({})).await;
-    env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-        "metadata": {"name": "a", "namespace": TEST_NAMESPACE, "annotations": {"windlass.dev/temporary-patches":
-            json!({"bad": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()}}})).await;
+    env.annotate(&cr, "windlass.dev/temporary-patches", &json!({"bad": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
     windlass::testing::assert_condition(&status, "Ready", false, "ConfigError");
