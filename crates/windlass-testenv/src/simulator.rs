@@ -9,8 +9,10 @@
 //! # Rules
 //!
 //! 1. **Nodes.** `nodes` Nodes named `{prefix}-{i}` are registered Ready with generous
-//!    capacity (32 CPUs, 256Gi, 110 pods) and the label [`SIMULATED_NODE_LABEL`]`=true`. Their
-//!    Leases in `kube-node-lease` are renewed every 10 s, so the node lifecycle controller
+//!    capacity (32 CPUs, 256Gi, 110 pods), the label [`SIMULATED_NODE_LABEL`]`=true` and the
+//!    well-known labels `kubernetes.io/hostname`, `kubernetes.io/os=linux` and
+//!    `kubernetes.io/arch` with this machine's architecture in Go's naming (`amd64`, `arm64`,
+//!    …, as on real nodes; also in `nodeInfo.architecture`). Their Leases in `kube-node-lease` are renewed every 10 s, so the node lifecycle controller
 //!    keeps them Ready.
 //! 2. **Scheduling.** A Pod without `spec.nodeName` whose `schedulerName` is unset or
 //!    `default-scheduler` is bound to the feasible simulated Node with the fewest Pods. Feasible
@@ -265,7 +267,7 @@ fn simulated_node(name: &str) -> Node {
                 [
                     ("kubernetes.io/hostname", name),
                     ("kubernetes.io/os", "linux"),
-                    ("kubernetes.io/arch", std::env::consts::ARCH),
+                    ("kubernetes.io/arch", kubernetes_arch()),
                     (SIMULATED_NODE_LABEL, "true"),
                 ]
                 .into_iter()
@@ -315,7 +317,7 @@ fn simulated_node(name: &str) -> Node {
                 },
             ]),
             node_info: Some(NodeSystemInfo {
-                architecture: std::env::consts::ARCH.to_string(),
+                architecture: kubernetes_arch().to_string(),
                 operating_system: "linux".to_string(),
                 os_image: "windlass node simulator".to_string(),
                 kernel_version: "simulated".to_string(),
@@ -329,6 +331,37 @@ fn simulated_node(name: &str) -> Node {
             }),
             ..Default::default()
         }),
+    }
+}
+
+/// This machine's architecture as Kubernetes names it: Go's `GOARCH` (`amd64`, `arm64`, …), which
+/// is what the `kubernetes.io/arch` label and `nodeInfo.architecture` carry on real nodes and what
+/// Pods select on. Rust's names (`x86_64`, `aarch64`, …) differ for most architectures.
+pub(crate) fn kubernetes_arch() -> &'static str {
+    go_arch(std::env::consts::ARCH, cfg!(target_endian = "little"))
+}
+
+/// Go's `GOARCH` for Rust's `target_arch` name (unknown names are passed through).
+fn go_arch(rust_arch: &'static str, little_endian: bool) -> &'static str {
+    match (rust_arch, little_endian) {
+        ("x86_64", _) => "amd64",
+        ("x86", _) => "386",
+        ("aarch64", true) => "arm64",
+        ("aarch64", false) => "arm64be",
+        ("arm", _) => "arm",
+        ("powerpc64", true) => "ppc64le",
+        ("powerpc64", false) => "ppc64",
+        ("powerpc", _) => "ppc",
+        ("s390x", _) => "s390x",
+        ("riscv64", _) => "riscv64",
+        ("loongarch64", _) => "loong64",
+        ("mips64", true) => "mips64le",
+        ("mips64", false) => "mips64",
+        ("mips", true) => "mipsle",
+        ("mips", false) => "mips",
+        ("sparc64", _) => "sparc64",
+        ("wasm32", _) => "wasm",
+        (other, _) => other,
     }
 }
 
@@ -935,6 +968,35 @@ fn tolerates(tolerations: Option<&[Toleration]>, taint: &Taint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn architectures_have_their_go_names() {
+        assert_eq!(go_arch("x86_64", true), "amd64");
+        assert_eq!(go_arch("aarch64", true), "arm64");
+        assert_eq!(go_arch("x86", true), "386");
+        assert_eq!(go_arch("arm", true), "arm");
+        assert_eq!(go_arch("powerpc64", true), "ppc64le");
+        assert_eq!(go_arch("powerpc64", false), "ppc64");
+        assert_eq!(go_arch("s390x", false), "s390x");
+        assert_eq!(go_arch("riscv64", true), "riscv64");
+        assert_eq!(go_arch("loongarch64", true), "loong64");
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(kubernetes_arch(), "amd64");
+        }
+        let node = simulated_node("n-1");
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("kubernetes.io/arch").map(String::as_str),
+            Some(kubernetes_arch())
+        );
+        assert_eq!(
+            node.status
+                .and_then(|s| s.node_info)
+                .map(|i| i.architecture)
+                .as_deref(),
+            Some(kubernetes_arch())
+        );
+    }
 
     #[test]
     fn durations() {

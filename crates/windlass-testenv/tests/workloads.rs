@@ -555,3 +555,95 @@ async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
     ensure!(phase(pods.get("keeps-running").await.ok().as_ref()) == Some("Running"));
     Ok(())
 }
+
+/// This machine's architecture as Kubernetes (Go) names it, written out independently of the
+/// crate so the test checks the crate's mapping.
+const GO_ARCH: &str = if cfg!(target_arch = "x86_64") {
+    "amd64"
+} else if cfg!(target_arch = "aarch64") {
+    "arm64"
+} else {
+    std::env::consts::ARCH
+};
+
+#[tokio::test]
+async fn pods_selecting_the_kubernetes_arch_and_os_labels_are_scheduled() -> anyhow::Result<()> {
+    let env = TestEnv::shared().await?;
+    let ns = env.namespace("arch").await?;
+    let pods: Api<Pod> = ns.api(env.client()?);
+    let with_selector = |name: &str, arch: &str| -> anyhow::Result<Pod> {
+        let mut pod = bare_pod(name, "Always", &BTreeMap::new())?;
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        spec.node_selector = Some(BTreeMap::from([
+            ("kubernetes.io/arch".to_string(), arch.to_string()),
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ]));
+        Ok(pod)
+    };
+    let other_arch = if GO_ARCH == "s390x" {
+        "riscv64"
+    } else {
+        "s390x"
+    };
+    pods.create(&PostParams::default(), &with_selector("native", GO_ARCH)?)
+        .await?;
+    pods.create(
+        &PostParams::default(),
+        &with_selector("foreign", other_arch)?,
+    )
+    .await?;
+
+    let native = wait_for(&pods, "native", TIMEOUT, |p: Option<&Pod>| {
+        p.is_some_and(is_pod_ready)
+    })
+    .await?
+    .unwrap_or_default();
+    let node = native
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    ensure!(
+        env.node_names().contains(&node),
+        "bound to a simulated node, got {node:?}"
+    );
+
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.client()?);
+    let node = nodes.get(&node).await?;
+    ensure!(
+        node.labels().get("kubernetes.io/arch").map(String::as_str) == Some(GO_ARCH),
+        "node label kubernetes.io/arch: {:?}",
+        node.labels().get("kubernetes.io/arch")
+    );
+    let architecture = node
+        .status
+        .and_then(|s| s.node_info)
+        .map(|i| i.architecture);
+    ensure!(
+        architecture.as_deref() == Some(GO_ARCH),
+        "nodeInfo.architecture: {architecture:?}"
+    );
+
+    // The control: a Pod for another architecture is reported unschedulable, never bound.
+    let foreign = wait_for(&pods, "foreign", TIMEOUT, |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+    })
+    .await?
+    .unwrap_or_default();
+    ensure!(
+        foreign
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none(),
+        "a {other_arch} pod is not bound"
+    );
+    Ok(())
+}
