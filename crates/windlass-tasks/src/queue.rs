@@ -39,21 +39,30 @@
 //! # Semantics
 //!
 //! 1. **One entry per key.** Enqueueing a key that is already pending merges with the pending
-//!    entry, and the **earliest due time wins**: a key waiting out a back-off or a
-//!    requeue-after delay that is enqueued again for "now" runs now. A later due time never
-//!    postpones a pending key.
+//!    entry, and the **earliest due time wins**: a key waiting out a requeue-after delay that
+//!    is enqueued again for "now" runs now. A later due time never postpones a pending key.
+//!    The one exception is a *failing* key (rule 4): nothing brings it forward of its back-off.
 //! 2. **One run per key at a time.** Enqueueing a key while it runs marks it to run once more
 //!    after the current run ends (at the earliest due time asked for meanwhile); it is never
-//!    handed out twice at once.
+//!    handed out twice at once. If that run fails, the mark is folded into the retry, which
+//!    comes after the back-off (rule 4).
 //! 3. **First runs are FIFO.** Keys are handed out in the order they became due: keys enqueued
 //!    for "now" in the order of their `enqueue` calls, a key whose delay expired ahead of keys
 //!    enqueued after its due time (ties keep enqueue order).
 //! 4. **Failures back off per key and are never dropped.** A run that ends in
 //!    [`TaskOutcome::Retry`] (or panics, or whose [`Lease`] is dropped unfinished) brings the key
 //!    back after its own exponential back-off with jitter ([`BackOffPolicy`], yaook's defaults
-//!    0.5 s × 2 up to 120 s, ±10 %), not before — unless a fresh enqueue asks for it sooner (rule 1).
-//!    Other keys are not held up. Any successful outcome ([`Done`](TaskOutcome::Done),
-//!    [`RequeueAfter`](TaskOutcome::RequeueAfter)) resets that key's back-off.
+//!    0.5 s × 2 up to 120 s, ±10 %), **and not before**. While a key is failing (its last run
+//!    ended in `Retry` and it has not succeeded since), an enqueue or a rerun mark never brings
+//!    it forward of its back-off deadline: it runs at `max(back-off deadline, due time asked
+//!    for)`, which merged with the pending retry is the deadline itself, so an enqueue during
+//!    the wait reports [`Enqueued::BackingOff`] and changes nothing. Other keys are not held
+//!    up. Any successful outcome ([`Done`](TaskOutcome::Done),
+//!    [`RequeueAfter`](TaskOutcome::RequeueAfter)) resets that key's back-off, and rule 1's
+//!    merging applies in full again. (This keeps a reconcile that writes status and then fails
+//!    from rerunning at once on the watch event its own write caused; a queue that should let
+//!    events cut a back-off short, as client-go's workqueue does, opts in with
+//!    [`preempt_backoff`](TaskQueueBuilder::preempt_backoff).)
 //! 5. **Bounded concurrency.** At most [`max_concurrent`](TaskQueueBuilder::max_concurrent) keys
 //!    are leased at once, over all consumers.
 //! 6. **Clean shutdown.** After [`shutdown`](TaskQueue::shutdown) nothing more is dispatched;
@@ -107,7 +116,9 @@ pub enum TaskOutcome {
     /// Resets the back-off. A zero delay puts the key at the back of the ready line.
     RequeueAfter(Duration),
     /// Failure; run the key again after its next back-off delay (with jitter), which grows
-    /// with each consecutive failure of this key.
+    /// with each consecutive failure of this key. Until then the key is *failing*: enqueues do
+    /// not bring it forward (unless [`TaskQueueBuilder::preempt_backoff`] is set), and a rerun
+    /// mark taken during this run is folded into the retry.
     Retry,
 }
 
@@ -133,8 +144,13 @@ pub enum Enqueued {
     Advanced,
     /// The key was already pending with an earlier or equal due time; nothing changed.
     Unchanged,
-    /// The key is running; it will run once more after the current run ends.
+    /// The key is running; it will run once more after the current run ends (after its
+    /// back-off, if the current run fails).
     Rerun,
+    /// The key is failing and waiting out its back-off, which ends later than the due time
+    /// asked for; the key runs at the back-off deadline and nothing changed. Never reported
+    /// with [`TaskQueueBuilder::preempt_backoff`].
+    BackingOff,
 }
 
 /// A [`TaskQueue`] configuration that cannot work.
@@ -178,6 +194,7 @@ impl QueueStats {
 pub struct TaskQueueBuilder {
     max_concurrent: usize,
     backoff: BackOffPolicy,
+    preempt_backoff: bool,
 }
 
 impl Default for TaskQueueBuilder {
@@ -185,6 +202,7 @@ impl Default for TaskQueueBuilder {
         Self {
             max_concurrent: 1,
             backoff: BackOffPolicy::default(),
+            preempt_backoff: false,
         }
     }
 }
@@ -204,6 +222,20 @@ impl TaskQueueBuilder {
         self
     }
 
+    /// Whether an enqueue may bring a failing key forward of its back-off deadline.
+    /// Default `false`: a failing key runs again after its back-off and not before, whatever
+    /// is enqueued meanwhile (rule 4 of the [module docs](self)).
+    ///
+    /// With `true`, the earliest due time always wins (client-go's workqueue behaves so): an
+    /// event for a key waiting out its back-off runs it now, and a rerun mark taken during a
+    /// failing run runs it as soon as the run ends. The back-off itself is kept (the next
+    /// failure waits longer still); only a success resets it. Use it only where events are
+    /// known not to be caused by the failing run itself, or a failing key reruns in a loop.
+    pub const fn preempt_backoff(mut self, preempt: bool) -> Self {
+        self.preempt_backoff = preempt;
+        self
+    }
+
     /// Builds the queue.
     ///
     /// # Errors
@@ -214,7 +246,7 @@ impl TaskQueueBuilder {
         if self.max_concurrent == 0 {
             return Err(QueueConfigError::ZeroConcurrency);
         }
-        Ok(TaskQueue::from_parts(self.max_concurrent, self.backoff))
+        Ok(TaskQueue::from_parts(self))
     }
 }
 
@@ -238,6 +270,7 @@ impl<K> std::fmt::Debug for TaskQueue<K> {
         f.debug_struct("TaskQueue")
             .field("max_concurrent", &self.shared.max_concurrent)
             .field("backoff", &self.shared.backoff)
+            .field("preempt_backoff", &self.shared.preempt_backoff)
             .finish_non_exhaustive()
     }
 }
@@ -252,17 +285,17 @@ impl TaskQueue<()> {
 impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// A queue with the default configuration (see [`TaskQueueBuilder`]).
     pub fn new() -> Self {
-        let defaults = TaskQueueBuilder::default();
-        Self::from_parts(defaults.max_concurrent, defaults.backoff)
+        Self::from_parts(TaskQueueBuilder::default())
     }
 
-    fn from_parts(max_concurrent: usize, backoff: BackOffPolicy) -> Self {
+    fn from_parts(config: TaskQueueBuilder) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::new()),
                 notify: Notify::new(),
-                max_concurrent: max_concurrent.max(1),
-                backoff,
+                max_concurrent: config.max_concurrent.max(1),
+                backoff: config.backoff,
+                preempt_backoff: config.preempt_backoff,
             }),
         }
     }
@@ -272,12 +305,14 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         self.shared.max_concurrent
     }
 
-    /// Run `key` as soon as possible (see the merge rules in the [module docs](self)).
+    /// Run `key` as soon as possible (see the merge rules in the [module docs](self)): now,
+    /// or after its back-off if it is failing.
     pub fn enqueue(&self, key: K) -> Enqueued {
         self.shared.enqueue(key, Due::Now)
     }
 
-    /// Run `key` once `delay` has passed, or earlier if it is already due earlier.
+    /// Run `key` once `delay` has passed, or earlier if it is already due earlier (never
+    /// before the back-off of a failing key ends).
     pub fn enqueue_after(&self, key: K, delay: Duration) -> Enqueued {
         if delay.is_zero() {
             return self.enqueue(key);
@@ -287,7 +322,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
             .enqueue(key, Due::At(deadline_after(now, delay)))
     }
 
-    /// Run `key` at `when` (a [`tokio::time::Instant`]), or earlier if it is already due earlier.
+    /// Run `key` at `when` (a [`tokio::time::Instant`]), or earlier if it is already due
+    /// earlier (never before the back-off of a failing key ends).
     pub fn enqueue_at(&self, key: K, when: Instant) -> Enqueued {
         if when <= Instant::now() {
             return self.enqueue(key);
@@ -538,6 +574,7 @@ struct Shared<K> {
     notify: Notify,
     max_concurrent: usize,
     backoff: BackOffPolicy,
+    preempt_backoff: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -704,8 +741,9 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
     }
 
-    /// Returns what the enqueue did and whether a consumer should be woken.
-    fn enqueue(&mut self, key: K, due: Due) -> (Enqueued, bool) {
+    /// Returns what the enqueue did and whether a consumer should be woken. Unless `preempt`,
+    /// a failing key waiting out its back-off is not brought forward.
+    fn enqueue(&mut self, key: K, due: Due, preempt: bool) -> (Enqueued, bool) {
         if due == Due::Now && !self.lines.timers.is_empty() {
             // Keys whose time has come are ahead of a key enqueued now.
             self.promote_due(Instant::now());
@@ -722,13 +760,18 @@ impl<K: Hash + Eq + Clone> State<K> {
             MapEntry::Occupied(mut occupied) => match occupied.get().slot {
                 Slot::Ready { .. } => (Enqueued::Unchanged, false),
                 slot @ Slot::Delayed { due: current, .. } => {
-                    if due.is_earlier_than(Due::At(current)) {
+                    if !due.is_earlier_than(Due::At(current)) {
+                        (Enqueued::Unchanged, false)
+                    } else if !preempt && occupied.get().backoff.is_failing() {
+                        // A failing key's timer is its back-off deadline (only a retry puts
+                        // it there, and nothing moves it): max(deadline, due) merged with
+                        // the deadline is the deadline.
+                        (Enqueued::BackingOff, false)
+                    } else {
                         self.lines.leave(slot);
                         let (slot, wake) = self.lines.place(occupied.key().clone(), due);
                         occupied.get_mut().slot = slot;
                         (Enqueued::Advanced, wake)
-                    } else {
-                        (Enqueued::Unchanged, false)
                     }
                 }
                 Slot::Running { rerun } => {
@@ -837,8 +880,9 @@ impl<K: Hash + Eq + Clone> State<K> {
         None
     }
 
-    /// Ends a run and schedules what follows.
-    fn complete(&mut self, key: K, outcome: TaskOutcome, policy: &BackOffPolicy) {
+    /// Ends a run and schedules what follows. Unless `preempt`, a failed run's rerun mark is
+    /// folded into the retry at the back-off deadline.
+    fn complete(&mut self, key: K, outcome: TaskOutcome, policy: &BackOffPolicy, preempt: bool) {
         let (rerun, mut backoff) = match self.entries.get(&key) {
             Some(Entry {
                 slot: Slot::Running { rerun },
@@ -870,7 +914,12 @@ impl<K: Hash + Eq + Clone> State<K> {
                 self.failures_total += 1;
                 let delay = policy.jittered(backoff.advance(policy), &mut rand::rng());
                 let due = Due::At(deadline_after(Instant::now(), delay));
-                Some(rerun.map_or(due, |r| r.min(due)))
+                if preempt {
+                    Some(rerun.map_or(due, |r| r.min(due)))
+                } else {
+                    // max(deadline, rerun) merged with the retry at the deadline.
+                    Some(due)
+                }
             }
         };
         match (was_failing, backoff.is_failing()) {
@@ -935,7 +984,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
 
     fn enqueue(&self, key: K, due: Due) -> Enqueued {
         let mut state = self.lock();
-        let (result, wake) = state.enqueue(key, due);
+        let (result, wake) = state.enqueue(key, due, self.preempt_backoff);
         let wake = wake && state.waiting > 0;
         drop(state);
         if wake {
@@ -950,7 +999,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
 
     fn complete(&self, key: K, outcome: TaskOutcome) {
         let mut state = self.lock();
-        state.complete(key, outcome, &self.backoff);
+        state.complete(key, outcome, &self.backoff, self.preempt_backoff);
         let wake = state.waiting > 0;
         drop(state);
         if wake {
