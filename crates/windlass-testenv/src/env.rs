@@ -7,8 +7,10 @@
 //! environment's runtime, and every test gets its *own* [`kube::Client`] built on its runtime
 //! by [`TestEnv::client`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
@@ -100,6 +102,28 @@ impl TestEnvBuilder {
     }
 }
 
+/// What the supervisor found wrong with an environment, shared by all its handles.
+#[derive(Debug, Default)]
+struct Health {
+    /// The first failure seen; set once.
+    failure: OnceLock<String>,
+}
+
+/// Failures of the environments of this process that still exist, by environment id, so that
+/// [`wait_for`](crate::wait_for) can mention them when it times out (it only has an `Api`).
+static BROKEN: Mutex<BTreeMap<u64, String>> = Mutex::new(BTreeMap::new());
+static NEXT_ENVIRONMENT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// One line per broken environment of this process: which one and why.
+pub(crate) fn broken_environments() -> Vec<String> {
+    BROKEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .values()
+        .cloned()
+        .collect()
+}
+
 struct Inner {
     config: kube::Config,
     kubeconfig_path: PathBuf,
@@ -114,6 +138,7 @@ struct Inner {
     /// outlive a test's runtime (namespace deletion on drop).
     runtime: tokio::runtime::Handle,
     admin: Client,
+    health: Arc<Health>,
 }
 
 fn run_environment(
@@ -153,7 +178,7 @@ fn run_environment(
             };
             Ok::<_, Error>((assets, control_plane, admin, simulator))
         };
-        let (assets, mut control_plane, admin, simulator) = match setup.await {
+        let (assets, mut control_plane, admin, mut simulator) = match setup.await {
             Ok(parts) => parts,
             Err(e) => {
                 let _ = ready.send(Err(e));
@@ -175,7 +200,10 @@ fn run_environment(
             kubectl: assets.kubectl.clone(),
             runtime: tokio::runtime::Handle::current(),
             admin,
+            health: Arc::default(),
         };
+        let health = inner.health.clone();
+        let apiserver_url = inner.apiserver_url.clone();
         tracing::info!(
             "windlass-testenv: control plane ready in {:?} at {}",
             inner.startup_time,
@@ -184,23 +212,40 @@ fn run_environment(
         if ready.send(Ok(inner)).is_err() {
             return;
         }
-        // Supervise until dropped: a process dying mid-run makes tests fail with connection
-        // errors, so say loudly which one and why.
+        // Supervise until dropped. A process dying or a simulator task panicking mid-run would
+        // make tests fail with connection errors or time out waiting for Pods; instead say
+        // loudly which one and why, and make later operations fail fast (`Health`).
+        let id = NEXT_ENVIRONMENT_ID.fetch_add(1, Ordering::Relaxed);
         let mut shutdown = shutdown;
-        let mut reported = false;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                    if let Err(e) = control_plane.check_running()
-                        && !reported
-                    {
-                        eprintln!("windlass-testenv: {e}");
-                        reported = true;
+                    if health.failure.get().is_some() {
+                        continue;
+                    }
+                    let checked = control_plane.check_running().and_then(|()| {
+                        simulator.as_mut().map_or(Ok(()), NodeSimulator::check_running)
+                    });
+                    if let Err(e) = checked {
+                        let reason = e.to_string();
+                        eprintln!(
+                            "windlass-testenv: the control plane at {apiserver_url} broke; \
+                             its operations fail from now on: {reason}"
+                        );
+                        BROKEN
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .insert(id, format!("the control plane at {apiserver_url} broke: {reason}"));
+                        let _ = health.failure.set(reason);
                     }
                 }
             }
         }
+        BROKEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
         drop(simulator);
         drop(control_plane);
     });
@@ -261,7 +306,8 @@ impl TestEnv {
     /// Safe to call from any number of tests at once, each on its own runtime.
     ///
     /// # Errors
-    /// [`Error::SharedStartFailed`] with the reason, for every caller, if it could not start.
+    /// [`Error::SharedStartFailed`] with the reason, for every caller, if it could not start;
+    /// [`Error::Broken`] if it broke since (see [`TestEnv::check_health`]).
     pub async fn shared() -> Result<&'static TestEnv> {
         let receiver = SHARED.get_or_init(|| {
             let (tx, rx) = watch::channel(None);
@@ -289,7 +335,7 @@ impl TestEnv {
             .await
             .map_err(|_| Error::SharedStartFailed("the starting thread panicked".to_string()))?;
         match value.as_ref() {
-            Some(Ok(env)) => Ok(*env),
+            Some(Ok(env)) => env.check_health().map(|()| *env),
             Some(Err(message)) => Err(Error::SharedStartFailed(message.clone())),
             None => Err(Error::ShutDown),
         }
@@ -299,12 +345,33 @@ impl TestEnv {
     /// client keeps background tasks on the runtime it was made on.
     ///
     /// # Errors
-    /// [`Error::NoRuntime`] outside a tokio runtime.
+    /// [`Error::NoRuntime`] outside a tokio runtime; [`Error::Broken`] if the environment broke
+    /// (see [`Self::check_health`]).
     pub fn client(&self) -> Result<Client> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
+        self.check_health()?;
         Client::try_from(self.inner.config.clone()).map_err(|e| Error::kube("building a client", e))
+    }
+
+    /// `Ok` while the environment works: every control plane process runs and every task of the
+    /// node simulator too. The environment checks this every second in the background and
+    /// prints the first failure to stderr; from then on [`Self::client`], [`Self::namespace`] and
+    /// [`Self::shared`] fail fast with the same error, and timeouts of
+    /// [`wait_for`](crate::wait_for) mention it.
+    ///
+    /// # Errors
+    /// [`Error::Broken`] with what broke: [`Error::ProcessExited`]'s or
+    /// [`Error::SimulatorStopped`]'s message.
+    pub fn check_health(&self) -> Result<()> {
+        match self.inner.health.failure.get() {
+            Some(reason) => Err(Error::Broken {
+                apiserver_url: self.inner.apiserver_url.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The client configuration (admin, trusting the apiserver's certificate).
@@ -373,7 +440,8 @@ impl TestEnv {
     /// [`TestNamespace::keep`] was called.
     ///
     /// # Errors
-    /// If the namespace cannot be created or does not become usable within a minute.
+    /// If the namespace cannot be created or does not become usable within a minute;
+    /// [`Error::Broken`] at once if the environment broke.
     pub async fn namespace(&self, prefix: &str) -> Result<TestNamespace> {
         let client = self.client()?;
         let name = namespace_name(prefix)?;

@@ -113,6 +113,34 @@ pub enum Error {
     #[error("TestEnv::client must be called inside a tokio runtime (e.g. in a #[tokio::test])")]
     NoRuntime,
 
+    /// A background task of the node simulator stopped (it panicked): Pods are no longer
+    /// scheduled or driven.
+    #[error(
+        "the node simulator's {task} task stopped ({reason}); Pods are no longer scheduled or driven. \
+         This is a bug in windlass-testenv: please report it with this message"
+    )]
+    SimulatorStopped {
+        /// Which task: `Node watch`, `Lease renewal` or `Pod controller`.
+        task: &'static str,
+        /// How it ended, with the panic message.
+        reason: String,
+    },
+
+    /// A process of the control plane exited, or a task of the node simulator stopped, after
+    /// the environment was ready. The environment notices within a second, prints the cause to
+    /// stderr, and from then on its operations fail at once with this error instead of letting
+    /// tests time out.
+    #[error(
+        "the windlass-testenv control plane at {apiserver_url} is broken, so this fails at once \
+         instead of timing out: {reason}"
+    )]
+    Broken {
+        /// The broken control plane's apiserver URL.
+        apiserver_url: String,
+        /// What broke (the first failure seen), with its details.
+        reason: String,
+    },
+
     /// The control plane was shut down (or its thread died) while it was being used.
     #[error("the control plane has shut down")]
     ShutDown,

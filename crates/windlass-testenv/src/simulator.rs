@@ -23,8 +23,13 @@
 //!    (`Unschedulable`) and is retried.
 //! 3. **Running.** A Pod bound to a simulated Node goes from Pending to Running with every
 //!    container running and ready, and `Ready=True` — in one status write, immediately;
-//!    annotation [`READY_AFTER_ANNOTATION`] (`"3s"`, `"500ms"`, `"2"`) delays readiness.
-//!    Init containers are reported as completed.
+//!    annotation [`READY_AFTER_ANNOTATION`] (`"3s"`, `"500ms"`, `"2m"`, `"2"`) delays readiness:
+//!    the Pod is Running but not ready until the delay has passed since its `status.startTime`.
+//!    The API server keeps that time with one-second resolution (fractions are cut off), so the
+//!    Pod turns Ready up to a second *before* the delay is over; a delay under a second may have
+//!    no visible effect. A value that is not such a duration — negative, malformed, or too large
+//!    to represent — is ignored: the Pod is ready at once. Init containers are reported as
+//!    completed.
 //! 4. **Completion.** A running Pod whose `restartPolicy` is `Never` or `OnFailure` — the ones
 //!    a Job makes — then succeeds (every container terminated with exit code 0, phase
 //!    `Succeeded`). Annotation [`KEEP_RUNNING_ANNOTATION`]`: "true"` keeps it running instead.
@@ -67,8 +72,8 @@ pub const SIMULATED_NODE_LABEL: &str = "testenv.windlass.dev/simulated";
 pub const FAIL_ANNOTATION: &str = "testenv.windlass.dev/fail";
 /// Pod annotation: `"true"` keeps a `Never`/`OnFailure` Pod running instead of succeeding (rule 4).
 pub const KEEP_RUNNING_ANNOTATION: &str = "testenv.windlass.dev/keep-running";
-/// Pod annotation: a duration (`"3s"`, `"500ms"`, or seconds) the Pod runs before it is ready
-/// (rule 3).
+/// Pod annotation: a duration (`"3s"`, `"500ms"`, `"2m"`, or seconds) the Pod runs before it is
+/// ready, measured from `status.startTime` (whole seconds); an invalid value is ignored (rule 3).
 pub const READY_AFTER_ANNOTATION: &str = "testenv.windlass.dev/ready-after";
 
 const FIELD_MANAGER: &str = "windlass-node-simulator";
@@ -98,13 +103,35 @@ impl Default for SimulatorConfig {
 /// Nodes it registered stay (they turn NotReady after the lease expires).
 pub struct NodeSimulator {
     node_names: Vec<String>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<SimulatorTask>,
+}
+
+/// One of the simulator's background tasks; each runs until the simulator is dropped.
+struct SimulatorTask {
+    /// What it does, for error messages: `Node watch`, `Lease renewal`, `Pod controller`.
+    name: &'static str,
+    handle: JoinHandle<()>,
+    /// Why it ended, once seen (a finished `JoinHandle` must not be polled again).
+    ended: Option<String>,
+}
+
+impl SimulatorTask {
+    fn spawn(
+        name: &'static str,
+        future: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        SimulatorTask {
+            name,
+            handle: tokio::spawn(future),
+            ended: None,
+        }
+    }
 }
 
 impl Drop for NodeSimulator {
     fn drop(&mut self) {
         for task in &self.tasks {
-            task.abort();
+            task.handle.abort();
         }
     }
 }
@@ -157,11 +184,11 @@ impl NodeSimulator {
         .default_backoff()
         .reflect(node_writer)
         .for_each(|_| futures::future::ready(()));
-        let mut tasks = vec![tokio::spawn(node_watch)];
-        tasks.push(tokio::spawn(renew_leases(
-            client.clone(),
-            node_names.clone(),
-        )));
+        let mut tasks = vec![SimulatorTask::spawn("Node watch", node_watch)];
+        tasks.push(SimulatorTask::spawn(
+            "Lease renewal",
+            renew_leases(client.clone(), node_names.clone()),
+        ));
 
         let controller =
             Controller::new(Api::<Pod>::all(client.clone()), watcher::Config::default())
@@ -174,7 +201,8 @@ impl NodeSimulator {
             assumed: Default::default(),
             next_ip: AtomicU32::new(0),
         });
-        tasks.push(tokio::spawn(
+        tasks.push(SimulatorTask::spawn(
+            "Pod controller",
             controller
                 .run(reconcile, error_policy, context)
                 .for_each(|_| futures::future::ready(())),
@@ -185,6 +213,37 @@ impl NodeSimulator {
     /// Names of the simulated Nodes.
     pub fn node_names(&self) -> &[String] {
         &self.node_names
+    }
+
+    /// `Ok` while all of the simulator's tasks (Node watch, Lease renewal, Pod controller) run.
+    /// Each is meant to run until the simulator is dropped, so one that ended has panicked —
+    /// a bug in the simulator — and from then on Pods are no longer scheduled or driven (or the
+    /// Nodes turn NotReady). [`TestEnv`](crate::TestEnv) checks this every second.
+    ///
+    /// # Errors
+    /// [`Error::SimulatorStopped`] naming the first stopped task, with its panic message; the
+    /// same error on every later call.
+    pub fn check_running(&mut self) -> Result<()> {
+        for task in &mut self.tasks {
+            if task.ended.is_none() && task.handle.is_finished() {
+                let reason = match futures::FutureExt::now_or_never(&mut task.handle) {
+                    Some(Err(e)) if e.is_panic() => {
+                        format!("it panicked: {}", panic_message(e.into_panic().as_ref()))
+                    }
+                    Some(Err(e)) => format!("it was stopped: {e}"),
+                    Some(Ok(())) | None => "it ended".to_string(),
+                };
+                tracing::error!("node simulator: the {} task stopped: {reason}", task.name);
+                task.ended = Some(reason);
+            }
+            if let Some(reason) = &task.ended {
+                return Err(Error::SimulatorStopped {
+                    task: task.name,
+                    reason: reason.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Waits until every simulated Node is Ready and free of the `not-ready` taint the API server
@@ -220,6 +279,15 @@ impl NodeSimulator {
                     .to_string(),
             })?
     }
+}
+
+/// The message of a panic payload (`panic!` makes a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".to_string())
 }
 
 async fn register_node(api: &Api<Node>, name: &str) -> Result<()> {
@@ -615,7 +683,8 @@ fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
         .find(|c| c.type_ == type_)
 }
 
-/// `"3s"`, `"500ms"`, `"2m"`, or a number of seconds.
+/// `"3s"`, `"500ms"`, `"2m"`, or a number of seconds; `None` for anything else, including
+/// negative values and values too large for a [`Duration`].
 pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
@@ -629,8 +698,18 @@ pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
         "m" => value * 60.0,
         _ => return None,
     };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    // `try_`: a value too large for a `Duration` ("99999999999999999999") is invalid, not a
+    // panic in the Pod controller.
+    if seconds.is_finite() && seconds >= 0.0 {
+        Duration::try_from_secs_f64(seconds).ok()
+    } else {
+        None
+    }
 }
+
+/// Longest requeue the simulator asks for: a very long `ready-after` is re-checked now and then
+/// rather than handed to the controller's timer as one huge deadline.
+const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
 /// What the simulated kubelet does next with a Pod on its Node.
 enum Next {
@@ -670,7 +749,8 @@ fn next_status(pod: &Pod, ctx: &Context) -> Next {
             } else {
                 Outcome::RunningNotReady
             };
-            let requeue = (outcome == Outcome::RunningNotReady).then_some(ready_delay);
+            let requeue =
+                (outcome == Outcome::RunningNotReady).then_some(ready_delay.min(MAX_REQUEUE));
             Next::Write(build_status(pod, outcome, &start, Some(ip)), requeue)
         }
         "Running" => {
@@ -683,7 +763,7 @@ fn next_status(pod: &Pod, ctx: &Context) -> Next {
                 let elapsed = now.duration_since(start.0);
                 let elapsed = Duration::try_from(elapsed).unwrap_or_default();
                 if elapsed < ready_delay {
-                    return Next::Wait(ready_delay - elapsed);
+                    return Next::Wait((ready_delay - elapsed).min(MAX_REQUEUE));
                 }
                 return Next::Write(
                     build_status(pod, Outcome::Ready, &start, current.pod_ip.clone()),
@@ -998,6 +1078,51 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_stopped_task_is_reported_with_its_panic_message() {
+        let mut simulator = NodeSimulator {
+            node_names: Vec::new(),
+            tasks: vec![
+                SimulatorTask::spawn("Lease renewal", std::future::pending()),
+                SimulatorTask::spawn("Pod controller", async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    panic!("reconciler blew up on pod x");
+                }),
+            ],
+        };
+        assert!(simulator.check_running().is_ok(), "both tasks still run");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let error = loop {
+            match simulator.check_running() {
+                Err(e) => break e,
+                Ok(()) if tokio::time::Instant::now() > deadline => {
+                    panic!("the panicked task was not noticed")
+                }
+                Ok(()) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        match &error {
+            Error::SimulatorStopped { task, reason } => {
+                assert_eq!(*task, "Pod controller");
+                assert!(reason.contains("reconciler blew up on pod x"), "{reason}");
+            }
+            other => panic!("unexpected error {other:?}"),
+        }
+        let text = error.to_string();
+        assert!(
+            text.contains("Pod controller") && text.contains("panicked"),
+            "{text}"
+        );
+        // Reported again, not only once (the handle is not polled twice).
+        assert!(matches!(
+            simulator.check_running(),
+            Err(Error::SimulatorStopped {
+                task: "Pod controller",
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("3s"), Some(Duration::from_secs(3)));
@@ -1006,6 +1131,12 @@ mod tests {
         assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
         assert_eq!(parse_duration("soon"), None);
         assert_eq!(parse_duration("-1s"), None);
+        // Too large for a Duration: invalid, not a panic.
+        assert_eq!(parse_duration("99999999999999999999"), None);
+        assert_eq!(parse_duration("99999999999999999999m"), None);
+        assert_eq!(parse_duration("1e400"), None);
+        assert_eq!(parse_duration("."), None);
+        assert_eq!(parse_duration(""), None);
     }
 
     fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {

@@ -46,10 +46,14 @@ where
                 Ok(None) => "(it does not exist)".to_string(),
                 Err(e) => format!("(could not read it: {e})"),
             };
+            let mut details = format!("; last seen:\n{last}");
+            for note in crate::env::broken_environments() {
+                details.push_str(&format!("\nnote: windlass-testenv: {note}"));
+            }
             Err(Error::Timeout {
                 what: format!("{} {name}", K::kind(&K::DynamicType::default())),
                 after: timeout,
-                details: format!("; last seen:\n{last}"),
+                details,
             })
         }
     }

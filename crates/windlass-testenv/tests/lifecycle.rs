@@ -1,5 +1,6 @@
 //! Control planes are isolated from each other and leave nothing behind: two at once in one
-//! process and in two processes, and clean-up on drop, on panic and on SIGKILL.
+//! process and in two processes, a process dying in one is reported by that one (and its
+//! operations fail fast), and clean-up on drop, on panic and on SIGKILL.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,7 +10,7 @@ use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
-use windlass_testenv::TestEnv;
+use windlass_testenv::{Error, TestEnv, wait_for};
 
 /// Alive means: exists and is not a zombie waiting to be reaped by whoever inherited it.
 fn is_alive(pid: u32) -> bool {
@@ -52,7 +53,8 @@ fn pids_of(env: &TestEnv) -> Vec<u32> {
 }
 
 #[tokio::test]
-async fn two_control_planes_are_isolated_and_drop_cleans_up() -> anyhow::Result<()> {
+async fn two_control_planes_are_isolated_breakage_is_reported_and_drop_cleans_up()
+-> anyhow::Result<()> {
     let (first, second) = tokio::try_join!(TestEnv::start(), TestEnv::builder().nodes(1).start())?;
     ensure!(first.apiserver_url() != second.apiserver_url());
     ensure!(first.dir() != second.dir());
@@ -74,6 +76,66 @@ async fn two_control_planes_are_isolated_and_drop_cleans_up() -> anyhow::Result<
 
     let (pids, dir) = (pids_of(&second), second.dir().to_path_buf());
     ensure!(pids.iter().all(|p| is_alive(*p)));
+
+    // A process of the second dying is noticed within seconds; from then on its operations fail
+    // fast with the reason, waits on it say why they time out, and the first is unaffected.
+    let early_client = second.client()?;
+    ensure!(second.check_health().is_ok());
+    let kcm = second
+        .processes()
+        .iter()
+        .find(|p| p.name == "kube-controller-manager")
+        .context("a kube-controller-manager process")?
+        .pid;
+    // SAFETY: plain kill(2) of a process this test's control plane started.
+    ensure!(unsafe { libc::kill(kcm as libc::pid_t, libc::SIGKILL) } == 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        match second.client() {
+            Err(e) => break e,
+            Ok(_) if tokio::time::Instant::now() > deadline => {
+                bail!("a dead kube-controller-manager went unnoticed for 10 s")
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    ensure!(
+        matches!(&error, Error::Broken { apiserver_url, .. } if apiserver_url == second.apiserver_url()),
+        "{error:?}"
+    );
+    ensure!(
+        error
+            .to_string()
+            .contains("kube-controller-manager exited unexpectedly"),
+        "{error}"
+    );
+    ensure!(matches!(second.check_health(), Err(Error::Broken { .. })));
+    let asked = std::time::Instant::now();
+    let namespace = second.namespace("after-breakage").await;
+    ensure!(
+        matches!(namespace, Err(Error::Broken { .. })) && asked.elapsed() < Duration::from_secs(1),
+        "namespace() fails at once: {namespace:?} after {:?}",
+        asked.elapsed()
+    );
+    let waited = wait_for(
+        &Api::<ConfigMap>::namespaced(early_client, "default"),
+        "never-created",
+        Duration::from_millis(500),
+        |cm: Option<&ConfigMap>| cm.is_some(),
+    )
+    .await;
+    match waited {
+        Err(e @ Error::Timeout { .. }) => ensure!(
+            e.to_string().contains(&format!(
+                "the control plane at {} broke",
+                second.apiserver_url()
+            )),
+            "the timeout names the broken control plane: {e}"
+        ),
+        other => bail!("expected a timeout, got {other:?}"),
+    }
+    ensure!(first.check_health().is_ok() && first.client().is_ok());
+
     drop(second);
     // Drop is synchronous: everything is gone when it returns.
     assert_gone(&pids, &dir, Duration::ZERO).await?;

@@ -489,6 +489,20 @@ async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
         )?,
     )
     .await?;
+    // Too large for a Duration: an invalid annotation, ignored (it once panicked the simulator).
+    pods.create(
+        &PostParams::default(),
+        &bare_pod(
+            "absurd-delay",
+            "Always",
+            &BTreeMap::from([(READY_AFTER_ANNOTATION, "99999999999999999999")]),
+        )?,
+    )
+    .await?;
+    wait_for(&pods, "absurd-delay", TIMEOUT, |p: Option<&Pod>| {
+        p.is_some_and(is_pod_ready)
+    })
+    .await?;
 
     let slow_running = wait_for(&pods, "slow", TIMEOUT, |p: Option<&Pod>| {
         phase(p) == Some("Running")
@@ -553,6 +567,7 @@ async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
     );
     // By now the sibling that was created earlier has had every chance to complete.
     ensure!(phase(pods.get("keeps-running").await.ok().as_ref()) == Some("Running"));
+    env.check_health()?;
     Ok(())
 }
 
