@@ -24,8 +24,12 @@
 //!
 //! * A new task is stopped. [`start`](RestartingTask::start) resets the back-off and, unless
 //!   the task is already running, calls the function and runs its future on a Tokio task.
-//!   Called while the task is waiting out a back-off, it restarts it at once (an addition: in
-//!   yaook the call only resets the back-off and the wait goes on).
+//!   Called after the task's future has ended — while it waits out a back-off, or in the
+//!   moment between the future's end and the supervisor's decision — it restarts it at once
+//!   (an addition: in yaook the call only resets the back-off and the wait goes on). Called
+//!   while the future is still running, it only resets the back-off, as in yaook. The future
+//!   has ended when it returned (or panicked), before it is dropped: a `start` from its own
+//!   drop guards, or from whoever saw its last words, counts as after the end.
 //! * The future ending in `Err` or panicking is a **crash**: it is logged and the function is
 //!   called again after the next back-off delay (default 1 s, doubling, capped at **120 s**).
 //! * The future ending in `Ok(())` is a **clean exit**, and being cancelled by
@@ -97,8 +101,19 @@ struct Control {
     token: Option<CancellationToken>,
     /// Closed when the latest supervisor has ended (its future and the user's are dropped).
     alive: Option<watch::Receiver<()>>,
-    /// Set while the supervisor waits out a back-off; `start` uses it to cut the wait short.
-    backoff_wake: Option<Arc<Notify>>,
+    /// Where the supervisor is; `start` reads it to restart an ended task at once.
+    phase: Phase,
+}
+
+/// The supervisor's phase, kept under the control lock so `start` never misses a run's end.
+enum Phase {
+    /// The future is running, or about to be made.
+    Running,
+    /// The future has returned; the supervisor has not decided what follows yet. A `start`
+    /// now sets `start_requested`, which the supervisor reads before waiting (or exiting).
+    Ended { start_requested: bool },
+    /// Waiting out a back-off; notifying cuts the wait short.
+    BackingOff(Arc<Notify>),
 }
 
 impl std::fmt::Debug for RestartingTask {
@@ -121,7 +136,9 @@ impl RestartingTask {
         E: Display + Send + 'static,
     {
         let factory = move || -> BoxFuture<'static, Result<(), String>> {
-            task().map(|r| r.map_err(|e| e.to_string())).boxed()
+            Box::pin(ErrorToString {
+                run: Box::pin(task()),
+            })
         };
         let policy = BackOffPolicy::new(Duration::from_secs(1), 2.0, Duration::from_secs(120))
             .unwrap_or_default();
@@ -136,7 +153,7 @@ impl RestartingTask {
                         backoff: ExponentialBackOff::new(policy),
                         token: None,
                         alive: None,
-                        backoff_wake: None,
+                        phase: Phase::Running,
                     }),
                     runs: AtomicU64::new(0),
                     crashes: AtomicU64::new(0),
@@ -177,7 +194,9 @@ impl RestartingTask {
         self.handle.core.policy
     }
 
-    /// Starts the task if it is not running, and resets the back-off either way.
+    /// Starts the task if it is not running, and resets the back-off either way. A task whose
+    /// future has ended (it is waiting out a back-off, or has just crashed or exited) is
+    /// restarted at once; see the [module docs](self).
     ///
     /// # Panics
     /// When called outside a Tokio runtime, as [`tokio::spawn`] does.
@@ -250,8 +269,13 @@ impl Core {
         control.backoff.reset();
         let running = control.token.is_some() && control.alive.as_ref().is_some_and(is_open);
         if running {
-            if let Some(wake) = control.backoff_wake.take() {
-                wake.notify_one();
+            match &mut control.phase {
+                Phase::Running => {}
+                Phase::Ended { start_requested } => *start_requested = true,
+                Phase::BackingOff(wake) => {
+                    wake.notify_one();
+                    control.phase = Phase::Running;
+                }
             }
             return;
         }
@@ -259,6 +283,7 @@ impl Core {
         let (alive_tx, alive_rx) = watch::channel(());
         let previous = control.alive.replace(alive_rx);
         control.token = Some(token.clone());
+        control.phase = Phase::Running;
         drop(control);
         tokio::spawn(supervise(Arc::clone(core), token, previous, alive_tx));
     }
@@ -268,8 +293,54 @@ impl Core {
         if let Some(token) = control.token.take() {
             token.cancel();
         }
-        control.backoff_wake = None;
+        control.phase = Phase::Running;
     }
+
+    /// Marks the current run's future as ended; called in the poll in which it returned.
+    /// A supervisor whose token is cancelled no longer owns the phase (a newer one may).
+    fn end_run(&self, token: &CancellationToken) {
+        let mut control = self.lock();
+        if !token.is_cancelled() {
+            control.phase = Phase::Ended {
+                start_requested: false,
+            };
+        }
+    }
+}
+
+/// A run with its error turned into text. Unlike `FutureExt::map`, it keeps the run's future
+/// until it is itself dropped, so the future's drop (and whatever its drop glue does, such as
+/// calling `start`) comes after the supervisor has seen the run end.
+struct ErrorToString<Fut> {
+    run: std::pin::Pin<Box<Fut>>,
+}
+
+impl<Fut, E> Future for ErrorToString<Fut>
+where
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    type Output = Result<(), String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.run
+            .as_mut()
+            .poll(cx)
+            .map(|result| result.map_err(|e| e.to_string()))
+    }
+}
+
+/// What follows a crash.
+enum AfterCrash {
+    /// The task was stopped meanwhile.
+    Stop,
+    /// `start` was called after the crash.
+    RestartNow,
+    /// The usual back-off.
+    RestartAfter(Duration),
 }
 
 /// How one run ended.
@@ -291,56 +362,119 @@ async fn supervise(
         wait_closed(previous).await;
     }
     loop {
-        if token.is_cancelled() {
-            return;
+        {
+            // The token is only cancelled under this lock, so while it is not, the control
+            // state is this supervisor's.
+            let mut control = core.lock();
+            if token.is_cancelled() {
+                return;
+            }
+            control.phase = Phase::Running;
         }
         core.runs.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let end = match std::panic::catch_unwind(AssertUnwindSafe(|| (core.factory)())) {
-            Err(panic) => RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic))),
+            Err(panic) => {
+                core.end_run(&token);
+                RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic)))
+            }
             Ok(run) => {
+                let mut run = std::pin::pin!(AssertUnwindSafe(run).catch_unwind());
+                // The run's end is recorded in the poll in which the future returns, before
+                // it is dropped, so a `start` from then on (its drop guards, another thread)
+                // is seen below.
+                let ended = std::future::poll_fn(|cx| {
+                    let result = std::task::ready!(run.as_mut().poll(cx));
+                    core.end_run(&token);
+                    std::task::Poll::Ready(result)
+                });
                 tokio::select! {
                     biased;
                     () = token.cancelled() => RunEnd::Cancelled,
-                    result = AssertUnwindSafe(run).catch_unwind() => match result {
+                    result = ended => match result {
                         Ok(Ok(())) => RunEnd::Clean,
                         Ok(Err(error)) => RunEnd::Crashed(error),
                         Err(panic) => RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic))),
                     },
                 }
+                // The future is dropped here, before the decision below.
             }
         };
         let error = match end {
-            RunEnd::Clean => {
-                tracing::debug!(task = %core.name, "restarting task exited cleanly; not restarting");
-                return;
-            }
             RunEnd::Cancelled => {
                 tracing::debug!(task = %core.name, "restarting task stopped");
+                return;
+            }
+            RunEnd::Clean => {
+                let mut control = core.lock();
+                if token.is_cancelled() {
+                    return;
+                }
+                if matches!(
+                    control.phase,
+                    Phase::Ended {
+                        start_requested: true
+                    }
+                ) {
+                    control.phase = Phase::Running;
+                    drop(control);
+                    tracing::debug!(task = %core.name, "restarting task exited cleanly and was started again");
+                    continue;
+                }
+                // Not running any more: a `start` from now on spawns a new supervisor (which
+                // waits for this one to be gone) instead of talking to this one.
+                control.token = None;
+                drop(control);
+                tracing::debug!(task = %core.name, "restarting task exited cleanly; not restarting");
                 return;
             }
             RunEnd::Crashed(error) => error,
         };
         core.crashes.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
-        let delay = {
+        let next = {
             let mut control = core.lock();
-            if core
-                .reset_after
-                .is_some_and(|healthy| started.elapsed() >= healthy)
-            {
-                control.backoff.reset();
+            if token.is_cancelled() {
+                AfterCrash::Stop
+            } else {
+                if core
+                    .reset_after
+                    .is_some_and(|healthy| started.elapsed() >= healthy)
+                {
+                    control.backoff.reset();
+                }
+                if matches!(
+                    control.phase,
+                    Phase::Ended {
+                        start_requested: true
+                    }
+                ) {
+                    // `start` came after the crash: it reset the back-off and asked for a
+                    // run now.
+                    AfterCrash::RestartNow
+                } else {
+                    control.phase = Phase::BackingOff(Arc::clone(&wake));
+                    AfterCrash::RestartAfter(control.backoff.next_jittered())
+                }
             }
-            control.backoff_wake = Some(Arc::clone(&wake));
-            control.backoff.next_jittered()
         };
-        tracing::warn!(task = %core.name, %error, retry_in = ?delay, "restarting task crashed; restarting after back-off");
-        tokio::select! {
-            () = token.cancelled() => return,
-            () = tokio::time::sleep(delay) => {}
-            () = wake.notified() => {}
+        match next {
+            AfterCrash::Stop => {
+                tracing::warn!(task = %core.name, %error, "restarting task crashed while being stopped; not restarting");
+                return;
+            }
+            AfterCrash::RestartNow => {
+                tracing::warn!(task = %core.name, %error, "restarting task crashed and was started again; restarting now");
+            }
+            AfterCrash::RestartAfter(delay) => {
+                tracing::warn!(task = %core.name, %error, retry_in = ?delay, "restarting task crashed; restarting after back-off");
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                    () = wake.notified() => {}
+                }
+            }
         }
-        core.lock().backoff_wake = None;
     }
 }
 

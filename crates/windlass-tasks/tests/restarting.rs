@@ -223,3 +223,165 @@ async fn dropping_the_last_handle_stops_the_task() {
     sleep(secs(1)).await;
     assert!(dropped.load(Ordering::SeqCst));
 }
+
+/// A run that ends at once with `result` and, if given a slot, calls `start()` on the task in
+/// it when dropped: right after the run has ended and before the supervisor has decided what
+/// follows — the moment a `start()` from another thread that saw the crash can land in.
+struct EndThenStart {
+    result: Option<Result<(), String>>,
+    start_on_drop: Option<Arc<Mutex<Option<RestartingTask>>>>,
+}
+
+impl std::future::Future for EndThenStart {
+    type Output = Result<(), String>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(self.result.take().unwrap_or(Ok(())))
+    }
+}
+
+impl Drop for EndThenStart {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.start_on_drop
+            && let Some(task) = lock(slot).as_ref()
+        {
+            task.start();
+        }
+    }
+}
+
+/// A task whose first run ends with `first` and calls `start()` right after; later runs fail.
+fn end_then_start(
+    first: Result<(), String>,
+    policy: BackOffPolicy,
+) -> (RestartingTask, Arc<Mutex<Vec<Duration>>>) {
+    let t0 = Instant::now();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let slot: Arc<Mutex<Option<RestartingTask>>> = Arc::default();
+    let runs = Arc::new(AtomicU32::new(0));
+    let (s, sl, r) = (Arc::clone(&starts), Arc::clone(&slot), Arc::clone(&runs));
+    let task = RestartingTask::new("observed", move || {
+        lock(&s).push(t0.elapsed());
+        let first_run = r.fetch_add(1, Ordering::SeqCst) == 0;
+        EndThenStart {
+            result: Some(if first_run {
+                first.clone()
+            } else {
+                Err("down".to_string())
+            }),
+            start_on_drop: first_run.then(|| Arc::clone(&sl)),
+        }
+    })
+    .with_backoff(policy);
+    // The slot holds a handle only until the first run's drop guard has used it.
+    *lock(&slot) = Some(task.clone());
+    (task, starts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_right_after_a_crash_restarts_at_once() {
+    let policy = match BackOffPolicy::new(secs(100), 2.0, secs(1000)) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    let (task, starts) = end_then_start(Err("down".to_string()), policy);
+    task.start();
+    sleep(secs(50)).await;
+    // The first run crashed at 0 and start() came right after: restarted at once, not at 100.
+    assert_eq!(*lock(&starts), [0, 0].map(secs));
+    sleep(secs(100)).await;
+    // The start() also reset the back-off, and asked for one restart only: the second crash
+    // waits the first delay (100 s).
+    assert_eq!(*lock(&starts), [0, 0, 100].map(secs));
+    assert_eq!(task.crash_count(), 3);
+    task.wait_for_termination().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_right_after_a_clean_exit_runs_it_again() {
+    let policy = match BackOffPolicy::new(secs(100), 2.0, secs(1000)) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    let (task, starts) = end_then_start(Ok(()), policy);
+    task.start();
+    sleep(secs(50)).await;
+    // Exited cleanly at 0, started again right after: the start is not lost.
+    assert_eq!(*lock(&starts), [0, 0].map(secs));
+    assert!(
+        task.is_running(),
+        "waiting out the back-off of the second run's crash"
+    );
+    task.wait_for_termination().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_during_a_run_only_resets_the_back_off() {
+    let t0 = Instant::now();
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(AtomicU32::new(0));
+    let (s, r) = (Arc::clone(&starts), Arc::clone(&runs));
+    let policy = match BackOffPolicy::new(secs(100), 2.0, secs(1000)) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    let task = RestartingTask::new("busy", move || {
+        lock(&s).push(t0.elapsed());
+        let n = r.fetch_add(1, Ordering::SeqCst);
+        async move {
+            // Run 0 crashes at once; run 1 (at 100) works for 10 s, then crashes.
+            if n == 1 {
+                sleep(secs(10)).await;
+            }
+            Err::<(), _>("down")
+        }
+    })
+    .with_backoff(policy)
+    .reset_after(None);
+    task.start();
+    sleep(secs(105)).await;
+    task.start(); // during run 1: resets the back-off (200 s → 100 s), no immediate restart
+    sleep(secs(200)).await;
+    assert_eq!(*lock(&starts), [0, 100, 210].map(secs));
+    task.wait_for_termination().await;
+}
+
+/// Real threads: whoever sees `crash_count()` go up and calls `start()` gets a restart at once,
+/// however the call interleaves with the supervisor (before or after it registers the wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_after_an_observed_crash_restarts_at_once_across_threads() {
+    let policy = match BackOffPolicy::new(secs(3600), 2.0, secs(3600)) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    for round in 0..50 {
+        let task =
+            RestartingTask::new("watched", || async { Err::<(), _>("down") }).with_backoff(policy);
+        let observer = {
+            let task = task.clone();
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + secs(10);
+                while task.crash_count() == 0 {
+                    assert!(std::time::Instant::now() < deadline, "no crash seen");
+                    std::hint::spin_loop();
+                }
+                task.start();
+            })
+        };
+        task.start();
+        if observer.join().is_err() {
+            panic!("observer thread panicked");
+        }
+        let deadline = std::time::Instant::now() + secs(10);
+        while task.run_count() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: start() after the crash did not restart it at once"
+            );
+            tokio::task::yield_now().await;
+        }
+        task.wait_for_termination().await;
+    }
+}
