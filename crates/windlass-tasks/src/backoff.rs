@@ -23,11 +23,18 @@
 //!
 //! # Decisions where the seed is silent
 //!
-//! * **Is a new back-off "failing"?** yaook's docs are cut off where they describe the flag and
-//!   seem to say it is true right after creation. Here it is **not**: [`is_failing`] is true
-//!   exactly when a delay was drawn since creation or the last [`reset`]. A back-off that has
-//!   never been used has seen no failure, and the flag is only useful for telling "recovered
-//!   after failures" apart from "was fine all along", which a true-on-creation flag would blur.
+//! * **Is a new back-off "failing"?** The seed (yaook's `ExponentialBackOff` docs) says of the
+//!   flag: *"Returns true if the iterator has been iterated since the last call to reset() or
+//!   if the iterator was just created."* — so a new back-off would be failing. The same docs
+//!   describe `reset()` as *"Reset the back-off to its initial state and clear failing"*, so
+//!   the initial state would not be failing; the two sentences contradict each other. Here a new
+//!   back-off is **not** failing: [`is_failing`] is true exactly when a delay was drawn since
+//!   creation or the last [`reset`], and a new back-off equals a reset one. Why: a back-off
+//!   that has never been used has seen no failure; the flag exists to tell "backing off after
+//!   failures" apart from "fine all along" (the task queue's `failing` count and its
+//!   back-off rule for failing keys rest on it), and true-on-creation would count every new
+//!   key as failing. Pinned by the tests `fresh_backoff_is_not_failing_and_reset_clears_it`
+//!   and `a_fresh_back_off_equals_a_reset_one`.
 //! * **The first value above `max` is clamped to `max`** rather than returned once.
 //! * **`max` is a hard upper bound, jitter included.** A jittered delay is
 //!   `d · (1 + jitter · u)` with `u` uniform in `[-1, 1)`, then capped at `max`. So a caller that
@@ -240,7 +247,12 @@ impl ExponentialBackOff {
         self.state = BackOffState::new();
     }
 
-    /// Whether a delay was drawn since creation or the last [`reset`](Self::reset).
+    /// Whether a delay was drawn since creation or the last [`reset`](Self::reset): `false`
+    /// for a new back-off.
+    ///
+    /// The seed says this flag is also true "if the iterator was just created", yet that
+    /// `reset()` restores the initial state and clears the flag; this crate follows the latter,
+    /// so a new back-off and a reset one are the same. See the [module docs](self) for why.
     pub const fn is_failing(&self) -> bool {
         self.state.is_failing()
     }
@@ -340,6 +352,21 @@ mod tests {
         b.reset();
         assert!(!b.is_failing());
         assert_eq!(b.next_delay(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_fresh_back_off_equals_a_reset_one() {
+        let p = policy(500, 2.0, 120_000);
+        let fresh = ExponentialBackOff::new(p);
+        let mut used = ExponentialBackOff::new(p);
+        used.by_ref().take(5).for_each(drop);
+        assert!(used.is_failing());
+        used.reset();
+        assert_eq!(used, fresh);
+        assert!(
+            !fresh.is_failing(),
+            "the seed's 'true if just created' is not followed"
+        );
     }
 
     #[test]
