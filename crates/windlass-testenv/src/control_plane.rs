@@ -5,9 +5,10 @@
 //! no garbage collection, no Deployment → ReplicaSet → Pod and no namespace deletion.
 //!
 //! Security is on as in a real cluster: TLS only (the apiserver generates its serving cert in
-//! `--cert-dir`; clients trust exactly that file), token authentication, RBAC. Flags are chosen
-//! from what each binary's `--help` offers, so a newer control plane (via `WINDLASS_K8S_ASSETS`)
-//! works too.
+//! `--cert-dir`; clients trust exactly that file), token authentication, RBAC. Optional flags
+//! are passed only when the binary takes them (its `--help`, or for deprecated flags, which
+//! `--help` hides, a trial run with `--version`), so a newer control plane (via
+//! `WINDLASS_K8S_ASSETS`) works too.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -43,299 +44,122 @@ pub struct ProcessInfo {
     pub log: PathBuf,
 }
 
-/// The processes and files of one control plane. Dropping it kills the processes and removes
-/// the directory.
-pub(crate) struct ControlPlane {
-    // Field order is drop order: processes first (reverse start order, see Drop), then the
-    // directory, then the watchdog.
+/// Environment variable: `1` (or `true`) keeps the directory of a control plane that failed to
+/// start — logs, certificates, etcd data — and prints where it is, instead of removing it.
+pub const KEEP_ENV: &str = "WINDLASS_TESTENV_KEEP";
+
+fn keep_requested() -> bool {
+    std::env::var(KEEP_ENV)
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+/// The directory, its watchdog and the processes of one control plane: the guard that makes
+/// every exit path clean up, from the moment the directory exists. Dropping it kills the
+/// processes (newest first, so controllers do not log a storm of errors about the vanished
+/// apiserver), removes the directory unless it is to be kept, and then stops the watchdog.
+struct Parts {
     processes: Vec<ManagedProcess>,
     dir: PathBuf,
     watchdog: Option<Watchdog>,
-    pub(crate) kubeconfig_path: PathBuf,
-    pub(crate) config: kube::Config,
-    pub(crate) apiserver_url: String,
+    keep_dir: bool,
 }
 
-impl Drop for ControlPlane {
+impl Drop for Parts {
     fn drop(&mut self) {
-        // Controllers first so they do not log a storm of errors about the vanished apiserver.
         while let Some(mut process) = self.processes.pop() {
             process.kill();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        // Killed (not asked to clean up): our own clean-up ran, or the directory is to stay.
         drop(self.watchdog.take());
     }
 }
 
-impl ControlPlane {
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
+impl Parts {
+    /// A fresh `windlass-testenv-*` directory in `base`, watched by a watchdog.
+    fn create(base: &Path) -> Result<Parts> {
+        let dir = tempfile::Builder::new()
+            .prefix("windlass-testenv-")
+            .tempdir_in(base)
+            .map_err(|e| Error::io(format!("creating a directory in {}", base.display()), e))?
+            .keep();
+        // From here on, dropping `parts` removes the directory, whatever fails next.
+        let mut parts = Parts {
+            processes: Vec::new(),
+            dir,
+            watchdog: None,
+            keep_dir: false,
+        };
+        parts.watchdog = Some(Watchdog::start(&parts.dir)?);
+        Ok(parts)
     }
 
-    pub(crate) fn processes(&self) -> Vec<ProcessInfo> {
-        self.processes
-            .iter()
-            .map(|p| ProcessInfo {
-                name: p.name(),
-                pid: p.pid(),
-                log: p.log_path().to_path_buf(),
-            })
-            .collect()
-    }
-
-    pub(crate) fn watchdog_pid(&self) -> Option<u32> {
-        self.watchdog.as_ref().map(Watchdog::pid)
+    /// Cleans up after a failed start — or keeps the directory if `keep` — and returns `error`
+    /// with its log references corrected: a log that is gone is said to be gone.
+    fn fail(mut self, error: Error, keep: bool) -> Error {
+        while let Some(mut process) = self.processes.pop() {
+            process.kill();
+        }
+        self.keep_dir = keep;
+        let dir = self.dir.clone();
+        drop(self);
+        if keep {
+            eprintln!(
+                "windlass-testenv: the control plane failed to start; its directory {} is kept \
+                 ({KEEP_ENV} is set): remove it when done",
+                dir.display()
+            );
+        }
+        match error {
+            Error::ProcessExited {
+                name,
+                status,
+                log,
+                log_tail,
+                ..
+            } => Error::ProcessExited {
+                name,
+                status,
+                log,
+                log_tail,
+                log_removed: !keep,
+            },
+            Error::Timeout {
+                what,
+                after,
+                mut details,
+            } => {
+                if keep {
+                    let _ = write!(details, "\n(logs kept in {})", dir.display());
+                } else {
+                    let _ = write!(
+                        details,
+                        "\n(the logs were removed with {}; set {KEEP_ENV}=1 to keep them)",
+                        dir.display()
+                    );
+                }
+                Error::Timeout {
+                    what,
+                    after,
+                    details,
+                }
+            }
+            other => other,
+        }
     }
 
     /// `Err` naming the first process that has exited.
-    pub(crate) fn check_running(&mut self) -> Result<()> {
+    fn check_running(&mut self) -> Result<()> {
         self.processes
             .iter_mut()
             .try_for_each(ManagedProcess::check_running)
     }
 
-    /// Starts a control plane and waits until the apiserver is ready and the controller manager
-    /// works. Retries with fresh ports when another process took one in the meantime.
-    pub(crate) async fn start(assets: &Assets) -> Result<ControlPlane> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match Self::start_once(assets).await {
-                Ok(cp) => return Ok(cp),
-                Err(e) if is_port_conflict(&e) && attempt < PORT_ATTEMPTS => {
-                    tracing::warn!("control plane port conflict, retrying with fresh ports: {e}");
-                }
-                Err(e) if is_port_conflict(&e) => {
-                    return Err(Error::PortsExhausted {
-                        attempts: attempt,
-                        last: Box::new(e),
-                    });
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    async fn start_once(assets: &Assets) -> Result<ControlPlane> {
-        let dir = tempfile::Builder::new()
-            .prefix("windlass-testenv-")
-            .tempdir()
-            .map_err(|e| {
-                Error::io(
-                    format!("creating a directory in {}", std::env::temp_dir().display()),
-                    e,
-                )
-            })?
-            .keep();
-        let watchdog = match Watchdog::start(&dir) {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        let pki = dir.join("pki");
-        let ports = free_ports::<3>()?;
-        let (etcd_client, etcd_peer, secure_port) = (ports[0], ports[1], ports[2]);
-        let apiserver_url = format!("https://127.0.0.1:{secure_port}");
-        let kubeconfig_path = dir.join("kubeconfig");
-        let mut cp = ControlPlane {
-            processes: Vec::new(),
-            dir: dir.clone(),
-            watchdog: Some(watchdog),
-            kubeconfig_path: kubeconfig_path.clone(),
-            // Replaced below once the apiserver has written its certificate.
-            config: kube::Config::new(apiserver_url.parse().map_err(|e| Error::Kubeconfig {
-                path: kubeconfig_path.clone(),
-                reason: format!("bad server url {apiserver_url}: {e}"),
-            })?),
-            apiserver_url: apiserver_url.clone(),
-        };
-
-        create_dir(&pki)?;
-        let admin_token = random_token()?;
-        let kcm_token = random_token()?;
-        // Both are cluster admins; separate users keep audit trails and logs readable.
-        write_file(
-            &dir.join("tokens.csv"),
-            &format!(
-                "{admin_token},admin,windlass-testenv-admin,system:masters\n\
-                 {kcm_token},system:kube-controller-manager,windlass-testenv-kcm,system:masters\n"
-            ),
-        )?;
-        let sa_key = pki.join("sa.key");
-        let sa_pub = pki.join("sa.pub");
-        let (private_pem, public_pem) = service_account_key_pems()?;
-        write_file(&sa_key, &private_pem)?;
-        write_file(&sa_pub, &public_pem)?;
-        let ca_file = pki.join("apiserver.crt");
-        write_file(
-            &kubeconfig_path,
-            &kubeconfig_yaml(&apiserver_url, &ca_file, "admin", &admin_token),
-        )?;
-        let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
-        write_file(
-            &kcm_kubeconfig,
-            &kubeconfig_yaml(
-                &apiserver_url,
-                &ca_file,
-                "system:kube-controller-manager",
-                &kcm_token,
-            ),
-        )?;
-        let pid_file = dir.join("pids");
-
-        // Reading three --help texts costs a few hundred ms: do it while etcd starts.
-        let help = {
-            let bins = [
-                assets.kube_apiserver.clone(),
-                assets.kube_controller_manager.clone(),
-            ];
-            tokio::task::spawn_blocking(move || bins.map(|b| help_text(&b)))
-        };
-
-        let etcd_help = help_text(&assets.etcd);
-        let mut etcd_args = vec![
-            "--name=default".to_string(),
-            format!("--data-dir={}", dir.join("etcd").display()),
-            format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
-            format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
-            format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
-            "--initial-cluster-state=new".to_string(),
-            "--logger=zap".to_string(),
-            "--log-level=warn".to_string(),
-        ];
-        // Data is thrown away at the end; fsync only costs time (etcd ≥ 3.5 can skip it).
-        if etcd_help.contains("--unsafe-no-fsync") {
-            etcd_args.push("--unsafe-no-fsync".to_string());
-        }
-        cp.processes.push(ManagedProcess::start(
-            "etcd",
-            &assets.etcd,
-            &etcd_args,
-            dir.join("etcd.log"),
-            &pid_file,
-        )?);
-        let etcd_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, etcd_client));
-        cp.wait_for("etcd to accept connections", || async move {
-            tokio::net::TcpStream::connect(etcd_addr).await.is_ok()
-        })
-        .await?;
-
-        let [apiserver_help, kcm_help] = help.await.map_err(|e| {
-            Error::io(
-                "reading --help of the control plane binaries",
-                std::io::Error::other(e),
-            )
-        })?;
-        let mut apiserver_args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
-            "--bind-address=127.0.0.1".to_string(),
-            "--advertise-address=127.0.0.1".to_string(),
-            format!("--secure-port={secure_port}"),
-            format!("--cert-dir={}", pki.display()),
-            format!("--token-auth-file={}", dir.join("tokens.csv").display()),
-            "--authorization-mode=RBAC".to_string(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
-            format!("--service-account-key-file={}", sa_pub.display()),
-            format!("--service-account-signing-key-file={}", sa_key.display()),
-            "--service-cluster-ip-range=10.96.0.0/16".to_string(),
-            "--allow-privileged=true".to_string(),
-            "--profiling=false".to_string(),
-            "--v=1".to_string(),
-        ];
-        // Before 1.24 an unauthenticated HTTP port could be open; make sure it is not.
-        if apiserver_help.contains("--insecure-port ") {
-            apiserver_args.push("--insecure-port=0".to_string());
-        }
-        cp.processes.push(ManagedProcess::start(
-            "kube-apiserver",
-            &assets.kube_apiserver,
-            &apiserver_args,
-            dir.join("kube-apiserver.log"),
-            &pid_file,
-        )?);
-        let apiserver_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, secure_port));
-        let key_file = pki.join("apiserver.key");
-        cp.wait_for("kube-apiserver to listen", || {
-            let (ca_file, key_file) = (ca_file.clone(), key_file.clone());
-            async move {
-                ca_file.exists()
-                    && key_file.exists()
-                    && tokio::net::TcpStream::connect(apiserver_addr).await.is_ok()
-            }
-        })
-        .await?;
-
-        let kubeconfig =
-            Kubeconfig::read_from(&kubeconfig_path).map_err(|e| Error::Kubeconfig {
-                path: kubeconfig_path.clone(),
-                reason: e.to_string(),
-            })?;
-        cp.config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| Error::Kubeconfig {
-                path: kubeconfig_path.clone(),
-                reason: e.to_string(),
-            })?;
-        let client =
-            Client::try_from(cp.config.clone()).map_err(|e| Error::kube("building a client", e))?;
-        cp.wait_for("kube-apiserver /readyz", || {
-            let client = client.clone();
-            async move {
-                let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else { return false };
-                matches!(
-                    tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await,
-                    Ok(Ok(body)) if body.trim() == "ok"
-                )
-            }
-        })
-        .await?;
-
-        let mut kcm_args = vec![
-            format!("--kubeconfig={}", kcm_kubeconfig.display()),
-            "--leader-elect=false".to_string(),
-            "--controllers=*".to_string(),
-            format!("--service-account-private-key-file={}", sa_key.display()),
-            format!("--root-ca-file={}", ca_file.display()),
-            "--use-service-account-credentials=false".to_string(),
-            "--secure-port=0".to_string(),
-            // Tests create objects in bursts; the default 20 QPS makes controllers lag behind.
-            "--kube-api-qps=200".to_string(),
-            "--kube-api-burst=400".to_string(),
-            "--v=1".to_string(),
-        ];
-        // Before 1.24 an unauthenticated HTTP port was open on 10252 by default, which would
-        // collide between two control planes.
-        if kcm_help.contains("--port int") {
-            kcm_args.push("--port=0".to_string());
-        }
-        cp.processes.push(ManagedProcess::start(
-            "kube-controller-manager",
-            &assets.kube_controller_manager,
-            &kcm_args,
-            dir.join("kube-controller-manager.log"),
-            &pid_file,
-        )?);
-        // The service account controller creating `default/default` shows the controller
-        // manager is connected, has synced its informers and runs its controllers.
-        let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-        cp.wait_for(
-            "kube-controller-manager to create the default service account",
-            || {
-                let service_accounts = service_accounts.clone();
-                async move { matches!(service_accounts.get_opt("default").await, Ok(Some(_))) }
-            },
-        )
-        .await?;
-        Ok(cp)
-    }
-
     /// Polls `probe` until it is true, failing early if a process exits and with the logs'
     /// tails after [`STAGE_TIMEOUT`].
-    pub(crate) async fn wait_for<F, Fut>(&mut self, what: &str, mut probe: F) -> Result<()>
+    async fn wait_for<F, Fut>(&mut self, what: &str, mut probe: F) -> Result<()>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
@@ -368,6 +192,320 @@ impl ControlPlane {
     }
 }
 
+/// A running control plane. Dropping it kills the processes and removes the directory.
+pub(crate) struct ControlPlane {
+    parts: Parts,
+    pub(crate) kubeconfig_path: PathBuf,
+    pub(crate) config: kube::Config,
+    pub(crate) apiserver_url: String,
+}
+
+/// What a successful launch hands back besides the [`Parts`].
+struct Launched {
+    kubeconfig_path: PathBuf,
+    config: kube::Config,
+    apiserver_url: String,
+}
+
+impl ControlPlane {
+    pub(crate) fn dir(&self) -> &Path {
+        &self.parts.dir
+    }
+
+    pub(crate) fn processes(&self) -> Vec<ProcessInfo> {
+        self.parts
+            .processes
+            .iter()
+            .map(|p| ProcessInfo {
+                name: p.name(),
+                pid: p.pid(),
+                log: p.log_path().to_path_buf(),
+            })
+            .collect()
+    }
+
+    pub(crate) fn watchdog_pid(&self) -> Option<u32> {
+        self.parts.watchdog.as_ref().map(Watchdog::pid)
+    }
+
+    /// `Err` naming the first process that has exited.
+    pub(crate) fn check_running(&mut self) -> Result<()> {
+        self.parts.check_running()
+    }
+
+    /// Starts a control plane in a new directory under `$TMPDIR` and waits until the apiserver
+    /// is ready and the controller manager works. Retries with fresh ports when another process
+    /// took one in the meantime. A failed start cleans up (see [`KEEP_ENV`]).
+    pub(crate) async fn start(assets: &Assets) -> Result<ControlPlane> {
+        Self::start_with(
+            assets,
+            &std::env::temp_dir(),
+            keep_requested(),
+            free_ports::<3>,
+        )
+        .await
+    }
+
+    /// [`Self::start`] with the directory's parent, the keep-on-failure choice and the source
+    /// of ports (`[etcd client, etcd peer, apiserver]`, asked once per attempt) given.
+    async fn start_with(
+        assets: &Assets,
+        base: &Path,
+        keep_on_failure: bool,
+        mut ports: impl FnMut() -> Result<[u16; 3]>,
+    ) -> Result<ControlPlane> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once(assets, base, keep_on_failure, &mut ports).await {
+                Ok(cp) => return Ok(cp),
+                Err(e) if is_port_conflict(&e) && attempt < PORT_ATTEMPTS => {
+                    tracing::warn!("control plane port conflict, retrying with fresh ports: {e}");
+                }
+                Err(e) if is_port_conflict(&e) => {
+                    return Err(Error::PortsExhausted {
+                        attempts: attempt,
+                        last: Box::new(e),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn start_once(
+        assets: &Assets,
+        base: &Path,
+        keep_on_failure: bool,
+        ports: &mut impl FnMut() -> Result<[u16; 3]>,
+    ) -> Result<ControlPlane> {
+        let mut parts = Parts::create(base)?;
+        let launched = async {
+            let ports = ports()?;
+            launch(&mut parts, assets, ports).await
+        }
+        .await;
+        match launched {
+            Ok(Launched {
+                kubeconfig_path,
+                config,
+                apiserver_url,
+            }) => Ok(ControlPlane {
+                parts,
+                kubeconfig_path,
+                config,
+                apiserver_url,
+            }),
+            Err(e) => Err(parts.fail(e, keep_on_failure)),
+        }
+    }
+}
+
+/// Writes the configuration into `parts`' directory, starts the three processes and waits for
+/// each to be ready. Whatever fails, `parts` still owns everything started so far.
+async fn launch(parts: &mut Parts, assets: &Assets, ports: [u16; 3]) -> Result<Launched> {
+    let dir = parts.dir.clone();
+    let pki = dir.join("pki");
+    let (etcd_client, etcd_peer, secure_port) = (ports[0], ports[1], ports[2]);
+    let apiserver_url = format!("https://127.0.0.1:{secure_port}");
+    let kubeconfig_path = dir.join("kubeconfig");
+
+    create_dir(&pki)?;
+    let admin_token = random_token()?;
+    let kcm_token = random_token()?;
+    // Both are cluster admins; separate users keep audit trails and logs readable.
+    write_file(
+        &dir.join("tokens.csv"),
+        &format!(
+            "{admin_token},admin,windlass-testenv-admin,system:masters\n\
+             {kcm_token},system:kube-controller-manager,windlass-testenv-kcm,system:masters\n"
+        ),
+    )?;
+    let sa_key = pki.join("sa.key");
+    let sa_pub = pki.join("sa.pub");
+    let (private_pem, public_pem) = service_account_key_pems()?;
+    write_file(&sa_key, &private_pem)?;
+    write_file(&sa_pub, &public_pem)?;
+    let ca_file = pki.join("apiserver.crt");
+    write_file(
+        &kubeconfig_path,
+        &kubeconfig_yaml(&apiserver_url, &ca_file, "admin", &admin_token),
+    )?;
+    let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
+    write_file(
+        &kcm_kubeconfig,
+        &kubeconfig_yaml(
+            &apiserver_url,
+            &ca_file,
+            "system:kube-controller-manager",
+            &kcm_token,
+        ),
+    )?;
+    let pid_file = dir.join("pids");
+
+    // Asking the binaries which flags they take costs a few hundred ms: do it while etcd starts.
+    let flags = {
+        let (apiserver, kcm) = (
+            assets.kube_apiserver.clone(),
+            assets.kube_controller_manager.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            (
+                accepts_flag(&apiserver, "--insecure-port=0"),
+                help_text(&kcm),
+            )
+        })
+    };
+
+    let etcd_help = help_text(&assets.etcd);
+    let mut etcd_args = vec![
+        "--name=default".to_string(),
+        format!("--data-dir={}", dir.join("etcd").display()),
+        format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
+        format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+        format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
+        "--initial-cluster-state=new".to_string(),
+        "--logger=zap".to_string(),
+        "--log-level=warn".to_string(),
+    ];
+    // Data is thrown away at the end; fsync only costs time (etcd ≥ 3.5 can skip it).
+    if etcd_help.contains("--unsafe-no-fsync") {
+        etcd_args.push("--unsafe-no-fsync".to_string());
+    }
+    parts.processes.push(ManagedProcess::start(
+        "etcd",
+        &assets.etcd,
+        &etcd_args,
+        dir.join("etcd.log"),
+        &pid_file,
+    )?);
+    let etcd_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, etcd_client));
+    parts
+        .wait_for("etcd to accept connections", || async move {
+            tokio::net::TcpStream::connect(etcd_addr).await.is_ok()
+        })
+        .await?;
+
+    let (apiserver_has_insecure_port, kcm_help) = flags.await.map_err(|e| {
+        Error::io(
+            "asking the control plane binaries for their flags",
+            std::io::Error::other(e),
+        )
+    })?;
+    let mut apiserver_args = vec![
+        format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+        "--bind-address=127.0.0.1".to_string(),
+        "--advertise-address=127.0.0.1".to_string(),
+        format!("--secure-port={secure_port}"),
+        format!("--cert-dir={}", pki.display()),
+        format!("--token-auth-file={}", dir.join("tokens.csv").display()),
+        "--authorization-mode=RBAC".to_string(),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
+        format!("--service-account-key-file={}", sa_pub.display()),
+        format!("--service-account-signing-key-file={}", sa_key.display()),
+        "--service-cluster-ip-range=10.96.0.0/16".to_string(),
+        "--allow-privileged=true".to_string(),
+        "--profiling=false".to_string(),
+        "--v=1".to_string(),
+    ];
+    // Up to 1.19 kube-apiserver also serves unauthenticated HTTP on 127.0.0.1:8080 unless
+    // --insecure-port=0 (1.20-1.23 accept the flag, deprecated, and ignore it; 1.24 removed it
+    // and rejects it). The flag is hidden from --help, hence the trial run.
+    if apiserver_has_insecure_port {
+        apiserver_args.push("--insecure-port=0".to_string());
+    }
+    parts.processes.push(ManagedProcess::start(
+        "kube-apiserver",
+        &assets.kube_apiserver,
+        &apiserver_args,
+        dir.join("kube-apiserver.log"),
+        &pid_file,
+    )?);
+    let apiserver_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, secure_port));
+    let key_file = pki.join("apiserver.key");
+    parts
+        .wait_for("kube-apiserver to listen", || {
+            let (ca_file, key_file) = (ca_file.clone(), key_file.clone());
+            async move {
+                ca_file.exists()
+                    && key_file.exists()
+                    && tokio::net::TcpStream::connect(apiserver_addr).await.is_ok()
+            }
+        })
+        .await?;
+
+    let kubeconfig = Kubeconfig::read_from(&kubeconfig_path).map_err(|e| Error::Kubeconfig {
+        path: kubeconfig_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Kubeconfig {
+            path: kubeconfig_path.clone(),
+            reason: e.to_string(),
+        })?;
+    let client =
+        Client::try_from(config.clone()).map_err(|e| Error::kube("building a client", e))?;
+    parts
+        .wait_for("kube-apiserver /readyz", || {
+            let client = client.clone();
+            async move {
+                let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else { return false };
+                matches!(
+                    tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await,
+                    Ok(Ok(body)) if body.trim() == "ok"
+                )
+            }
+        })
+        .await?;
+
+    let mut kcm_args = vec![
+        format!("--kubeconfig={}", kcm_kubeconfig.display()),
+        "--leader-elect=false".to_string(),
+        "--controllers=*".to_string(),
+        format!("--service-account-private-key-file={}", sa_key.display()),
+        format!("--root-ca-file={}", ca_file.display()),
+        "--use-service-account-credentials=false".to_string(),
+        "--secure-port=0".to_string(),
+        // Tests create objects in bursts; the default 20 QPS makes controllers lag behind.
+        "--kube-api-qps=200".to_string(),
+        "--kube-api-burst=400".to_string(),
+        "--v=1".to_string(),
+    ];
+    // Before 1.24 an unauthenticated HTTP port was open on 10252 by default, which would
+    // collide between two control planes. (Unlike the apiserver's, this deprecated flag is
+    // listed by --help.)
+    if kcm_help.contains("--port int") {
+        kcm_args.push("--port=0".to_string());
+    }
+    parts.processes.push(ManagedProcess::start(
+        "kube-controller-manager",
+        &assets.kube_controller_manager,
+        &kcm_args,
+        dir.join("kube-controller-manager.log"),
+        &pid_file,
+    )?);
+    // The service account controller creating `default/default` shows the controller
+    // manager is connected, has synced its informers and runs its controllers.
+    let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    parts
+        .wait_for(
+            "kube-controller-manager to create the default service account",
+            || {
+                let service_accounts = service_accounts.clone();
+                async move { matches!(service_accounts.get_opt("default").await, Ok(Some(_))) }
+            },
+        )
+        .await?;
+    Ok(Launched {
+        kubeconfig_path,
+        config,
+        apiserver_url,
+    })
+}
+
 fn is_port_conflict(e: &Error) -> bool {
     match e {
         Error::ProcessExited { log_tail, .. } => log_tail.contains("address already in use"),
@@ -390,6 +528,30 @@ fn free_ports<const N: usize>() -> Result<[u16; N]> {
         listeners.push(listener);
     }
     Ok(ports)
+}
+
+/// Whether `binary` takes `flag` (e.g. `--insecure-port=0`): `binary <flag> --version` exits 0
+/// where the flag exists and fails as an unknown flag where it does not. Unlike reading
+/// `--help`, this sees deprecated flags too, which the Kubernetes binaries hide from `--help`.
+/// Cached per binary and flag; `false` if the binary cannot be run.
+fn accepts_flag(binary: &Path, flag: &str) -> bool {
+    static CACHE: OnceLock<Mutex<HashMap<(PathBuf, String), bool>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (binary.to_path_buf(), flag.to_string());
+    if let Some(known) = cache.lock().ok().and_then(|c| c.get(&key).copied()) {
+        return known;
+    }
+    let accepted = std::process::Command::new(binary)
+        .args([flag, "--version"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, accepted);
+    }
+    accepted
 }
 
 /// Output of `binary --help`, cached per binary; empty if it cannot be run (then no optional
@@ -513,4 +675,274 @@ fn write_file(path: &Path, contents: &str) -> Result<()> {
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
     file.write_all(contents.as_bytes())
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last lines of etcd 3.4's log (zap JSON) when its client port is taken.
+    const ETCD_PORT_TAKEN: &str = r#"{"level":"warn","ts":"2026-11-22T06:20:33.880Z","caller":"etcdmain/etcd.go:176","msg":"failed to start etcd","error":"listen tcp 127.0.0.1:23790: bind: address already in use"}
+{"level":"fatal","ts":"2026-11-22T06:20:33.880Z","caller":"etcdmain/etcd.go:271","msg":"discovery failed","error":"listen tcp 127.0.0.1:23790: bind: address already in use","stacktrace":"go.etcd.io/etcd/etcdmain.startEtcdOrProxyV2\n\tgo.etcd.io/etcd/etcdmain/etcd.go:271\ngo.etcd.io/etcd/etcdmain.Main\n\tgo.etcd.io/etcd/etcdmain/main.go:46\nmain.main\n\tgo.etcd.io/etcd/main.go:28\nruntime.main\n\truntime/proc.go:250"}"#;
+
+    /// The last lines of kube-apiserver 1.20's log when its secure port is taken.
+    const APISERVER_PORT_TAKEN: &str = "I1122 06:20:39.491615     994 serving.go:325] Generated self-signed cert (/tmp/pc/pki/apiserver.crt, /tmp/pc/pki/apiserver.key)
+I1122 06:20:39.491638     994 server.go:632] external host was not specified, using 127.0.0.1
+I1122 06:20:39.492009     994 server.go:182] Version: v1.20.2
+Error: failed to create listener: failed to listen on 127.0.0.1:26443: listen tcp 127.0.0.1:26443: bind: address already in use";
+
+    fn exited(name: &'static str, log_tail: &str) -> Error {
+        Error::ProcessExited {
+            name,
+            status: "exit status: 1".to_string(),
+            log: PathBuf::from("/tmp/x.log"),
+            log_tail: log_tail.to_string(),
+            log_removed: false,
+        }
+    }
+
+    #[test]
+    fn port_conflicts_are_recognised_in_real_logs() {
+        assert!(is_port_conflict(&exited("etcd", ETCD_PORT_TAKEN)));
+        assert!(is_port_conflict(&exited(
+            "kube-apiserver",
+            APISERVER_PORT_TAKEN
+        )));
+        assert!(!is_port_conflict(&exited(
+            "kube-apiserver",
+            "Error: unknown flag: --insecure-port"
+        )));
+        assert!(!is_port_conflict(&Error::Timeout {
+            what: "etcd".to_string(),
+            after: STAGE_TIMEOUT,
+            details: String::new(),
+        }));
+    }
+
+    /// Processes whose command line mentions `path` (the watchdog has the directory in its).
+    fn processes_mentioning(path: &Path) -> Vec<String> {
+        let needle = path.to_string_lossy().into_owned();
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                cmdline.contains(&needle).then_some(cmdline)
+            })
+            .collect()
+    }
+
+    fn entries(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+
+    fn scratch() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("windlass-testenv-unit-")
+            .tempdir()
+            .expect("a scratch directory")
+    }
+
+    /// Stand-ins for the three binaries that print a line and exit 3.
+    fn failing_assets(dir: &Path) -> Assets {
+        use std::os::unix::fs::PermissionsExt as _;
+        let script = dir.join("fails");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho \"fake control plane binary: the disk is on fire\" >&2\nexit 3\n",
+        )
+        .expect("write script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Assets {
+            etcd: script.clone(),
+            kube_apiserver: script.clone(),
+            kube_controller_manager: script,
+            kubectl: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_error_before_any_process_starts_removes_the_directory_and_watchdog() {
+        let base = scratch();
+        let assets = failing_assets(base.path());
+        let tmp = base.path().join("tmp");
+        create_dir(&tmp).expect("tmp");
+        let result = ControlPlane::start_with(&assets, &tmp, false, || {
+            Err(Error::io(
+                "binding a free port on 127.0.0.1",
+                std::io::Error::other("no ports in this test"),
+            ))
+        })
+        .await;
+        assert!(
+            matches!(&result, Err(Error::Io { what, .. }) if what.contains("free port")),
+            "{:?}",
+            result.err()
+        );
+        assert_eq!(
+            entries(&tmp),
+            Vec::<PathBuf>::new(),
+            "directory left behind"
+        );
+        assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_process_exiting_at_start_is_reported_with_its_log_and_cleaned_up() {
+        let base = scratch();
+        let assets = failing_assets(base.path());
+        let tmp = base.path().join("tmp");
+        create_dir(&tmp).expect("tmp");
+        let ports = || free_ports::<3>();
+
+        let error = ControlPlane::start_with(&assets, &tmp, false, ports)
+            .await
+            .err()
+            .expect("the start fails");
+        let Error::ProcessExited {
+            name,
+            log,
+            log_tail,
+            log_removed,
+            ..
+        } = &error
+        else {
+            panic!("expected ProcessExited, got {error:?}");
+        };
+        assert_eq!(*name, "etcd");
+        assert!(log_tail.contains("the disk is on fire"), "{log_tail}");
+        assert!(*log_removed && !log.exists());
+        let text = error.to_string();
+        assert!(
+            text.contains("removed since") && text.contains("WINDLASS_TESTENV_KEEP=1"),
+            "{text}"
+        );
+        assert!(text.contains("the disk is on fire"), "{text}");
+        assert_eq!(
+            entries(&tmp),
+            Vec::<PathBuf>::new(),
+            "directory left behind"
+        );
+        assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+
+        // Asked to keep it: the directory and the log stay, and the error points at them.
+        let error = ControlPlane::start_with(&assets, &tmp, true, ports)
+            .await
+            .err()
+            .expect("the start fails");
+        let Error::ProcessExited {
+            log, log_removed, ..
+        } = &error
+        else {
+            panic!("expected ProcessExited, got {error:?}");
+        };
+        assert!(!*log_removed);
+        let kept = std::fs::read_to_string(log).expect("the log is kept");
+        assert!(kept.contains("the disk is on fire"), "{kept}");
+        assert!(!error.to_string().contains("removed since"), "{error}");
+        assert_eq!(entries(&tmp).len(), 1);
+        assert!(log.starts_with(&tmp));
+        // Nothing is left that would remove it later.
+        assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_insecure_port_flag_is_found_although_help_hides_it() {
+        let assets = Assets::locate().expect("control plane binaries (see the README)");
+        let version = std::process::Command::new(&assets.kube_apiserver)
+            .arg("--version")
+            .output()
+            .expect("kube-apiserver --version");
+        let version = String::from_utf8_lossy(&version.stdout).into_owned();
+        let minor: u32 = version
+            .trim()
+            .strip_prefix("Kubernetes v1.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected version {version:?}"));
+        assert_eq!(
+            accepts_flag(&assets.kube_apiserver, "--insecure-port=0"),
+            minor < 24,
+            "{version}"
+        );
+        assert!(!accepts_flag(
+            &assets.kube_apiserver,
+            "--windlass-no-such-flag=0"
+        ));
+        assert!(!accepts_flag(
+            Path::new("/nonexistent/kube-apiserver"),
+            "--x"
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_start_that_loses_a_port_race_is_retried_with_fresh_ports() {
+        let assets = Assets::locate().expect("control plane binaries (see the README)");
+        let base = scratch();
+        // Another process "took" the port chosen for etcd between choosing and binding.
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let taken_port = taken.local_addr().expect("addr").port();
+        let mut calls = 0;
+        let cp = ControlPlane::start_with(&assets, base.path(), false, || {
+            calls += 1;
+            if calls == 1 {
+                let [peer, secure] = free_ports::<2>()?;
+                Ok([taken_port, peer, secure])
+            } else {
+                free_ports::<3>()
+            }
+        })
+        .await;
+        let mut cp = cp.expect("the second attempt starts");
+        assert_eq!(calls, 2, "one retry");
+        cp.check_running().expect("all processes run");
+        assert_eq!(entries(base.path()), vec![cp.dir().to_path_buf()]);
+        let apiserver = cp
+            .processes()
+            .into_iter()
+            .find(|p| p.name == "kube-apiserver")
+            .expect("an apiserver");
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", apiserver.pid)).expect("cmdline");
+        assert_eq!(
+            String::from_utf8_lossy(&cmdline).contains("--insecure-port=0"),
+            accepts_flag(&assets.kube_apiserver, "--insecure-port=0")
+        );
+        drop(cp);
+        assert_eq!(entries(base.path()), Vec::<PathBuf>::new());
+        drop(taken);
+    }
+
+    #[tokio::test]
+    async fn ports_that_stay_taken_exhaust_the_attempts() {
+        let assets = Assets::locate().expect("control plane binaries (see the README)");
+        let base = scratch();
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let taken_port = taken.local_addr().expect("addr").port();
+        let mut calls = 0;
+        let result = ControlPlane::start_with(&assets, base.path(), false, || {
+            calls += 1;
+            let [peer, secure] = free_ports::<2>()?;
+            Ok([taken_port, peer, secure])
+        })
+        .await;
+        match result {
+            Err(Error::PortsExhausted { attempts, last }) => {
+                assert_eq!(attempts, PORT_ATTEMPTS);
+                assert!(
+                    matches!(*last, Error::ProcessExited { name: "etcd", .. }),
+                    "{last:?}"
+                );
+            }
+            Err(other) => panic!("expected PortsExhausted, got {other:?}"),
+            Ok(_) => panic!("started on a taken port"),
+        }
+        assert_eq!(calls, PORT_ATTEMPTS);
+        assert_eq!(entries(base.path()), Vec::<PathBuf>::new());
+        assert_eq!(processes_mentioning(base.path()), Vec::<String>::new());
+        drop(taken);
+    }
 }

@@ -43,16 +43,22 @@ pub enum Error {
     },
 
     /// A control plane process exited while it was expected to run.
-    #[error("{name} exited unexpectedly ({status}); last lines of its log {log}:\n{log_tail}")]
+    #[error(
+        "{name} exited unexpectedly ({status}); last lines of its log {}:\n{log_tail}",
+        log_location(.log, *.log_removed)
+    )]
     ProcessExited {
         /// Which process, e.g. `kube-apiserver`.
         name: &'static str,
         /// Its exit status, human readable.
         status: String,
-        /// Path of its log file (deleted with the control plane).
+        /// Path of its log file, inside the control plane's directory.
         log: PathBuf,
         /// The last lines of that log.
         log_tail: String,
+        /// Whether the log is gone: a failed start removes the control plane's directory
+        /// unless `WINDLASS_TESTENV_KEEP=1` is set.
+        log_removed: bool,
     },
 
     /// Something did not become ready in time.
@@ -144,6 +150,18 @@ pub enum Error {
     /// The control plane was shut down (or its thread died) while it was being used.
     #[error("the control plane has shut down")]
     ShutDown,
+}
+
+fn log_location(log: &std::path::Path, removed: bool) -> String {
+    if removed {
+        format!(
+            "{} (removed since, with the control plane's directory; set {}=1 to keep it)",
+            log.display(),
+            crate::control_plane::KEEP_ENV
+        )
+    } else {
+        log.display().to_string()
+    }
 }
 
 impl Error {

@@ -173,6 +173,7 @@ impl ManagedProcess {
             status: status.to_string(),
             log: self.log_path.clone(),
             log_tail: self.log_tail(30),
+            log_removed: false,
         }
     }
 
