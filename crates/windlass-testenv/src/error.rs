@@ -93,6 +93,16 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// Watching an object failed (see [`wait_for`](crate::wait_for)).
+    #[error("watching {what} failed: {source}")]
+    Watch {
+        /// The object, e.g. `Deployment web`.
+        what: String,
+        /// The watch error; its source is the client error.
+        #[source]
+        source: kube::runtime::wait::Error,
+    },
+
     /// The kubeconfig the harness wrote could not be turned into a client configuration.
     #[error("the kubeconfig at {path} is unusable: {reason}")]
     Kubeconfig {

@@ -17,8 +17,10 @@ use crate::error::{Error, Result};
 /// `Fn(Option<&K>) -> bool`.
 ///
 /// # Errors
-/// [`Error::Timeout`] with the object's last state (status included) if time runs out;
-/// [`Error::Kube`] if the watch fails.
+/// [`Error::Timeout`] with the object's last state (status included) if time runs out (and a
+/// note if a [`TestEnv`](crate::TestEnv) of this process broke meanwhile);
+/// [`Error::Watch`] at once if the watch fails — e.g. the kind is not served (a CRD that is not
+/// registered), access is forbidden, or the API server is unreachable; nothing retries it.
 pub async fn wait_for<K>(
     api: &Api<K>,
     name: &str,
@@ -31,10 +33,9 @@ where
 {
     match tokio::time::timeout(timeout, await_condition(api.clone(), name, condition)).await {
         Ok(Ok(object)) => Ok(object),
-        Ok(Err(e)) => Err(Error::Timeout {
+        Ok(Err(source)) => Err(Error::Watch {
             what: format!("{} {name}", K::kind(&K::DynamicType::default())),
-            after: timeout,
-            details: format!(": watching it failed: {e}"),
+            source,
         }),
         Err(_) => {
             let last = match api.get_opt(name).await {

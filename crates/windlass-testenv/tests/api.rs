@@ -418,3 +418,36 @@ async fn kubectl_get_apply_server_side_and_watch() -> anyhow::Result<()> {
     child.kill().await?;
     Ok(())
 }
+
+/// A kind whose CRD is never registered.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
+#[kube(
+    group = "unregistered.testenv.windlass.dev",
+    version = "v1",
+    kind = "Gadget",
+    namespaced
+)]
+pub struct GadgetSpec {
+    size: i32,
+}
+
+#[tokio::test]
+async fn wait_for_reports_a_failing_watch_at_once() -> anyhow::Result<()> {
+    let env = TestEnv::shared().await?;
+    let ns = env.namespace("watch-fails").await?;
+    let gadgets: Api<Gadget> = ns.api(env.client()?);
+    let asked = std::time::Instant::now();
+    let result = wait_for(&gadgets, "g1", TIMEOUT, |g: Option<&Gadget>| g.is_some()).await;
+    let elapsed = asked.elapsed();
+    match result {
+        Err(e @ windlass_testenv::Error::Watch { .. }) => {
+            ensure!(e.to_string().contains("Gadget g1"), "{e}");
+        }
+        other => bail!("expected Error::Watch, got {other:?}"),
+    }
+    ensure!(
+        elapsed < Duration::from_secs(10),
+        "a watch of an unserved kind fails at once, not after the timeout: {elapsed:?}"
+    );
+    Ok(())
+}
