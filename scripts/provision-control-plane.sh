@@ -11,9 +11,17 @@
 #   3. Otherwise they are built: Debian bookworm's `kubernetes` source package holds the upstream
 #      v1.20.2 tree with vendor/, which builds with Debian's golang-1.19 in GOPATH mode once the
 #      vendored modern-go/reflect2 v1.0.1 gets upstream's v1.0.2 fix for Go >= 1.18. etcd is
-#      Debian's etcd-server. A cold run takes roughly 9 minutes on an idle 2-core machine
-#      (about 11 CPU-minutes; longer when other builds share the cores) and ~2.5 GB of disk
-#      while it runs; the cache itself is ~260 MB.
+#      the binary of Debian's etcd-server package, fetched with `apt-get download` and unpacked
+#      into the build tree with `dpkg-deb -x` -- not installed, because installing it would
+#      start (and enable) a system etcd service on 127.0.0.1:2379. A cold run takes roughly
+#      9 minutes on an idle 2-core machine (about 11 CPU-minutes; longer when other builds share
+#      the cores) and ~2.5 GB of disk while it runs; the cache itself is ~260 MB.
+#
+# What it changes on the machine, only when needed (then it needs root or password-less sudo):
+# it installs the build dependencies (golang-1.19-go dpkg-dev make patch rsync) if `dpkg -s`
+# does not show them all installed, adds a deb-src twin of the Debian apt source if there is
+# no deb-src entry, and runs `apt-get update` only for those two or when a download finds the
+# package lists stale. With everything present it needs neither root nor apt-get update.
 #
 # The build tree lives next to the cache (never in the repository) and is removed after a
 # successful build; on failure it is kept and its path printed. windlass-testenv looks for the
@@ -95,14 +103,29 @@ fi
 log "no complete cache in $DEST: building Kubernetes v$K8S_VERSION from Debian's source package"
 log "(a cold build takes about 9 minutes on 2 idle cores and ~2.5 GB of disk; later runs reuse the cache)"
 
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-else
-    die "installing build dependencies needs root (or password-less sudo); run this script as root once, or point WINDLASS_K8S_ASSETS at a directory with ${BINARIES[*]}"
-fi
 command -v apt-get >/dev/null 2>&1 || die "apt-get not found: building needs Debian bookworm (or set WINDLASS_K8S_ASSETS)"
+
+# Root (or password-less sudo) only for the steps that change the machine.
+SUDO=()
+need_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        SUDO=()
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        SUDO=(sudo -n)
+    else
+        die "$1 needs root (or password-less sudo); run this script as root once, or point WINDLASS_K8S_ASSETS at a directory with ${BINARIES[*]}"
+    fi
+}
+
+export DEBIAN_FRONTEND=noninteractive
+APT_UPDATED=0
+apt_update() {
+    [ "$APT_UPDATED" -eq 1 ] && return 0
+    need_root "apt-get update"
+    log "apt-get update"
+    "${SUDO[@]}" apt-get update -qq || die "apt-get update failed (is a Debian mirror reachable?)"
+    APT_UPDATED=1
+}
 
 # `apt-get source` needs a deb-src entry; derive it from the configured deb entries so that a
 # mirror configured on this machine is used for sources as well.
@@ -112,36 +135,77 @@ has_deb_src() {
 if has_deb_src; then
     log "a deb-src entry is already configured"
 elif [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    need_root "adding a deb-src entry to /etc/apt/sources.list.d"
     log "adding /etc/apt/sources.list.d/windlass-deb-src.sources (deb-src twin of debian.sources)"
     sed -e 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
         | "${SUDO[@]}" tee /etc/apt/sources.list.d/windlass-deb-src.sources >/dev/null
+    apt_update
 elif grep -qsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list; then
+    need_root "adding a deb-src entry to /etc/apt/sources.list.d"
     log "adding /etc/apt/sources.list.d/windlass-deb-src.list (deb-src twin of sources.list)"
     grep -E '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list | sed -E 's/^([[:space:]]*)deb /\1deb-src /' \
         | "${SUDO[@]}" tee /etc/apt/sources.list.d/windlass-deb-src.list >/dev/null
+    apt_update
 else
     die "no Debian apt source found to derive a deb-src entry from (looked at /etc/apt/sources.list.d/debian.sources and /etc/apt/sources.list)"
 fi
 
-export DEBIAN_FRONTEND=noninteractive
-log "apt-get update"
-"${SUDO[@]}" apt-get update -qq || die "apt-get update failed (is a Debian mirror reachable?)"
-# rsync: kube's hack/lib/golang.sh places the built binaries with it.
-PACKAGES=("$GO_PACKAGE" etcd-server dpkg-dev make patch rsync)
-log "apt-get install ${PACKAGES[*]}"
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null \
-    || die "apt-get install ${PACKAGES[*]} failed"
-[ -x "$GO_BIN/go" ] || die "$GO_BIN/go missing after installing $GO_PACKAGE"
-ETCD=$(command -v etcd) || die "etcd missing after installing etcd-server"
+# rsync: kube's hack/lib/golang.sh places the built binaries with it. No etcd-server here (see
+# the top of this file).
+PACKAGES=("$GO_PACKAGE" dpkg-dev make patch rsync)
+missing_packages() {
+    local p
+    for p in "${PACKAGES[@]}"; do
+        dpkg -s "$p" 2>/dev/null | grep -qx 'Status: install ok installed' || echo "$p"
+    done
+}
+MISSING=$(missing_packages | paste -sd " " -)
+if [ -z "$MISSING" ]; then
+    log "build dependencies already installed (${PACKAGES[*]}); no apt-get install"
+else
+    need_root "installing the build dependencies ($MISSING)"
+    apt_update
+    log "apt-get install ${PACKAGES[*]}"
+    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null \
+        || die "apt-get install ${PACKAGES[*]} failed"
+fi
+[ -x "$GO_BIN/go" ] || die "$GO_BIN/go missing although $GO_PACKAGE is installed"
+
+# Runs a download; if it fails and the package lists were not refreshed in this run, they may be
+# stale or missing (e.g. a container image that dropped them): refresh them and try once more.
+download() {
+    "$@" && return 0
+    [ "$APT_UPDATED" -eq 0 ] || return 1
+    log "the download failed; refreshing the package lists and trying again"
+    apt_update
+    "$@"
+}
+# apt's download sandbox user cannot write to root's cache dir; the fallback to root is fine here.
+fetch_etcd_deb() {
+    apt-get download -qq etcd-server 2>&1 | grep -v 'unsandboxed' >&2 || true
+    ls etcd-server_*.deb >/dev/null 2>&1
+}
+fetch_kubernetes_source() {
+    apt-get source --download-only -qq kubernetes 2>&1 | grep -v 'unsandboxed' >&2 || true
+    ls kubernetes_*.dsc >/dev/null 2>&1
+}
 
 rm -rf "$BUILD_DIR"
 mkdir -p "$BUILD_DIR"
 cd "$BUILD_DIR"
+log "fetching etcd from Debian's etcd-server package (unpacked into $BUILD_DIR, not installed)"
+download fetch_etcd_deb || die "apt-get download etcd-server fetched nothing (is a Debian mirror reachable? try: apt-get download --print-uris etcd-server)"
+DEBS=(etcd-server_*.deb)
+ETCD_DEB=${DEBS[0]}
+dpkg-deb -x "$ETCD_DEB" "$BUILD_DIR/etcd-server" || die "dpkg-deb -x $ETCD_DEB failed"
+ETCD="$BUILD_DIR/etcd-server/usr/bin/etcd"
+[ -x "$ETCD" ] || die "$ETCD_DEB holds no usr/bin/etcd"
+"$ETCD" --version >/dev/null || die "the etcd of $ETCD_DEB does not run"
+
 log "fetching the kubernetes source package into $BUILD_DIR"
-# apt's download sandbox user cannot write to root's cache dir; the fallback to root is fine here.
-apt-get source --download-only -qq kubernetes 2>&1 | grep -v 'unsandboxed' >&2 || true
-DSC=$(ls kubernetes_*.dsc 2>/dev/null | head -n1)
-[ -n "$DSC" ] || die "apt-get source kubernetes downloaded no .dsc (is the deb-src entry working? try: apt-get source --print-uris kubernetes)"
+download fetch_kubernetes_source || die "apt-get source kubernetes downloaded no .dsc (is the deb-src entry working? try: apt-get source --print-uris kubernetes)"
+DSCS=(kubernetes_*.dsc)
+DSC=${DSCS[0]}
 log "unpacking $DSC"
 # apt already verified the files against the signed Release file; the .dsc signature check
 # would only add a dependency on debian-keyring.
