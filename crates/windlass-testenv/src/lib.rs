@@ -37,7 +37,14 @@
 //! Every process is started with a parent-death signal (Linux), so it dies with the test
 //! process — on drop, on panic, on exit and on SIGKILL; a small watchdog removes the
 //! environment's temporary directory in the cases where no destructor runs. See the `process`
-//! module for why this is hand-written.
+//! module for why this is hand-written. A start that fails cleans up too; set
+//! [`KEEP_ENV`] (`WINDLASS_TESTENV_KEEP=1`) to keep its directory and logs for inspection.
+//!
+//! # When something breaks
+//!
+//! An environment notices within a second when one of its processes exits or a node simulator
+//! task stops; from then on its operations fail at once with [`Error::Broken`] (see
+//! [`TestEnv::check_health`]) rather than letting every later test time out.
 //!
 //! # Limits worth knowing
 //!
