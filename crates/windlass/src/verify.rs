@@ -24,7 +24,7 @@ pub async fn verify_objects<K: PrimaryResource>(
         return Ok(true);
     }
     for object in objects {
-        let Some(live) = session.cluster().get(&object.object_ref()).await? else {
+        let Some(live) = session.cluster().get(&object.reference).await? else {
             return Ok(false);
         };
         let ok = match &object.verify {

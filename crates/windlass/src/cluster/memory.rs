@@ -639,10 +639,13 @@ fn commit(
     mut next: Value,
     applied: Option<(String, Value)>,
 ) -> Result<Value, ClusterError> {
-    let Some(entry) = state.objects.get(&key).cloned() else {
+    // Judge the write against the stored object in place; the callers already hold their
+    // own copy, so cloning the entry (object and every manager's applied fields) here again
+    // is not needed.
+    let Some(entry) = state.objects.get_mut(&key) else {
         return Err(ClusterError::NotFound(format!("{}/{}", key.kind, key.name)));
     };
-    let stored = entry.object;
+    let stored = &entry.object;
     if stored.is_terminating() {
         let before: BTreeSet<&str> = stored.finalizers().into_iter().collect();
         if let Some(added) = next.finalizers().into_iter().find(|f| !before.contains(f)) {
@@ -654,23 +657,23 @@ fn commit(
             });
         }
     }
-    let mut entry_applied = entry.applied;
-    if let Some((manager, applied)) = applied {
-        entry_applied.insert(manager, applied);
-    }
-    if next == stored {
-        if let Some(e) = state.objects.get_mut(&key) {
-            e.applied = entry_applied;
+    if next == *stored {
+        let unchanged = stored.clone();
+        if let Some((manager, applied)) = applied {
+            entry.applied.insert(manager, applied);
         }
-        return Ok(stored);
+        return Ok(unchanged);
     }
     // Kinds with a generation got one at creation; it counts changes outside metadata
     // and status.
     if let Some(generation) = stored.generation()
-        && spec_changed(&stored, &next)
+        && spec_changed(stored, &next)
     {
         next.metadata_mut()
             .insert("generation".into(), json!(generation + 1));
+    }
+    if let Some((manager, applied)) = applied {
+        entry.applied.insert(manager, applied);
     }
     let rv = state.next_resource_version();
     next.metadata_mut()
@@ -681,13 +684,9 @@ fn commit(
         return Ok(next);
     }
     register_crd_kinds(state, &next);
-    state.objects.insert(
-        key,
-        Entry {
-            object: next.clone(),
-            applied: entry_applied,
-        },
-    );
+    if let Some(entry) = state.objects.get_mut(&key) {
+        entry.object = next.clone();
+    }
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Modified,
         object: next.clone(),
