@@ -14,8 +14,16 @@ pub const TEMPORARY_PATCHES: &str = "windlass.dev/temporary-patches";
 pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
 /// SHA-256 of the manifest windlass last applied to an object. An object is written again
 /// when its desired manifest hashes differently (so fields the operator stopped setting are
-/// removed by server-side apply) or when the live object drifted from it.
+/// removed by server-side apply) or when another writer took a field windlass owns (see
+/// [`crate::drift`]).
 pub const APPLIED_HASH: &str = "windlass.dev/applied-hash";
+
+/// Label on every object windlass applies: the uid of the CR it was rendered for. Lets
+/// watches be label-scoped to windlass's objects, finds a CR's objects in every namespace,
+/// and tells a second CR that renders the same object that it is taken.
+pub const OWNER_UID: &str = "windlass.dev/owner-uid";
+/// Label on every object windlass applies: the component that rendered it.
+pub const COMPONENT: &str = "windlass.dev/component";
 /// Per-CR log level override (F114).
 pub const LOG_DEFAULT_LEVEL: &str = "windlass.dev/log-default-level";
 /// Per-CR log filters (F114).

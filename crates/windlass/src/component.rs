@@ -86,6 +86,7 @@ pub trait Component<K: PrimaryResource>: Send + Sync {
 pub struct ResourceOptions {
     pub(crate) verify: Option<VerifyFn>,
     pub(crate) method: WriteMethod,
+    pub(crate) recreate: bool,
 }
 
 impl ResourceOptions {
@@ -103,6 +104,15 @@ impl ResourceOptions {
         self.method = method;
         self
     }
+    /// When the server refuses a change because a field cannot change after creation (a
+    /// Job's pod template, a StatefulSet's volumeClaimTemplates or selector, a Service's
+    /// clusterIP), delete the object and create it anew instead of failing. Only for
+    /// objects whose loss is harmless: a recreated StatefulSet keeps its volumes, a
+    /// recreated Job runs again.
+    pub fn recreate_when_immutable(mut self) -> Self {
+        self.recreate = true;
+        self
+    }
 }
 
 impl fmt::Debug for ResourceOptions {
@@ -110,6 +120,7 @@ impl fmt::Debug for ResourceOptions {
         f.debug_struct("ResourceOptions")
             .field("verify", &self.verify.as_ref().map(|_| "fn"))
             .field("method", &self.method)
+            .field("recreate", &self.recreate)
             .finish()
     }
 }
@@ -222,6 +233,8 @@ pub struct ManagedObject {
     pub verify: Option<VerifyFn>,
     /// How the object is written.
     pub method: WriteMethod,
+    /// Whether a refused change of an immutable field deletes and recreates the object.
+    pub recreate: bool,
 }
 
 impl ManagedObject {
@@ -237,6 +250,7 @@ impl fmt::Debug for ManagedObject {
             .field("internal_name", &self.internal_name)
             .field("object", &self.object_ref().to_string())
             .field("method", &self.method)
+            .field("recreate", &self.recreate)
             .finish()
     }
 }

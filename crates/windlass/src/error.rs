@@ -19,6 +19,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Everything that can stop or delay a reconcile.
 ///
@@ -96,13 +97,75 @@ pub enum ClusterError {
         /// The server's explanation, naming the bad field.
         message: String,
     },
-    /// The operator's service account may not do this (HTTP 403). Fix its RBAC.
+    /// The operator's service account may not do this (HTTP 403). The message names the
+    /// refused verb and resource; fix the operator's RBAC (the `rbac` command prints what
+    /// it needs).
     #[error("forbidden: {0}")]
     Forbidden(String),
-    /// Any other API or transport failure; usually transient.
-    #[error("{0}")]
-    Api(String),
+    /// Any other API or transport failure (5xx, timeouts, connection errors); usually
+    /// transient: the reconcile is retried with back-off.
+    #[error("{message}")]
+    Api {
+        /// What failed, naming the object or kind.
+        message: String,
+        /// The kube-rs error behind it, when there is one.
+        #[source]
+        source: Option<KubeSource>,
+    },
 }
+
+impl ClusterError {
+    /// A [`ClusterError::Api`] with `message` and no source.
+    pub fn api(message: impl Into<String>) -> Self {
+        ClusterError::Api {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Whether trying again later may succeed without anyone changing anything:
+    /// conflicts, server errors, timeouts and transport failures. Invalid objects,
+    /// forbidden requests and unknown kinds need a fix first.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ClusterError::Conflict { .. } | ClusterError::Api { .. }
+        )
+    }
+
+    /// Whether the server refused a change to a field that cannot change after creation
+    /// (a Job's template, a StatefulSet's volumeClaimTemplates, a Service's clusterIP).
+    pub fn is_immutable_field(&self) -> bool {
+        matches!(self, ClusterError::Invalid { message, .. }
+            if message.contains("field is immutable") || message.contains("Forbidden: updates to"))
+    }
+}
+
+/// A kube-rs error kept as the [`std::error::Error::source`] of a [`ClusterError`], so the
+/// whole chain (HTTP, TLS, I/O) stays inspectable. Shared, so errors stay cheap to clone;
+/// two are equal when they print the same.
+#[derive(Debug, Clone)]
+pub struct KubeSource(pub Arc<kube::Error>);
+
+impl fmt::Display for KubeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for KubeSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for KubeSource {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for KubeSource {}
 
 impl Error {
     /// A [`Error::Config`] with the given message.
@@ -127,7 +190,7 @@ impl Error {
     }
     /// A [`Error::Cluster`] of kind [`ClusterError::Api`] with the given message.
     pub fn cluster(message: impl Into<String>) -> Self {
-        Error::Cluster(ClusterError::Api(message.into()))
+        Error::Cluster(ClusterError::api(message))
     }
 
     /// Whether this error fails a rollout (true) or only leaves it incomplete (false).
@@ -215,7 +278,7 @@ mod tests {
         assert!(ensure_verified(true, || unreachable!()).is_ok());
         assert!(matches!(
             ensure_cluster(false, || "down".into()),
-            Err(Error::Cluster(ClusterError::Api(_)))
+            Err(Error::Cluster(ClusterError::Api { .. }))
         ));
     }
 

@@ -263,6 +263,30 @@ pub fn truncated_name(name: &str) -> String {
     format!("{}{}", &name[..cut], hex)
 }
 
+/// `text` as a valid label value: at most 63 characters of letters, digits, `-`, `_` and
+/// `.`, beginning and ending with a letter or digit (others become `-`, the ends trimmed).
+///
+/// ```
+/// assert_eq!(windlass::object::label_value("web tier/α"), "web-tier");
+/// assert_eq!(windlass::object::label_value("database"), "database");
+/// ```
+pub fn label_value(text: &str) -> String {
+    let mapped: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
 /// `<cr name>-<name>`, truncated to a valid length (F87).
 pub fn scoped_name(cr_name: &str, name: &str) -> String {
     truncated_name(&format!("{cr_name}-{name}"))

@@ -9,12 +9,34 @@
 //!    malformed spec is a config error naming the field.
 //! 3. Check strict versioning; layer the backend config (controller defaults ←
 //!    ConfigMap named by `windlass.dev/config-defaults` ← `spec.configOverrides`); load
-//!    the temporary patches.
+//!    the temporary patches. While the CR is being deleted none of these may stop the
+//!    deletion: a missing ConfigMap or patch (a terminating namespace may have removed it
+//!    already) or an unsupported version is logged and skipped.
 //! 4. Add the controller's finalizer (not while deleting); write the start status.
 //! 5. Build the graph (`components`, or `finalize_components` while deleting) and roll
-//!    it out. A recorded error, or a failed rollout, is an error of the reconcile.
+//!    it out. A recorded error, or a failed rollout, is an error of the reconcile. Objects
+//!    of components no longer in the graph are deleted.
 //! 6. Write the completion status; ask `should_requeue`; when deleting and no requeue is
 //!    needed, remove the finalizer.
+//!
+//! # Requests
+//!
+//! The CR is read once. Every later step works on the copy the last write returned:
+//! the finalizer patch, the status writes and `should_requeue` read nothing. Status
+//! writes are conditional on the resourceVersion the status was computed from; on a
+//! conflict (another writer in between) the CR is read again, the status recomputed from
+//! what is stored now (keeping the other writer's conditions) and written again. The
+//! finalizer is added and removed with JSON patches that test the finalizer list, so a
+//! concurrent label edit does not disturb them.
+//!
+//! # Outcomes
+//!
+//! | the reconcile ended with | outcome |
+//! | --- | --- |
+//! | success, `should_requeue` says no | [`Outcome::Done`] |
+//! | success, requeue wanted; or "not yet" (a precondition, an unverified component) | [`Outcome::RequeueAfter`] |
+//! | invalid input: a config error, an object the server refused as invalid (422) | [`Outcome::Done`]: nothing changes until the CR (or the operator) does |
+//! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Outcome::Retry`] with back-off |
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -30,10 +52,11 @@ use crate::config::LibraryConfig;
 use crate::controller::{Components, Controller, PrimaryResource, Requeue};
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
+use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef};
 use crate::patch::DEFAULT_PATCH_KIND;
 use crate::progress::{Event, Observer, Quiet, emit};
-use crate::session::{Session, manifest_version};
+use crate::session::{Ledger, Session, manifest_version};
 use crate::status::{
     self, ReadyReason, StatusUpdate, UpdatingReason, condition, reasons_for_error,
     reconciled_version,
@@ -189,14 +212,25 @@ impl<C: Controller> Reconciler<C> {
                 tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
                 return report(Outcome::Done, None, None);
             }
-            let run = AssertUnwindSafe(self.run(&id, cr, &manifest)).catch_unwind();
+            let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+            ledger.remember(cr.clone(), Some(manifest.clone()));
+            let run = AssertUnwindSafe(self.run(&id, cr, &manifest, &ledger)).catch_unwind();
             let failure = match run.await {
                 Ok(Ok((outcome, state))) => return report(outcome, state, None),
                 Ok(Err(failure)) => failure,
                 Err(panic) => Failure::from(Error::from_panic("reconcile", panic.as_ref())),
             };
-            tracing::warn!(error = %failure.error, "reconcile failed");
-            if self.library.manage_status {
+            let outcome = self.failure_outcome(&failure.error);
+            if failure.error.is_fatal() {
+                tracing::warn!(error = %failure.error, "reconcile failed");
+            } else {
+                tracing::info!(reason = %failure.error, "not yet");
+            }
+            // The CR as the last write of this reconcile left it.
+            let current = ledger.seen(cr).flatten();
+            if self.library.manage_status
+                && let Some(current) = current
+            {
                 let (ready, updating) = reasons_for_error(&failure.error);
                 let message = failure.error.to_string();
                 let update = StatusUpdate {
@@ -204,13 +238,14 @@ impl<C: Controller> Reconciler<C> {
                     updating: Some((updating, message)),
                     components: failure.state.clone(),
                     observed_generation: manifest.generation(),
+                    inventory: Some(ledger.inventory()),
                     ..Default::default()
                 };
-                if let Err(e) = self.write_status(cr, |_| update).await {
+                if let Err(e) = self.write_status(cr, current, |_| update.clone()).await {
                     tracing::warn!(error = %e, "cannot write the error status");
                 }
             }
-            report(Outcome::Retry, failure.state, Some(failure.error))
+            report(outcome, failure.state, Some(failure.error))
         }
         .instrument(span)
         .await
@@ -222,8 +257,21 @@ impl<C: Controller> Reconciler<C> {
         id: &str,
         cr: &ObjectRef,
         manifest: &Value,
+        ledger: Arc<Ledger>,
     ) -> Result<Session<C::Resource>> {
         let library = &self.library;
+        // A CR being deleted must be able to finish: what only shapes a rollout is
+        // skipped, with a warning, when it fails.
+        let finalizing = manifest.is_terminating();
+        fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Result<T> {
+            match result {
+                Err(e) if finalizing => {
+                    tracing::warn!(error = %e, "deleting: ignoring {what}");
+                    Ok(default)
+                }
+                other => other,
+            }
+        }
         let mut merged = self.controller.cr_defaults();
         merge(&mut merged, manifest.clone());
         let typed: C::Resource = serde_path_to_error::deserialize(&merged).map_err(|e| {
@@ -236,7 +284,7 @@ impl<C: Controller> Reconciler<C> {
             ))
         })?;
         let version = manifest_version(&merged, library);
-        if library.strict_versioning {
+        if library.strict_versioning && !finalizing {
             let version = version.as_deref().ok_or_else(|| {
                 Error::config(format!("the CR has no version at {}", library.vcs.field))
             })?;
@@ -247,8 +295,18 @@ impl<C: Controller> Reconciler<C> {
                 )));
             }
         }
-        let config = self.backend_config(cr, manifest).await?;
-        let temporary_patches = self.temporary_patches(cr, manifest).await?;
+        let config = lenient(
+            finalizing,
+            self.backend_config(cr, manifest).await,
+            "the backend config",
+            self.controller.config_defaults(),
+        )?;
+        let temporary_patches = lenient(
+            finalizing,
+            self.temporary_patches(cr, manifest).await,
+            "the temporary patches",
+            Vec::new(),
+        )?;
         let status = manifest.get("status").cloned().unwrap_or(Value::Null);
         let current_version = reconciled_version(&status).map(str::to_string);
         Ok(Session {
@@ -263,6 +321,7 @@ impl<C: Controller> Reconciler<C> {
             version,
             current_version,
             observer: self.observer.clone(),
+            ledger,
         })
     }
 
@@ -273,7 +332,8 @@ impl<C: Controller> Reconciler<C> {
             .get(cr)
             .await?
             .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
-        let session = self.session(&reconcile_id(), cr, &manifest).await?;
+        let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+        let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
         if manifest.is_terminating() {
             self.controller.finalize_components(&session)
         } else {
@@ -286,6 +346,7 @@ impl<C: Controller> Reconciler<C> {
         id: &str,
         cr: &ObjectRef,
         manifest: &Value,
+        ledger: &Arc<Ledger>,
     ) -> std::result::Result<(Outcome, Option<CompletionState>), Failure> {
         let controller = self.controller.as_ref();
         let library = &self.library;
@@ -299,17 +360,28 @@ impl<C: Controller> Reconciler<C> {
             // Being deleted, and nothing of ours holds it: nothing to do.
             return Ok((Outcome::Done, None));
         }
-        let session = self.session(id, cr, manifest).await?;
+        let session = self.session(id, cr, manifest, ledger.clone()).await?;
+        // The CR as stored now: every write below returns the next copy.
+        let mut current = manifest.clone();
 
         if let Some(finalizer) = &finalizer
             && !finalizing
             && !manifest.finalizers().contains(&finalizer.as_str())
         {
-            add_finalizer(self.cluster.as_ref(), cr, manifest, finalizer).await?;
+            current = add_finalizer(self.cluster.as_ref(), cr, current, finalizer).await?;
+            ledger.remember(cr.clone(), Some(current.clone()));
         }
         if library.manage_status {
-            self.write_status(cr, |current| start_status(&session, current))
-                .await?;
+            match self
+                .write_status(cr, current, |status| start_status(&session, status))
+                .await?
+            {
+                Some(written) => {
+                    ledger.remember(cr.clone(), Some(written.clone()));
+                    current = written;
+                }
+                None => return Ok((Outcome::Done, None)),
+            }
         }
         let components = if finalizing {
             controller.finalize_components(&session)?
@@ -329,22 +401,52 @@ impl<C: Controller> Reconciler<C> {
                 state: Some(state),
             });
         }
+        if !finalizing {
+            crate::rollout::prune_removed_components(&session, &components)
+                .await
+                .map_err(|error| Failure {
+                    error,
+                    state: Some(state.clone()),
+                })?;
+        }
         if library.manage_status {
-            self.write_status(cr, |current| completion_status(&session, &state, current))
-                .await?;
+            let inventory = ledger.inventory();
+            match self
+                .write_status(cr, current, |status| {
+                    let mut update = completion_status(&session, &state, status);
+                    update.inventory = Some(inventory.clone());
+                    update
+                })
+                .await?
+            {
+                Some(written) => {
+                    ledger.remember(cr.clone(), Some(written.clone()));
+                    current = written;
+                }
+                None => return Ok((Outcome::Done, Some(state))),
+            }
         }
         let requeue = controller.should_requeue(&session, &state).await?;
         if requeue == Requeue::No
             && finalizing
             && let Some(finalizer) = &finalizer
         {
-            remove_finalizer(self.cluster.as_ref(), cr, finalizer).await?;
+            remove_finalizer(self.cluster.as_ref(), cr, current, finalizer).await?;
         }
         let outcome = match requeue {
             Requeue::No => Outcome::Done,
             Requeue::After(d) => Outcome::RequeueAfter(d),
         };
         Ok((outcome, Some(state)))
+    }
+
+    /// What a reconcile that ended in `error` asks for next (see the module docs).
+    fn failure_outcome(&self, error: &Error) -> Outcome {
+        match error {
+            e if !e.is_fatal() => Outcome::RequeueAfter(self.library.requeue_after()),
+            Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => Outcome::Done,
+            _ => Outcome::Retry,
+        }
     }
 
     /// Controller defaults ← the ConfigMap named by the config-defaults annotation ←
@@ -425,44 +527,76 @@ impl<C: Controller> Reconciler<C> {
         Ok(patches)
     }
 
-    /// Re-read the CR, compute its next status from the current one, and write it if
-    /// anything but timestamps changed (F154). `None` if the CR is gone.
+    /// Compute the CR's next status from `current` (the CR as last read or written) and
+    /// write it if anything but timestamps changed (F154), conditional on `current`'s
+    /// resourceVersion. On a conflict the CR is read again and the status recomputed from
+    /// what is stored now, so another writer's conditions survive; after
+    /// [`STATUS_WRITE_ATTEMPTS`] conflicts in a row the conflict is returned (a transient
+    /// error: the reconcile is retried). Returns the CR as stored after the write, or
+    /// `None` if it is gone.
     async fn write_status(
         &self,
         cr: &ObjectRef,
-        update: impl FnOnce(&Value) -> StatusUpdate,
+        mut current: Value,
+        update: impl Fn(&Value) -> StatusUpdate,
     ) -> Result<Option<Value>> {
-        let Some(live) = self.cluster.get(cr).await? else {
-            return Ok(None);
-        };
-        let current = live.get("status").cloned().unwrap_or(Value::Null);
-        let mut update = update(&current);
-        update.operator_version = self.library.operator_version.clone();
-        let next =
-            status::apply_update(&current, &cr.kind, &update, &crate::object::timestamp_now());
-        let written = status::status_changed(&current, &next);
-        if written {
-            self.cluster.write_status(cr, &next).await?;
+        let mut attempt = 1;
+        loop {
+            let status = current.get("status").cloned().unwrap_or(Value::Null);
+            let mut next_update = update(&status);
+            next_update.operator_version = self.library.operator_version.clone();
+            let next = status::apply_update(
+                &status,
+                &cr.kind,
+                &next_update,
+                &crate::object::timestamp_now(),
+            );
+            let changed = status::status_changed(&status, &next);
+            let written = if changed {
+                match self
+                    .cluster
+                    .write_status(cr, &next, current.resource_version())
+                    .await
+                {
+                    Ok(Some(written)) => Some(written),
+                    Ok(None) => return Ok(None),
+                    Err(ClusterError::Conflict { .. }) if attempt < STATUS_WRITE_ATTEMPTS => {
+                        attempt += 1;
+                        tracing::debug!("status write conflicted; reading the CR again");
+                        match self.cluster.get(cr).await? {
+                            Some(fresh) => current = fresh,
+                            None => return Ok(None),
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                None
+            };
+            let reason = |t: &str| {
+                condition(&next, t)
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c["reason"].as_str())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            emit(
+                self.observer.as_ref(),
+                Event::Status {
+                    ready: reason(status::READY),
+                    updating: reason(status::UPDATING),
+                    written: changed,
+                },
+            );
+            return Ok(Some(written.unwrap_or(current)));
         }
-        let reason = |t: &str| {
-            condition(&next, t)
-                .ok()
-                .flatten()
-                .and_then(|c| c["reason"].as_str())
-                .unwrap_or("")
-                .to_string()
-        };
-        emit(
-            self.observer.as_ref(),
-            Event::Status {
-                ready: reason(status::READY),
-                updating: reason(status::UPDATING),
-                written,
-            },
-        );
-        Ok(Some(next))
     }
 }
+
+/// How often a status write is tried when other writers keep changing the CR.
+pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 
 /// The status at the start of a reconcile (F121): `Ready` keeps its reason (or
 /// `Initializing` before the first verified version); a version change sets
@@ -548,7 +682,8 @@ pub async fn default_should_requeue<K: PrimaryResource>(
             again
         });
     }
-    Ok(match session.cluster().get(&session.cr_ref()).await {
+    // The CR as this reconcile's status write left it: no request.
+    Ok(match session.get_object(&session.cr_ref()).await {
         Err(_) => again,
         Ok(None) => Requeue::No,
         Ok(Some(cr)) => {
@@ -564,41 +699,89 @@ pub async fn default_should_requeue<K: PrimaryResource>(
     })
 }
 
-/// Add `finalizer` to the CR with a JSON patch guarded by its resourceVersion (F215).
+/// How often a finalizer patch is tried when others keep changing the finalizer list.
+const FINALIZER_ATTEMPTS: u32 = 5;
+
+/// Add `finalizer` to the CR (F215) with a JSON patch that tests the finalizer list it was
+/// computed from: a concurrent edit of anything else (labels, spec) does not disturb it; a
+/// concurrent change of the list makes the test fail (HTTP 422), and the CR is read again
+/// and the patch recomputed. Returns the CR as stored.
 async fn add_finalizer(
     cluster: &dyn Cluster,
     cr: &ObjectRef,
-    manifest: &Value,
+    mut current: Value,
     finalizer: &str,
-) -> Result<()> {
-    let guard = json!({"op": "test", "path": "/metadata/resourceVersion", "value": manifest.resource_version()});
-    let add = if manifest["metadata"]["finalizers"].is_array() {
-        json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
-    } else {
-        json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
-    };
-    let patch: json_patch::Patch = serde_json::from_value(json!([guard, add]))
-        .map_err(|e| Error::other(format!("finalizer patch: {e}")))?;
-    cluster.patch(cr, &patch).await?;
-    Ok(())
+) -> Result<Value> {
+    for _ in 1..FINALIZER_ATTEMPTS {
+        if current.finalizers().contains(&finalizer) {
+            return Ok(current);
+        }
+        let list = &current["metadata"]["finalizers"];
+        let ops = if list.is_array() {
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": list},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
+            ])
+        } else {
+            // `test` with null: the list is still absent.
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
+            ])
+        };
+        match cluster.patch(cr, &finalizer_patch(ops)?).await {
+            Ok(written) => return Ok(written),
+            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
+                current = cluster
+                    .get(cr)
+                    .await?
+                    .ok_or_else(|| ClusterError::NotFound(cr.to_string()))?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Cluster(ClusterError::Conflict {
+        object: cr.to_string(),
+        message: format!("the finalizer list kept changing while adding {finalizer}"),
+    }))
 }
 
-/// Remove `finalizer` from the CR if it is there, guarded against concurrent edits (F216).
-async fn remove_finalizer(cluster: &dyn Cluster, cr: &ObjectRef, finalizer: &str) -> Result<()> {
-    let Some(live) = cluster.get(cr).await? else {
-        return Ok(());
-    };
-    let Some(index) = live.finalizers().iter().position(|f| *f == finalizer) else {
-        return Ok(());
-    };
-    let path = format!("/metadata/finalizers/{index}");
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": path, "value": finalizer},
-        {"op": "remove", "path": path},
-    ]))
-    .map_err(|e| Error::other(format!("finalizer patch: {e}")))?;
-    cluster.patch(cr, &patch).await?;
-    Ok(())
+/// Remove `finalizer` from the CR if it is there (F216), testing that the entry at its
+/// index is still it; a concurrent change of the list makes the CR be read again.
+async fn remove_finalizer(
+    cluster: &dyn Cluster,
+    cr: &ObjectRef,
+    mut current: Value,
+    finalizer: &str,
+) -> Result<()> {
+    for _ in 1..FINALIZER_ATTEMPTS {
+        let Some(index) = current.finalizers().iter().position(|f| *f == finalizer) else {
+            return Ok(());
+        };
+        let path = format!("/metadata/finalizers/{index}");
+        let ops = json!([
+            {"op": "test", "path": path, "value": finalizer},
+            {"op": "remove", "path": path},
+        ]);
+        match cluster.patch(cr, &finalizer_patch(ops)?).await {
+            Ok(_) | Err(ClusterError::NotFound(_)) => return Ok(()),
+            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
+                match cluster.get(cr).await? {
+                    Some(fresh) => current = fresh,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Cluster(ClusterError::Conflict {
+        object: cr.to_string(),
+        message: format!("the finalizer list kept changing while removing {finalizer}"),
+    }))
+}
+
+fn finalizer_patch(ops: Value) -> Result<json_patch::Patch> {
+    serde_json::from_value(ops).map_err(|e| Error::other(format!("finalizer patch: {e}")))
 }
 
 /// A random reconcile id: 22 characters of base32 (F112).

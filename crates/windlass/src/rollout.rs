@@ -31,7 +31,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use crate::annotations;
-use crate::cluster::{Deletion, Scope};
+use crate::cluster::{Deletion, Scope, WriteMethod};
 use crate::component::{ManagedObject, Resources};
 use crate::controller::{Components, Controller, EdgeCondition, PrimaryResource};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
@@ -39,7 +39,6 @@ use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, Phase};
 use crate::session::Session;
-use crate::values::is_contained;
 
 /// Roll out `components` for the session's CR and report what was achieved.
 pub async fn run<C: Controller>(
@@ -259,7 +258,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         self.guard(id, Phase::Verify, false, async {
             let objects = self.render(id).await?;
             let ok = if entry.disabled {
-                self.all_gone(&objects).await?
+                self.all_gone(id)
             } else {
                 entry.component.verify(self.session, &objects).await?
             };
@@ -357,6 +356,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
                 manifest,
                 verify: options.verify,
                 method: options.method,
+                recreate: options.recreate,
             });
         }
         crate::dump::dump_component(session, name, entry.disabled, &objects)?;
@@ -370,100 +370,250 @@ impl<K: PrimaryResource> Rollout<'_, K> {
     }
 
     /// Apply every object in render order; the first error stops the component (F80).
+    /// Once all are applied, what the component applied before and no longer renders is
+    /// deleted.
     async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
+        let component = self.name(id);
         let mut applied = Vec::new();
         let mut unchanged = Vec::new();
         for object in objects {
-            let (reference, changed) = self.deploy_object(object).await?;
+            let (reference, changed) = self.deploy_object(component, object).await?;
             if changed {
                 applied.push(reference);
             } else {
                 unchanged.push(reference);
             }
         }
+        let rendered: BTreeSet<&ObjectRef> = objects.iter().map(|o| &o.reference).collect();
+        let leftovers = self
+            .session
+            .ledger
+            .inventory()
+            .of(component)
+            .into_iter()
+            .filter(|(r, _)| !rendered.contains(r))
+            .collect::<Vec<_>>();
+        let pruned = self.delete_recorded(component, leftovers).await?;
         self.session.emit(Event::Deployed {
-            component: self.name(id).to_string(),
+            component: component.to_string(),
             applied,
             unchanged,
         });
+        if !pruned.is_empty() {
+            self.session.emit(Event::Disabled {
+                component: component.to_string(),
+                deleted: pruned,
+            });
+        }
         Ok(())
     }
 
-    /// Apply one object unless the live one already says everything it says. Returns its
-    /// reference and whether a write happened.
-    async fn deploy_object(&self, object: &ManagedObject) -> Result<(ObjectRef, bool)> {
+    /// Apply one object unless windlass already applied exactly this and still owns every
+    /// field of it (see [`crate::drift`]). Returns its reference and whether a write
+    /// happened.
+    async fn deploy_object(
+        &self,
+        component: &str,
+        object: &ManagedObject,
+    ) -> Result<(ObjectRef, bool)> {
         let session = self.session;
-        let cluster = session.cluster();
+        let cr = session.manifest();
         let mut manifest = object.manifest.clone();
         let reference = object.reference.clone();
-        if reference.namespace.is_some() {
-            add_owner_reference(&mut manifest, session.manifest());
+        // A component may render the CR itself (to rewrite its own spec): it is not its
+        // own child.
+        let itself = reference == session.cr_ref();
+        add_owner_reference(&mut manifest, cr);
+        if !itself {
+            stamp_ownership(&mut manifest, cr, component);
         }
-        stamp_applied_hash(&mut manifest);
-        if let Some(live) = cluster.get(&reference).await?
-            && !live.is_terminating()
-            && already_applied(&manifest, &live)
+        crate::drift::stamp(&mut manifest);
+        let live = session.get_object(&reference).await?;
+        if let Some(live) = &live
+            && !itself
         {
-            return Ok((reference, false));
+            refuse_foreign(&reference, live, cr)?;
         }
-        // Conflicts (HTTP 409) are retried with a linear back-off (F28, F31). Server-side
-        // apply sends no resourceVersion and cannot conflict on it; the retry is for the
-        // replace method, whose cluster call reads the live resourceVersion afresh.
-        let library = session.library();
+        let drift = crate::drift::drift(
+            &manifest,
+            live.as_ref(),
+            object.method,
+            crate::FIELD_MANAGER,
+        );
+        let stored = if drift.needs_write() {
+            tracing::debug!(object = %reference, ?drift, "writing");
+            let stored = self.write(object, &manifest).await?;
+            session
+                .ledger
+                .remember(reference.clone(), Some(stored.clone()));
+            stored
+        } else {
+            live.unwrap_or_default()
+        };
+        if let Some(uid) = stored.uid() {
+            session
+                .ledger
+                .inventory_mut(|i| i.record(component, reference.clone(), uid));
+        }
+        Ok((reference, drift.needs_write()))
+    }
+
+    /// Write `manifest` by the object's method. Conflicts (HTTP 409) are retried with a
+    /// linear back-off (F28, F31); server-side apply sends no resourceVersion and cannot
+    /// conflict on it, so the retry is for the replace method, whose cluster call reads the
+    /// live resourceVersion afresh. A refused change of an immutable field recreates the
+    /// object when the resource asked for it; any other refused apply falls back to a
+    /// replace when `deploy_unprocessable_put_fallback` is set (oper8's F31).
+    async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
+        let cluster = self.session.cluster();
+        let library = self.session.library();
         let mut attempt = 0;
+        let mut method = object.method;
+        let mut recreated = false;
         loop {
-            match cluster.apply(&manifest, object.method).await {
-                Ok(_) => return Ok((reference, true)),
+            match cluster.apply(manifest, method).await {
+                Ok(stored) => return Ok(stored),
                 Err(ClusterError::Conflict { .. }) if attempt < library.deploy_retries => {
                     attempt += 1;
                     let wait = library.retry_backoff_base_seconds * f64::from(attempt);
                     tokio::time::sleep(Duration::try_from_secs_f64(wait).unwrap_or_default()).await;
+                }
+                Err(e) if e.is_immutable_field() && object.recreate && !recreated => {
+                    tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");
+                    recreated = true;
+                    cluster.delete(&object.reference, None).await?;
+                    self.session.ledger.forget(&object.reference);
+                }
+                Err(ClusterError::Invalid { .. })
+                    if library.deploy_unprocessable_put_fallback
+                        && method == WriteMethod::Apply =>
+                {
+                    method = WriteMethod::Replace;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
     }
 
-    /// Delete a disabled component's objects, dependents first (F81).
+    /// Delete a disabled component's objects, dependents first (F81): the ones it applied
+    /// and that are still there. Nothing is sent once they are gone.
     async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
-        let cluster = self.session.cluster();
-        let mut deleted = Vec::new();
-        for object in objects.iter().rev() {
-            match cluster.delete(&object.reference).await? {
-                Deletion::Deleted | Deletion::Terminating => deleted.push(object.reference.clone()),
-                Deletion::NotFound => {}
-            }
-        }
+        let component = self.name(id);
+        let recorded = self.session.ledger.inventory().of(component);
+        // Rendered order reversed first, then whatever else was recorded.
+        let position = |r: &ObjectRef| objects.iter().position(|o| o.reference == *r);
+        let mut ordered = recorded;
+        ordered.sort_by_key(|(r, _)| std::cmp::Reverse(position(r)));
+        let deleted = self.delete_recorded(component, ordered).await?;
         self.session.emit(Event::Disabled {
-            component: self.name(id).to_string(),
+            component: component.to_string(),
             deleted,
         });
         Ok(())
     }
 
-    /// Whether none of a disabled component's objects exist any more.
-    async fn all_gone(&self, objects: &[ManagedObject]) -> Result<bool> {
-        if self.session.dry_run() {
-            return Ok(true);
-        }
-        for object in objects {
-            if self
-                .session
-                .cluster()
-                .get(&object.reference)
-                .await?
-                .is_some()
-            {
-                return Ok(false);
+    /// Delete recorded objects of `component`, each only if it is still the object
+    /// windlass applied (its uid); forget those that are gone. Returns what was deleted.
+    async fn delete_recorded(
+        &self,
+        component: &str,
+        objects: Vec<(ObjectRef, String)>,
+    ) -> Result<Vec<ObjectRef>> {
+        let session = self.session;
+        let mut deleted = Vec::new();
+        for (reference, uid) in objects {
+            let outcome = match session.cluster().delete(&reference, Some(&uid)).await {
+                // The kind is no longer served: nothing of it can exist.
+                Err(ClusterError::UnknownKind { .. }) => Deletion::NotFound,
+                other => other?,
+            };
+            session.ledger.forget(&reference);
+            match outcome {
+                Deletion::Deleted => {
+                    session
+                        .ledger
+                        .inventory_mut(|i| i.forget(component, &reference));
+                    deleted.push(reference);
+                }
+                // Finalizers hold it: it stays recorded until it is gone.
+                Deletion::Terminating => deleted.push(reference),
+                Deletion::NotFound => {
+                    session
+                        .ledger
+                        .inventory_mut(|i| i.forget(component, &reference));
+                }
             }
         }
-        Ok(true)
+        Ok(deleted)
+    }
+
+    /// Whether a disabled component's objects are all gone.
+    fn all_gone(&self, id: NodeId) -> bool {
+        self.session.dry_run() || self.session.ledger.inventory().of(self.name(id)).is_empty()
     }
 }
 
-/// Make the CR an owner of a namespaced object in its own namespace, so deleting the CR
-/// garbage-collects the object (F137): never the CR itself, never across namespaces,
-/// `blockOwnerDeletion` but not `controller`, so several CRs may share an object.
+/// Delete what the inventory holds for components that are no longer in the graph at all.
+pub(crate) async fn prune_removed_components<K: PrimaryResource>(
+    session: &Session<K>,
+    components: &Components<K>,
+) -> Result<()> {
+    let known: BTreeSet<&str> = components
+        .names(false)
+        .into_iter()
+        .chain(components.names(true))
+        .collect();
+    let inventory = session.ledger.inventory();
+    let rollout = Rollout {
+        session,
+        components,
+        rendered: Mutex::new(HashMap::new()),
+    };
+    for component in inventory.components() {
+        if !known.contains(component.as_str()) {
+            let deleted = rollout
+                .delete_recorded(&component, inventory.of(&component))
+                .await?;
+            session.emit(Event::Disabled { component, deleted });
+        }
+    }
+    Ok(())
+}
+
+/// Refuse to write an object another CR's rollout applied: two CRs rendering the same
+/// object would overwrite each other on every reconcile.
+fn refuse_foreign(reference: &ObjectRef, live: &Value, cr: &Value) -> Result<()> {
+    match (live.label(annotations::OWNER_UID), cr.uid()) {
+        (Some(owner), Some(uid)) if owner != uid => Err(Error::config(format!(
+            "{reference} belongs to another {} (uid {owner}, label {}); two resources cannot render the same object: give this one another name",
+            cr.kind().unwrap_or("resource"),
+            annotations::OWNER_UID
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Label an object with the CR it was rendered for and the component that rendered it.
+fn stamp_ownership(manifest: &mut Value, cr: &Value, component: &str) {
+    let Some(uid) = cr.uid() else {
+        return;
+    };
+    let metadata = manifest.metadata_mut();
+    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+    if let Some(map) = labels.as_object_mut() {
+        map.insert(annotations::OWNER_UID.into(), json!(uid));
+        map.insert(
+            annotations::COMPONENT.into(),
+            json!(crate::object::label_value(component)),
+        );
+    }
+}
+
+/// Make the CR an owner of the object, so deleting the CR garbage-collects it (F137).
+/// A namespaced CR owns objects in its own namespace only (Kubernetes forbids owners in
+/// another namespace and cluster-scoped dependents of namespaced owners); a cluster-scoped
+/// CR owns everything it renders. Never the CR itself; `blockOwnerDeletion` but not
+/// `controller`.
 fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     let (Some(uid), Some(name), Some(kind), Some(api_version)) =
         (owner.uid(), owner.name(), owner.kind(), owner.api_version())
@@ -473,7 +623,8 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     let same_object = manifest.kind() == Some(kind)
         && manifest.api_version() == Some(api_version)
         && manifest.name() == Some(name);
-    if same_object || manifest.namespace() != owner.namespace() {
+    let owner_is_namespaced = owner.namespace().is_some();
+    if same_object || (owner_is_namespaced && manifest.namespace() != owner.namespace()) {
         return;
     }
     let reference = json!({
@@ -489,50 +640,6 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     {
         list.push(reference);
     }
-}
-
-/// Record the hash of the manifest in the manifest itself, so that a later, different
-/// desired manifest is never mistaken for one already applied (a field the operator
-/// stopped setting is still on the live object, but the hash no longer matches).
-fn stamp_applied_hash(manifest: &mut Value) {
-    let hash = crate::values::canonical_hash(manifest);
-    let metadata = manifest.metadata_mut();
-    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
-    if let Some(map) = annotations.as_object_mut() {
-        map.insert(annotations::APPLIED_HASH.into(), json!(hash));
-    }
-}
-
-/// Whether the live object already says everything the manifest says. Owner references
-/// and finalizers are compared as sets (others may add theirs); everything else by
-/// [`is_contained`].
-fn already_applied(manifest: &Value, live: &Value) -> bool {
-    let mut desired = manifest.clone();
-    // Compare what the server would store: a Secret's stringData becomes data.
-    crate::cluster::validation::normalize(manifest.kind().unwrap_or_default(), &mut desired);
-    let metadata = desired.metadata_mut();
-    let owner_refs = metadata.remove("ownerReferences");
-    let finalizers = metadata.remove("finalizers");
-    let live_refs = live["metadata"]["ownerReferences"].as_array();
-    let refs_present = owner_refs
-        .as_ref()
-        .and_then(Value::as_array)
-        .is_none_or(|wanted| {
-            wanted.iter().all(|w| {
-                live_refs
-                    .is_some_and(|l| l.iter().any(|r| r["uid"] == w["uid"] && is_contained(w, r)))
-            })
-        });
-    let live_finalizers = live.finalizers();
-    let finalizers_present = finalizers
-        .as_ref()
-        .and_then(Value::as_array)
-        .is_none_or(|wanted| {
-            wanted
-                .iter()
-                .all(|f| f.as_str().is_some_and(|f| live_finalizers.contains(&f)))
-        });
-    refs_present && finalizers_present && is_contained(&desired, live)
 }
 
 #[cfg(test)]
@@ -555,42 +662,6 @@ mod tests {
         let mut itself = owner.clone();
         add_owner_reference(&mut itself, &owner);
         assert!(itself["metadata"].get("ownerReferences").is_none());
-    }
-
-    #[test]
-    fn a_manifest_that_drops_a_field_is_not_already_applied() {
-        let mut before = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
-        stamp_applied_hash(&mut before);
-        let live = before.clone();
-        let mut after = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
-        stamp_applied_hash(&mut after);
-        assert!(already_applied(&before, &live));
-        assert!(
-            !already_applied(&after, &live),
-            "b must be removed by a new apply"
-        );
-    }
-
-    #[test]
-    fn a_secret_written_as_string_data_counts_as_applied() {
-        let desired =
-            json!({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"p": "pw"}});
-        let live =
-            json!({"kind": "Secret", "metadata": {"name": "s", "uid": "u"}, "data": {"p": "cHc="}});
-        assert!(already_applied(&desired, &live));
-    }
-
-    #[test]
-    fn applied_check_treats_owner_refs_and_finalizers_as_sets() {
-        let desired = json!({"metadata": {"name": "c", "ownerReferences": [{"uid": "u1"}], "finalizers": ["a"]}, "data": {"k": "v"}});
-        let live = json!({"metadata": {"name": "c", "uid": "x", "ownerReferences": [{"uid": "u0"}, {"uid": "u1", "kind": "App"}], "finalizers": ["b", "a"]}, "data": {"k": "v"}});
-        assert!(already_applied(&desired, &live));
-        let mut changed = live.clone();
-        changed["data"]["k"] = json!("w");
-        assert!(!already_applied(&desired, &changed));
-        let mut no_ref = live.clone();
-        no_ref["metadata"]["ownerReferences"] = json!([{"uid": "u0"}]);
-        assert!(!already_applied(&desired, &no_ref));
     }
 
     #[test]

@@ -1,9 +1,14 @@
 //! The context of one reconcile (oper8 F85–F91): the CR, typed and raw, its merged backend
 //! config, the library config, the cluster, the temporary patches, the status and versions
-//! as they were when the reconcile began. Components render from it; it never changes
-//! while the rollout runs.
+//! as they were when the reconcile began. Components render from it; what it describes
+//! never changes while the rollout runs.
+//!
+//! A session also keeps the reconcile's [`Ledger`]: the freshest copy of every object the
+//! reconcile read or wrote (the object a write returns is the freshest there is), so that
+//! one reconcile reads each object at most once, and the inventory of what it applied.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -12,6 +17,7 @@ use crate::cluster::{Cluster, ListQuery};
 use crate::config::LibraryConfig;
 use crate::controller::PrimaryResource;
 use crate::error::{Error, Result};
+use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
 
@@ -28,6 +34,55 @@ pub struct Session<K> {
     pub(crate) version: Option<String>,
     pub(crate) current_version: Option<String>,
     pub(crate) observer: Arc<dyn Observer>,
+    pub(crate) ledger: Arc<Ledger>,
+}
+
+/// What one reconcile has seen and applied.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    /// The freshest copy of each object read or written; `None` when it was found absent.
+    objects: Mutex<HashMap<ObjectRef, Option<Value>>>,
+    /// What windlass applied for the CR, as the rollout updates it.
+    inventory: Mutex<Inventory>,
+}
+
+impl Ledger {
+    pub(crate) fn new(inventory: Inventory) -> Self {
+        Ledger {
+            objects: Mutex::default(),
+            inventory: Mutex::new(inventory),
+        }
+    }
+
+    /// The copy seen last, if the object was read or written in this reconcile.
+    pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Value>> {
+        lock(&self.objects).get(object).cloned()
+    }
+
+    /// Remember the freshest copy of `object` (`None`: it is absent).
+    pub(crate) fn remember(&self, object: ObjectRef, value: Option<Value>) {
+        lock(&self.objects).insert(object, value);
+    }
+
+    /// Forget `object`, so the next look reads it (after a delete, whose outcome the
+    /// cluster decides later).
+    pub(crate) fn forget(&self, object: &ObjectRef) {
+        lock(&self.objects).remove(object);
+    }
+
+    /// Change the inventory.
+    pub(crate) fn inventory_mut<T>(&self, change: impl FnOnce(&mut Inventory) -> T) -> T {
+        change(&mut lock(&self.inventory))
+    }
+
+    /// The inventory as it is now.
+    pub(crate) fn inventory(&self) -> Inventory {
+        lock(&self.inventory).clone()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<K: PrimaryResource> Session<K> {
@@ -134,8 +189,17 @@ impl<K: PrimaryResource> Session<K> {
     }
 
     /// An object by reference, as JSON; `None` if it does not exist.
+    ///
+    /// Within one reconcile an object is read at most once: later calls, and the rollout's
+    /// own deploy and verify steps, get the copy read first or the one a write returned.
+    /// The next reconcile reads afresh.
     pub async fn get_object(&self, object: &ObjectRef) -> Result<Option<Value>> {
-        Ok(self.cluster.get(object).await?)
+        if let Some(seen) = self.ledger.seen(object) {
+            return Ok(seen);
+        }
+        let found = self.cluster.get(object).await?;
+        self.ledger.remember(object.clone(), found.clone());
+        Ok(found)
     }
 
     /// Typed objects in the CR's namespace matching a label selector (`""` for all).

@@ -197,6 +197,8 @@ pub struct StatusUpdate {
     pub observed_generation: Option<i64>,
     /// `operatorVersion`, when configured.
     pub operator_version: Option<String>,
+    /// What windlass applied for the CR (`inventory`, see [`crate::inventory`]).
+    pub inventory: Option<crate::inventory::Inventory>,
 }
 
 /// The status after `update`, starting from `current` (F151). `now` stamps conditions
@@ -268,6 +270,15 @@ pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &st
     }
     if let Some(v) = &update.operator_version {
         status.insert("operatorVersion".into(), json!(v));
+    }
+    match &update.inventory {
+        Some(inventory) if inventory.is_empty() => {
+            status.remove(crate::inventory::FIELD);
+        }
+        Some(inventory) => {
+            status.insert(crate::inventory::FIELD.into(), inventory.to_value());
+        }
+        None => {}
     }
     let mut status = Value::Object(status);
     let field = service_status_field(kind);

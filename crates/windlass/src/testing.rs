@@ -208,7 +208,7 @@ impl<C: Controller> TestEnv<C> {
 
     /// Replace an object's status, e.g. to mark a Deployment available.
     pub async fn set_status(&self, object: &ObjectRef, status: Value) {
-        let written = self.memory.write_status(object, &status).await;
+        let written = self.memory.write_status(object, &status, None).await;
         assert!(
             matches!(written, Ok(Some(_))),
             "test setup: no {object} to set the status of"
@@ -218,7 +218,7 @@ impl<C: Controller> TestEnv<C> {
     /// Delete an object as a user would.
     pub async fn delete(&self, object: &ObjectRef) -> Deletion {
         self.memory
-            .delete(object)
+            .delete(object, None)
             .await
             .expect("in-memory deletes succeed")
     }
@@ -305,7 +305,7 @@ struct Fault {
 /// use windlass::{ClusterError, object::ObjectRef};
 ///
 /// let cluster = FaultyCluster::new(Arc::new(MemoryCluster::new()));
-/// cluster.fail_times(Op::Get, Some("ConfigMap"), ClusterError::Api("down".into()), 1);
+/// cluster.fail_times(Op::Get, Some("ConfigMap"), ClusterError::api("down"), 1);
 /// let cm = ObjectRef::new("v1", "ConfigMap", Some("default"), "x");
 /// assert!(cluster.get(&cm).await.is_err());
 /// assert!(cluster.get(&cm).await.is_ok(), "failed once only");
@@ -396,17 +396,24 @@ impl Cluster for FaultyCluster {
         self.check(Op::Apply, manifest.kind().unwrap_or_default())?;
         self.inner.apply(manifest, method).await
     }
-    async fn delete(&self, object: &ObjectRef) -> std::result::Result<Deletion, ClusterError> {
+    async fn delete(
+        &self,
+        object: &ObjectRef,
+        uid: Option<&str>,
+    ) -> std::result::Result<Deletion, ClusterError> {
         self.check(Op::Delete, &object.kind)?;
-        self.inner.delete(object).await
+        self.inner.delete(object, uid).await
     }
     async fn write_status(
         &self,
         object: &ObjectRef,
         status: &Value,
+        resource_version: Option<&str>,
     ) -> std::result::Result<Option<Value>, ClusterError> {
         self.check(Op::WriteStatus, &object.kind)?;
-        self.inner.write_status(object, status).await
+        self.inner
+            .write_status(object, status, resource_version)
+            .await
     }
     async fn patch(
         &self,

@@ -9,13 +9,17 @@ use serde_json::Value;
 
 use crate::component::ManagedObject;
 use crate::controller::PrimaryResource;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::object::ManifestExt;
 use crate::session::Session;
 
 /// The default verification of a component's objects (F82): in dry-run, true; otherwise
-/// every object must exist and pass its verify function or its kind's rule. A failed read
-/// is a cluster error (oper8 made it an assertion, quirk Q12).
+/// every object must exist and pass its verify function or its kind's rule. An object
+/// that has failed for good (a Job with its `Failed` condition) fails the component. A
+/// failed read is a cluster error (oper8 made it an assertion, quirk Q12).
+///
+/// The objects are the copies the reconcile already holds (read or returned by a write in
+/// the deploy phase; see [`Session::get_object`]), so verifying costs no request.
 pub async fn verify_objects<K: PrimaryResource>(
     session: &Session<K>,
     objects: &[ManagedObject],
@@ -24,9 +28,15 @@ pub async fn verify_objects<K: PrimaryResource>(
         return Ok(true);
     }
     for object in objects {
-        let Some(live) = session.cluster().get(&object.reference).await? else {
+        let Some(live) = session.get_object(&object.reference).await? else {
             return Ok(false);
         };
+        if let Some(why) = failure(&live) {
+            return Err(Error::rollout(format!(
+                "{} failed: {why}",
+                object.reference
+            )));
+        }
         let ok = match &object.verify {
             Some(check) => check(&live),
             None => verify_object(&live),
@@ -84,6 +94,22 @@ pub fn verify_object(object: &Value) -> bool {
                 })
         }
         _ => true,
+    }
+}
+
+/// Why a live object has failed for good, if it has: a Job whose `Failed` condition is
+/// true (its back-off limit or deadline was reached; it will not run again by itself).
+pub fn failure(object: &Value) -> Option<String> {
+    match object.kind() {
+        Some("Job") if condition_is(object, "Failed", true, None) => {
+            let condition = newest_condition(object, "Failed")?;
+            Some(format!(
+                "{}: {}",
+                condition["reason"].as_str().unwrap_or("Failed"),
+                condition["message"].as_str().unwrap_or("the Job failed")
+            ))
+        }
+        _ => None,
     }
 }
 

@@ -8,16 +8,24 @@
 //!   `Replace` a PUT carrying the live resourceVersion (creating if absent).
 //! - Status is replaced through the status subresource when the kind has one, else
 //!   through the main resource, as such kinds store status.
-//! - `managedFields` are stripped from everything returned: windlass never reads them, and
-//!   they are a quarter of an object's bytes.
+//! - `managedFields` are stripped from everything returned except the entries of windlass's
+//!   own field manager: the rollout reads those to tell whether a field it owns was changed
+//!   by someone else; the rest is a quarter of an object's bytes and never read.
+//! - Status writes are conditional on the resourceVersion the status was computed from;
+//!   deletes of objects windlass created carry a uid precondition.
 //! - API errors map to [`ClusterError`] by HTTP status: 404 not found, 409 conflict, 422
-//!   invalid, 403 forbidden.
+//!   invalid (with the server's field causes), 403 forbidden (the server's message names
+//!   the verb and resource); everything else is [`ClusterError::Api`] with the kube error
+//!   as its source. kube's default client stack already retries 429 (honouring
+//!   `Retry-After`), 503 and 504 beneath this.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiResource, pinned_kind};
 use serde_json::Value;
@@ -81,7 +89,7 @@ impl LiveCluster {
             Ok(found) => found,
             Err(kube::Error::Api(status)) if status.code == 404 => return Err(unknown()),
             Err(kube::Error::Discovery(_)) => return Err(unknown()),
-            Err(e) => return Err(ClusterError::Api(format!("discovery of {type_ref}: {e}"))),
+            Err(e) => return Err(api_error(e, &format!("discovery of {type_ref}"))),
         };
         let kind = Kind {
             status_subresource: capabilities
@@ -144,7 +152,7 @@ impl Cluster for LiveCluster {
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         let (api, _) = self.object_api(object).await?;
         match api.get_opt(&object.name).await {
-            Ok(found) => found.map(to_value).transpose(),
+            Ok(found) => found.map(|o| self.to_value(o)).transpose(),
             Err(e) => Err(api_error(e, object)),
         }
     }
@@ -167,7 +175,7 @@ impl Cluster for LiveCluster {
         let mut items = list
             .items
             .into_iter()
-            .map(to_value)
+            .map(|o| self.to_value(o))
             .collect::<Result<Vec<_>, _>>()?;
         items.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
         Ok(items)
@@ -240,17 +248,30 @@ impl Cluster for LiveCluster {
         };
         written
             .map_err(|e| api_error(e, &reference))
-            .and_then(to_value)
+            .and_then(|o| self.to_value(o))
     }
 
-    async fn delete(&self, object: &ObjectRef) -> Result<Deletion, ClusterError> {
+    async fn delete(
+        &self,
+        object: &ObjectRef,
+        uid: Option<&str>,
+    ) -> Result<Deletion, ClusterError> {
         let (api, _) = self.object_api(object).await?;
-        match api.delete(&object.name, &DeleteParams::background()).await {
+        let mut params = DeleteParams::background();
+        if let Some(uid) = uid {
+            params = params.preconditions(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            });
+        }
+        match api.delete(&object.name, &params).await {
             // kube answers with the object while deletion is pending (finalizers), and with
             // a Status once it is gone.
             Ok(pending) if pending.is_left() => Ok(Deletion::Terminating),
             Ok(_) => Ok(Deletion::Deleted),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deletion::NotFound),
+            // The uid precondition failed: the name now belongs to another object.
+            Err(kube::Error::Api(s)) if s.code == 409 && uid.is_some() => Ok(Deletion::NotFound),
             Err(e) => Err(api_error(e, object)),
         }
     }
@@ -259,28 +280,61 @@ impl Cluster for LiveCluster {
         &self,
         object: &ObjectRef,
         status: &Value,
+        resource_version: Option<&str>,
     ) -> Result<Option<Value>, ClusterError> {
         let (api, kind) = self.object_api(object).await?;
-        let Some(mut live) = api
-            .get_opt(&object.name)
-            .await
-            .map_err(|e| api_error(e, object))?
-        else {
-            return Ok(None);
+        // Without a status subresource, status is part of the object and only a write of
+        // the whole object keeps the rest of it; with one, the server takes nothing but the
+        // status from the body, so name and version are all it needs.
+        let mut body = if kind.status_subresource && resource_version.is_some() {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("name".into(), Value::String(object.name.clone()));
+            if let Some(ns) = &object.namespace {
+                metadata.insert("namespace".into(), Value::String(ns.clone()));
+            }
+            serde_json::json!({
+                "apiVersion": object.api_version, "kind": object.kind, "metadata": metadata,
+            })
+        } else {
+            let Some(live) = api
+                .get_opt(&object.name)
+                .await
+                .map_err(|e| api_error(e, object))?
+            else {
+                return Ok(None);
+            };
+            let live = self.to_value(live)?;
+            if let Some(rv) = resource_version
+                && live.resource_version() != Some(rv)
+            {
+                return Err(ClusterError::Conflict {
+                    object: object.to_string(),
+                    message: format!(
+                        "the object has been modified (resourceVersion {rv} is not the latest)"
+                    ),
+                });
+            }
+            live
         };
-        live.metadata.managed_fields = None;
-        live.data["status"] = status.clone();
+        if let Some(rv) = resource_version {
+            body.metadata_mut()
+                .insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        body.metadata_mut().remove("managedFields");
+        body["status"] = status.clone();
+        let body = to_dynamic(&body)?;
         let written = if kind.status_subresource {
-            api.replace_status(&object.name, &PostParams::default(), &live)
+            api.replace_status(&object.name, &PostParams::default(), &body)
                 .await
         } else {
-            api.replace(&object.name, &PostParams::default(), &live)
+            api.replace(&object.name, &PostParams::default(), &body)
                 .await
         };
-        written
-            .map_err(|e| api_error(e, object))
-            .and_then(to_value)
-            .map(Some)
+        match written {
+            Ok(stored) => self.to_value(stored).map(Some),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(api_error(e, object)),
+        }
     }
 
     async fn patch(
@@ -296,20 +350,25 @@ impl Cluster for LiveCluster {
         )
         .await
         .map_err(|e| api_error(e, object))
-        .and_then(to_value)
+        .and_then(|o| self.to_value(o))
     }
 }
 
-fn to_value(object: DynamicObject) -> Result<Value, ClusterError> {
-    let mut value = serde_json::to_value(object).map_err(|e| {
-        ClusterError::Api(format!(
-            "object from the API server does not serialize: {e}"
-        ))
-    })?;
-    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove("managedFields");
+impl LiveCluster {
+    /// An object from the API as JSON, keeping only windlass's own `managedFields`.
+    fn to_value(&self, mut object: DynamicObject) -> Result<Value, ClusterError> {
+        if let Some(entries) = &mut object.metadata.managed_fields {
+            entries.retain(|e| e.manager.as_deref() == Some(self.field_manager.as_str()));
+            if entries.is_empty() {
+                object.metadata.managed_fields = None;
+            }
+        }
+        serde_json::to_value(object).map_err(|e| {
+            ClusterError::api(format!(
+                "object from the API server does not serialize: {e}"
+            ))
+        })
     }
-    Ok(value)
 }
 
 fn to_dynamic(manifest: &Value) -> Result<DynamicObject, ClusterError> {
@@ -323,20 +382,36 @@ fn to_dynamic(manifest: &Value) -> Result<DynamicObject, ClusterError> {
     })
 }
 
-/// A kube-rs error as a [`ClusterError`], by HTTP status.
+/// A kube-rs error as a [`ClusterError`], by HTTP status. A 422 lists the server's field
+/// causes (`spec.template: Invalid value: …: field is immutable`) when its message does not
+/// already carry them.
 fn api_error(error: kube::Error, what: &dyn std::fmt::Display) -> ClusterError {
-    match error {
-        kube::Error::Api(status) => {
-            let object = what.to_string();
-            let message = status.message.clone();
-            match status.code {
-                404 => ClusterError::NotFound(format!("{object}: {message}")),
-                409 => ClusterError::Conflict { object, message },
-                422 => ClusterError::Invalid { object, message },
-                403 => ClusterError::Forbidden(format!("{object}: {message}")),
-                code => ClusterError::Api(format!("{object}: HTTP {code}: {message}")),
+    let object = what.to_string();
+    let kube::Error::Api(status) = &error else {
+        return ClusterError::Api {
+            message: format!("{object}: {error}"),
+            source: Some(crate::error::KubeSource(std::sync::Arc::new(error))),
+        };
+    };
+    let mut message = status.message.clone();
+    if status.code == 422 {
+        let causes = status.details.iter().flat_map(|d| d.causes.iter());
+        for cause in causes {
+            let text = format!("{}: {}", cause.field, cause.message);
+            if !cause.field.is_empty() && !message.contains(&text) {
+                message.push_str("; ");
+                message.push_str(&text);
             }
         }
-        other => ClusterError::Api(format!("{what}: {other}")),
+    }
+    match status.code {
+        404 => ClusterError::NotFound(format!("{object}: {message}")),
+        409 => ClusterError::Conflict { object, message },
+        422 => ClusterError::Invalid { object, message },
+        403 => ClusterError::Forbidden(format!("{object}: {message}")),
+        code => ClusterError::Api {
+            message: format!("{object}: HTTP {code}: {message}"),
+            source: Some(crate::error::KubeSource(std::sync::Arc::new(error))),
+        },
     }
 }

@@ -16,6 +16,11 @@
 //!   uid and `finalizers` as a set, as their list types say. Other lists are treated as
 //!   atomic: an apply replaces the whole list, where a real server merges lists keyed by
 //!   name (containers, env) item by item, keeping items other managers added;
+//! - a manager loses the fields another writer changes (an update such as `kubectl edit`,
+//!   a patch, or another manager's apply), and objects are returned with the
+//!   `managedFields` entry of this cluster's own field manager, so windlass can tell that
+//!   a field it owns was changed behind its back. Lists appear in it as atomic (`f:list: {}`);
+//!   [`MemoryCluster::update_as`] writes as another manager;
 //! - deleting an object with finalizers only sets `deletionTimestamp`; it goes away when
 //!   the last finalizer is removed, and no finalizer may be added meanwhile;
 //! - deleting an owner garbage-collects every object whose owners are all gone, and
@@ -88,6 +93,84 @@ struct Entry {
     object: Value,
     /// What each field manager last applied (server-side apply's managed fields).
     applied: BTreeMap<String, Value>,
+}
+
+impl Entry {
+    /// The object as the API returns it: with the `managedFields` entry of `manager`'s
+    /// applies, when it has applied the object.
+    fn view(&self, manager: &str) -> Value {
+        let mut object = self.object.clone();
+        if let Some(applied) = self.applied.get(manager) {
+            let api_version = object.api_version().unwrap_or_default().to_string();
+            object.metadata_mut().insert(
+                "managedFields".into(),
+                json!([{
+                    "manager": manager,
+                    "operation": "Apply",
+                    "apiVersion": api_version,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": fields_v1(applied, true),
+                }]),
+            );
+        }
+        object
+    }
+}
+
+/// The field set of an applied configuration in the API's `FieldsV1` shape: `f:<key>` per
+/// map key, `{}` for leaves and (atomic, here) lists.
+fn fields_v1(applied: &Value, top: bool) -> Value {
+    let Some(map) = applied.as_object() else {
+        return json!({});
+    };
+    let mut fields = Map::new();
+    for (key, value) in map {
+        if top && (key == "apiVersion" || key == "kind") {
+            continue;
+        }
+        let child = match value {
+            Value::Object(_) => fields_v1(value, false),
+            _ => json!({}),
+        };
+        fields.insert(format!("f:{key}"), child);
+    }
+    Value::Object(fields)
+}
+
+/// Server-side apply's ownership rule: a field whose value a write changes now belongs to
+/// that writer, so every other manager's applied configuration loses it. `writer` is the
+/// manager of an apply; `None` for updates and patches, which take fields from every
+/// applier.
+fn disown_changed(
+    applied: &mut BTreeMap<String, Value>,
+    writer: Option<&str>,
+    stored: &Value,
+    next: &Value,
+) {
+    fn prune(config: &mut Value, stored: &Value, next: &Value) {
+        let Some(map) = config.as_object_mut() else {
+            return;
+        };
+        map.retain(|key, value| {
+            let (before, after) = (stored.get(key), next.get(key));
+            match value {
+                Value::Object(inner) if !inner.is_empty() => {
+                    prune(
+                        value,
+                        before.unwrap_or(&Value::Null),
+                        after.unwrap_or(&Value::Null),
+                    );
+                    after.is_some()
+                }
+                _ => before == after,
+            }
+        });
+    }
+    for (manager, config) in applied.iter_mut() {
+        if Some(manager.as_str()) != writer {
+            prune(config, stored, next);
+        }
+    }
 }
 
 /// What the store knows of a kind.
@@ -261,6 +344,28 @@ impl MemoryCluster {
         Ok(())
     }
 
+    /// Write `manifest` as field manager `manager` (what `kubectl edit` or another
+    /// controller does, with [`WriteMethod::Update`] or [`WriteMethod::Replace`]) and return
+    /// the object as stored. [`Cluster::apply`] is this with the cluster's own manager.
+    pub fn update_as(
+        &self,
+        manager: &str,
+        manifest: &Value,
+        method: WriteMethod,
+    ) -> Result<Value, ClusterError> {
+        let result = {
+            let mut state = self.lock();
+            apply_locked(&mut state, manifest, method, manager).map(|stored| {
+                state
+                    .objects
+                    .get(&key_of_manifest(&stored))
+                    .map_or(stored, |e| e.view(&self.field_manager))
+            })
+        };
+        self.flush();
+        result
+    }
+
     /// Watch events of every change from now on. A receiver that falls more than 4096
     /// events behind loses the oldest ones (and is told so by `recv`).
     pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
@@ -356,7 +461,7 @@ impl Cluster for MemoryCluster {
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         let state = self.lock();
         let (key, _) = Self::key_of(&state, object)?;
-        Ok(state.objects.get(&key).map(|e| e.object.clone()))
+        Ok(state.objects.get(&key).map(|e| e.view(&self.field_manager)))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -374,23 +479,31 @@ impl Cluster for MemoryCluster {
             .iter()
             .filter(|(k, _)| k.group == group && k.kind == query.type_ref.kind)
             .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
-            .map(|(_, e)| &e.object)
-            .filter(|o| labels.matches(o) && fields.matches(o))
-            .cloned()
+            .map(|(_, e)| e)
+            .filter(|e| labels.matches(&e.object) && fields.matches(&e.object))
+            .map(|e| e.view(&self.field_manager))
             .collect())
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
-        let result = apply_locked(&mut self.lock(), manifest, method, &self.field_manager);
-        self.flush();
-        result
+        self.update_as(&self.field_manager, manifest, method)
     }
 
-    async fn delete(&self, object: &ObjectRef) -> Result<Deletion, ClusterError> {
+    async fn delete(
+        &self,
+        object: &ObjectRef,
+        uid: Option<&str>,
+    ) -> Result<Deletion, ClusterError> {
         let result = {
             let mut state = self.lock();
             let (key, _) = Self::key_of(&state, object)?;
-            delete_locked(&mut state, &key)
+            let stored_uid = state.objects.get(&key).and_then(|e| e.object.uid());
+            if uid.is_some_and(|uid| stored_uid.is_some_and(|s| s != uid)) {
+                // The delete precondition failed: this is another object of that name.
+                Deletion::NotFound
+            } else {
+                delete_locked(&mut state, &key)
+            }
         };
         self.flush();
         Ok(result)
@@ -400,12 +513,26 @@ impl Cluster for MemoryCluster {
         &self,
         object: &ObjectRef,
         status: &Value,
+        resource_version: Option<&str>,
     ) -> Result<Option<Value>, ClusterError> {
         let result = {
             let mut state = self.lock();
             let (key, _) = Self::key_of(&state, object)?;
             match state.objects.get(&key) {
                 None => Ok(None),
+                Some(entry)
+                    if resource_version
+                        .is_some_and(|rv| Some(rv) != entry.object.resource_version()) =>
+                {
+                    Err(ClusterError::Conflict {
+                        object: object.to_string(),
+                        message: format!(
+                            "the object has been modified (resourceVersion {} is not the latest, {})",
+                            resource_version.unwrap_or_default(),
+                            entry.object.resource_version().unwrap_or("?")
+                        ),
+                    })
+                }
                 Some(entry) => {
                     let mut next = entry.object.clone();
                     next.as_object_mut()
@@ -433,7 +560,20 @@ impl Cluster for MemoryCluster {
                 .object
                 .clone();
             let mut next = stored.clone();
-            match json_patch::patch(&mut next, patch) {
+            // The API server's JSON patch lets `test` with `null` pass on a missing path
+            // ("the list is still absent"); the json-patch crate does not.
+            let patch = json_patch::Patch(
+                patch
+                    .0
+                    .iter()
+                    .filter(|op| {
+                        !matches!(op, json_patch::PatchOperation::Test(t)
+                            if t.value.is_null() && next.pointer(t.path.as_str()).is_none())
+                    })
+                    .cloned()
+                    .collect(),
+            );
+            match json_patch::patch(&mut next, &patch) {
                 Err(e) => Err(ClusterError::Invalid {
                     object: object.to_string(),
                     message: format!("patch does not apply: {e}"),
@@ -645,6 +785,8 @@ fn commit(
     let Some(entry) = state.objects.get_mut(&key) else {
         return Err(ClusterError::NotFound(format!("{}/{}", key.kind, key.name)));
     };
+    let writer = applied.as_ref().map(|(manager, _)| manager.as_str());
+    disown_changed(&mut entry.applied, writer, &entry.object, &next);
     let stored = &entry.object;
     if stored.is_terminating() {
         let before: BTreeSet<&str> = stored.finalizers().into_iter().collect();

@@ -13,6 +13,7 @@
 
 mod live;
 mod memory;
+mod requests;
 pub mod selector;
 pub(crate) mod validation;
 
@@ -21,6 +22,7 @@ use serde_json::Value;
 
 pub use live::LiveCluster;
 pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
+pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 
 use crate::error::ClusterError;
@@ -118,13 +120,25 @@ pub trait Cluster: Send + Sync + 'static {
 
     /// Delete the object. Dependents (objects whose owner references all point at deleted
     /// objects) are garbage-collected by the cluster.
-    async fn delete(&self, object: &ObjectRef) -> Result<Deletion, ClusterError>;
+    ///
+    /// With `uid`, only the object with that uid is deleted (the server checks it, a
+    /// delete precondition): an object of the same name that replaced it, perhaps someone
+    /// else's, is left alone and the answer is [`Deletion::NotFound`].
+    async fn delete(&self, object: &ObjectRef, uid: Option<&str>)
+    -> Result<Deletion, ClusterError>;
 
-    /// Replace the object's status. `None` if the object does not exist.
+    /// Replace the object's status and return the object as stored; `None` if the object
+    /// does not exist.
+    ///
+    /// With `resource_version`, the write succeeds only if the object is still at that
+    /// version, else it fails with [`ClusterError::Conflict`]: a status computed from one
+    /// read never overwrites what another writer stored since. Without it, the current
+    /// version is read first (one more request on a live cluster).
     async fn write_status(
         &self,
         object: &ObjectRef,
         status: &Value,
+        resource_version: Option<&str>,
     ) -> Result<Option<Value>, ClusterError>;
 
     /// Apply a JSON patch (RFC 6902) to the object, e.g. to add or remove a finalizer with a

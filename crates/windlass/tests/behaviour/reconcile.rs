@@ -169,7 +169,8 @@ async fn a_missing_config_defaults_configmap_is_a_config_error() {
     env.annotate(&cr, "windlass.dev/config-defaults", "nope")
         .await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Retry);
+    // A config error waits for the CR (or its ConfigMap) to change; it is not retried.
+    assert_eq!(report.outcome, Outcome::Done);
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "ConfigError");
     assert!(
@@ -194,7 +195,11 @@ async fn a_failing_component_maps_to_reasons_with_its_component_state() {
     let env = TestEnv::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Retry);
+    assert_eq!(
+        report.outcome,
+        Outcome::Done,
+        "a config error waits for a change"
+    );
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "ConfigError");
     assert_condition(&status, "Updating", false, "Errored");
@@ -220,7 +225,7 @@ async fn a_cluster_error_leaves_ready_alone_and_retries() {
     faulty.fail(
         Op::Apply,
         Some("ConfigMap"),
-        windlass::ClusterError::Api("etcd is unhappy".into()),
+        windlass::ClusterError::api("etcd is unhappy"),
     );
     let report = env.reconcile(&cr).await;
     assert_eq!(report.outcome, Outcome::Retry);

@@ -35,7 +35,7 @@ fn kind_of(result: Result<Value, ClusterError>) -> String {
         Err(ClusterError::Conflict { .. }) => "conflict".into(),
         Err(ClusterError::Invalid { .. }) => "invalid".into(),
         Err(ClusterError::Forbidden(_)) => "forbidden".into(),
-        Err(ClusterError::Api(m)) => format!("api error: {m}"),
+        Err(ClusterError::Api { message, .. }) => format!("api error: {message}"),
     }
 }
 
@@ -102,7 +102,7 @@ fn generation_and_status<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, V
         labelled["metadata"]["labels"] = json!({"a": "b"});
         let after_label = c.apply(&labelled, WriteMethod::Apply).await.unwrap();
         let after_status = c
-            .write_status(&r, &json!({"phase": "Ready"}))
+            .write_status(&r, &json!({"phase": "Ready"}), None)
             .await
             .unwrap()
             .unwrap();
@@ -126,7 +126,9 @@ fn generation_and_status<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, V
             format!("status kept by a spec apply: {}", after_spec["status"]),
             format!(
                 "status of a missing object: {:?}",
-                c.write_status(&gone, &json!({})).await.map(|o| o.is_some())
+                c.write_status(&gone, &json!({}), None)
+                    .await
+                    .map(|o| o.is_some())
             ),
         ]
     }
@@ -200,7 +202,7 @@ fn finalizers<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>>
         cm["metadata"]["finalizers"] = json!(["example.com/hold"]);
         c.apply(&cm, WriteMethod::Update).await.unwrap();
         let r = cm_ref(ns, "held");
-        let deletion = c.delete(&r).await.unwrap();
+        let deletion = c.delete(&r, None).await.unwrap();
         let held = c.get(&r).await.unwrap().unwrap();
         let mut more = cm.clone();
         more["metadata"]["finalizers"] = json!(["example.com/hold", "example.com/other"]);
@@ -221,7 +223,7 @@ fn finalizers<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>>
             format!("adding a finalizer while terminating: {adding}"),
             format!("a failed JSON-patch test: {failing_patch}"),
             format!("gone once released: {}", c.get(&r).await.unwrap().is_none()),
-            format!("deleting again: {:?}", c.delete(&r).await.unwrap()),
+            format!("deleting again: {:?}", c.delete(&r, None).await.unwrap()),
         ]
     }
     .boxed()
@@ -259,7 +261,7 @@ fn garbage_collection<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<
         let mut shared = configmap(ns, "shared", json!({}));
         shared["metadata"]["ownerReferences"] = owned_by(&[&owner, &other]);
         c.apply(&shared, WriteMethod::Apply).await.unwrap();
-        c.delete(&cm_ref(ns, "owner")).await.unwrap();
+        c.delete(&cm_ref(ns, "owner"), None).await.unwrap();
         eventually("the child is collected", || async { c.get(&cm_ref(ns, "child")).await.unwrap().is_none() }).await;
         // Give a real collector time to (wrongly) collect the shared one too.
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -409,11 +411,11 @@ async fn deletion_outcomes() {
             .await
             .unwrap();
         assert_eq!(
-            c.delete(&cm_ref(ns.name(), "x")).await.unwrap(),
+            c.delete(&cm_ref(ns.name(), "x"), None).await.unwrap(),
             Deletion::Deleted
         );
         assert_eq!(
-            c.delete(&cm_ref(ns.name(), "x")).await.unwrap(),
+            c.delete(&cm_ref(ns.name(), "x"), None).await.unwrap(),
             Deletion::NotFound
         );
     }

@@ -80,7 +80,7 @@ async fn components_are_verified_once_their_workloads_really_are_ready() {
     assert_eq!(status["versions"]["reconciled"], "1.0");
 
     // Owned by the CR, so deleting it lets the real garbage collector remove them.
-    cluster.delete(&cr).await.unwrap();
+    cluster.delete(&cr, None).await.unwrap();
     let web = ObjectRef::new("apps/v1", "Deployment", Some(ns.name()), "shop-web");
     eventually("the garbage collector removes the Deployment", || async {
         cluster.get(&web).await.unwrap().is_none()
@@ -140,7 +140,7 @@ async fn a_finalizer_holds_the_cr_until_its_finalize_rollout_is_done() {
         ["test.windlass.dev/cleanup"]
     );
 
-    cluster.delete(&cr).await.unwrap();
+    cluster.delete(&cr, None).await.unwrap();
     let reports = reconcile_until_done(&reconciler, &cr, 60).await;
     assert_eq!(
         reports.last().unwrap().outcome,

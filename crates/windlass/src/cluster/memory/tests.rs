@@ -102,7 +102,7 @@ async fn generation_bumps_on_spec_changes_only() {
     );
     let r = ObjectRef::from_manifest(&d).unwrap();
     let d = c
-        .write_status(&r, &json!({"readyReplicas": 1}))
+        .write_status(&r, &json!({"readyReplicas": 1}), None)
         .await
         .unwrap()
         .unwrap();
@@ -126,7 +126,7 @@ async fn status_is_kept_apart_from_spec() {
     let d = c.apply(&with_status, WriteMethod::Apply).await.unwrap();
     assert!(d.get("status").is_none(), "apply ignores status");
     let r = ObjectRef::from_manifest(&d).unwrap();
-    c.write_status(&r, &json!({"readyReplicas": 1}))
+    c.write_status(&r, &json!({"readyReplicas": 1}), None)
         .await
         .unwrap();
     let d = c.apply(&with_status, WriteMethod::Replace).await.unwrap();
@@ -136,7 +136,10 @@ async fn status_is_kept_apart_from_spec() {
         "replace keeps the stored status"
     );
     let missing = ObjectRef::new("apps/v1", "Deployment", Some("default"), "nope");
-    assert_eq!(c.write_status(&missing, &json!({})).await.unwrap(), None);
+    assert_eq!(
+        c.write_status(&missing, &json!({}), None).await.unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
@@ -183,7 +186,10 @@ async fn finalizers_hold_deletion_and_none_may_be_added_meanwhile() {
     let mut obj = cm("a", json!({}));
     obj["metadata"]["finalizers"] = json!(["example.com/cleanup"]);
     c.apply(&obj, WriteMethod::Apply).await.unwrap();
-    assert_eq!(c.delete(&cm_ref("a")).await.unwrap(), Deletion::Terminating);
+    assert_eq!(
+        c.delete(&cm_ref("a"), None).await.unwrap(),
+        Deletion::Terminating
+    );
     let held = c.get(&cm_ref("a")).await.unwrap().unwrap();
     assert!(held.is_terminating());
     let mut more = obj.clone();
@@ -246,7 +252,10 @@ async fn deleting_an_owner_collects_its_dependents() {
     shared["metadata"]["ownerReferences"] = json!([owner_ref(&owner), owner_ref(&other)]);
     c.apply(&shared, WriteMethod::Apply).await.unwrap();
 
-    assert_eq!(c.delete(&cm_ref("owner")).await.unwrap(), Deletion::Deleted);
+    assert_eq!(
+        c.delete(&cm_ref("owner"), None).await.unwrap(),
+        Deletion::Deleted
+    );
     assert_eq!(c.get(&cm_ref("child")).await.unwrap(), None);
     assert_eq!(c.get(&cm_ref("grandchild")).await.unwrap(), None);
     assert!(
@@ -267,7 +276,7 @@ async fn namespaces_must_exist_and_deleting_one_deletes_its_contents() {
     c.create_namespace("shop").unwrap();
     c.apply(&obj, WriteMethod::Apply).await.unwrap();
     let ns = ObjectRef::new("v1", "Namespace", None, "shop");
-    assert_eq!(c.delete(&ns).await.unwrap(), Deletion::Deleted);
+    assert_eq!(c.delete(&ns, None).await.unwrap(), Deletion::Deleted);
     let a = ObjectRef::new("v1", "ConfigMap", Some("shop"), "a");
     assert_eq!(c.get(&a).await.unwrap(), None);
     assert_eq!(c.get(&ns).await.unwrap(), None);
@@ -397,7 +406,7 @@ async fn changes_are_published_as_watch_events() {
     c.apply(&cm("a", json!({"k": "2"})), WriteMethod::Apply)
         .await
         .unwrap();
-    c.delete(&cm_ref("a")).await.unwrap();
+    c.delete(&cm_ref("a"), None).await.unwrap();
     let types: Vec<WatchEventType> = std::iter::from_fn(|| rx.try_recv().ok())
         .map(|e| e.event_type)
         .collect();
@@ -493,7 +502,7 @@ async fn loaded_objects_keep_their_identity_status_and_owners() {
     c.apply(&cm("x", json!({})), WriteMethod::Apply)
         .await
         .unwrap();
-    c.delete(&cm_ref("x")).await.unwrap();
+    c.delete(&cm_ref("x"), None).await.unwrap();
     assert!(
         c.get(&ObjectRef::new("v1", "ConfigMap", Some("shop"), "cfg"))
             .await

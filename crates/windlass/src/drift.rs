@@ -1,0 +1,341 @@
+//! Does a rendered object need writing? The answer must survive a real API server, which
+//! normalises what it stores: it drops zero values (`value: ""`, `args: []`, `labels: {}`),
+//! rewrites Quantities (`1024Mi` → `1Gi`), fills defaults. Comparing the desired manifest
+//! with the live object therefore "finds" a change on every pass, and an operator that
+//! applies on every pass under a watch triggers itself forever.
+//!
+//! So windlass never compares values. It decides from two things the server does not
+//! rewrite:
+//!
+//! 1. **What windlass asked for last time**: the hash of the desired manifest, stamped on
+//!    the object as the [`APPLIED_HASH`] annotation when it is applied. A different hash
+//!    means the operator wants something else now (including "stop setting this field",
+//!    which server-side apply then removes).
+//! 2. **Whether windlass still owns what it asked for**: the live object's `managedFields`
+//!    entry of windlass's field manager. When another writer changes a field windlass
+//!    applied (`kubectl edit`, another controller), server-side apply moves the field to
+//!    that writer; the desired field is then missing from windlass's set, and one apply
+//!    puts it back. Fields windlass never set are nobody's business here.
+//!
+//! Objects written with [`WriteMethod::Update`] or [`WriteMethod::Replace`] have no apply
+//! entry to consult; for them the hash alone decides, and changes by other writers are not
+//! put back until the desired manifest changes.
+//!
+//! The field set is matched without a schema: map keys are `f:<key>`; a list is either
+//! atomic (`f:args: {}`, owned as a whole), a set of values (`v:<json>`) or a map keyed by
+//! some of its items' fields (`k:{"name":"main"}`), matched on the key fields the desired
+//! item sets (the server defaults the others, e.g. a port's `protocol`).
+
+use serde_json::{Map, Value, json};
+
+use crate::annotations::APPLIED_HASH;
+use crate::cluster::WriteMethod;
+use crate::object::ManifestExt;
+
+/// Why an object is (or is not) written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drift {
+    /// It does not exist yet.
+    Absent,
+    /// It is being deleted; it is written again so it exists once the deletion is done.
+    Terminating,
+    /// The operator wants something other than what it applied last time.
+    Changed,
+    /// Another writer took a field windlass applied (the path, e.g. `spec.replicas`).
+    Taken(String),
+    /// The live object is as windlass last applied it and windlass still owns every field.
+    InSync,
+}
+
+impl Drift {
+    /// Whether the object has to be written.
+    pub fn needs_write(&self) -> bool {
+        *self != Drift::InSync
+    }
+}
+
+/// Stamp the hash of `manifest` on it as the [`APPLIED_HASH`] annotation. Call it on the
+/// final manifest (owner references and labels included), before [`drift`].
+pub fn stamp(manifest: &mut Value) {
+    let hash = crate::values::canonical_hash(manifest);
+    let metadata = manifest.metadata_mut();
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    if let Some(map) = annotations.as_object_mut() {
+        map.insert(APPLIED_HASH.into(), json!(hash));
+    }
+}
+
+/// Whether `desired` (stamped) must be written over `live`, as `field_manager` writing
+/// with `method`.
+pub fn drift(
+    desired: &Value,
+    live: Option<&Value>,
+    method: WriteMethod,
+    field_manager: &str,
+) -> Drift {
+    let Some(live) = live else {
+        return Drift::Absent;
+    };
+    if live.is_terminating() {
+        return Drift::Terminating;
+    }
+    if desired.annotation(APPLIED_HASH).is_none()
+        || desired.annotation(APPLIED_HASH) != live.annotation(APPLIED_HASH)
+    {
+        return Drift::Changed;
+    }
+    if method != WriteMethod::Apply {
+        return Drift::InSync;
+    }
+    let Some(owned) = applied_fields(live, field_manager) else {
+        // Nothing of it is windlass's any more (or it was written another way).
+        return Drift::Taken("metadata".into());
+    };
+    let Some(desired) = desired.as_object() else {
+        return Drift::Changed;
+    };
+    let mut path = Vec::new();
+    for (key, value) in desired {
+        if matches!(key.as_str(), "apiVersion" | "kind" | "status") {
+            continue;
+        }
+        let value = if key == "metadata" {
+            identity_stripped(value)
+        } else {
+            value.clone()
+        };
+        path.push(key.clone());
+        if !covered(&value, owned.get(format!("f:{key}").as_str()), &mut path) {
+            return Drift::Taken(path.join("."));
+        }
+        path.pop();
+    }
+    Drift::InSync
+}
+
+/// The field set of `manager`'s apply entry in the object's `managedFields`.
+fn applied_fields<'a>(live: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
+    live["metadata"]["managedFields"]
+        .as_array()?
+        .iter()
+        .filter(|e| e["manager"].as_str() == Some(manager))
+        .filter(|e| e["operation"].as_str() == Some("Apply"))
+        // Not a subresource's entry (servers from 1.22 record status applies apart).
+        .find(|e| e["subresource"].as_str().is_none_or(str::is_empty))?["fieldsV1"]
+        .as_object()
+}
+
+/// Metadata without name and namespace: they identify the object and are not in any
+/// manager's field set.
+fn identity_stripped(metadata: &Value) -> Value {
+    let mut metadata = metadata.clone();
+    if let Some(map) = metadata.as_object_mut() {
+        map.remove("name");
+        map.remove("namespace");
+    }
+    metadata
+}
+
+/// Whether the field set `fields` covers everything `value` sets; on failure `path` is
+/// left at the first field that is not covered.
+fn covered(value: &Value, fields: Option<&Value>, path: &mut Vec<String>) -> bool {
+    match value {
+        // Nothing to own: the server stores empty and null values as absent.
+        Value::Null => true,
+        Value::Object(map) if map.is_empty() => true,
+        Value::Array(items) if items.is_empty() => true,
+        _ if fields.is_none() => false,
+        Value::Object(map) => {
+            let Some(fields) = fields.and_then(Value::as_object) else {
+                return false;
+            };
+            for (key, child) in map {
+                path.push(key.clone());
+                if !covered(child, fields.get(format!("f:{key}").as_str()), path) {
+                    return false;
+                }
+                path.pop();
+            }
+            true
+        }
+        Value::Array(items) => {
+            let Some(children) = fields.and_then(Value::as_object) else {
+                return false;
+            };
+            let elements: Vec<(&String, &Value)> =
+                children.iter().filter(|(k, _)| k.as_str() != ".").collect();
+            // An atomic list is owned as a whole.
+            if elements.is_empty() {
+                return true;
+            }
+            for (index, item) in items.iter().enumerate() {
+                path.push(format!("[{index}]"));
+                let owned = elements
+                    .iter()
+                    .find(|(key, _)| element_matches(key, item, index));
+                let ok = match owned {
+                    None => false,
+                    Some((_, child)) if item.is_object() => covered(item, Some(child), path),
+                    Some(_) => true,
+                };
+                if !ok {
+                    return false;
+                }
+                path.pop();
+            }
+            true
+        }
+        // A scalar: present in the set is owned.
+        _ => true,
+    }
+}
+
+/// Whether the field-set key of a list element (`k:{…}`, `v:…`, `i:N`) names `item`.
+fn element_matches(key: &str, item: &Value, index: usize) -> bool {
+    if let Some(keys) = key.strip_prefix("k:") {
+        let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(keys) else {
+            return false;
+        };
+        let Some(item) = item.as_object() else {
+            return false;
+        };
+        // Key fields the desired item leaves out are defaulted by the server.
+        let mut set = keys
+            .iter()
+            .filter(|(k, _)| item.contains_key(*k))
+            .peekable();
+        set.peek().is_some() && set.all(|(k, v)| item.get(k) == Some(v))
+    } else if let Some(value) = key.strip_prefix("v:") {
+        serde_json::from_str::<Value>(value).is_ok_and(|v| v == *item)
+    } else if let Some(i) = key.strip_prefix("i:") {
+        i.parse::<usize>().is_ok_and(|i| i == index)
+    } else {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: &str = "windlass";
+
+    fn stamped(mut v: Value) -> Value {
+        stamp(&mut v);
+        v
+    }
+
+    /// `desired` as a live object whose windlass entry owns `fields`.
+    fn live_with(desired: &Value, fields: Value) -> Value {
+        let mut live = desired.clone();
+        live["metadata"]["uid"] = json!("u");
+        live["metadata"]["managedFields"] = json!([
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": M, "operation": "Apply", "fieldsV1": fields},
+        ]);
+        live
+    }
+
+    fn deployment() -> Value {
+        stamped(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "labels": {"app": "web"}},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [
+                {"name": "main", "image": "web:1", "args": [], "env": [{"name": "A", "value": ""}],
+                 "ports": [{"containerPort": 80}]}]}}}}))
+    }
+
+    fn deployment_fields() -> Value {
+        json!({"f:metadata": {"f:annotations": {"f:windlass.dev/applied-hash": {}}, "f:labels": {"f:app": {}}},
+               "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                   "k:{\"name\":\"main\"}": {".": {}, "f:name": {}, "f:image": {}, "f:args": {},
+                       "f:env": {"k:{\"name\":\"A\"}": {".": {}, "f:name": {}, "f:value": {}}},
+                       "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}}}})
+    }
+
+    #[test]
+    fn in_sync_when_hash_matches_and_every_field_is_still_owned() {
+        let desired = deployment();
+        let mut live = live_with(&desired, deployment_fields());
+        // What the server does to it changes nothing: zero values dropped, defaults added.
+        live["spec"]["template"]["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("args");
+        live["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"] = json!("TCP");
+        live["spec"]["strategy"] = json!({"type": "RollingUpdate"});
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Apply, M),
+            Drift::InSync
+        );
+    }
+
+    #[test]
+    fn a_field_taken_by_another_writer_is_named() {
+        let desired = deployment();
+        let mut fields = deployment_fields();
+        fields["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"main\"}"]
+            .as_object_mut()
+            .unwrap()
+            .remove("f:image");
+        let live = live_with(&desired, fields);
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Apply, M),
+            Drift::Taken("spec.template.spec.containers.[0].image".into())
+        );
+    }
+
+    #[test]
+    fn a_new_desired_manifest_is_a_change_and_absence_is_absence() {
+        let desired = deployment();
+        let live = live_with(&desired, deployment_fields());
+        let mut other = desired.clone();
+        other["spec"]["replicas"] = json!(3);
+        stamp(&mut other);
+        assert_eq!(
+            drift(&other, Some(&live), WriteMethod::Apply, M),
+            Drift::Changed
+        );
+        assert_eq!(drift(&desired, None, WriteMethod::Apply, M), Drift::Absent);
+        let mut terminating = live.clone();
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(
+            drift(&desired, Some(&terminating), WriteMethod::Apply, M),
+            Drift::Terminating
+        );
+    }
+
+    #[test]
+    fn without_an_apply_entry_applies_must_take_the_object_back_but_updates_trust_the_hash() {
+        let desired = deployment();
+        let mut live = desired.clone();
+        live["metadata"]["managedFields"] =
+            json!([{"manager": M, "operation": "Update", "fieldsV1": {}}]);
+        assert!(drift(&desired, Some(&live), WriteMethod::Apply, M).needs_write());
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Update, M),
+            Drift::InSync
+        );
+    }
+
+    #[test]
+    fn set_lists_and_atomic_lists() {
+        let desired = stamped(
+            json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x",
+            "finalizers": ["a/b"]}, "spec": {"args": ["-v"]}}),
+        );
+        let fields = json!({"f:metadata": {"f:annotations": {"f:windlass.dev/applied-hash": {}},
+            "f:finalizers": {".": {}, "v:\"a/b\"": {}}}, "f:spec": {"f:args": {}}});
+        let live = live_with(&desired, fields.clone());
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Apply, M),
+            Drift::InSync
+        );
+        let mut lost = fields;
+        lost["f:metadata"]["f:finalizers"] = json!({".": {}, "v:\"c/d\"": {}});
+        let live = live_with(&desired, lost);
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Apply, M),
+            Drift::Taken("metadata.finalizers.[0]".into())
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! What windlass applied for one CR, per component: the CR's `status.inventory`.
+//!
+//! The inventory answers three questions without listing the cluster (which would cost a
+//! request per kind on every reconcile):
+//!
+//! - **pruning**: objects a component rendered before and no longer renders (the previous
+//!   version's migration Job) are deleted once the component deployed;
+//! - **disabling**: a disabled component deletes exactly the objects it applied, and
+//!   nothing at all once they are gone (no DELETE per object per reconcile);
+//! - **ownership**: each entry keeps the uid of the object windlass applied, and deletes
+//!   carry it as a precondition, so an object of the same name that someone else created
+//!   since is never deleted.
+//!
+//! It is written with the status, so it costs no request of its own. Objects also carry
+//! the [`OWNER_UID`](crate::annotations::OWNER_UID) and
+//! [`COMPONENT`](crate::annotations::COMPONENT) labels, which find them across namespaces
+//! and let watches be scoped to windlass's objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use crate::object::ObjectRef;
+
+/// The status field holding the inventory.
+pub const FIELD: &str = "inventory";
+
+/// The objects windlass applied for a CR: component → object → uid.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inventory(BTreeMap<String, BTreeMap<ObjectRef, String>>);
+
+impl Inventory {
+    /// The inventory recorded in a CR's status. Entries that do not parse are dropped:
+    /// the inventory is windlass's own bookkeeping, and a hand-edited entry must not stop
+    /// a reconcile.
+    pub fn from_status(status: &Value) -> Self {
+        let mut inventory = Inventory::default();
+        for entry in status[FIELD].as_array().into_iter().flatten() {
+            let text = |key: &str| entry[key].as_str().map(str::to_string);
+            let (Some(component), Some(api_version), Some(kind), Some(name), Some(uid)) = (
+                text("component"),
+                text("apiVersion"),
+                text("kind"),
+                text("name"),
+                text("uid"),
+            ) else {
+                continue;
+            };
+            let reference = ObjectRef {
+                api_version,
+                kind,
+                namespace: text("namespace"),
+                name,
+            };
+            inventory.record(&component, reference, &uid);
+        }
+        inventory
+    }
+
+    /// The inventory as the status stores it: a list sorted by component and object.
+    pub fn to_value(&self) -> Value {
+        let mut entries = Vec::new();
+        for (component, objects) in &self.0 {
+            for (reference, uid) in objects {
+                let mut entry = json!({
+                    "component": component, "apiVersion": reference.api_version,
+                    "kind": reference.kind, "name": reference.name, "uid": uid,
+                });
+                if let Some(ns) = &reference.namespace {
+                    entry["namespace"] = json!(ns);
+                }
+                entries.push(entry);
+            }
+        }
+        Value::Array(entries)
+    }
+
+    /// Note that `component` applied `reference`, now with `uid`.
+    pub fn record(&mut self, component: &str, reference: ObjectRef, uid: &str) {
+        self.0
+            .entry(component.to_string())
+            .or_default()
+            .insert(reference, uid.to_string());
+    }
+
+    /// Forget an object (it is gone, or no longer windlass's).
+    pub fn forget(&mut self, component: &str, reference: &ObjectRef) {
+        if let Some(objects) = self.0.get_mut(component) {
+            objects.remove(reference);
+            if objects.is_empty() {
+                self.0.remove(component);
+            }
+        }
+    }
+
+    /// The objects `component` applied, with their uids.
+    pub fn of(&self, component: &str) -> Vec<(ObjectRef, String)> {
+        self.0
+            .get(component)
+            .map(|o| o.iter().map(|(r, u)| (r.clone(), u.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The components with recorded objects.
+    pub fn components(&self) -> BTreeSet<String> {
+        self.0.keys().cloned().collect()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_the_status_and_drops_malformed_entries() {
+        let mut inventory = Inventory::default();
+        let cm = ObjectRef::new("v1", "ConfigMap", Some("ns"), "a");
+        let ns = ObjectRef::new("v1", "Namespace", None, "team");
+        inventory.record("web", cm.clone(), "u1");
+        inventory.record("tenant", ns.clone(), "u2");
+        let mut status = json!({FIELD: inventory.to_value()});
+        status[FIELD]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"component": "x", "kind": 3}));
+        let back = Inventory::from_status(&status);
+        assert_eq!(back, inventory);
+        assert_eq!(back.of("web"), vec![(cm.clone(), "u1".to_string())]);
+        let mut emptied = back;
+        emptied.forget("web", &cm);
+        assert_eq!(emptied.components(), BTreeSet::from(["tenant".to_string()]));
+        assert!(Inventory::from_status(&json!({})).is_empty());
+    }
+}
