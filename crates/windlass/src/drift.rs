@@ -21,10 +21,13 @@
 //! entry to consult; for them the hash alone decides, and changes by other writers are not
 //! put back until the desired manifest changes.
 //!
-//! The field set is matched without a schema: map keys are `f:<key>`; a list is either
-//! atomic (`f:args: {}`, owned as a whole), a set of values (`v:<json>`) or a map keyed by
+//! The field set is matched without a schema: map keys are `f:<key>`, and a map whose entry
+//! has no `f:` children is atomic (a label selector: `f:selector: {}`), owned as a whole; a
+//! list is either atomic (`f:args: {}`), a set of values (`v:<json>`) or a map keyed by
 //! some of its items' fields (`k:{"name":"main"}`), matched on the key fields the desired
-//! item sets (the server defaults the others, e.g. a port's `protocol`).
+//! item sets (the server defaults the others, e.g. a port's `protocol`). Values made only
+//! of empty maps and lists (`metadata: {labels: {}}`) are not recorded by the server and
+//! need no owner.
 
 use serde_json::{Map, Value, json};
 
@@ -139,16 +142,22 @@ fn identity_stripped(metadata: &Value) -> Value {
 /// Whether the field set `fields` covers everything `value` sets; on failure `path` is
 /// left at the first field that is not covered.
 fn covered(value: &Value, fields: Option<&Value>, path: &mut Vec<String>) -> bool {
+    if vacuous(value) {
+        // Nothing to own: the server records no field for it.
+        return true;
+    }
+    let Some(fields) = fields else {
+        return false;
+    };
     match value {
-        // Nothing to own: the server stores empty and null values as absent.
-        Value::Null => true,
-        Value::Object(map) if map.is_empty() => true,
-        Value::Array(items) if items.is_empty() => true,
-        _ if fields.is_none() => false,
         Value::Object(map) => {
-            let Some(fields) = fields.and_then(Value::as_object) else {
+            let Some(fields) = fields.as_object() else {
                 return false;
             };
+            if !fields.keys().any(|k| k.starts_with("f:")) {
+                // An atomic map, owned as a whole.
+                return true;
+            }
             for (key, child) in map {
                 path.push(key.clone());
                 if !covered(child, fields.get(format!("f:{key}").as_str()), path) {
@@ -159,7 +168,7 @@ fn covered(value: &Value, fields: Option<&Value>, path: &mut Vec<String>) -> boo
             true
         }
         Value::Array(items) => {
-            let Some(children) = fields.and_then(Value::as_object) else {
+            let Some(children) = fields.as_object() else {
                 return false;
             };
             let elements: Vec<(&String, &Value)> =
@@ -187,6 +196,16 @@ fn covered(value: &Value, fields: Option<&Value>, path: &mut Vec<String>) -> boo
         }
         // A scalar: present in the set is owned.
         _ => true,
+    }
+}
+
+/// Whether a value is null or made only of empty maps and lists.
+fn vacuous(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.values().all(vacuous),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
     }
 }
 
@@ -314,6 +333,32 @@ mod tests {
         assert_eq!(
             drift(&desired, Some(&live), WriteMethod::Update, M),
             Drift::InSync
+        );
+    }
+
+    #[test]
+    fn atomic_maps_and_vacuous_values_as_a_real_server_records_them() {
+        // Seen on kube-apiserver 1.20: a label selector is an atomic map, and a pod
+        // template's `metadata: {labels: {}}` leaves no trace in the field set.
+        let desired = stamped(
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}},
+                     "template": {"metadata": {"labels": {}}, "spec": {"restartPolicy": "Never"}}}}),
+        );
+        let fields = json!({"f:metadata": {"f:annotations": {"f:windlass.dev/applied-hash": {}}},
+            "f:spec": {"f:selector": {}, "f:template": {"f:spec": {"f:restartPolicy": {}}}}});
+        let live = live_with(&desired, fields.clone());
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Apply, M),
+            Drift::InSync
+        );
+        // A map with owned children is not atomic: losing one of them is drift.
+        let mut lost = fields;
+        lost["f:spec"]["f:template"]["f:spec"] = json!({"f:dnsPolicy": {}});
+        let live = live_with(&desired, lost);
+        assert_eq!(
+            drift(&desired, Some(&live), WriteMethod::Apply, M),
+            Drift::Taken("spec.template.spec.restartPolicy".into())
         );
     }
 

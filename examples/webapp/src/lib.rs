@@ -25,9 +25,10 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Secret,
-    SecretKeySelector, Service, ServicePort, ServiceSpec, VolumeMount, VolumeResourceRequirements,
+    ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
+    EnvVar, EnvVarSource, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
+    PodTemplateSpec, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -67,6 +68,16 @@ pub struct WebAppSpec {
     /// The optional cache.
     #[serde(default)]
     pub cache: CacheSpec,
+    /// Feature flags for the web tier, passed as `FEATURE_FLAGS` (empty or absent: none).
+    /// An `Option` because Kubernetes 1.20 refuses `default: ""` in a CRD schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_flags: Option<String>,
+    /// Extra arguments for the web server.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra labels for the migration's pods.
+    #[serde(default)]
+    pub migration_labels: BTreeMap<String, String>,
 }
 
 fn default_replicas() -> i32 {
@@ -391,7 +402,10 @@ impl Component<WebApp> for Migration {
                 spec: Some(JobSpec {
                     backoff_limit: Some(3),
                     template: PodTemplateSpec {
-                        metadata: None,
+                        metadata: Some(ObjectMeta {
+                            labels: Some(spec.migration_labels.clone()),
+                            ..Default::default()
+                        }),
                         spec: Some(PodSpec {
                             restart_policy: Some("OnFailure".into()),
                             containers: vec![Container {
@@ -459,10 +473,25 @@ impl Component<WebApp> for Web {
                 }),
                 ..Default::default()
             }]),
-            env: Some(vec![password_env(session, "DATABASE_PASSWORD")]),
+            args: Some(spec.args.clone()),
+            env: Some(vec![
+                password_env(session, "DATABASE_PASSWORD"),
+                EnvVar {
+                    name: "FEATURE_FLAGS".into(),
+                    value: Some(spec.feature_flags.clone().unwrap_or_default()),
+                    ..Default::default()
+                },
+            ]),
             ports: Some(vec![ContainerPort {
                 container_port: 8080,
                 protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            // Writable scratch space.
+            volume_mounts: Some(vec![VolumeMount {
+                name: "tmp".into(),
+                mount_path: "/tmp".into(),
+                read_only: Some(false),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -479,6 +508,11 @@ impl Component<WebApp> for Web {
                         "web",
                         PodSpec {
                             containers: vec![container],
+                            volumes: Some(vec![Volume {
+                                name: "tmp".into(),
+                                empty_dir: Some(EmptyDirVolumeSource::default()),
+                                ..Default::default()
+                            }]),
                             ..Default::default()
                         },
                     ),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use webapp_operator::{WebApp, WebAppController};
-use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
+use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
 use windlass::config::LibraryConfig;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass::progress::Event;
@@ -107,5 +107,154 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
     assert!(
         gone.is_none() || gone.is_some_and(|d| d.is_terminating()),
         "the cache Deployment is deleted"
+    );
+}
+
+/// The example's objects with cache on: Secret, db Service + StatefulSet, migration Job,
+/// web ConfigMap + Deployment + Service, cache Deployment + Service.
+const OBJECTS: u64 = 9;
+
+/// Reconcile until `Done`, at most `attempts` times, a second apart.
+async fn reconcile_until_done(reconciler: &Reconciler<WebAppController>, cr: &ObjectRef) {
+    let mut outcomes = Vec::new();
+    for _ in 0..90 {
+        let report = reconciler.reconcile(cr).await;
+        assert!(report.error.is_none(), "{:?}", report.error);
+        outcomes.push(report.outcome);
+        if report.outcome == Outcome::Done {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("the WebApp never became ready: {outcomes:?}");
+}
+
+#[tokio::test]
+async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
+    let env = TestEnv::shared()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace("steady").await.unwrap();
+    let counter = RequestCounter::new();
+    let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
+    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
+    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
+    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cluster.scope(&kind).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the WebApp CRD is never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Every shape the API server normalises: a Quantity it rewrites (1024Mi → 1Gi), an
+    // empty env value, an empty args list, empty pod labels, readOnly: false (the last
+    // three are dropped from what it stores).
+    let shop = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+        "metadata": {"name": "shop", "namespace": ns.name()},
+        "spec": {"version": "1.4.0", "image": "ghcr.io/example/shop", "cache": {"enabled": true},
+                 "database": {"storage": "1024Mi"}, "featureFlags": "", "args": [],
+                 "migrationLabels": {}}});
+    cluster.apply(&shop, WriteMethod::Update).await.unwrap();
+    let cr = ObjectRef::from_manifest(&shop).unwrap();
+    let reconciler = Reconciler::new(WebAppController, cluster.clone(), LibraryConfig::default());
+    counter.take();
+    reconcile_until_done(&reconciler, &cr).await;
+    let statefulset = ObjectRef::new("apps/v1", "StatefulSet", Some(ns.name()), "shop-db");
+    let stored = cluster.get(&statefulset).await.unwrap().unwrap();
+    assert_eq!(
+        stored["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "1Gi",
+        "the server canonicalised the Quantity, so values differ from what was applied"
+    );
+
+    // Steady state: no write at all, no list, and each object read at most once.
+    counter.take();
+    let report = reconciler.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    let steady = counter.take();
+    println!("steady-state reconcile:\n{steady}");
+    assert_eq!(
+        steady.mutating(),
+        0,
+        "a steady-state reconcile writes:\n{steady}"
+    );
+    assert_eq!(steady.verb(Verb::List), 0, "{steady}");
+    assert!(
+        steady.reads() <= OBJECTS + 1,
+        "more than one read per object (and the CR):\n{steady}"
+    );
+    for (resource, objects) in [
+        ("webapps", 1),
+        ("secrets", 1),
+        ("services", 3),
+        ("statefulsets", 1),
+        ("jobs", 1),
+        ("configmaps", 1),
+        ("deployments", 2),
+    ] {
+        assert!(
+            steady.of(Verb::Get, resource) <= objects,
+            "{resource} read more than once each:\n{steady}"
+        );
+    }
+
+    // `kubectl edit` of a field windlass owns: exactly one apply puts it back.
+    let mut edit = env.kubectl().unwrap();
+    edit.args(["edit", "configmap", "shop-web", "-n", ns.name()])
+        .env(
+            "KUBE_EDITOR",
+            "sed -i s/APP_VERSION:.*/APP_VERSION:\\ edited/",
+        );
+    let output = edit.output().unwrap();
+    assert!(output.status.success(), "kubectl edit: {output:?}");
+    let web_config = ObjectRef::new("v1", "ConfigMap", Some(ns.name()), "shop-web");
+    let edited = cluster.get(&web_config).await.unwrap().unwrap();
+    assert_eq!(
+        edited["data"]["APP_VERSION"], "edited",
+        "kubectl edit took effect"
+    );
+    counter.take();
+    let report = reconciler.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    let repaired = counter.take();
+    assert_eq!(
+        repaired.mutating(),
+        1,
+        "one write repairs the drift:\n{repaired}"
+    );
+    assert_eq!(repaired.of(Verb::Apply, "configmaps"), 1, "{repaired}");
+    let fixed = cluster.get(&web_config).await.unwrap().unwrap();
+    assert_eq!(fixed["data"]["APP_VERSION"], "1.4.0");
+    // …and after that, steady again.
+    reconciler.reconcile(&cr).await;
+    assert_eq!(counter.take().mutating(), 0);
+
+    // A new version renders a new migration Job; the old one is pruned.
+    cluster
+        .apply(
+            &json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+        "metadata": {"name": "shop", "namespace": ns.name()}, "spec": {"version": "1.5.0"}}),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    reconcile_until_done(&reconciler, &cr).await;
+    let old_job = ObjectRef::new("batch/v1", "Job", Some(ns.name()), "shop-migrate-1-4-0");
+    let new_job = ObjectRef::new("batch/v1", "Job", Some(ns.name()), "shop-migrate-1-5-0");
+    let old = cluster.get(&old_job).await.unwrap();
+    assert!(
+        old.is_none() || old.is_some_and(|j| j.is_terminating()),
+        "the previous version's migration Job is deleted"
+    );
+    assert!(cluster.get(&new_job).await.unwrap().is_some());
+    let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
+    let inventory = status["inventory"].as_array().unwrap();
+    assert!(
+        inventory.iter().any(|e| e["name"] == "shop-migrate-1-5-0")
+            && !inventory.iter().any(|e| e["name"] == "shop-migrate-1-4-0"),
+        "{inventory:#?}"
     );
 }
