@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
-use crate::error::Error;
+use crate::error::{ClusterError, Error};
 
 /// The status type of a windlass-managed CR: `#[kube(status = "windlass::status::Status")]`.
 ///
@@ -172,7 +172,11 @@ pub fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason)
     match error {
         Error::Precondition(_) => (None, UpdatingReason::PreconditionWait),
         Error::Verification(_) => (None, UpdatingReason::VerifyWait),
-        Error::Config(_) => (Some(ReadyReason::ConfigError), UpdatingReason::Errored),
+        // An object the server refused as invalid (422) is the operator's or the CR's
+        // input at fault, like a config error: nothing changes until that input does.
+        Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => {
+            (Some(ReadyReason::ConfigError), UpdatingReason::Errored)
+        }
         Error::Cluster(_) => (None, UpdatingReason::ClusterError),
         Error::Rollout(_) | Error::Panic { .. } | Error::Other(_) => {
             (Some(ReadyReason::Errored), UpdatingReason::Errored)
@@ -599,6 +603,15 @@ mod tests {
         assert_eq!(
             reasons_for_error(&Error::cluster("x")),
             (None, U::ClusterError)
+        );
+        let invalid = ClusterError::Invalid {
+            object: "apps/v1/Deployment/ns/web".into(),
+            message: "spec.replicas: Invalid value: -1".into(),
+        };
+        assert_eq!(
+            reasons_for_error(&Error::Cluster(invalid)),
+            (Some(R::ConfigError), U::Errored),
+            "a 422 is input at fault, not the cluster"
         );
         assert_eq!(
             reasons_for_error(&Error::rollout("r")),

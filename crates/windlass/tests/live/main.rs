@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod live_path;
 mod rollout;
 
 use std::sync::Arc;
