@@ -31,6 +31,7 @@ pub mod logging;
 pub mod object;
 pub mod patch;
 pub mod progress;
+pub mod rbac;
 pub mod reconcile;
 pub mod rollout;
 pub mod session;
