@@ -27,6 +27,7 @@ pub mod dag;
 pub mod dryrun;
 mod dump;
 pub mod error;
+pub mod events;
 pub mod logging;
 pub mod object;
 pub mod patch;
