@@ -4,9 +4,9 @@
 //! An [`EventSink`] publishes a [`CrEvent`] about the CR whose manifest it is given. Two
 //! sinks share the trait:
 //!
-//! - [`LiveEventSink`] publishes through kube-runtime's event
-//!   [`Recorder`](kube::runtime::events::Recorder), which turns a repeated event into a
-//!   series on the first Event object (`series.count`) instead of a new object;
+//! - [`LiveEventSink`] publishes through kube-runtime's event [`Recorder`], which turns a
+//!   repeated event into a series on the first Event object (`series.count`) instead of a
+//!   new object;
 //! - [`MemoryEventSink`] keeps the events in memory, for dry runs and tests, and counts
 //!   repeats the same way.
 //!
