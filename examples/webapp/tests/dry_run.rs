@@ -238,13 +238,11 @@ async fn negative_replicas_are_refused_with_a_message() {
     );
 }
 
-/// The rules of the role in `rbac`'s output, as `(apiGroup, resource) → verbs`.
-fn rbac_rules(
-    yaml: &str,
-) -> (
-    Vec<Value>,
-    std::collections::BTreeMap<(String, String), Vec<String>>,
-) {
+/// `(apiGroup, resource) → verbs`.
+type Rules = std::collections::BTreeMap<(String, String), Vec<String>>;
+
+/// The documents of `rbac`'s output, and the rules of its role.
+fn rbac_rules(yaml: &str) -> (Vec<Value>, Rules) {
     let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
     let mut rules = std::collections::BTreeMap::new();
     for rule in docs[1]["rules"].as_array().unwrap() {
