@@ -4,6 +4,8 @@
 //! <kind>-operator run --dry-run [PATH…] [-r DIR]   reconcile CR manifests on the in-memory cluster
 //! <kind>-operator graph CR.yaml [--format dot]      draw the component graph (Mermaid or DOT)
 //! <kind>-operator crds                              print the CRD as YAML
+//! <kind>-operator rbac CR.yaml… [--name N] [--namespace NS] [--namespaced]
+//!                                                   print least-privilege RBAC (see crate::rbac)
 //! ```
 //!
 //! Every subcommand takes the library configuration as flags (`--<dotted.key>[=value]`,
@@ -42,7 +44,7 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::{Outcome, Reconciler};
 
-const SUBCOMMANDS: [&str; 3] = ["run", "graph", "crds"];
+const SUBCOMMANDS: [&str; 4] = ["run", "graph", "crds", "rbac"];
 
 /// Where the CLI writes its output: standard output, or a buffer in tests.
 #[derive(Clone)]
@@ -139,6 +141,7 @@ where
     match matches.subcommand() {
         Some(("run", sub)) => run_command(controller, config, sub, out).await,
         Some(("graph", sub)) => graph_command(controller, config, sub, out).await,
+        Some(("rbac", sub)) => rbac_command(controller, config, sub, out).await,
         Some(("crds", _)) => match serde_saphyr::to_string(&C::Resource::crd()) {
             Ok(yaml) => {
                 out.line(format!("---\n{}", yaml.trim_end()));
@@ -180,7 +183,16 @@ fn command<C: Controller>() -> Command {
                 .arg(Arg::new("cr").required(true).value_name("CR").help("A CR manifest"))
                 .arg(Arg::new("format").long("format").value_parser(["mermaid", "dot"]).default_value("mermaid")),
         )
-        .subcommand(Command::new("crds").about("Print the CustomResourceDefinition as YAML"));
+        .subcommand(Command::new("crds").about("Print the CustomResourceDefinition as YAML"))
+        .subcommand(
+            Command::new("rbac")
+                .about("Print a ServiceAccount and the least-privilege ClusterRole (or Role) and binding the controller needs for these CRs, found by a dry run")
+                .arg(Arg::new("manifests").num_args(0..).value_name("PATH").help("CR manifests (and CRDs of other custom kinds they render): YAML files or directories of them"))
+                .arg(Arg::new("cr").short('c').long("cr").action(ArgAction::Append).value_name("FILE").help("A CR manifest (same as a PATH)"))
+                .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the ServiceAccount, role and binding [default: <kind>-operator]"))
+                .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("Namespace of the ServiceAccount (and of the Role with --namespaced)"))
+                .arg(Arg::new("namespaced").long("namespaced").action(ArgAction::SetTrue).help("A Role and RoleBinding in --namespace instead of cluster-wide ones")),
+        );
     for (path, kind) in Layers::leaves() {
         let mut arg = Arg::new(path.clone())
             .long(path.clone())
@@ -363,7 +375,7 @@ async fn run_command<C: Controller>(
 
 /// Store one manifest as a user would: namespaced objects default to `default`, and the
 /// namespace is created when it does not exist yet.
-async fn store(memory: &MemoryCluster, mut doc: Value) -> Result<Value, String> {
+pub(crate) async fn store(memory: &MemoryCluster, mut doc: Value) -> Result<Value, String> {
     let type_ref = TypeRef::new(
         doc.api_version().ok_or("no apiVersion")?,
         doc.kind().ok_or("no kind")?,
@@ -476,6 +488,52 @@ async fn graph_command<C: Controller>(
     }
 }
 
+async fn rbac_command<C: Controller>(
+    controller: C,
+    config: LibraryConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let mut docs = Vec::new();
+    for id in ["manifests", "cr"] {
+        for path in matches.get_many::<String>(id).into_iter().flatten() {
+            match read_manifests(Path::new(path), false) {
+                Ok(found) => docs.extend(found.into_iter().map(|(_, doc)| doc)),
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    if docs.is_empty() {
+        eprintln!("no CR manifests given: rbac <file.yaml | directory>…");
+        return ExitCode::from(2);
+    }
+    let mut options = crate::rbac::Options::for_controller::<C>();
+    if let Some(name) = matches.get_one::<String>("name") {
+        options.name = name.clone();
+    }
+    if let Some(namespace) = matches.get_one::<String>("namespace") {
+        options.namespace = namespace.clone();
+    }
+    options.namespaced = matches.get_flag("namespaced");
+    let yaml = match crate::rbac::discover(controller, config, docs).await {
+        Ok(access) => crate::rbac::manifests(&access, &options).and_then(|m| m.to_yaml()),
+        Err(e) => Err(e),
+    };
+    match yaml {
+        Ok(yaml) => {
+            out.line(yaml.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Prints reconcile progress as it happens.
 struct Printer {
     out: Output,
@@ -546,7 +604,8 @@ impl Observer for Printer {
                 name,
                 passed: false,
             } => format!("  hook {name} did not pass"),
-            Event::Hook { .. } => return,
+            // Rendering is not news: what was applied or deleted follows.
+            Event::Hook { .. } | Event::Rendered { .. } => return,
             Event::Status {
                 ready,
                 updating,

@@ -35,6 +35,15 @@ pub enum Event {
     },
     /// A rollout phase began.
     PhaseStarted(Phase),
+    /// A component rendered its objects (a disabled one too: those are what it deletes).
+    Rendered {
+        /// The component.
+        component: String,
+        /// Whether it is disabled.
+        disabled: bool,
+        /// The objects, in apply order.
+        objects: Vec<ObjectRef>,
+    },
     /// A component's objects were applied; `unchanged` ones needed no write.
     Deployed {
         /// The component.
@@ -106,6 +115,16 @@ pub(crate) fn emit(observer: &dyn Observer, event: Event) {
     match &event {
         Event::ReconcileStarted { cr, id } => tracing::debug!(%cr, id, "reconcile started"),
         Event::PhaseStarted(phase) => tracing::debug!(%phase, "phase started"),
+        Event::Rendered {
+            component,
+            disabled,
+            objects,
+        } => tracing::trace!(
+            component,
+            disabled,
+            objects = objects.len(),
+            "component rendered"
+        ),
         Event::Deployed {
             component,
             applied,

@@ -360,6 +360,11 @@ impl<K: PrimaryResource> Rollout<'_, K> {
             });
         }
         crate::dump::dump_component(session, name, entry.disabled, &objects)?;
+        session.emit(Event::Rendered {
+            component: name.to_string(),
+            disabled: entry.disabled,
+            objects: objects.iter().map(|o| o.reference.clone()).collect(),
+        });
         let objects = Arc::new(objects);
         self.lock_rendered().insert(id, objects.clone());
         Ok(objects)

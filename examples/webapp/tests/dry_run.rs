@@ -237,3 +237,126 @@ async fn negative_replicas_are_refused_with_a_message() {
         "config error: spec.replicas must not be negative"
     );
 }
+
+/// `(apiGroup, resource) → verbs`.
+type Rules = std::collections::BTreeMap<(String, String), Vec<String>>;
+
+/// The documents of `rbac`'s output, and the rules of its role.
+fn rbac_rules(yaml: &str) -> (Vec<Value>, Rules) {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    let mut rules = std::collections::BTreeMap::new();
+    for rule in docs[1]["rules"].as_array().unwrap() {
+        let group = rule["apiGroups"][0].as_str().unwrap().to_string();
+        let verbs: Vec<String> = serde_json::from_value(rule["verbs"].clone()).unwrap();
+        for resource in rule["resources"].as_array().unwrap() {
+            let key = (group.clone(), resource.as_str().unwrap().to_string());
+            assert!(
+                rules.insert(key, verbs.clone()).is_none(),
+                "one rule per resource"
+            );
+        }
+    }
+    (docs, rules)
+}
+
+#[tokio::test]
+async fn rbac_prints_least_privilege_rules_for_what_the_webapp_renders() {
+    let (code, out) = cli(&["rbac", SHOP]).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    let (docs, rules) = rbac_rules(&out);
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d.kind()).collect();
+    assert_eq!(
+        kinds,
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    );
+    assert_eq!(
+        docs[0]["metadata"],
+        json!({"name": "webapp-operator", "namespace": "default"})
+    );
+    assert_eq!(docs[2]["subjects"][0]["name"], "webapp-operator");
+
+    let all = [
+        "create", "delete", "get", "list", "patch", "update", "watch",
+    ];
+    for (group, resource) in [
+        ("apps", "statefulsets"),
+        ("apps", "deployments"),
+        ("batch", "jobs"),
+        ("", "services"),
+        ("", "secrets"),
+        ("", "configmaps"),
+    ] {
+        assert_eq!(
+            rules.get(&(group.to_string(), resource.to_string())),
+            Some(&all.map(String::from).to_vec()),
+            "{group}/{resource} in:\n{out}"
+        );
+    }
+    let verbs = |group: &str, resource: &str| -> Vec<String> {
+        rules
+            .get(&(group.to_string(), resource.to_string()))
+            .cloned()
+            .unwrap_or_else(|| panic!("no rule for {group}/{resource}:\n{out}"))
+    };
+    assert_eq!(
+        verbs("example.windlass.dev", "webapps"),
+        ["get", "list", "patch", "update", "watch"]
+    );
+    assert_eq!(
+        verbs("example.windlass.dev", "webapps/status"),
+        ["get", "patch", "update"]
+    );
+    assert_eq!(
+        verbs("example.windlass.dev", "webapps/finalizers"),
+        ["update"]
+    );
+    assert_eq!(
+        verbs("events.k8s.io", "events"),
+        ["create", "patch", "update"]
+    );
+    assert_eq!(
+        verbs("coordination.k8s.io", "leases"),
+        ["create", "get", "list", "patch", "update", "watch"]
+    );
+    // Nothing the operator does not render.
+    assert_eq!(
+        rules.keys().filter(|(g, _)| g == "apps").count(),
+        2,
+        "only statefulsets and deployments in apps:\n{out}"
+    );
+    assert!(!out.contains("pods"), "{out}");
+
+    // The same input prints the same output.
+    let (_, again) = cli(&["rbac", SHOP]).await;
+    assert_eq!(again, out);
+}
+
+#[tokio::test]
+async fn rbac_can_name_the_account_and_stay_in_one_namespace() {
+    let (code, out) = cli(&[
+        "rbac",
+        "--name",
+        "shop-op",
+        "--namespace",
+        "ops",
+        "--namespaced",
+        SHOP,
+    ])
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    let (docs, rules) = rbac_rules(&out);
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d.kind()).collect();
+    assert_eq!(kinds, ["ServiceAccount", "Role", "RoleBinding"]);
+    for doc in &docs {
+        assert_eq!(
+            doc["metadata"],
+            json!({"name": "shop-op", "namespace": "ops"})
+        );
+    }
+    assert_eq!(docs[2]["roleRef"]["kind"], "Role");
+    assert!(rules.contains_key(&("apps".to_string(), "deployments".to_string())));
+
+    // Without CRs there is nothing to derive rules from.
+    let (code, _) = cli(&["rbac"]).await;
+    assert_eq!(code, ExitCode::from(2));
+}

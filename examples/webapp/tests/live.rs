@@ -258,3 +258,127 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
         "{inventory:#?}"
     );
 }
+
+/// Apply `objects` with the admin cluster.
+async fn apply_all(cluster: &LiveCluster, objects: Vec<serde_json::Value>) {
+    for object in objects {
+        cluster.apply(&object, WriteMethod::Apply).await.unwrap();
+    }
+}
+
+/// A cluster whose every request impersonates the ServiceAccount `namespace/name`.
+fn impersonating(env: &TestEnv, namespace: &str, name: &str) -> Arc<LiveCluster> {
+    let mut config = env.kube_config();
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+    Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()))
+}
+
+#[tokio::test]
+async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
+    let env = TestEnv::shared()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace("webapp-rbac").await.unwrap();
+    let admin = Arc::new(LiveCluster::new(env.client().unwrap()));
+    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
+    admin.apply(&crd, WriteMethod::Apply).await.unwrap();
+    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while admin.scope(&kind).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the WebApp CRD is never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The rules for the example CR, from the rbac module, bound to a ServiceAccount.
+    let shop_yaml =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml")).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&shop_yaml).unwrap();
+    let access = windlass::rbac::discover(WebAppController, LibraryConfig::default(), docs)
+        .await
+        .unwrap();
+    // ClusterRoles are cluster-wide: name them after the test's namespace.
+    let options = windlass::rbac::Options {
+        name: format!("{}-operator", ns.name()),
+        namespace: ns.name().to_string(),
+        namespaced: false,
+    };
+    let granted = windlass::rbac::manifests(&access, &options).unwrap();
+    apply_all(&admin, granted.to_values().unwrap()).await;
+    let operator = impersonating(env, ns.name(), &options.name);
+
+    let webapp = |name: &str| {
+        json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+            "metadata": {"name": name, "namespace": ns.name()},
+            "spec": {"version": "1.4.0", "image": "ghcr.io/example/shop", "cache": {"enabled": true}}})
+    };
+    let shop = webapp("shop");
+    admin.apply(&shop, WriteMethod::Update).await.unwrap();
+    let cr = ObjectRef::from_manifest(&shop).unwrap();
+    let reconciler = Reconciler::new(WebAppController, operator.clone(), LibraryConfig::default());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = reconciler.reconcile(&cr).await;
+        assert!(
+            report.error.is_none(),
+            "with the derived RBAC: {:?}",
+            report.error
+        );
+        if report.outcome == Outcome::Done {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the WebApp never became ready with the derived RBAC"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let status = admin.get(&cr).await.unwrap().unwrap()["status"].clone();
+    assert_condition(&status, "Ready", true, "Stable");
+
+    // The same without the rule for deployments, for a fresh CR and another account.
+    let options = windlass::rbac::Options {
+        name: format!("{}-no-deployments", ns.name()),
+        ..options
+    };
+    let mut denied = windlass::rbac::manifests(&access, &options).unwrap();
+    for rule in denied.rules_mut() {
+        if let Some(resources) = &mut rule.resources {
+            resources.retain(|r| r != "deployments");
+        }
+    }
+    denied
+        .rules_mut()
+        .retain(|r| r.resources.as_ref().is_some_and(|r| !r.is_empty()));
+    assert_ne!(denied.rules(), granted.rules(), "a rule named deployments");
+    apply_all(&admin, denied.to_values().unwrap()).await;
+    let operator = impersonating(env, ns.name(), &options.name);
+    let outlet = webapp("outlet");
+    admin.apply(&outlet, WriteMethod::Update).await.unwrap();
+    let cr = ObjectRef::from_manifest(&outlet).unwrap();
+    let reconciler = Reconciler::new(WebAppController, operator, LibraryConfig::default());
+    let report = reconciler.reconcile(&cr).await;
+    let error = report
+        .error
+        .expect("a reconcile without access to deployments fails");
+    eprintln!("the error of the reconcile without deployments: {error}");
+    assert_eq!(report.outcome, Outcome::Retry);
+    let status = admin.get(&cr).await.unwrap().unwrap()["status"].clone();
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let message = conditions
+        .iter()
+        .filter(|c| c["type"] == "Ready" || c["type"] == "Updating")
+        .filter_map(|c| c["message"].as_str())
+        .find(|m| m.to_lowercase().contains("forbidden"))
+        .unwrap_or_else(|| panic!("no Forbidden condition in {status:#}"));
+    eprintln!("the status message without deployments: {message}");
+    assert!(message.contains("deployments"), "{message}");
+    assert!(
+        ["get", "create", "patch"]
+            .iter()
+            .any(|verb| message.contains(&format!("cannot {verb}"))),
+        "the message names the refused verb: {message}"
+    );
+}

@@ -161,6 +161,35 @@ pub const KINDS_WITH_GENERATION: [&str; 11] = [
 /// Built-in kinds served by every cluster windlass supports, with their scope, read off
 /// k8s-openapi's types so the table cannot drift from the API definitions.
 pub fn builtin_kinds() -> Vec<(&'static str, &'static str, Scope)> {
+    builtin_table()
+        .into_iter()
+        .map(|k| (k.api_version, k.kind, k.scope))
+        .collect()
+}
+
+/// The resource (plural) name a built-in kind is served under, e.g. `deployments` for
+/// `apps/v1` `Deployment`; `None` for kinds not in the built-in table.
+pub fn builtin_plural(api_version: &str, kind: &str) -> Option<&'static str> {
+    builtin_table()
+        .into_iter()
+        .find(|k| k.api_version == api_version && k.kind == kind)
+        .map(|k| k.plural)
+}
+
+/// One row of the built-in kind table.
+#[derive(Debug, Clone, Copy)]
+pub struct BuiltinKind {
+    /// `apps/v1`, `v1`, …
+    pub api_version: &'static str,
+    /// `Deployment`, …
+    pub kind: &'static str,
+    /// The resource name in URLs and RBAC rules, e.g. `deployments`.
+    pub plural: &'static str,
+    /// Namespaced or cluster-wide.
+    pub scope: Scope,
+}
+
+fn builtin_table() -> Vec<BuiltinKind> {
     use k8s_openapi::api::{
         admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v2 as autoscaling,
         batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coordination,
@@ -179,12 +208,17 @@ pub fn builtin_kinds() -> Vec<(&'static str, &'static str, Scope)> {
     impl ScopeOf for k8s_openapi::ClusterResourceScope {
         const SCOPE: Scope = Scope::Cluster;
     }
-    fn entry<K>() -> (&'static str, &'static str, Scope)
+    fn entry<K>() -> BuiltinKind
     where
         K: k8s_openapi::Resource,
         K::Scope: ScopeOf,
     {
-        (K::API_VERSION, K::KIND, <K::Scope as ScopeOf>::SCOPE)
+        BuiltinKind {
+            api_version: K::API_VERSION,
+            kind: K::KIND,
+            plural: K::URL_PATH_SEGMENT,
+            scope: <K::Scope as ScopeOf>::SCOPE,
+        }
     }
 
     vec![
@@ -269,5 +303,17 @@ mod tests {
         assert_eq!(scope("Namespace"), Some(Scope::Cluster));
         assert_eq!(scope("ConfigMap"), Some(Scope::Namespaced));
         assert_eq!(scope("CustomResourceDefinition"), Some(Scope::Cluster));
+    }
+
+    #[test]
+    fn builtin_plurals_come_from_k8s_openapi() {
+        assert_eq!(builtin_plural("apps/v1", "Deployment"), Some("deployments"));
+        assert_eq!(builtin_plural("v1", "Endpoints"), Some("endpoints"));
+        assert_eq!(
+            builtin_plural("networking.k8s.io/v1", "NetworkPolicy"),
+            Some("networkpolicies")
+        );
+        assert_eq!(builtin_plural("apps/v1", "Widget"), None);
+        assert_eq!(builtin_plural("v1", "Deployment"), None, "the group counts");
     }
 }

@@ -4,11 +4,14 @@
 //!   through [`windlass::cluster::LiveCluster`], their observations compared, so the dry-run
 //!   cluster stays faithful;
 //! - `rollout`: whole reconciles on the real control plane, where the node simulator makes
-//!   workloads really become ready and the verify phase waits for them.
+//!   workloads really become ready and the verify phase waits for them;
+//! - `events`: Events about a CR through [`windlass::events::LiveEventSink`];
+//! - `live_path`: conflicts, deletions and failures on the live path.
 
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod events;
 mod live_path;
 mod rollout;
 

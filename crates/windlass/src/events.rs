@@ -1,0 +1,576 @@
+//! Kubernetes Events about a CR (`events.k8s.io/v1`), the ones `kubectl describe` shows
+//! under the CR: when a rollout starts, completes, fails, and when a component fails.
+//!
+//! An [`EventSink`] publishes a [`CrEvent`] about the CR whose manifest it is given. Two
+//! sinks share the trait:
+//!
+//! - [`LiveEventSink`] publishes through kube-runtime's event [`Recorder`], which turns a
+//!   repeated event into a series on the first Event object (`series.count`) instead of a
+//!   new object;
+//! - [`MemoryEventSink`] keeps the events in memory, for dry runs and tests, and counts
+//!   repeats the same way.
+//!
+//! Both treat two events as the same when they are about the same CR (apiVersion, kind,
+//! namespace, name, uid) and have the same type, reason, action and note. The Event of a
+//! series keeps pointing at the CR's resourceVersion of its first occurrence.
+//!
+//! # When to publish
+//!
+//! | event                             | when                                                                 |
+//! |-----------------------------------|----------------------------------------------------------------------|
+//! | [`CrEvent::rollout_started`]      | a reconcile starts rolling out a spec or version not yet rolled out (the start status turns `Updating` on), not on every requeue |
+//! | [`CrEvent::rollout_completed`]    | the completion status turns `Ready` true                             |
+//! | [`CrEvent::rollout_failed`]       | a reconcile ends in a fatal [`Error`] ([`Error::is_fatal`])           |
+//! | [`CrEvent::component_failed`]     | a component fails ([`Event::Halted`] with `failure`; see [`CrEvent::from_progress`]) |
+//!
+//! Publishing is best effort: a sink's error is for the log, never a reason to fail or
+//! retry the reconcile.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use serde_json::json;
+//! use windlass::events::{CrEvent, EventSink, MemoryEventSink};
+//!
+//! let cr = json!({"apiVersion": "example.com/v1", "kind": "App",
+//!                 "metadata": {"name": "shop", "namespace": "prod", "uid": "1234"}});
+//! let sink = MemoryEventSink::new();
+//! sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
+//! sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
+//! let events = sink.events();
+//! assert_eq!(events.len(), 1);
+//! assert_eq!(events[0].count, 2);
+//! assert_eq!(events[0].event.reason().as_str(), "RolloutStarted");
+//! # });
+//! ```
+//!
+//! # No secrets
+//!
+//! A [`CrEvent`] can only be made by its constructors, from windlass's own values: a
+//! version, a component name, a phase and an [`Error`]'s message. No constructor takes a
+//! manifest, and the sinks keep only an [`ObjectReference`] of the CR, so no object's
+//! data (a Secret's in particular) reaches an Event. Notes are cut to the API's limit of
+//! [`NOTE_LIMIT`] bytes.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event as KubeEvent, Recorder, Reporter};
+use serde_json::Value;
+
+pub use kube::runtime::events::EventType;
+
+use crate::error::{ClusterError, Error};
+use crate::object::ManifestExt;
+use crate::progress::{Event, Phase};
+
+/// The longest note `events.k8s.io/v1` accepts, in bytes.
+pub const NOTE_LIMIT: usize = 1024;
+
+/// The reporting controller of [`LiveEventSink::new`].
+pub const DEFAULT_REPORTER: &str = "windlass";
+
+/// Why an event was published (the Event's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// A rollout of a new spec or version began.
+    RolloutStarted,
+    /// A rollout completed: the CR is Ready.
+    RolloutCompleted,
+    /// A rollout failed.
+    RolloutFailed,
+    /// A component failed to deploy or verify.
+    ComponentFailed,
+}
+
+impl Reason {
+    /// The reason as the API shows it, e.g. `RolloutStarted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::RolloutStarted => "RolloutStarted",
+            Reason::RolloutCompleted => "RolloutCompleted",
+            Reason::RolloutFailed => "RolloutFailed",
+            Reason::ComponentFailed => "ComponentFailed",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event about a CR. Made only by its constructors (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CrEvent {
+    type_: EventType,
+    reason: Reason,
+    action: &'static str,
+    note: String,
+}
+
+impl CrEvent {
+    /// A rollout of `version` (or of the CR's spec, without one) began.
+    pub fn rollout_started(version: Option<&str>) -> Self {
+        let note = match version {
+            Some(v) => format!("Rolling out version {v}"),
+            None => "Rolling out".to_string(),
+        };
+        Self::new(EventType::Normal, Reason::RolloutStarted, "Rollout", note)
+    }
+
+    /// The rollout of `version` (or of the CR's spec) completed: the CR is Ready.
+    pub fn rollout_completed(version: Option<&str>) -> Self {
+        let note = match version {
+            Some(v) => format!("Version {v} is ready"),
+            None => "Ready".to_string(),
+        };
+        Self::new(EventType::Normal, Reason::RolloutCompleted, "Rollout", note)
+    }
+
+    /// The rollout failed with `error`.
+    pub fn rollout_failed(error: &Error) -> Self {
+        Self::new(
+            EventType::Warning,
+            Reason::RolloutFailed,
+            "Rollout",
+            error.to_string(),
+        )
+    }
+
+    /// Component `component` failed in `phase` with `error`.
+    pub fn component_failed(component: &str, phase: Phase, error: &Error) -> Self {
+        Self::component_failed_message(component, phase, &error.to_string())
+    }
+
+    /// The event a reconcile's progress event calls for: [`Reason::ComponentFailed`] for a
+    /// component that failed ([`Event::Halted`] with `failure`), else `None`.
+    pub fn from_progress(event: &Event) -> Option<Self> {
+        match event {
+            Event::Halted {
+                component,
+                phase,
+                failure: true,
+                message,
+            } => Some(Self::component_failed_message(
+                component,
+                *phase,
+                message.as_deref().unwrap_or("no error message"),
+            )),
+            _ => None,
+        }
+    }
+
+    fn component_failed_message(component: &str, phase: Phase, message: &str) -> Self {
+        let action = match phase {
+            Phase::Deploy => "Deploy",
+            Phase::Verify => "Verify",
+        };
+        Self::new(
+            EventType::Warning,
+            Reason::ComponentFailed,
+            action,
+            format!("component {component}: {message}"),
+        )
+    }
+
+    fn new(type_: EventType, reason: Reason, action: &'static str, note: String) -> Self {
+        CrEvent {
+            type_,
+            reason,
+            action,
+            note: truncate(note, NOTE_LIMIT),
+        }
+    }
+
+    /// `Normal` or `Warning`.
+    pub fn type_(&self) -> EventType {
+        self.type_
+    }
+    /// Why the event was published.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+    /// What windlass was doing: `Rollout`, `Deploy` or `Verify`.
+    pub fn action(&self) -> &str {
+        self.action
+    }
+    /// The human-readable message, at most [`NOTE_LIMIT`] bytes.
+    pub fn note(&self) -> &str {
+        &self.note
+    }
+}
+
+/// `text` cut to at most `limit` bytes at a character boundary, ending with `…` when cut.
+fn truncate(mut text: String, limit: usize) -> String {
+    const MARK: &str = "…";
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(MARK);
+    text
+}
+
+/// A reference to the CR of `manifest`: apiVersion, kind, name, namespace, uid and
+/// resourceVersion. The manifest must have the first three.
+pub fn object_reference(manifest: &Value) -> Result<ObjectReference, ClusterError> {
+    let required = |field: &str, value: Option<&str>| {
+        value
+            .map(str::to_string)
+            .ok_or_else(|| ClusterError::Invalid {
+                object: "the CR of an event".to_string(),
+                message: format!("{field}: required"),
+            })
+    };
+    Ok(ObjectReference {
+        api_version: Some(required("apiVersion", manifest.api_version())?),
+        kind: Some(required("kind", manifest.kind())?),
+        name: Some(required("metadata.name", manifest.name())?),
+        namespace: manifest.namespace().map(str::to_string),
+        uid: manifest.uid().map(str::to_string),
+        resource_version: manifest.resource_version().map(str::to_string),
+        ..Default::default()
+    })
+}
+
+/// What makes two events the same: the CR (without its resourceVersion) and the event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    cr: [Option<String>; 5],
+    event: CrEvent,
+}
+
+impl SeriesKey {
+    fn new(regarding: &ObjectReference, event: &CrEvent) -> Self {
+        SeriesKey {
+            cr: [
+                regarding.api_version.clone(),
+                regarding.kind.clone(),
+                regarding.namespace.clone(),
+                regarding.name.clone(),
+                regarding.uid.clone(),
+            ],
+            event: event.clone(),
+        }
+    }
+}
+
+/// Publishes [`CrEvent`]s about CRs. Object-safe: hold an `Arc<dyn EventSink>`.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Publish `event` about the CR whose manifest is `cr` (only its identity is used).
+    /// Errors are for the log: see the [module docs](self).
+    async fn publish(&self, cr: &Value, event: CrEvent) -> Result<(), ClusterError>;
+}
+
+/// A published event, as a [`MemoryEventSink`] keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedEvent {
+    /// The CR, as of the first occurrence.
+    pub regarding: ObjectReference,
+    /// The event.
+    pub event: CrEvent,
+    /// How often it was published.
+    pub count: u32,
+}
+
+/// Keeps published events in memory, in first-published order, counting repeats.
+#[derive(Debug, Default)]
+pub struct MemoryEventSink {
+    events: Mutex<Vec<(SeriesKey, RecordedEvent)>>,
+}
+
+impl MemoryEventSink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every distinct event so far, in the order first published.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.lock().iter().map(|(_, e)| e.clone()).collect()
+    }
+
+    /// Forget every event.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(SeriesKey, RecordedEvent)>> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl EventSink for MemoryEventSink {
+    async fn publish(&self, cr: &Value, event: CrEvent) -> Result<(), ClusterError> {
+        let regarding = object_reference(cr)?;
+        let key = SeriesKey::new(&regarding, &event);
+        let mut events = self.lock();
+        match events.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, recorded)) => recorded.count = recorded.count.saturating_add(1),
+            None => events.push((
+                key,
+                RecordedEvent {
+                    regarding,
+                    event,
+                    count: 1,
+                },
+            )),
+        }
+        Ok(())
+    }
+}
+
+/// How long a series is continued; kube-runtime's recorder starts a new Event object for
+/// a repeat after the same time.
+const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+/// Series remembered at most; the least recently continued ones are forgotten first.
+const MAX_SERIES: usize = 1024;
+
+/// Publishes events to the API server with kube-runtime's event recorder.
+///
+/// kube-runtime 5's recorder continues a series for events of the same type, reason and
+/// action about the same object, whatever their note, and only when the object reference
+/// is equal, resourceVersion included. So that a different note is a different Event and
+/// a repeat is a series even after the CR changed, this sink keeps one recorder and the
+/// first reference per series (at most 1024 series, each for 6 minutes).
+///
+/// Needs `create`, `patch` (and `update`) on `events` in the `events.k8s.io` group; see
+/// [`crate::rbac`].
+pub struct LiveEventSink {
+    client: kube::Client,
+    reporter: Reporter,
+    series: Mutex<HashMap<SeriesKey, Series>>,
+}
+
+struct Series {
+    recorder: Recorder,
+    regarding: ObjectReference,
+    used: Instant,
+}
+
+impl LiveEventSink {
+    /// A sink reporting as [`DEFAULT_REPORTER`], with the instance from `$POD_NAME` or
+    /// `$HOSTNAME` when set.
+    pub fn new(client: kube::Client) -> Self {
+        let instance = ["POD_NAME", "HOSTNAME"]
+            .into_iter()
+            .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()));
+        Self::with_reporter(client, DEFAULT_REPORTER, instance)
+    }
+
+    /// A sink reporting as `controller` (the Event's `reportingController`, a qualified
+    /// name such as `example.com/app-operator`) from `instance` (e.g. the pod name; the
+    /// controller name when `None`).
+    pub fn with_reporter(
+        client: kube::Client,
+        controller: impl Into<String>,
+        instance: Option<String>,
+    ) -> Self {
+        LiveEventSink {
+            client,
+            reporter: Reporter {
+                controller: controller.into(),
+                instance,
+            },
+            series: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The recorder and reference of the event's series, a new one if it has none.
+    fn series(&self, regarding: ObjectReference, event: &CrEvent) -> (Recorder, ObjectReference) {
+        let key = SeriesKey::new(&regarding, event);
+        let now = Instant::now();
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        series.retain(|_, s| now.duration_since(s.used) < SERIES_TTL);
+        if !series.contains_key(&key)
+            && series.len() >= MAX_SERIES
+            && let Some(oldest) = series
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+        {
+            series.remove(&oldest);
+        }
+        let entry = series.entry(key).or_insert_with(|| Series {
+            recorder: Recorder::new(self.client.clone(), self.reporter.clone()),
+            regarding,
+            used: now,
+        });
+        entry.used = now;
+        (entry.recorder.clone(), entry.regarding.clone())
+    }
+}
+
+#[async_trait]
+impl EventSink for LiveEventSink {
+    async fn publish(&self, cr: &Value, event: CrEvent) -> Result<(), ClusterError> {
+        let (recorder, regarding) = self.series(object_reference(cr)?, &event);
+        let kube_event = KubeEvent {
+            type_: event.type_,
+            reason: event.reason.as_str().to_string(),
+            note: Some(event.note.clone()),
+            action: event.action.to_string(),
+            secondary: None,
+        };
+        recorder
+            .publish(&kube_event, &regarding)
+            .await
+            .map_err(|e| {
+                let what = format!(
+                    "event {} about {}/{}",
+                    event.reason,
+                    regarding.kind.as_deref().unwrap_or_default(),
+                    regarding.name.as_deref().unwrap_or_default()
+                );
+                match e {
+                    kube::Error::Api(status) if status.code == 403 => {
+                        ClusterError::Forbidden(format!("{what}: {}", status.message))
+                    }
+                    e => ClusterError::api(format!("{what}: {e}")),
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn cr(name: &str, resource_version: &str) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "App",
+            "metadata": {"name": name, "namespace": "prod", "uid": format!("uid-{name}"),
+                         "resourceVersion": resource_version},
+            "spec": {"adminPassword": "hunter2"}})
+    }
+
+    #[tokio::test]
+    async fn repeats_are_counted_per_cr_reason_and_note() {
+        let sink = MemoryEventSink::new();
+        let failed = CrEvent::rollout_failed(&Error::config("spec.replicas: must be positive"));
+        sink.publish(&cr("a", "1"), failed.clone()).await.unwrap();
+        // The CR changed (its resourceVersion), the event did not: the same series.
+        sink.publish(&cr("a", "2"), failed.clone()).await.unwrap();
+        // Another note, another CR: new events.
+        let other = CrEvent::rollout_failed(&Error::config("spec.image: required"));
+        sink.publish(&cr("a", "3"), other.clone()).await.unwrap();
+        sink.publish(&cr("b", "1"), failed.clone()).await.unwrap();
+        let events = sink.events();
+        let summary: Vec<(&str, &str, u32)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.regarding.name.as_deref().unwrap(),
+                    e.event.note(),
+                    e.count,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("a", failed.note(), 2),
+                ("a", other.note(), 1),
+                ("b", failed.note(), 1)
+            ]
+        );
+        assert_eq!(
+            events[0].regarding.resource_version.as_deref(),
+            Some("1"),
+            "a series points at its first occurrence"
+        );
+        assert_eq!(events[0].event.type_(), EventType::Warning);
+        assert_eq!(events[0].event.reason().as_str(), "RolloutFailed");
+        sink.clear();
+        assert!(sink.events().is_empty());
+    }
+
+    #[test]
+    fn notes_are_cut_at_the_api_limit_on_a_character_boundary() {
+        // 'é' is two bytes: a cut at byte 1024 - 3 would split one.
+        let long = "é".repeat(1000);
+        let event = CrEvent::rollout_failed(&Error::rollout(long));
+        assert!(event.note().len() <= NOTE_LIMIT, "{}", event.note().len());
+        assert!(event.note().len() > NOTE_LIMIT - 8);
+        assert!(event.note().ends_with("é…"), "{}", event.note());
+        let short = CrEvent::rollout_failed(&Error::rollout("short"));
+        assert_eq!(short.note(), "rollout error: short");
+        assert_eq!(truncate("abcdef".into(), 6), "abcdef");
+        assert_eq!(truncate("abcdefg".into(), 6), "abc…");
+    }
+
+    #[tokio::test]
+    async fn an_event_about_a_secret_carries_its_name_but_never_its_data() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "shop-db-credentials", "namespace": "prod"},
+            "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "s3cr3t-t0ken"}});
+        let error = Error::Cluster(ClusterError::Invalid {
+            object: "v1/Secret/shop-db-credentials".into(),
+            message: "metadata.labels: invalid".into(),
+        });
+        let sink = MemoryEventSink::new();
+        sink.publish(
+            &cr("shop", "7"),
+            CrEvent::component_failed("credentials", Phase::Deploy, &error),
+        )
+        .await
+        .unwrap();
+        let recorded = format!("{:?}", sink.events());
+        assert!(recorded.contains("shop-db-credentials"), "{recorded}");
+        assert!(recorded.contains("component credentials"), "{recorded}");
+        for data in ["aHVudGVyMg==", "hunter2", "s3cr3t-t0ken", "adminPassword"] {
+            assert!(!recorded.contains(data), "{data} leaked: {recorded}");
+        }
+        assert!(!recorded.contains(&secret["data"]["password"].to_string()));
+        assert_eq!(sink.events()[0].event.action(), "Deploy");
+    }
+
+    #[test]
+    fn only_failed_components_make_events_from_progress() {
+        let halted = |failure| Event::Halted {
+            component: "db".into(),
+            phase: Phase::Verify,
+            failure,
+            message: Some("verification incomplete: 0/1 ready".into()),
+        };
+        let event = CrEvent::from_progress(&halted(true)).unwrap();
+        assert_eq!(event.reason(), Reason::ComponentFailed);
+        assert_eq!(event.action(), "Verify");
+        assert_eq!(
+            event.note(),
+            "component db: verification incomplete: 0/1 ready"
+        );
+        assert_eq!(CrEvent::from_progress(&halted(false)), None);
+        assert_eq!(
+            CrEvent::from_progress(&Event::PhaseStarted(Phase::Deploy)),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_manifest_without_identity_is_rejected() {
+        let sink = MemoryEventSink::new();
+        let err = sink
+            .publish(&json!({"kind": "App"}), CrEvent::rollout_completed(None))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("apiVersion: required"), "{err}");
+        let reference = object_reference(&cr("a", "5")).unwrap();
+        assert_eq!(reference.uid.as_deref(), Some("uid-a"));
+        assert_eq!(reference.namespace.as_deref(), Some("prod"));
+        assert_eq!(reference.resource_version.as_deref(), Some("5"));
+    }
+}
