@@ -52,6 +52,7 @@ use crate::config::LibraryConfig;
 use crate::controller::{Components, Controller, PrimaryResource, Requeue};
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
+use crate::events::{CrEvent, EventSink};
 use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef};
 use crate::patch::DEFAULT_PATCH_KIND;
@@ -117,6 +118,7 @@ pub struct Reconciler<C: Controller> {
     cluster: Arc<dyn Cluster>,
     library: Arc<LibraryConfig>,
     observer: Arc<dyn Observer>,
+    events: Option<Arc<dyn EventSink>>,
 }
 
 impl<C: Controller> Clone for Reconciler<C> {
@@ -126,6 +128,7 @@ impl<C: Controller> Clone for Reconciler<C> {
             cluster: self.cluster.clone(),
             library: self.library.clone(),
             observer: self.observer.clone(),
+            events: self.events.clone(),
         }
     }
 }
@@ -138,6 +141,23 @@ impl<C: Controller> Reconciler<C> {
             cluster,
             library: Arc::new(library),
             observer: Arc::new(Quiet),
+            events: None,
+        }
+    }
+
+    /// Publish Kubernetes Events about each CR to `sink` (see [`crate::events`] for which
+    /// and when): rollout started, completed, failed. Best effort: a failed publish is
+    /// logged and changes nothing else.
+    pub fn with_events(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.events = Some(sink);
+        self
+    }
+
+    async fn publish(&self, cr: &Value, event: CrEvent) {
+        if let Some(sink) = &self.events
+            && let Err(e) = sink.publish(cr, event).await
+        {
+            tracing::debug!(error = %e, "cannot publish an event");
         }
     }
 
@@ -223,6 +243,8 @@ impl<C: Controller> Reconciler<C> {
             let outcome = self.failure_outcome(&failure.error);
             if failure.error.is_fatal() {
                 tracing::warn!(error = %failure.error, "reconcile failed");
+                self.publish(&manifest, CrEvent::rollout_failed(&failure.error))
+                    .await;
             } else {
                 tracing::info!(reason = %failure.error, "not yet");
             }
@@ -371,6 +393,18 @@ impl<C: Controller> Reconciler<C> {
             current = add_finalizer(self.cluster.as_ref(), cr, current, finalizer).await?;
             ledger.remember(cr.clone(), Some(current.clone()));
         }
+        // A rollout starts when this generation of the spec was not rolled out before
+        // (the Ready condition describes an older one), not on every requeue.
+        let ready_before = condition(&manifest["status"], status::READY).ok().flatten();
+        let this_generation =
+            ready_before.map(|c| c["observedGeneration"].as_i64()) == Some(manifest.generation());
+        if !this_generation {
+            self.publish(manifest, CrEvent::rollout_started(session.version()))
+                .await;
+        }
+        // Whether this generation was already announced as rolled out.
+        let rolled_out =
+            this_generation && crate::verify::condition_is(manifest, status::READY, true, None);
         if library.manage_status {
             match self
                 .write_status(cr, current, |status| start_status(&session, status))
@@ -425,6 +459,10 @@ impl<C: Controller> Reconciler<C> {
                 }
                 None => return Ok((Outcome::Done, Some(state))),
             }
+        }
+        if state.verify_completed() && !rolled_out && !finalizing {
+            self.publish(&current, CrEvent::rollout_completed(session.version()))
+                .await;
         }
         let requeue = controller.should_requeue(&session, &state).await?;
         if requeue == Requeue::No

@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod dryrun;
+mod events;
 mod quirks;
 mod reconcile;
 mod render;

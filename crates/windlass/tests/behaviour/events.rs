@@ -1,0 +1,80 @@
+//! Kubernetes Events about a CR, published by the reconcile (on the in-memory sink).
+
+use std::sync::Arc;
+
+use serde_json::json;
+use windlass::config::LibraryConfig;
+use windlass::error::Error;
+use windlass::events::{MemoryEventSink, Reason};
+use windlass::reconcile::{Outcome, Reconciler};
+use windlass::testing::{Behaviour, DummyComponent, DummyController, TestEnv};
+
+fn reasons(sink: &MemoryEventSink) -> Vec<(Reason, u32)> {
+    sink.events()
+        .iter()
+        .map(|e| (e.event.reason(), e.count))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rollout_is_announced_once_when_it_starts_and_once_when_it_completes() {
+    let controller =
+        DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
+    // The environment only provides the cluster with the CRD; the reconciler under test
+    // publishes to the sink.
+    let env = TestEnv::new(DummyController::new()).await;
+    let sink = Arc::new(MemoryEventSink::new());
+    let reconciler = Reconciler::new(controller, env.memory.clone(), LibraryConfig::default())
+        .with_events(sink.clone());
+    let cr = env.apply_cr("a", json!({})).await;
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(
+        reasons(&sink),
+        [(Reason::RolloutStarted, 1), (Reason::RolloutCompleted, 1)]
+    );
+    // Steady state: nothing new to say.
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(
+        reasons(&sink),
+        [(Reason::RolloutStarted, 1), (Reason::RolloutCompleted, 1)]
+    );
+    // A spec change is a new rollout.
+    env.apply_cr("a", json!({"size": 2})).await;
+    reconciler.reconcile(&cr).await;
+    let events = sink.events();
+    assert_eq!(
+        events.len(),
+        2,
+        "same reasons and notes are a series: {events:?}"
+    );
+    assert_eq!(events[0].count, 2);
+    assert_eq!(events[1].count, 2);
+}
+
+#[tokio::test]
+async fn a_failed_rollout_is_a_warning_naming_the_error() {
+    let controller = DummyController::new().component(
+        DummyComponent::new("db").behave(Behaviour::RenderError(Error::other("disk on fire"))),
+        &[],
+    );
+    // The environment only provides the cluster with the CRD; the reconciler under test
+    // publishes to the sink.
+    let env = TestEnv::new(DummyController::new()).await;
+    let sink = Arc::new(MemoryEventSink::new());
+    let reconciler = Reconciler::new(controller, env.memory.clone(), LibraryConfig::default())
+        .with_events(sink.clone());
+    let cr = env.apply_cr("a", json!({})).await;
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Retry);
+    let events = sink.events();
+    let failed = events
+        .iter()
+        .find(|e| e.event.reason() == Reason::RolloutFailed)
+        .expect("a RolloutFailed event");
+    assert!(failed.event.note().contains("disk on fire"), "{failed:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.event.reason() == Reason::RolloutCompleted),
+        "{events:?}"
+    );
+}
