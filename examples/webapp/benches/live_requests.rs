@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use webapp_operator::{WebApp, WebAppController};
-use windlass::cluster::{Cluster, LiveCluster, RequestCounts, RequestCounter, Verb, WriteMethod};
+use windlass::cluster::{Cluster, LiveCluster, RequestCounter, RequestCounts, Verb, WriteMethod};
 use windlass::config::LibraryConfig;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::reconcile::{Outcome, Reconciler};
@@ -31,7 +31,15 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn per_cr(counts: &RequestCounts, n: usize) -> String {
-    let verbs = [Verb::Get, Verb::List, Verb::Apply, Verb::Create, Verb::Update, Verb::Patch, Verb::Delete];
+    let verbs = [
+        Verb::Get,
+        Verb::List,
+        Verb::Apply,
+        Verb::Create,
+        Verb::Update,
+        Verb::Patch,
+        Verb::Delete,
+    ];
     verbs
         .iter()
         .filter(|v| counts.verb(**v) > 0)

@@ -249,3 +249,37 @@ async fn a_disabled_component_whose_object_lingers_is_unverified() {
             .is_string()
     );
 }
+
+#[tokio::test]
+async fn a_second_cr_rendering_the_same_object_is_refused_and_the_first_keeps_it() {
+    // Both CRs render a ConfigMap named "shared": they would overwrite each other.
+    let shared = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"},
+        "data": {"owner": "{cr}"}});
+    let controller = DummyController::new().component(
+        DummyComponent::new("web").with_object("config", shared),
+        &[],
+    );
+    let env = TestEnv::new(controller).await;
+    let first = env.apply_cr("first", json!({})).await;
+    let second = env.apply_cr("second", json!({})).await;
+    assert_eq!(env.reconcile(&first).await.outcome, Outcome::Done);
+    let report = env.reconcile(&second).await;
+    assert_eq!(
+        report.outcome,
+        Outcome::Done,
+        "waits for a change: {report:?}"
+    );
+    let status = env.status(&second).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("shared") && message.contains("belongs to another"),
+        "{message}"
+    );
+    let kept = env.get(&cm_ref("shared")).await.unwrap();
+    assert_eq!(kept["data"]["owner"], "first");
+    // The first CR's reconcile stays quiet: nothing to take back.
+    let again = env.reconcile(&first).await;
+    assert_eq!(again.outcome, Outcome::Done);
+    assert!(again.error.is_none());
+}

@@ -510,3 +510,50 @@ async fn loaded_objects_keep_their_identity_status_and_owners() {
             .is_some()
     );
 }
+
+#[tokio::test]
+async fn another_managers_edit_takes_the_field_and_an_apply_takes_it_back() {
+    use crate::drift::{Drift, drift, stamp};
+    let c = MemoryCluster::new();
+    let mut desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v", "other": "o"}});
+    stamp(&mut desired);
+    let stored = c.apply(&desired, WriteMethod::Apply).await.unwrap();
+    assert_eq!(
+        drift(
+            &desired,
+            Some(&stored),
+            WriteMethod::Apply,
+            crate::FIELD_MANAGER
+        ),
+        Drift::InSync
+    );
+    // kubectl edit changes one field windlass applied.
+    let edit = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "edited"}});
+    c.update_as("kubectl-edit", &edit, WriteMethod::Update)
+        .unwrap();
+    let live = c.get(&cm_ref("a")).await.unwrap().unwrap();
+    assert_eq!(
+        drift(
+            &desired,
+            Some(&live),
+            WriteMethod::Apply,
+            crate::FIELD_MANAGER
+        ),
+        Drift::Taken("data.k".into()),
+        "only the changed field changes hands: {:#}",
+        live["metadata"]["managedFields"]
+    );
+    let back = c.apply(&desired, WriteMethod::Apply).await.unwrap();
+    assert_eq!(back["data"]["k"], "v");
+    assert_eq!(
+        drift(
+            &desired,
+            Some(&back),
+            WriteMethod::Apply,
+            crate::FIELD_MANAGER
+        ),
+        Drift::InSync
+    );
+}
