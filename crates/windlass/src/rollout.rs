@@ -398,7 +398,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
             .into_iter()
             .filter(|(r, _)| !rendered.contains(r))
             .collect::<Vec<_>>();
-        let pruned = self.delete_recorded(component, leftovers).await?;
+        let pruned = delete_recorded(self.session, component, leftovers).await?;
         self.session.emit(Event::Deployed {
             component: component.to_string(),
             applied,
@@ -509,47 +509,12 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         let position = |r: &ObjectRef| objects.iter().position(|o| o.reference == *r);
         let mut ordered = recorded;
         ordered.sort_by_key(|(r, _)| std::cmp::Reverse(position(r)));
-        let deleted = self.delete_recorded(component, ordered).await?;
+        let deleted = delete_recorded(self.session, component, ordered).await?;
         self.session.emit(Event::Disabled {
             component: component.to_string(),
             deleted,
         });
         Ok(())
-    }
-
-    /// Delete recorded objects of `component`, each only if it is still the object
-    /// windlass applied (its uid); forget those that are gone. Returns what was deleted.
-    async fn delete_recorded(
-        &self,
-        component: &str,
-        objects: Vec<(ObjectRef, String)>,
-    ) -> Result<Vec<ObjectRef>> {
-        let session = self.session;
-        let mut deleted = Vec::new();
-        for (reference, uid) in objects {
-            let outcome = match session.cluster().delete(&reference, Some(&uid)).await {
-                // The kind is no longer served: nothing of it can exist.
-                Err(ClusterError::UnknownKind { .. }) => Deletion::NotFound,
-                other => other?,
-            };
-            session.ledger.forget(&reference);
-            match outcome {
-                Deletion::Deleted => {
-                    session
-                        .ledger
-                        .inventory_mut(|i| i.forget(component, &reference));
-                    deleted.push(reference);
-                }
-                // Finalizers hold it: it stays recorded until it is gone.
-                Deletion::Terminating => deleted.push(reference),
-                Deletion::NotFound => {
-                    session
-                        .ledger
-                        .inventory_mut(|i| i.forget(component, &reference));
-                }
-            }
-        }
-        Ok(deleted)
     }
 
     /// Whether a disabled component's objects are all gone.
@@ -569,20 +534,47 @@ pub(crate) async fn prune_removed_components<K: PrimaryResource>(
         .chain(components.names(true))
         .collect();
     let inventory = session.ledger.inventory();
-    let rollout = Rollout {
-        session,
-        components,
-        rendered: Mutex::new(HashMap::new()),
-    };
     for component in inventory.components() {
         if !known.contains(component.as_str()) {
-            let deleted = rollout
-                .delete_recorded(&component, inventory.of(&component))
-                .await?;
+            let deleted = delete_recorded(session, &component, inventory.of(&component)).await?;
             session.emit(Event::Disabled { component, deleted });
         }
     }
     Ok(())
+}
+
+/// Delete recorded objects of `component`, each only if it is still the object
+/// windlass applied (its uid); forget those that are gone. Returns what was deleted.
+async fn delete_recorded<K: PrimaryResource>(
+    session: &Session<K>,
+    component: &str,
+    objects: Vec<(ObjectRef, String)>,
+) -> Result<Vec<ObjectRef>> {
+    let mut deleted = Vec::new();
+    for (reference, uid) in objects {
+        let outcome = match session.cluster().delete(&reference, Some(&uid)).await {
+            // The kind is no longer served: nothing of it can exist.
+            Err(ClusterError::UnknownKind { .. }) => Deletion::NotFound,
+            other => other?,
+        };
+        session.ledger.forget(&reference);
+        match outcome {
+            Deletion::Deleted => {
+                session
+                    .ledger
+                    .inventory_mut(|i| i.forget(component, &reference));
+                deleted.push(reference);
+            }
+            // Finalizers hold it: it stays recorded until it is gone.
+            Deletion::Terminating => deleted.push(reference),
+            Deletion::NotFound => {
+                session
+                    .ledger
+                    .inventory_mut(|i| i.forget(component, &reference));
+            }
+        }
+    }
+    Ok(deleted)
 }
 
 /// Refuse to write an object another CR's rollout applied: two CRs rendering the same

@@ -101,28 +101,6 @@ pub fn prune_nulls(value: &mut Value) {
     }
 }
 
-/// Whether everything `desired` says is already true of `live`.
-///
-/// Maps: every key of `desired` is in `live` with a contained value (the server adds
-/// defaults and status, which must not count as drift). Lists: same length and element-wise
-/// contained (a shorter live list, or a longer one, is drift: items were added or removed).
-/// Scalars: equal, with numbers compared by value (`1` and `1.0` are the same).
-///
-/// This is what makes a steady-state reconcile issue no writes at all, where oper8's
-/// symmetric diff (F131) sent nearly every existing object through an apply again.
-pub fn is_contained(desired: &Value, live: &Value) -> bool {
-    match (desired, live) {
-        (Value::Object(d), Value::Object(l)) => d
-            .iter()
-            .all(|(k, dv)| l.get(k).is_some_and(|lv| is_contained(dv, lv))),
-        (Value::Array(d), Value::Array(l)) => {
-            d.len() == l.len() && d.iter().zip(l).all(|(dv, lv)| is_contained(dv, lv))
-        }
-        (Value::Number(d), Value::Number(l)) => d == l || d.as_f64() == l.as_f64(),
-        (d, l) => d == l,
-    }
-}
-
 /// SHA-256 (hex) of the canonical JSON of a value: map keys sorted, so equal trees hash
 /// equally whatever order their maps were built in.
 pub fn canonical_hash(value: &Value) -> String {
@@ -219,24 +197,5 @@ mod tests {
         let mut v = json!({"a": null, "b": {"c": null, "d": []}, "e": [{"f": null}], "g": {}});
         prune_nulls(&mut v);
         assert_eq!(v, json!({"b": {"d": []}, "e": [{}], "g": {}}));
-    }
-
-    #[test]
-    fn containment_ignores_server_additions_but_not_list_changes() {
-        let live = json!({
-            "metadata": {"name": "x", "uid": "u", "resourceVersion": "7"},
-            "spec": {"replicas": 2, "template": {"containers": [{"name": "a", "image": "i", "imagePullPolicy": "Always"}]}},
-            "status": {"ready": true}
-        });
-        assert!(is_contained(
-            &json!({"metadata": {"name": "x"}, "spec": {"replicas": 2, "template": {"containers": [{"name": "a", "image": "i"}]}}}),
-            &live
-        ));
-        assert!(!is_contained(&json!({"spec": {"replicas": 3}}), &live));
-        assert!(!is_contained(
-            &json!({"spec": {"template": {"containers": []}}}),
-            &live
-        ));
-        assert!(is_contained(&json!({"spec": {"replicas": 2.0}}), &live));
     }
 }

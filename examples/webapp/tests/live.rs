@@ -17,6 +17,21 @@ use windlass::reconcile::{Outcome, Reconciler};
 use windlass::testing::{EventLog, assert_condition};
 use windlass_testenv::TestEnv;
 
+/// Install the WebApp CRD and wait (up to 30 s) until the server serves the kind.
+async fn install_crd(cluster: &LiveCluster) {
+    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
+    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
+    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cluster.scope(&kind).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the WebApp CRD is never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
     let env = TestEnv::shared()
@@ -24,15 +39,7 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
         .expect("the control plane starts (see scripts/provision-control-plane.sh)");
     let ns = env.namespace("webapp").await.unwrap();
     let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    for _ in 0..100 {
-        if cluster.scope(&kind).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    install_crd(&cluster).await;
 
     let shop = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
         "metadata": {"name": "shop", "namespace": ns.name()},
@@ -137,17 +144,7 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
     let ns = env.namespace("steady").await.unwrap();
     let counter = RequestCounter::new();
     let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while cluster.scope(&kind).await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the WebApp CRD is never served"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    install_crd(&cluster).await;
 
     // Every shape the API server normalises: a Quantity it rewrites (1024Mi → 1Gi), an
     // empty env value, an empty args list, empty pod labels, readOnly: false (the last
@@ -280,17 +277,7 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
         .expect("the control plane starts (see scripts/provision-control-plane.sh)");
     let ns = env.namespace("webapp-rbac").await.unwrap();
     let admin = Arc::new(LiveCluster::new(env.client().unwrap()));
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    admin.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while admin.scope(&kind).await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the WebApp CRD is never served"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    install_crd(&admin).await;
 
     // The rules for the example CR, from the rbac module, bound to a ServiceAccount.
     let shop_yaml =
