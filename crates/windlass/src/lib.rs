@@ -37,6 +37,7 @@ pub mod progress;
 pub mod rbac;
 pub mod reconcile;
 pub mod rollout;
+pub mod runtime;
 pub mod session;
 pub mod status;
 pub mod testing;

@@ -1,0 +1,1 @@
+//! Which watch events start a reconcile (oper8 F170–F177).

@@ -1,0 +1,1 @@
+//! Which replica may start reconciles (oper8 F178–F182).
