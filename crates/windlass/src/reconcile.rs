@@ -12,11 +12,13 @@
 //!    the temporary patches. While the CR is being deleted none of these may stop the
 //!    deletion: a missing ConfigMap or patch (a terminating namespace may have removed it
 //!    already) or an unsupported version is logged and skipped.
-//! 4. Add the controller's finalizer (not while deleting); write the start status.
+//! 4. Add the controller's finalizer (not while deleting); compute the start status
+//!    (F121) — it is written together with the outcome in step 6, not on its own.
 //! 5. Build the graph (`components`, or `finalize_components` while deleting) and roll
 //!    it out. A recorded error, or a failed rollout, is an error of the reconcile. Objects
 //!    of components no longer in the graph are deleted.
-//! 6. Write the completion status; ask `should_requeue`; when deleting and no requeue is
+//! 6. Write the start and completion status in one write (or the start and error
+//!    status, when the reconcile failed); ask `should_requeue`; when deleting and no requeue is
 //!    needed, remove the finalizer.
 //!
 //! # Requests
@@ -234,7 +236,11 @@ impl<C: Controller> Reconciler<C> {
             }
             let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
             ledger.remember(cr.clone(), Some(manifest.clone()));
-            let run = AssertUnwindSafe(self.run(&id, cr, &manifest, &ledger)).catch_unwind();
+            // The start status (step 4), not written on its own: the end of the reconcile
+            // writes it together with the outcome, one status write per reconcile.
+            let mut start = None;
+            let run =
+                AssertUnwindSafe(self.run(&id, cr, &manifest, &ledger, &mut start)).catch_unwind();
             let failure = match run.await {
                 Ok(Ok((outcome, state))) => return report(outcome, state, None),
                 Ok(Err(failure)) => failure,
@@ -263,7 +269,14 @@ impl<C: Controller> Reconciler<C> {
                     inventory: Some(ledger.inventory()),
                     ..Default::default()
                 };
-                if let Err(e) = self.write_status(cr, current, |_| update.clone()).await {
+                let next = |status: &Value| {
+                    let started = match &start {
+                        Some(start) => self.updated(status, &cr.kind, start.clone()),
+                        None => status.clone(),
+                    };
+                    self.updated(&started, &cr.kind, update.clone())
+                };
+                if let Err(e) = self.write_status(cr, current, next).await {
                     tracing::warn!(error = %e, "cannot write the error status");
                 }
             }
@@ -369,6 +382,7 @@ impl<C: Controller> Reconciler<C> {
         cr: &ObjectRef,
         manifest: &Value,
         ledger: &Arc<Ledger>,
+        start: &mut Option<StatusUpdate>,
     ) -> std::result::Result<(Outcome, Option<CompletionState>), Failure> {
         let controller = self.controller.as_ref();
         let library = &self.library;
@@ -406,16 +420,7 @@ impl<C: Controller> Reconciler<C> {
         let rolled_out =
             this_generation && crate::verify::condition_is(manifest, status::READY, true, None);
         if library.manage_status {
-            match self
-                .write_status(cr, current, |status| start_status(&session, status))
-                .await?
-            {
-                Some(written) => {
-                    ledger.remember(cr.clone(), Some(written.clone()));
-                    current = written;
-                }
-                None => return Ok((Outcome::Done, None)),
-            }
+            *start = Some(start_status(&session, &manifest["status"]));
         }
         let components = if finalizing {
             controller.finalize_components(&session)?
@@ -445,14 +450,14 @@ impl<C: Controller> Reconciler<C> {
         }
         if library.manage_status {
             let inventory = ledger.inventory();
-            match self
-                .write_status(cr, current, |status| {
-                    let mut update = completion_status(&session, &state, status);
-                    update.inventory = Some(inventory.clone());
-                    update
-                })
-                .await?
-            {
+            let start = start.clone().unwrap_or_default();
+            let next = |status: &Value| {
+                let started = self.updated(status, &cr.kind, start.clone());
+                let mut update = completion_status(&session, &state, &started);
+                update.inventory = Some(inventory.clone());
+                self.updated(&started, &cr.kind, update)
+            };
+            match self.write_status(cr, current, next).await? {
                 Some(written) => {
                     ledger.remember(cr.clone(), Some(written.clone()));
                     current = written;
@@ -565,10 +570,16 @@ impl<C: Controller> Reconciler<C> {
         Ok(patches)
     }
 
-    /// Compute the CR's next status from `current` (the CR as last read or written) and
-    /// write it if anything but timestamps changed (F154), conditional on `current`'s
-    /// resourceVersion. On a conflict the CR is read again and the status recomputed from
-    /// what is stored now, so another writer's conditions survive; after
+    /// The status after `update`, starting from `status` (F151), stamped now.
+    fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
+        update.operator_version = self.library.operator_version.clone();
+        status::apply_update(status, kind, &update, &crate::object::timestamp_now())
+    }
+
+    /// Compute the CR's next status from `current` (the CR as last read or written) with
+    /// `next`, and write it if anything but timestamps changed (F154), conditional on
+    /// `current`'s resourceVersion. On a conflict the CR is read again and the status
+    /// recomputed from what is stored now, so another writer's conditions survive; after
     /// [`STATUS_WRITE_ATTEMPTS`] conflicts in a row the conflict is returned (a transient
     /// error: the reconcile is retried). Returns the CR as stored after the write, or
     /// `None` if it is gone.
@@ -576,19 +587,12 @@ impl<C: Controller> Reconciler<C> {
         &self,
         cr: &ObjectRef,
         mut current: Value,
-        update: impl Fn(&Value) -> StatusUpdate,
+        next: impl Fn(&Value) -> Value,
     ) -> Result<Option<Value>> {
         let mut attempt = 1;
         loop {
             let status = current.get("status").cloned().unwrap_or(Value::Null);
-            let mut next_update = update(&status);
-            next_update.operator_version = self.library.operator_version.clone();
-            let next = status::apply_update(
-                &status,
-                &cr.kind,
-                &next_update,
-                &crate::object::timestamp_now(),
-            );
+            let next = next(&status);
             let changed = status::status_changed(&status, &next);
             let written = if changed {
                 match self

@@ -273,3 +273,49 @@ async fn a_cr_deleted_in_the_middle_of_a_rollout_ends_the_reconcile_quietly() {
     // The next reconcile finds nothing to do.
     assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
 }
+
+/// The smallest useful operator (a CR owning three ConfigMaps in a DAG) on the real
+/// server: its first reconcile writes each object once and the status once, reading
+/// each object and the CR once at most; the next one writes nothing and reads each object once at most.
+#[tokio::test]
+async fn a_first_reconcile_writes_each_object_and_the_status_once() {
+    use windlass::cluster::{RequestCounter, Verb};
+    let (_, env) = live().await;
+    let ns = env.namespace("first-pass").await.unwrap();
+    let counter = RequestCounter::new();
+    let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
+    let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
+    let controller = DummyController::new()
+        .component(DummyComponent::new("a").with_configmap("a"), &[])
+        .component(DummyComponent::new("b").with_configmap("b"), &["a"])
+        .component(DummyComponent::new("c").with_configmap("c"), &["b"]);
+    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    counter.take();
+    let report = reconciler.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    let first = counter.take();
+    println!("first reconcile:\n{first}");
+    assert_eq!(first.of(Verb::Apply, "configmaps"), 3, "{first}");
+    assert_eq!(first.of(Verb::Update, "widgets/status"), 1, "{first}");
+    assert_eq!(first.mutating(), 4, "objects + 1 status write:\n{first}");
+    assert_eq!(
+        first.of(Verb::Get, "widgets"),
+        1,
+        "the CR is read once:\n{first}"
+    );
+    assert!(
+        first.of(Verb::Get, "configmaps") <= 3,
+        "each object is read once at most:\n{first}"
+    );
+    assert_eq!(first.verb(Verb::List), 0, "{first}");
+
+    let report = reconciler.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    let steady = counter.take();
+    println!("steady-state reconcile:\n{steady}");
+    assert_eq!(steady.mutating(), 0, "{steady}");
+    assert!(
+        steady.reads() <= 4,
+        "one read per object and the CR:\n{steady}"
+    );
+}
