@@ -29,6 +29,7 @@ pub mod dryrun;
 mod dump;
 pub mod error;
 pub mod events;
+pub mod finalizer;
 pub mod inventory;
 pub mod logging;
 pub mod object;

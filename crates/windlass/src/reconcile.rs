@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::Instrument;
 
 use crate::annotations;
@@ -55,6 +55,7 @@ use crate::controller::{Components, Controller, PrimaryResource, Requeue};
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
+use crate::finalizer::{self, CLEANUP_FINALIZER};
 use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef};
 use crate::patch::DEFAULT_PATCH_KIND;
@@ -388,12 +389,17 @@ impl<C: Controller> Reconciler<C> {
         let library = &self.library;
         let finalizing = manifest.is_terminating();
         let finalizer = controller.finalizer();
+        let cleanup = manifest.finalizers().contains(&CLEANUP_FINALIZER);
         if finalizing
             && !finalizer
                 .as_deref()
                 .is_some_and(|f| manifest.finalizers().contains(&f))
         {
-            // Being deleted, and nothing of ours holds it: nothing to do.
+            // Being deleted, and the controller's finalizer does not hold it: only what
+            // the garbage collector cannot reach is left to delete.
+            if cleanup {
+                self.clean_up(cr, manifest.clone(), ledger).await?;
+            }
             return Ok((Outcome::Done, None));
         }
         let session = self.session(id, cr, manifest, ledger.clone()).await?;
@@ -404,7 +410,7 @@ impl<C: Controller> Reconciler<C> {
             && !finalizing
             && !manifest.finalizers().contains(&finalizer.as_str())
         {
-            current = add_finalizer(self.cluster.as_ref(), cr, current, finalizer).await?;
+            current = finalizer::add(self.cluster.as_ref(), cr, current, finalizer).await?;
             ledger.remember(cr.clone(), Some(current.clone()));
         }
         // A rollout starts when this generation of the spec was not rolled out before
@@ -448,6 +454,10 @@ impl<C: Controller> Reconciler<C> {
                     state: Some(state.clone()),
                 })?;
         }
+        // The rollout may have written the CR (the cleanup finalizer): its copy is newer.
+        if let Some(Some(newer)) = ledger.seen(cr) {
+            current = newer;
+        }
         if library.manage_status {
             let inventory = ledger.inventory();
             let start = start.clone().unwrap_or_default();
@@ -470,17 +480,48 @@ impl<C: Controller> Reconciler<C> {
                 .await;
         }
         let requeue = controller.should_requeue(&session, &state).await?;
-        if requeue == Requeue::No
-            && finalizing
-            && let Some(finalizer) = &finalizer
-        {
-            remove_finalizer(self.cluster.as_ref(), cr, current, finalizer).await?;
+        if requeue == Requeue::No && finalizing {
+            if cleanup {
+                match self.clean_up(cr, current, ledger).await? {
+                    Some(cleaned) => current = cleaned,
+                    None => return Ok((Outcome::Done, Some(state))),
+                }
+            }
+            if let Some(finalizer) = &finalizer {
+                finalizer::remove(self.cluster.as_ref(), cr, current, finalizer).await?;
+            }
         }
         let outcome = match requeue {
             Requeue::No => Outcome::Done,
             Requeue::After(d) => Outcome::RequeueAfter(d),
         };
         Ok((outcome, Some(state)))
+    }
+
+    /// Delete what the CR owns outside the garbage collector's reach (see
+    /// [`crate::finalizer`]), each object only if it is still the one windlass applied,
+    /// then remove the cleanup finalizer. Returns the CR as stored after, `None` if gone.
+    async fn clean_up(
+        &self,
+        cr: &ObjectRef,
+        current: Value,
+        ledger: &Ledger,
+    ) -> Result<Option<Value>> {
+        let inventory = ledger.inventory();
+        for component in inventory.components() {
+            for (object, uid) in inventory.of(&component) {
+                if finalizer::collected_with(object.namespace.as_deref(), &current) {
+                    continue;
+                }
+                match self.cluster.delete(&object, Some(&uid)).await {
+                    Ok(_) | Err(ClusterError::UnknownKind { .. }) => {
+                        tracing::info!(object = %object, "deleted with the CR");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        finalizer::remove(self.cluster.as_ref(), cr, current, CLEANUP_FINALIZER).await
     }
 
     /// What a reconcile that ended in `error` asks for next (see the module docs).
@@ -739,91 +780,6 @@ pub async fn default_should_requeue<K: PrimaryResource>(
             if done { Requeue::No } else { again }
         }
     })
-}
-
-/// How often a finalizer patch is tried when others keep changing the finalizer list.
-const FINALIZER_ATTEMPTS: u32 = 5;
-
-/// Add `finalizer` to the CR (F215) with a JSON patch that tests the finalizer list it was
-/// computed from: a concurrent edit of anything else (labels, spec) does not disturb it; a
-/// concurrent change of the list makes the test fail (HTTP 422), and the CR is read again
-/// and the patch recomputed. Returns the CR as stored.
-async fn add_finalizer(
-    cluster: &dyn Cluster,
-    cr: &ObjectRef,
-    mut current: Value,
-    finalizer: &str,
-) -> Result<Value> {
-    for _ in 1..FINALIZER_ATTEMPTS {
-        if current.finalizers().contains(&finalizer) {
-            return Ok(current);
-        }
-        let list = &current["metadata"]["finalizers"];
-        let ops = if list.is_array() {
-            json!([
-                {"op": "test", "path": "/metadata/finalizers", "value": list},
-                {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
-            ])
-        } else {
-            // `test` with null: the list is still absent.
-            json!([
-                {"op": "test", "path": "/metadata/finalizers", "value": null},
-                {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
-            ])
-        };
-        match cluster.patch(cr, &finalizer_patch(ops)?).await {
-            Ok(written) => return Ok(written),
-            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
-                current = cluster
-                    .get(cr)
-                    .await?
-                    .ok_or_else(|| ClusterError::NotFound(cr.to_string()))?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(Error::Cluster(ClusterError::Conflict {
-        object: cr.to_string(),
-        message: format!("the finalizer list kept changing while adding {finalizer}"),
-    }))
-}
-
-/// Remove `finalizer` from the CR if it is there (F216), testing that the entry at its
-/// index is still it; a concurrent change of the list makes the CR be read again.
-async fn remove_finalizer(
-    cluster: &dyn Cluster,
-    cr: &ObjectRef,
-    mut current: Value,
-    finalizer: &str,
-) -> Result<()> {
-    for _ in 1..FINALIZER_ATTEMPTS {
-        let Some(index) = current.finalizers().iter().position(|f| *f == finalizer) else {
-            return Ok(());
-        };
-        let path = format!("/metadata/finalizers/{index}");
-        let ops = json!([
-            {"op": "test", "path": path, "value": finalizer},
-            {"op": "remove", "path": path},
-        ]);
-        match cluster.patch(cr, &finalizer_patch(ops)?).await {
-            Ok(_) | Err(ClusterError::NotFound(_)) => return Ok(()),
-            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
-                match cluster.get(cr).await? {
-                    Some(fresh) => current = fresh,
-                    None => return Ok(()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(Error::Cluster(ClusterError::Conflict {
-        object: cr.to_string(),
-        message: format!("the finalizer list kept changing while removing {finalizer}"),
-    }))
-}
-
-fn finalizer_patch(ops: Value) -> Result<json_patch::Patch> {
-    serde_json::from_value(ops).map_err(|e| Error::other(format!("finalizer patch: {e}")))
 }
 
 /// A random reconcile id: 22 characters of base32 (F112).

@@ -447,6 +447,9 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         );
         let stored = if drift.needs_write() {
             tracing::debug!(object = %reference, ?drift, "writing");
+            if !itself && !crate::finalizer::collected_with(reference.namespace.as_deref(), cr) {
+                session.hold_for_cleanup().await?;
+            }
             let stored = self.write(object, &manifest).await?;
             session
                 .ledger
@@ -620,8 +623,7 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     let same_object = manifest.kind() == Some(kind)
         && manifest.api_version() == Some(api_version)
         && manifest.name() == Some(name);
-    let owner_is_namespaced = owner.namespace().is_some();
-    if same_object || (owner_is_namespaced && manifest.namespace() != owner.namespace()) {
+    if same_object || !crate::finalizer::collected_with(manifest.namespace(), owner) {
         return;
     }
     let reference = json!({

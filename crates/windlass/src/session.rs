@@ -44,6 +44,8 @@ pub(crate) struct Ledger {
     objects: Mutex<HashMap<ObjectRef, Option<Value>>>,
     /// What windlass applied for the CR, as the rollout updates it.
     inventory: Mutex<Inventory>,
+    /// Held while the CR's finalizers are changed, so concurrent components don't race.
+    finalizers: tokio::sync::Mutex<()>,
 }
 
 impl Ledger {
@@ -51,6 +53,7 @@ impl Ledger {
         Ledger {
             objects: Mutex::default(),
             inventory: Mutex::new(inventory),
+            finalizers: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -86,6 +89,24 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl<K: PrimaryResource> Session<K> {
+    /// Make sure the CR carries [`crate::finalizer::CLEANUP_FINALIZER`] before an object
+    /// the garbage collector cannot reach from it is written (no request once it does).
+    /// A CR already being deleted can take no new finalizer; its cleanup already runs.
+    pub(crate) async fn hold_for_cleanup(&self) -> Result<()> {
+        use crate::finalizer::{CLEANUP_FINALIZER, add};
+        let _guard = self.ledger.finalizers.lock().await;
+        let cr = self.cr_ref();
+        let Some(current) = self.get_object(&cr).await? else {
+            return Ok(());
+        };
+        if current.is_terminating() || current.finalizers().contains(&CLEANUP_FINALIZER) {
+            return Ok(());
+        }
+        let written = add(self.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
+        self.ledger.remember(cr, Some(written));
+        Ok(())
+    }
+
     /// The reconcile id that tags every log line of this reconcile.
     pub fn id(&self) -> &str {
         &self.id

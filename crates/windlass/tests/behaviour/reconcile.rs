@@ -450,3 +450,57 @@ async fn a_failing_edge_condition_reaches_the_status() {
         "{message}"
     );
 }
+
+fn elsewhere() -> DummyComponent {
+    DummyComponent::new("elsewhere").with_object(
+        "cm",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "shared-settings", "namespace": "other"}, "data": {}}),
+    )
+}
+
+#[tokio::test]
+async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_deleted_with_the_cr() {
+    use windlass::finalizer::CLEANUP_FINALIZER;
+    for controller_finalizer in [false, true] {
+        let mut controller = one_configmap().component(elsewhere(), &[]);
+        if controller_finalizer {
+            controller = controller.finalizer("test.windlass.dev/cleanup", vec![]);
+        }
+        let env = TestEnv::new(controller).await;
+        env.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}))
+            .await;
+        let cr = env.apply_cr("a", json!({})).await;
+        let report = env.reconcile(&cr).await;
+        assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+        let remote = ObjectRef::new("v1", "ConfigMap", Some("other"), "shared-settings");
+        assert!(env.get(&remote).await.is_some());
+        let finalizers = env.get(&cr).await.unwrap()["metadata"]["finalizers"].clone();
+        assert!(
+            finalizers
+                .as_array()
+                .unwrap()
+                .contains(&json!(CLEANUP_FINALIZER)),
+            "{finalizers}"
+        );
+
+        env.delete(&cr).await;
+        assert!(env.get(&cr).await.is_some(), "held by the finalizers");
+        let report = env.reconcile(&cr).await;
+        assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+        assert!(env.get(&cr).await.is_none(), "both finalizers came off");
+        assert!(
+            env.get(&remote).await.is_none(),
+            "the object in the other namespace was deleted with the CR \
+             (controller finalizer: {controller_finalizer})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cr_whose_objects_are_all_in_its_namespace_gets_no_cleanup_finalizer() {
+    let env = TestEnv::new(one_configmap()).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    env.reconcile(&cr).await;
+    assert!(env.get(&cr).await.unwrap().finalizers().is_empty());
+}

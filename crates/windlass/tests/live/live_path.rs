@@ -319,3 +319,82 @@ async fn a_first_reconcile_writes_each_object_and_the_status_once() {
         "one read per object and the CR:\n{steady}"
     );
 }
+
+/// A namespaced CR's objects in another namespace, and its cluster-scoped ones, are out
+/// of the garbage collector's reach (no owner reference is allowed there): windlass's
+/// cleanup finalizer deletes them with the CR; the ones in its own namespace go by
+/// garbage collection.
+#[tokio::test]
+async fn objects_out_of_the_garbage_collectors_reach_are_deleted_with_the_cr() {
+    use windlass::finalizer::CLEANUP_FINALIZER;
+    let (cluster, env) = live().await;
+    let home = env.namespace("cleanup-home").await.unwrap();
+    let away = env.namespace("cleanup-away").await.unwrap();
+    let role_name = format!("{}-reader", home.name());
+    let controller = DummyController::new()
+        .component(DummyComponent::new("local").with_configmap("local"), &[])
+        .component(
+            DummyComponent::new("remote")
+                .with_object(
+                    "away",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "from-home", "namespace": away.name()},
+                        "data": {"k": "v"}}),
+                )
+                .with_object(
+                    "role",
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                        "metadata": {"name": role_name}, "rules": []}),
+                ),
+            &["local"],
+        );
+    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let cr = create_widget(cluster.as_ref(), home.name(), "w", json!({})).await;
+    reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
+
+    let local = ObjectRef::new("v1", "ConfigMap", Some(home.name()), "w-local");
+    let remote = ObjectRef::new("v1", "ConfigMap", Some(away.name()), "from-home");
+    let role = ObjectRef::new(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        &role_name,
+    );
+    let stored = cluster.get(&cr).await.unwrap().unwrap();
+    assert_eq!(stored.finalizers(), [CLEANUP_FINALIZER]);
+    let local_object = cluster.get(&local).await.unwrap().unwrap();
+    assert_eq!(
+        local_object["metadata"]["ownerReferences"][0]["uid"],
+        stored["metadata"]["uid"]
+    );
+    for object in [&remote, &role] {
+        let object = cluster.get(object).await.unwrap().unwrap();
+        assert!(
+            object["metadata"].get("ownerReferences").is_none(),
+            "no owner reference across namespaces: {object}"
+        );
+    }
+    // A second reconcile adds nothing (the finalizer is there).
+    let report = reconciler.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+
+    cluster.delete(&cr, None).await.unwrap();
+    reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
+    eventually("the CR is gone", || async {
+        cluster.get(&cr).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        cluster.get(&remote).await.unwrap().is_none(),
+        "deleted with the CR"
+    );
+    assert!(
+        cluster.get(&role).await.unwrap().is_none(),
+        "deleted with the CR"
+    );
+    eventually(
+        "the garbage collector deletes the local ConfigMap",
+        || async { cluster.get(&local).await.unwrap().is_none() },
+    )
+    .await;
+}
