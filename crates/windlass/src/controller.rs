@@ -36,57 +36,17 @@
 //! }
 //! ```
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::component::Component;
 use crate::dag::{Graph, GraphError, NodeId};
 use crate::error::{Error, Result};
+pub use crate::resource::{PrimaryResource, Requeue};
 use crate::session::Session;
-
-/// What a CR type must be to be reconciled by windlass: what
-/// `#[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]` gives.
-pub trait PrimaryResource:
-    kube::Resource<DynamicType = ()>
-    + kube::CustomResourceExt
-    + Clone
-    + Serialize
-    + DeserializeOwned
-    + fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<T> PrimaryResource for T where
-    T: kube::Resource<DynamicType = ()>
-        + kube::CustomResourceExt
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
-}
-
-/// Whether and when to reconcile the CR again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Requeue {
-    /// Not until something changes.
-    No,
-    /// After this delay.
-    After(Duration),
-}
 
 /// A CR kind, the components it owns, and the hooks around its rollouts.
 ///
@@ -159,13 +119,13 @@ pub trait Controller: Send + Sync + 'static {
     /// Whether to reconcile again, given what the rollout achieved. The default re-reads
     /// the CR and requeues after `requeue_after_seconds` until its status shows Ready, not
     /// Updating, and the requested version reconciled (F71); see
-    /// [`crate::reconcile::default_should_requeue`].
+    /// [`crate::status::default_should_requeue`].
     async fn should_requeue(
         &self,
         session: &Session<Self::Resource>,
         state: &crate::dag::CompletionState,
     ) -> Result<Requeue> {
-        crate::reconcile::default_should_requeue(session, state).await
+        crate::status::default_should_requeue(session, state).await
     }
 }
 

@@ -5,9 +5,9 @@
 //! <cr name>-<component>.k8s.yaml` (the first segment lower-cased), one YAML document per
 //! object.
 
-use crate::component::ManagedObject;
-use crate::controller::PrimaryResource;
 use crate::error::{Error, Result};
+use crate::managed::ManagedObject;
+use crate::resource::PrimaryResource;
 use crate::session::Session;
 
 /// Write the component's rendered objects below `working_dir`, if it is set.

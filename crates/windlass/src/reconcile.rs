@@ -66,7 +66,8 @@ use crate::status::{
     reconciled_version,
 };
 use crate::values::merge;
-use crate::verify::verify_subsystem;
+
+pub use crate::status::default_should_requeue;
 
 /// What should happen next for a CR after a reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,7 +352,7 @@ impl<C: Controller> Reconciler<C> {
             manifest: merged,
             config,
             library: library.clone(),
-            cluster: self.cluster.clone(),
+            cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
             temporary_patches,
             status,
             version,
@@ -746,40 +747,6 @@ fn completion_status<K: PrimaryResource>(
         ));
     }
     update
-}
-
-/// The default of [`Controller::should_requeue`] (F71): requeue after
-/// `requeue_after_seconds` until the CR's status, read back, shows it done: `Ready`,
-/// not `Updating`, and the requested version reconciled (a CR without a version needs
-/// only the conditions). Without `manage_status` there is no status to read, so the
-/// rollout's own outcome decides.
-pub async fn default_should_requeue<K: PrimaryResource>(
-    session: &Session<K>,
-    state: &CompletionState,
-) -> Result<Requeue> {
-    let again = Requeue::After(session.library().requeue_after());
-    if !session.library().manage_status {
-        return Ok(if state.verify_completed() {
-            Requeue::No
-        } else {
-            again
-        });
-    }
-    // The CR as this reconcile's status write left it: no request.
-    Ok(match session.get_object(&session.cr_ref()).await {
-        Err(_) => again,
-        Ok(None) => Requeue::No,
-        Ok(Some(cr)) => {
-            let done = match session.version() {
-                Some(version) => verify_subsystem(&cr, Some(version)),
-                None => {
-                    crate::verify::condition_is(&cr, status::READY, true, None)
-                        && crate::verify::condition_is(&cr, status::UPDATING, false, None)
-                }
-            };
-            if done { Requeue::No } else { again }
-        }
-    })
 }
 
 /// A random reconcile id: 22 characters of base32 (F112).

@@ -450,11 +450,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
             if !itself && !crate::finalizer::collected_with(reference.namespace.as_deref(), cr) {
                 session.hold_for_cleanup().await?;
             }
-            let stored = self.write(object, &manifest).await?;
-            session
-                .ledger
-                .remember(reference.clone(), Some(stored.clone()));
-            stored
+            self.write(object, &manifest).await?
         } else {
             live.unwrap_or_default()
         };
@@ -490,7 +486,6 @@ impl<K: PrimaryResource> Rollout<'_, K> {
                     tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");
                     recreated = true;
                     cluster.delete(&object.reference, None).await?;
-                    self.session.ledger.forget(&object.reference);
                 }
                 Err(ClusterError::Invalid { .. })
                     if library.deploy_unprocessable_put_fallback
@@ -560,7 +555,6 @@ async fn delete_recorded<K: PrimaryResource>(
             Err(ClusterError::UnknownKind { .. }) => Deletion::NotFound,
             other => other?,
         };
-        session.ledger.forget(&reference);
         match outcome {
             Deletion::Deleted => {
                 session

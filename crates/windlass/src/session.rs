@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::cluster::{Cluster, ListQuery};
+use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::config::LibraryConfig;
-use crate::controller::PrimaryResource;
-use crate::error::{Error, Result};
+use crate::error::{ClusterError, Error, Result};
 use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
+use crate::resource::PrimaryResource;
 
 /// Everything a component may know about the reconcile it is part of.
 pub struct Session<K> {
@@ -84,6 +84,87 @@ impl Ledger {
     }
 }
 
+/// The cluster as one reconcile sees it: reads answered from the [`Ledger`] when the
+/// object was read or written before in this reconcile; every write's answer remembered.
+/// Components, verify and the rollout all go through it ([`Session::cluster`]), so no
+/// step needs to pass copies along by hand.
+pub(crate) struct Recorded {
+    inner: Arc<dyn Cluster>,
+    ledger: Arc<Ledger>,
+}
+
+impl Recorded {
+    pub(crate) fn shared(inner: Arc<dyn Cluster>, ledger: Arc<Ledger>) -> Arc<dyn Cluster> {
+        Arc::new(Recorded { inner, ledger })
+    }
+
+    fn remember(&self, stored: &Value) {
+        if let Ok(reference) = ObjectRef::from_manifest(stored) {
+            self.ledger.remember(reference, Some(stored.clone()));
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Cluster for Recorded {
+    async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+        self.inner.scope(type_ref).await
+    }
+
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        if let Some(seen) = self.ledger.seen(object) {
+            return Ok(seen);
+        }
+        let found = self.inner.get(object).await?;
+        self.ledger.remember(object.clone(), found.clone());
+        Ok(found)
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
+        self.inner.list(query).await
+    }
+
+    async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
+        let stored = self.inner.apply(manifest, method).await?;
+        self.remember(&stored);
+        Ok(stored)
+    }
+
+    async fn delete(
+        &self,
+        object: &ObjectRef,
+        uid: Option<&str>,
+    ) -> Result<Deletion, ClusterError> {
+        // Whatever the answer, the cluster decides later when it is gone: read afresh.
+        self.ledger.forget(object);
+        self.inner.delete(object, uid).await
+    }
+
+    async fn write_status(
+        &self,
+        object: &ObjectRef,
+        status: &Value,
+        resource_version: Option<&str>,
+    ) -> Result<Option<Value>, ClusterError> {
+        let stored = self
+            .inner
+            .write_status(object, status, resource_version)
+            .await?;
+        self.ledger.remember(object.clone(), stored.clone());
+        Ok(stored)
+    }
+
+    async fn patch(
+        &self,
+        object: &ObjectRef,
+        patch: &json_patch::Patch,
+    ) -> Result<Value, ClusterError> {
+        let stored = self.inner.patch(object, patch).await?;
+        self.remember(&stored);
+        Ok(stored)
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -102,8 +183,7 @@ impl<K: PrimaryResource> Session<K> {
         if current.is_terminating() || current.finalizers().contains(&CLEANUP_FINALIZER) {
             return Ok(());
         }
-        let written = add(self.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
-        self.ledger.remember(cr, Some(written));
+        add(self.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
         Ok(())
     }
 
@@ -159,7 +239,8 @@ impl<K: PrimaryResource> Session<K> {
     pub fn library(&self) -> &LibraryConfig {
         &self.library
     }
-    /// The cluster this reconcile reads and writes.
+    /// The cluster this reconcile reads and writes. Within one reconcile an object is read
+    /// at most once: later reads get the copy read first or the one a write returned.
     pub fn cluster(&self) -> &dyn Cluster {
         self.cluster.as_ref()
     }
@@ -215,12 +296,7 @@ impl<K: PrimaryResource> Session<K> {
     /// own deploy and verify steps, get the copy read first or the one a write returned.
     /// The next reconcile reads afresh.
     pub async fn get_object(&self, object: &ObjectRef) -> Result<Option<Value>> {
-        if let Some(seen) = self.ledger.seen(object) {
-            return Ok(seen);
-        }
-        let found = self.cluster.get(object).await?;
-        self.ledger.remember(object.clone(), found.clone());
-        Ok(found)
+        Ok(self.cluster.get(object).await?)
     }
 
     /// Typed objects in the CR's namespace matching a label selector (`""` for all).

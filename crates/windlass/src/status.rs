@@ -24,6 +24,8 @@ use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error};
+use crate::resource::{PrimaryResource, Requeue};
+use crate::session::Session;
 
 /// The status type of a windlass-managed CR: `#[kube(status = "windlass::status::Status")]`.
 ///
@@ -415,6 +417,40 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
                 }
                 _ => ca == cb,
             })
+}
+
+/// The default of [`crate::controller::Controller::should_requeue`] (F71): requeue after
+/// `requeue_after_seconds` until the CR's status, read back, shows it done: `Ready`,
+/// not `Updating`, and the requested version reconciled (a CR without a version needs
+/// only the conditions). Without `manage_status` there is no status to read, so the
+/// rollout's own outcome decides.
+pub async fn default_should_requeue<K: PrimaryResource>(
+    session: &Session<K>,
+    state: &CompletionState,
+) -> crate::error::Result<Requeue> {
+    let again = Requeue::After(session.library().requeue_after());
+    if !session.library().manage_status {
+        return Ok(if state.verify_completed() {
+            Requeue::No
+        } else {
+            again
+        });
+    }
+    // The CR as this reconcile's status write left it: no request.
+    Ok(match session.get_object(&session.cr_ref()).await {
+        Err(_) => again,
+        Ok(None) => Requeue::No,
+        Ok(Some(cr)) => {
+            let done = match session.version() {
+                Some(version) => crate::verify::verify_subsystem(&cr, Some(version)),
+                None => {
+                    crate::verify::condition_is(&cr, READY, true, None)
+                        && crate::verify::condition_is(&cr, UPDATING, false, None)
+                }
+            };
+            if done { Requeue::No } else { again }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -7,28 +7,23 @@
 
 use serde_json::Value;
 
-use crate::component::ManagedObject;
-use crate::controller::PrimaryResource;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::managed::ManagedObject;
 use crate::object::ManifestExt;
-use crate::session::Session;
 
-/// The default verification of a component's objects (F82): in dry-run, true; otherwise
-/// every object must exist and pass its verify function or its kind's rule. An object
-/// that has failed for good (a Job with its `Failed` condition) fails the component. A
-/// failed read is a cluster error (oper8 made it an assertion, quirk Q12).
+/// The default verification of a component's objects (F82): every object must exist and
+/// pass its verify function or its kind's rule. An object that has failed for good (a Job
+/// with its `Failed` condition) fails the component. A failed read is a cluster error
+/// (oper8 made it an assertion, quirk Q12). Dry-run skips verification before calling
+/// this.
 ///
-/// The objects are the copies the reconcile already holds (read or returned by a write in
-/// the deploy phase; see [`Session::get_object`]), so verifying costs no request.
-pub async fn verify_objects<K: PrimaryResource>(
-    session: &Session<K>,
-    objects: &[ManagedObject],
-) -> Result<bool> {
-    if session.dry_run() {
-        return Ok(true);
-    }
+/// Pass the session's cluster ([`crate::session::Session::cluster`]): it answers with the
+/// copies the reconcile already holds (read or returned by a write in the deploy phase),
+/// so verifying costs no request.
+pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) -> Result<bool> {
     for object in objects {
-        let Some(live) = session.get_object(&object.reference).await? else {
+        let Some(live) = cluster.get(&object.reference).await? else {
             return Ok(false);
         };
         if let Some(why) = failure(&live) {

@@ -1,0 +1,101 @@
+//! What a component renders: an object together with how it is written and how its
+//! readiness is judged. The rollout writes [`ManagedObject`]s and verify reads them; both
+//! need nothing else of the component that rendered them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::cluster::WriteMethod;
+use crate::object::ObjectRef;
+
+/// A check of one live object's readiness, replacing the per-kind default.
+pub type VerifyFn = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+/// How one resource is written and verified.
+#[derive(Clone, Default)]
+pub struct ResourceOptions {
+    pub(crate) verify: Option<VerifyFn>,
+    pub(crate) method: WriteMethod,
+    pub(crate) recreate: bool,
+}
+
+impl ResourceOptions {
+    /// Server-side apply, per-kind verification.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Verify the live object with `check` instead of the per-kind rule.
+    pub fn verify(mut self, check: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        self.verify = Some(Arc::new(check));
+        self
+    }
+    /// Write with `method` instead of server-side apply.
+    pub fn method(mut self, method: WriteMethod) -> Self {
+        self.method = method;
+        self
+    }
+    /// When the server refuses a change because a field cannot change after creation (a
+    /// Job's pod template, a StatefulSet's volumeClaimTemplates or selector, a Service's
+    /// clusterIP), delete the object and create it anew instead of failing. Only for
+    /// objects whose loss is harmless: a recreated StatefulSet keeps its volumes, a
+    /// recreated Job runs again.
+    pub fn recreate_when_immutable(mut self) -> Self {
+        self.recreate = true;
+        self
+    }
+}
+
+impl fmt::Debug for ResourceOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceOptions")
+            .field("verify", &self.verify.as_ref().map(|_| "fn"))
+            .field("method", &self.method)
+            .field("recreate", &self.recreate)
+            .finish()
+    }
+}
+
+/// A rendered object, ready to apply (F83).
+#[derive(Clone)]
+pub struct ManagedObject {
+    /// `<component>.<resource>`.
+    pub internal_name: String,
+    /// The object's reference, its namespace resolved by its kind's scope.
+    pub reference: ObjectRef,
+    /// The manifest after patches and annotations.
+    pub manifest: Value,
+    /// Replaces the per-kind readiness rule, when set.
+    pub verify: Option<VerifyFn>,
+    /// How the object is written.
+    pub method: WriteMethod,
+    /// Whether a refused change of an immutable field deletes and recreates the object.
+    pub recreate: bool,
+}
+
+impl ManagedObject {
+    /// The object's reference.
+    pub fn object_ref(&self) -> ObjectRef {
+        self.reference.clone()
+    }
+}
+
+impl fmt::Debug for ManagedObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagedObject")
+            .field("internal_name", &self.internal_name)
+            .field("object", &self.object_ref().to_string())
+            .field("method", &self.method)
+            .field("recreate", &self.recreate)
+            .finish()
+    }
+}
+
+impl fmt::Display for ManagedObject {
+    /// `apiVersion/kind/name`, as oper8 displays managed objects.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.object_ref();
+        write!(f, "{}/{}/{}", r.api_version, r.kind, r.name)
+    }
+}
