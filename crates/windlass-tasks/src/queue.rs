@@ -311,6 +311,15 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         self.shared.enqueue(key, Due::Now)
     }
 
+    /// Run `key` as soon as possible, even if it is failing and waiting out its back-off:
+    /// for a change that may be the fix (an operator's user edited the spec), where waiting
+    /// minutes for the back-off would help no one. The back-off itself is kept (the next
+    /// failure waits longer still); only a success resets it. A running key is marked to
+    /// run again as with [`enqueue`](Self::enqueue).
+    pub fn enqueue_preempting(&self, key: K) -> Enqueued {
+        self.shared.enqueue_with(key, Due::Now, true)
+    }
+
     /// Run `key` once `delay` has passed, or earlier if it is already due earlier (never
     /// before the back-off of a failing key ends).
     pub fn enqueue_after(&self, key: K, delay: Duration) -> Enqueued {
@@ -983,8 +992,12 @@ impl<K: Hash + Eq + Clone> Shared<K> {
     }
 
     fn enqueue(&self, key: K, due: Due) -> Enqueued {
+        self.enqueue_with(key, due, self.preempt_backoff)
+    }
+
+    fn enqueue_with(&self, key: K, due: Due, preempt: bool) -> Enqueued {
         let mut state = self.lock();
-        let (result, wake) = state.enqueue(key, due, self.preempt_backoff);
+        let (result, wake) = state.enqueue(key, due, preempt);
         let wake = wake && state.waiting > 0;
         drop(state);
         if wake {

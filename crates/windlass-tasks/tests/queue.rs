@@ -1069,3 +1069,34 @@ async fn parallel_producers_on_a_multi_threaded_runtime() {
     );
     assert_eq!(q.stats().dispatched_total, runs);
 }
+
+/// Per call: a plain enqueue leaves a backing-off key alone, a preempting one (a spec
+/// fix) runs it now; the back-off is kept for the next failure.
+#[tokio::test(start_paused = true)]
+async fn a_preempting_enqueue_runs_a_backing_off_key_now_and_a_plain_one_does_not() {
+    let q = queue::<u8>(1, policy(secs(100), secs(1000), 0.0));
+    q.enqueue(1);
+    let producer = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            sleep(secs(5)).await;
+            assert_eq!(q.enqueue(1), Enqueued::BackingOff);
+            sleep(secs(5)).await;
+            assert_eq!(q.enqueue_preempting(1), Enqueued::Advanced);
+        })
+    };
+    let log = run_for(&q, secs(400), |_, n| {
+        if n <= 2 {
+            TaskOutcome::Retry
+        } else {
+            TaskOutcome::Done
+        }
+    })
+    .await;
+    if let Err(e) = producer.await {
+        panic!("{e}");
+    }
+    // 0: fail (back-off 100 s) · 5: plain event, nothing · 10: the fix runs it now, it
+    // fails again (back-off 200 s) · 210: done.
+    assert_eq!(times_of(&log, &1), [0, 10, 210].map(secs));
+}
