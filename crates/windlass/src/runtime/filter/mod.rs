@@ -35,6 +35,27 @@
 //!    tested or not. Because tests are pure, the verdict and every member's state are the
 //!    same as if all members had been tested.
 //!
+//! # The global filter
+//!
+//! `python_watch_manager.filter` picks the filter applied to every watched object
+//! ([`GlobalFilter`], F177): `default`, `annotation` or `user-annotation`. oper8 could
+//! also import a Python class named in the config; windlass has no such thing, and custom
+//! filters are passed to the runtime in code: a controller's own filters come from
+//! [`Controller::watch_filters`](crate::controller::Controller::watch_filters)
+//! ([`WatchFilters`], F187), AND-ed with the global one.
+//!
+//! windlass's `default` differs from oper8's on purpose: oper8's ignored every change that
+//! did not bump the generation, so unpausing a CR or editing its labels waited for the
+//! periodic reconcile. windlass's passes creation and deletion, a generation change (for
+//! kinds without one, a change of anything but `metadata` and `status`), a label change, a
+//! change of a user annotation (pause included) and a deletion request, and rejects
+//! status-only changes, finalizer edits, platform annotations, replays of a
+//! resourceVersion already seen, and anything on a paused object. windlass's own writes to
+//! a CR are its status and its finalizer, so they never start a reconcile; a write to an
+//! object it owns that changes the object's spec starts a reconcile of the owner, which
+//! finds nothing left to change and writes nothing. oper8's default is still available as
+//! [`oper8_default`].
+//!
 //! # The filters, by their oper8 names
 //!
 //! | oper8 (F171–F175)         | windlass                          |
@@ -55,19 +76,20 @@
 //!
 //! # How the runtime uses it
 //!
-//! One [`FilterTracker`] per watch stream, built with the filter every object must pass.
-//! For each event, the runtime names the CRs the event concerns and the filter each one
+//! One [`FilterTracker`] per watch stream, built with the configured global filter. For
+//! each event, the runtime names the CRs the event concerns and the filter each one
 //! asks for, and gets back the CRs to reconcile:
 //!
 //! ```
 //! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-//! use windlass::runtime::filter::{Enable, EventKind, FilterSpec, FilterTracker, Generation, WatchEvent};
+//! use windlass::config::LibraryConfig;
+//! use windlass::runtime::filter::{EventKind, FilterTracker, GlobalFilter, WatchEvent, WatchFilters};
 //!
-//! let mut tracker = FilterTracker::new(FilterSpec::new(Enable));
-//! let own = FilterSpec::any([
-//!     windlass::runtime::filter::CreationDeletion.into(),
-//!     Generation::default().into(),
-//! ]);
+//! let config = LibraryConfig::default();
+//! let global = GlobalFilter::from_config(&config)?.spec();
+//! // What `Controller::watch_filters` returned, narrowed to the watched kind.
+//! let own = WatchFilters::new().for_kind(&windlass::object::TypeRef::new("example.com/v1", "App"));
+//! let mut tracker = FilterTracker::new(global);
 //!
 //! let mut cr = ObjectMeta {
 //!     name: Some("shop".into()),
@@ -84,6 +106,7 @@
 //! cr.resource_version = Some("11".into());
 //! let start = tracker.admit(WatchEvent::new(EventKind::Modified, &cr), [("default/shop", &own)]);
 //! assert!(start.is_empty());
+//! # Ok::<(), windlass::Error>(())
 //! ```
 //!
 //! kube-runtime's watcher does not tell an added object from a modified one
@@ -93,6 +116,7 @@
 
 mod builtin;
 mod compose;
+mod policy;
 mod tracker;
 
 use std::collections::BTreeMap;
@@ -106,6 +130,7 @@ pub use builtin::{
     RESOURCE_VERSIONS_KEPT, ResourceVersion, SubsystemStatus, UserAnnotations,
 };
 pub use compose::{All, Any, FilterSpec};
+pub use policy::{GlobalFilter, UnknownGlobalFilter, WatchFilters, changed, oper8_default};
 pub use tracker::FilterTracker;
 
 /// What happened to the object: the three watch event types of the Kubernetes API.

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::EventKind::{Added, Deleted, Modified};
 use super::*;
 use crate::annotations::PAUSE_EXECUTION;
+use crate::object::TypeRef;
 
 /// A watched object: metadata and (optionally) the rest.
 #[derive(Clone)]
@@ -809,4 +810,320 @@ fn tracker_keys_objects_without_uid_by_name_and_leaves_nameless_ones_untracked()
         "no memory"
     );
     assert_eq!(tracker.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// The global filters (F177)
+
+/// Run `steps` (label, kind, object) through a tracker with `global` and check the verdicts.
+fn check_table(global: FilterSpec, own: &FilterSpec, steps: &[(&str, EventKind, &Obj, bool)]) {
+    let mut tracker = FilterTracker::new(global);
+    for (label, kind, obj, expected) in steps {
+        let admitted = !tracker.admit(obj.event(*kind), [("cr", own)]).is_empty();
+        assert_eq!(admitted, *expected, "{label}");
+    }
+}
+
+#[test]
+fn the_default_filter_passes_what_needs_a_reconcile_and_nothing_windlass_writes_itself() {
+    let add = Obj::cr();
+    let spec_change = add.next(Obj::bump_generation);
+    let status_write =
+        spec_change.next(|o| o.set_status(json!({"conditions": [{"type": "Ready"}]})));
+    let finalizer_added =
+        status_write.next(|o| o.meta.finalizers = Some(vec!["example.com/f".into()]));
+    let annotation = finalizer_added.next(|o| o.annotate("team", "shop"));
+    let platform_annotation =
+        annotation.next(|o| o.annotate("kubectl.kubernetes.io/restartedAt", "now"));
+    let label = platform_annotation.next(|o| o.label("tier", "web"));
+    let paused = label.next(|o| o.annotate(PAUSE_EXECUTION, "true"));
+    let spec_while_paused = paused.next(Obj::bump_generation);
+    let unpaused = spec_while_paused.next(|o| o.unannotate(PAUSE_EXECUTION));
+    let status_again = unpaused.next(|o| o.set_status(json!({"conditions": []})));
+    let deleting = status_again.next(Obj::request_deletion);
+    let status_while_deleting = deleting.next(|o| o.set_status(json!({"x": 1})));
+    let finalizer_removed = status_while_deleting.next(|o| o.meta.finalizers = None);
+
+    check_table(
+        GlobalFilter::Default.spec(),
+        &FilterSpec::new(Enable),
+        &[
+            ("add", Added, &add, true),
+            ("replayed add after a reconnect", Added, &add, false),
+            (
+                "spec change (generation bump)",
+                Modified,
+                &spec_change,
+                true,
+            ),
+            ("replayed modification", Modified, &spec_change, false),
+            (
+                "status-only change (windlass's status write)",
+                Modified,
+                &status_write,
+                false,
+            ),
+            (
+                "finalizer added by windlass",
+                Modified,
+                &finalizer_added,
+                false,
+            ),
+            ("user annotation change", Modified, &annotation, true),
+            (
+                "platform annotation change",
+                Modified,
+                &platform_annotation,
+                false,
+            ),
+            ("label change", Modified, &label, true),
+            ("pause", Modified, &paused, false),
+            (
+                "spec change while paused",
+                Modified,
+                &spec_while_paused,
+                false,
+            ),
+            ("unpause", Modified, &unpaused, true),
+            (
+                "status-only change after unpausing",
+                Modified,
+                &status_again,
+                false,
+            ),
+            ("deletion timestamp set", Modified, &deleting, true),
+            (
+                "status-only change while deleting",
+                Modified,
+                &status_while_deleting,
+                false,
+            ),
+            ("finalizer removed", Modified, &finalizer_removed, false),
+            ("delete", Deleted, &finalizer_removed, true),
+        ],
+    );
+}
+
+#[test]
+fn the_default_filter_ignores_a_paused_objects_deletion() {
+    let paused = Obj::cr().next(|o| o.annotate(PAUSE_EXECUTION, "TRUE"));
+    let deleting = paused.next(Obj::request_deletion);
+    check_table(
+        GlobalFilter::Default.spec(),
+        &FilterSpec::new(Enable),
+        &[
+            ("add paused", Added, &paused, false),
+            (
+                "deletion timestamp set while paused",
+                Modified,
+                &deleting,
+                false,
+            ),
+            ("delete while paused", Deleted, &deleting, false),
+        ],
+    );
+}
+
+#[test]
+fn the_default_filter_on_dependent_watches_of_owned_objects() {
+    // Owned objects are watched metadata-only; the controller declared no filters.
+    let dependent = WatchFilters::new().for_dependent(&TypeRef::new("apps/v1", "Deployment"));
+    let created = Obj::cr().metadata_only();
+    let applied = created.next(|o| {
+        o.bump_generation();
+        o.annotate("windlass.dev/applied-hash", "h2");
+    });
+    let status = applied.next(|_| {});
+    let revision = status.next(|o| o.annotate("deployment.kubernetes.io/revision", "2"));
+    let edited = revision.next(Obj::bump_generation);
+    check_table(
+        GlobalFilter::Default.spec(),
+        &dependent,
+        &[
+            ("created by the reconcile", Added, &created, false),
+            ("applied again with a new spec", Modified, &applied, true),
+            ("status-only change", Modified, &status, false),
+            (
+                "revision annotation by the deployment controller",
+                Modified,
+                &revision,
+                false,
+            ),
+            ("edited by someone else", Modified, &edited, true),
+            ("deleted: re-create it", Deleted, &edited, true),
+        ],
+    );
+
+    // A kind without a generation, metadata-only: every new version passes.
+    let cm = Obj::config_map().metadata_only();
+    let cm2 = cm.next(|_| {});
+    check_table(
+        GlobalFilter::Default.spec(),
+        &dependent,
+        &[
+            ("created", Added, &cm, false),
+            ("changed", Modified, &cm2, true),
+            ("replayed", Modified, &cm2, false),
+        ],
+    );
+}
+
+#[test]
+fn the_annotation_filter_also_passes_platform_annotations() {
+    let add = Obj::cr();
+    let platform = add.next(|o| o.annotate("kubectl.kubernetes.io/restartedAt", "now"));
+    let status = platform.next(|o| o.set_status(json!({"x": 1})));
+    check_table(
+        GlobalFilter::Annotation.spec(),
+        &FilterSpec::new(Enable),
+        &[
+            ("add", Added, &add, true),
+            ("platform annotation", Modified, &platform, true),
+            ("status-only", Modified, &status, false),
+        ],
+    );
+    assert_eq!(
+        format!("{:?}", GlobalFilter::UserAnnotation.spec()),
+        format!("{:?}", GlobalFilter::Default.spec())
+    );
+    assert_eq!(
+        format!("{:?}", GlobalFilter::Default.spec()),
+        "All[Pause, Any[All[CreationDeletion, Generation, NoGeneration, ResourceVersion], \
+         UserAnnotations, Labels, DeletionRequested]]"
+    );
+}
+
+#[test]
+fn oper8s_default_is_available_and_ignores_annotation_changes() {
+    let add = Obj::cr();
+    let paused = add.next(|o| o.annotate(PAUSE_EXECUTION, "true"));
+    let unpaused = paused.next(|o| o.unannotate(PAUSE_EXECUTION));
+    let spec = unpaused.next(Obj::bump_generation);
+    let status = spec.next(|o| o.set_status(json!({"x": 1})));
+    check_table(
+        oper8_default(),
+        &FilterSpec::new(Enable),
+        &[
+            ("add", Added, &add, true),
+            ("pause", Modified, &paused, false),
+            (
+                "unpause (oper8 waited for the periodic reconcile)",
+                Modified,
+                &unpaused,
+                false,
+            ),
+            ("spec change", Modified, &spec, true),
+            ("status-only", Modified, &status, false),
+            ("delete", Deleted, &status, true),
+        ],
+    );
+}
+
+#[test]
+fn the_configured_global_filter_is_parsed_and_unknown_values_are_config_errors() {
+    for (value, expected) in [
+        ("default", GlobalFilter::Default),
+        ("annotation", GlobalFilter::Annotation),
+        (" user-annotation ", GlobalFilter::UserAnnotation),
+    ] {
+        assert_eq!(value.parse::<GlobalFilter>(), Ok(expected));
+        assert_eq!(expected.to_string(), value.trim());
+    }
+    let mut config = crate::config::LibraryConfig::default();
+    assert_eq!(
+        GlobalFilter::from_config(&config),
+        Ok(GlobalFilter::Default)
+    );
+    for bad in ["my.module.MyFilter", "", "Default"] {
+        config.python_watch_manager.filter = bad.to_string();
+        let err = GlobalFilter::from_config(&config).unwrap_err();
+        assert!(matches!(err, crate::Error::Config(_)), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("python_watch_manager.filter"), "{message}");
+        assert!(
+            message.contains("default, annotation, user-annotation"),
+            "{message}"
+        );
+        assert!(message.contains("Controller::watch_filters"), "{message}");
+        let problems = config.validate().unwrap_err();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("python_watch_manager.filter: `")),
+            "{problems:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-controller filters (F187)
+
+#[test]
+fn controller_filters_apply_to_every_kind_or_one_and_dependents_and_them() {
+    let app = TypeRef::new("example.com/v1", "App");
+    let secret = TypeRef::new("v1", "Secret");
+    assert_eq!(
+        format!("{:?}", WatchFilters::new().for_kind(&app)),
+        "Enable"
+    );
+    assert_eq!(
+        format!("{:?}", WatchFilters::new().for_dependent(&secret)),
+        "DependentWatch"
+    );
+    assert!(WatchFilters::new().is_empty());
+
+    let filters = WatchFilters::new()
+        .every_kind(LabelSelector::new([("shard", "a")]))
+        .kind(app.clone(), SubsystemStatus::default());
+    assert!(!filters.is_empty());
+    assert_eq!(format!("{:?}", filters.for_kind(&secret)), "LabelSelector");
+    assert_eq!(
+        format!("{:?}", filters.for_kind(&app)),
+        "All[LabelSelector, SubsystemStatus]"
+    );
+    assert_eq!(
+        format!("{:?}", filters.for_dependent(&secret)),
+        "All[DependentWatch, LabelSelector]"
+    );
+
+    let dependent = filters.for_dependent(&secret);
+    let mut in_shard = Obj::cr().metadata_only();
+    in_shard.label("shard", "a");
+    let mut elsewhere = in_shard.next(|_| {});
+    elsewhere.label("shard", "b");
+    assert_eq!(
+        votes(
+            &dependent,
+            &[
+                (Added, &in_shard),
+                (Modified, &in_shard),
+                (Modified, &elsewhere)
+            ]
+        ),
+        [N, Y, N]
+    );
+}
+
+#[test]
+fn controllers_declare_no_filters_by_default() {
+    use crate::prelude::*;
+    #[derive(
+        kube::CustomResource,
+        serde::Deserialize,
+        serde::Serialize,
+        Clone,
+        Debug,
+        schemars::JsonSchema,
+    )]
+    #[kube(group = "example.com", version = "v1", kind = "Thing", namespaced)]
+    struct ThingSpec {}
+    struct Things;
+    #[async_trait]
+    impl Controller for Things {
+        type Resource = Thing;
+        fn components(&self, _: &Session<Thing>) -> Result<Components<Thing>> {
+            Ok(Components::new())
+        }
+    }
+    assert!(Things.watch_filters().is_empty());
 }

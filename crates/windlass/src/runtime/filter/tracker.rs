@@ -32,7 +32,8 @@ struct Tracked<R> {
 }
 
 impl<R: Eq + Hash + Clone> FilterTracker<R> {
-    /// A tracker whose every object also passes `global`.
+    /// A tracker whose every object also passes `global` (the configured
+    /// [`GlobalFilter`](super::GlobalFilter)'s spec, usually).
     pub fn new(global: FilterSpec) -> Self {
         FilterTracker {
             global,
@@ -43,8 +44,8 @@ impl<R: Eq + Hash + Clone> FilterTracker<R> {
     /// Filter one event: the requesters whose reconcile it starts, in the order given.
     ///
     /// `requests` names each CR the event concerns (the object itself for the primary
-    /// kind, its owner for an owned kind) with the filter that CR's controller asks for;
-    /// a requester listed twice counts once.
+    /// kind, its owner for an owned kind) with the filter that CR's controller asks for
+    /// ([`WatchFilters`](super::WatchFilters)); a requester listed twice counts once.
     /// A requester passes when both the global filter and its own vote yes; an abstention
     /// at this level counts as no (F176).
     ///
