@@ -78,6 +78,36 @@ pub trait Controller: Send + Sync + 'static {
         Ok(Components::new())
     }
 
+    /// This controller's own watch filters, applied on top of the configured global one
+    /// (oper8's `pwm_filters`, F187): a filter for every watched kind, or for one kind.
+    /// Dependent watches AND them with [`DependentWatch`](crate::runtime::filter::DependentWatch).
+    /// By default none: the global filter alone decides.
+    ///
+    /// ```
+    /// # use windlass::prelude::*;
+    /// # #[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
+    /// # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
+    /// # struct AppSpec {}
+    /// use windlass::runtime::filter::{LabelSelector, WatchFilters};
+    ///
+    /// struct AppController;
+    ///
+    /// #[async_trait]
+    /// impl Controller for AppController {
+    ///     type Resource = App;
+    ///     fn components(&self, _: &Session<App>) -> Result<Components<App>> {
+    ///         Ok(Components::new())
+    ///     }
+    ///     // Only reconcile Apps labelled for this shard.
+    ///     fn watch_filters(&self) -> WatchFilters {
+    ///         WatchFilters::new().kind_of::<App>(LabelSelector::new([("shard", "a")]))
+    ///     }
+    /// }
+    /// ```
+    fn watch_filters(&self) -> crate::runtime::filter::WatchFilters {
+        crate::runtime::filter::WatchFilters::new()
+    }
+
     /// Backend config defaults, the base of the config layering (F68, F117).
     fn config_defaults(&self) -> Value {
         Value::Object(Map::new())

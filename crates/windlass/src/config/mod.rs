@@ -180,8 +180,12 @@ impl LibraryConfig {
                 self.python_watch_manager.process_context
             ));
         }
-        if self.python_watch_manager.filter.trim().is_empty() {
-            problems.push("python_watch_manager.filter: must not be empty".to_string());
+        if let Err(unknown) = self
+            .python_watch_manager
+            .filter
+            .parse::<crate::runtime::filter::GlobalFilter>()
+        {
+            problems.push(format!("python_watch_manager.filter: {unknown}"));
         }
         if self.python_watch_manager.lock.namespace.trim().is_empty() {
             problems.push("python_watch_manager.lock.namespace: must not be empty".to_string());
@@ -311,7 +315,8 @@ pub struct WatchManagerConfig {
     pub watch_retry_count: u32,
     /// Wait between watch restarts (F44).
     pub watch_retry_delay: ConfigDuration,
-    /// The global event filter: `default`, `annotation`, `user-annotation` (F45).
+    /// The global event filter: `default`, `annotation`, `user-annotation` (F45); see
+    /// [`crate::runtime::filter::GlobalFilter`].
     pub filter: String,
     /// Leader election (F46–F50).
     pub lock: LockConfig,

@@ -1,1 +1,0 @@
-//! Which watch events start a reconcile (oper8 F170–F177).

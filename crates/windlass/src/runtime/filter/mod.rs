@@ -1,0 +1,315 @@
+//! Which watch events start a reconcile (oper8 F170–F177).
+//!
+//! A watch delivers every write to an object: the status windlass just wrote, the
+//! finalizer it added, the `deployment.kubernetes.io/revision` a built-in controller bumps,
+//! the same object again after the watch reconnects. Reconciling on each of them would
+//! make every reconcile trigger the next. Filters decide which events matter; they are the
+//! runtime's equivalent of controller-runtime's predicates and of oper8's filters, with the
+//! same voting rules so that oper8 filter sets keep their meaning.
+//!
+//! # The contract
+//!
+//! - A [`Filter`] votes on one [`WatchEvent`]: `Some(true)` (reconcile), `Some(false)`
+//!   (don't) or `None` (abstain: "not my business").
+//! - [`Filter::test`] takes `&self` and cannot change state; [`Filter::update`] takes
+//!   `&mut self` and records what the filter needs to remember (a generation, a hash).
+//!   [`Filter::evaluate`] tests and then **always** updates, whatever the vote (F170).
+//!   The split is deliberate: a group may stop testing once its outcome is decided, and the
+//!   type system guarantees that skipping a test cannot change any member's state.
+//! - State belongs to one object and one requester (the CR whose reconcile the event would
+//!   start): a [`FilterTracker`] keeps one filter instance per (object uid, requester),
+//!   built from a [`FilterSpec`], and drops them when the object is deleted.
+//! - [`All`] and [`Any`] combine votes (F176): abstentions are ignored, an empty group
+//!   passes, a group in which every member abstains fails, and every member is updated on
+//!   every event. At the top of the tracker an abstention counts as "no".
+//!
+//! # Quirk Q8, fixed
+//!
+//! oper8's `FilterManager.update()` crashed (an argument clash), and its AND groups never
+//! stopped testing after a `false` (an `and` of a value with its own negation). windlass
+//! pins what oper8 meant, with tests:
+//!
+//! 1. updating a group updates every member, nested groups included;
+//! 2. evaluating a group tests members until the outcome is decided — the first `false`
+//!    in an [`All`], the first `true` in an [`Any`] — and then updates **every** member,
+//!    tested or not. Because tests are pure, the verdict and every member's state are the
+//!    same as if all members had been tested.
+//!
+//! # The global filter
+//!
+//! `python_watch_manager.filter` picks the filter applied to every watched object
+//! ([`GlobalFilter`], F177): `default`, `annotation` or `user-annotation`. oper8 could
+//! also import a Python class named in the config; windlass has no such thing, and custom
+//! filters are passed to the runtime in code: a controller's own filters come from
+//! [`Controller::watch_filters`](crate::controller::Controller::watch_filters)
+//! ([`WatchFilters`], F187), AND-ed with the global one.
+//!
+//! windlass's `default` differs from oper8's on purpose: oper8's ignored every change that
+//! did not bump the generation, so unpausing a CR or editing its labels waited for the
+//! periodic reconcile. windlass's passes creation and deletion, a generation change (for
+//! kinds without one, a change of anything but `metadata` and `status`), a label change, a
+//! change of a user annotation (pause included) and a deletion request, and rejects
+//! status-only changes, finalizer edits, platform annotations, replays of a
+//! resourceVersion already seen, and anything on a paused object. windlass's own writes to
+//! a CR are its status and its finalizer, so they never start a reconcile; a write to an
+//! object it owns that changes the object's spec starts a reconcile of the owner, which
+//! finds nothing left to change and writes nothing. oper8's default is still available as
+//! [`oper8_default`].
+//!
+//! # The filters, by their oper8 names
+//!
+//! | oper8 (F171–F175)         | windlass                          |
+//! |---------------------------|-----------------------------------|
+//! | `CreationDeletionFilter`  | [`CreationDeletion`]              |
+//! | `GenerationFilter`        | [`Generation`]                    |
+//! | `NoGenerationFilter`      | [`NoGeneration`]                  |
+//! | `ResourceVersionFilter`   | [`ResourceVersion`]               |
+//! | `AnnotationFilter`        | [`Annotations`]                   |
+//! | `UserAnnotationFilter`    | [`UserAnnotations`]               |
+//! | `PauseFilter`             | [`Pause`]                         |
+//! | `DependentWatchFilter`    | [`DependentWatch`]                |
+//! | `EnableFilter` / `DisableFilter` | [`Enable`] / [`Disable`]   |
+//! | `SubsystemStatusFilter`   | [`SubsystemStatus`]               |
+//! | `LabelFilter`             | [`LabelSelector`]                 |
+//! | list / tuple in `FilterManager` | [`All`] / [`Any`]           |
+//! | —                         | [`Labels`], [`DeletionRequested`] |
+//!
+//! # How the runtime uses it
+//!
+//! One [`FilterTracker`] per watch stream, built with the configured global filter. For
+//! each event, the runtime names the CRs the event concerns and the filter each one
+//! asks for, and gets back the CRs to reconcile:
+//!
+//! ```
+//! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+//! use windlass::config::LibraryConfig;
+//! use windlass::runtime::filter::{EventKind, FilterTracker, GlobalFilter, WatchEvent, WatchFilters};
+//!
+//! let config = LibraryConfig::default();
+//! let global = GlobalFilter::from_config(&config)?.spec();
+//! // What `Controller::watch_filters` returned, narrowed to the watched kind.
+//! let own = WatchFilters::new().for_kind(&windlass::object::TypeRef::new("example.com/v1", "App"));
+//! let mut tracker = FilterTracker::new(global);
+//!
+//! let mut cr = ObjectMeta {
+//!     name: Some("shop".into()),
+//!     namespace: Some("default".into()),
+//!     uid: Some("u-1".into()),
+//!     generation: Some(1),
+//!     resource_version: Some("10".into()),
+//!     ..Default::default()
+//! };
+//! let start = tracker.admit(WatchEvent::new(EventKind::Added, &cr), [("default/shop", &own)]);
+//! assert_eq!(start, ["default/shop"]);
+//!
+//! // windlass writes the status: new resourceVersion, same generation.
+//! cr.resource_version = Some("11".into());
+//! let start = tracker.admit(WatchEvent::new(EventKind::Modified, &cr), [("default/shop", &own)]);
+//! assert!(start.is_empty());
+//! # Ok::<(), windlass::Error>(())
+//! ```
+//!
+//! kube-runtime's watcher does not tell an added object from a modified one
+//! (`Event::Apply`, `Event::InitApply`); [`FilterTracker::apply_kind`] does, from whether
+//! the object has filter state. After a relist (`Event::InitDone`),
+//! [`FilterTracker::retain`] drops the state of objects deleted while the watch was down.
+
+mod builtin;
+mod compose;
+mod policy;
+mod tracker;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+pub use builtin::{
+    Annotations, CreationDeletion, DeletionRequested, DependentWatch, Disable, Enable, Generation,
+    LabelSelector, Labels, NoGeneration, PLATFORM_ANNOTATION_DOMAINS, Pause,
+    RESOURCE_VERSIONS_KEPT, ResourceVersion, SubsystemStatus, UserAnnotations,
+};
+pub use compose::{All, Any, FilterSpec};
+pub use policy::{GlobalFilter, UnknownGlobalFilter, WatchFilters, changed, oper8_default};
+pub use tracker::FilterTracker;
+
+/// What happened to the object: the three watch event types of the Kubernetes API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// The object appeared (created, or listed for the first time).
+    Added,
+    /// The object changed; a replay of a version already seen also arrives as this.
+    Modified,
+    /// The object is gone. Setting `deletionTimestamp` is a [`EventKind::Modified`].
+    Deleted,
+}
+
+/// One watch event as filters see it: what happened, the object's metadata, and, where
+/// the watch carries it, the rest of the object.
+///
+/// The event borrows: the runtime keeps the object in its store and filters read it in
+/// place, so no event is cloned. Metadata is typed because every watch has it — full
+/// objects, [`DynamicObject`](kube::core::DynamicObject)s and the metadata-only
+/// [`PartialObjectMeta`](kube::core::PartialObjectMeta) of owned kinds alike — and it is
+/// all that most filters read (labels, annotations, generation, resourceVersion, uid,
+/// deletionTimestamp). The `body` is the object's top-level fields as JSON (`spec`,
+/// `status`, `data`, …; `metadata`, `apiVersion` and `kind` are ignored if present): the
+/// primary kind's watch has it, a metadata-only watch does not, and the filters that need
+/// it ([`NoGeneration`], [`SubsystemStatus`]) abstain without it.
+///
+/// ```
+/// use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+/// use serde_json::json;
+/// use windlass::runtime::filter::{EventKind, WatchEvent};
+///
+/// let meta = ObjectMeta { generation: Some(3), ..Default::default() };
+/// let body = json!({"spec": {"replicas": 2}, "status": {"ready": true}});
+/// let event = WatchEvent::new(EventKind::Modified, &meta).with_body(&body);
+/// assert_eq!(event.generation(), Some(3));
+/// assert_eq!(event.status(), Some(&json!({"ready": true})));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct WatchEvent<'a> {
+    /// What happened.
+    pub kind: EventKind,
+    /// The object's metadata.
+    pub meta: &'a ObjectMeta,
+    /// The object's top-level fields, when the watch carries the whole object.
+    pub body: Option<&'a Value>,
+}
+
+impl<'a> WatchEvent<'a> {
+    /// An event that carries metadata only.
+    pub fn new(kind: EventKind, meta: &'a ObjectMeta) -> Self {
+        WatchEvent {
+            kind,
+            meta,
+            body: None,
+        }
+    }
+
+    /// The same event, carrying the object's fields too: a JSON object such as
+    /// `serde_json::to_value(&cr)` or a [`DynamicObject`](kube::core::DynamicObject)'s `data`.
+    pub fn with_body(self, body: &'a Value) -> Self {
+        WatchEvent {
+            body: Some(body),
+            ..self
+        }
+    }
+
+    /// An event for a [`DynamicObject`](kube::core::DynamicObject): metadata and fields.
+    pub fn dynamic(kind: EventKind, object: &'a kube::core::DynamicObject) -> Self {
+        WatchEvent::new(kind, &object.metadata).with_body(&object.data)
+    }
+
+    /// An event for any typed object, from its metadata only; add the fields with
+    /// [`WatchEvent::with_body`] when a filter needs them. Works for
+    /// [`PartialObjectMeta`](kube::core::PartialObjectMeta) (metadata-only watches) too.
+    pub fn of<K: kube::Resource>(kind: EventKind, object: &'a K) -> Self {
+        WatchEvent::new(kind, object.meta())
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&'a str> {
+        self.meta.uid.as_deref()
+    }
+
+    /// `metadata.generation`.
+    pub fn generation(&self) -> Option<i64> {
+        self.meta.generation
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> Option<&'a str> {
+        self.meta.resource_version.as_deref()
+    }
+
+    /// `metadata.annotations`, if any.
+    pub fn annotations(&self) -> Option<&'a BTreeMap<String, String>> {
+        self.meta.annotations.as_ref()
+    }
+
+    /// `metadata.labels`, if any.
+    pub fn labels(&self) -> Option<&'a BTreeMap<String, String>> {
+        self.meta.labels.as_ref()
+    }
+
+    /// Whether `metadata.deletionTimestamp` is set: deletion was requested and waits for
+    /// finalizers.
+    pub fn is_deleting(&self) -> bool {
+        self.meta.deletion_timestamp.is_some()
+    }
+
+    /// A top-level field of the object, if the event carries the body.
+    pub fn field(&self, name: &str) -> Option<&'a Value> {
+        self.body.and_then(|body| body.get(name))
+    }
+
+    /// `status`, if the event carries the body and the object has one.
+    pub fn status(&self) -> Option<&'a Value> {
+        self.field("status")
+    }
+}
+
+/// Votes on whether a watch event should start a reconcile (F170).
+///
+/// One instance exists per (object, requester) and may keep state about the object it
+/// watches. Implement [`Filter::test`], and [`Filter::update`] if the filter remembers
+/// something; callers use [`Filter::evaluate`]. A filter is given to the runtime as a
+/// [`FilterSpec`], which builds a fresh instance per (object, requester).
+///
+/// ```
+/// use windlass::runtime::filter::{EventKind, Filter, FilterSpec, WatchEvent};
+///
+/// /// Only objects in namespaces whose name starts with `team-`.
+/// #[derive(Clone)]
+/// struct TeamNamespaces;
+///
+/// impl Filter for TeamNamespaces {
+///     fn test(&self, event: WatchEvent<'_>) -> Option<bool> {
+///         let namespace = event.meta.namespace.as_deref()?; // cluster-scoped: abstain
+///         Some(namespace.starts_with("team-"))
+///     }
+/// }
+///
+/// let spec = FilterSpec::new(TeamNamespaces);
+/// let mut filter = spec.build();
+/// let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+///     namespace: Some("team-a".into()),
+///     ..Default::default()
+/// };
+/// assert_eq!(filter.evaluate(WatchEvent::new(EventKind::Added, &meta)), Some(true));
+/// ```
+pub trait Filter: Send {
+    /// The vote on `event`: `Some(true)` to reconcile, `Some(false)` not to, `None` to
+    /// abstain. Must not depend on anything but `event` and the state [`Filter::update`]
+    /// recorded; a group may skip it once its outcome is decided.
+    fn test(&self, event: WatchEvent<'_>) -> Option<bool>;
+
+    /// Record what the filter needs from `event` for later tests. Called after every
+    /// test, whatever the vote, and also when the test was skipped. The default keeps
+    /// no state.
+    fn update(&mut self, _event: WatchEvent<'_>) {}
+
+    /// Test, then update: the vote on `event` as seen before it, with the state moved
+    /// past it. There is no reason to override this.
+    fn evaluate(&mut self, event: WatchEvent<'_>) -> Option<bool> {
+        let vote = self.test(event);
+        self.update(event);
+        vote
+    }
+
+    /// A short name for logs, by default the type's name without its path.
+    fn name(&self) -> &'static str {
+        short_type_name(std::any::type_name::<Self>())
+    }
+}
+
+/// `windlass::runtime::filter::Generation` → `Generation`.
+fn short_type_name(full: &'static str) -> &'static str {
+    let path = full.split('<').next().unwrap_or(full);
+    path.rsplit("::").next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests;

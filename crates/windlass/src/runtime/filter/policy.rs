@@ -1,0 +1,248 @@
+//! Which filters apply where: the configured global filter (F177) and each controller's
+//! own (F187).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use super::{
+    Annotations, CreationDeletion, DeletionRequested, DependentWatch, Enable, FilterSpec,
+    Generation, Labels, NoGeneration, Pause, ResourceVersion, UserAnnotations,
+};
+use crate::config::LibraryConfig;
+use crate::error::{Error, Result};
+use crate::object::TypeRef;
+
+/// The object was created or deleted, or its content changed, in a version not seen
+/// before: `All[CreationDeletion, Generation, NoGeneration, ResourceVersion]`, oper8's
+/// default without the pause check.
+///
+/// "Content" is the generation, or for kinds without one, every top-level field but
+/// `metadata` and `status` when the event carries them. A metadata-only event of a kind
+/// without a generation cannot tell, so every new resourceVersion passes.
+pub fn changed() -> FilterSpec {
+    FilterSpec::all([
+        CreationDeletion.into(),
+        Generation::default().into(),
+        NoGeneration::default().into(),
+        ResourceVersion::default().into(),
+    ])
+}
+
+/// oper8's `default` global filter, exactly (F177):
+/// `All[CreationDeletion, Generation, NoGeneration, ResourceVersion, Pause]`. It ignores
+/// annotation and label edits, unpausing included; windlass's [`GlobalFilter::Default`]
+/// does not.
+pub fn oper8_default() -> FilterSpec {
+    FilterSpec::all([
+        CreationDeletion.into(),
+        Generation::default().into(),
+        NoGeneration::default().into(),
+        ResourceVersion::default().into(),
+        Pause.into(),
+    ])
+}
+
+/// The filter every watched object passes, chosen by `python_watch_manager.filter` (F45,
+/// F177).
+///
+/// | value             | filter                                                                 |
+/// |-------------------|------------------------------------------------------------------------|
+/// | `default`         | `All[Pause, Any[`[`changed`]`, UserAnnotations, Labels, DeletionRequested]]` |
+/// | `annotation`      | `All[Pause, Any[`[`changed`]`, Annotations, Labels, DeletionRequested]]`     |
+/// | `user-annotation` | the same as `default`                                                  |
+///
+/// So: nothing passes while the object is paused; otherwise creation, deletion, a content
+/// change, a label change, an annotation change (`default`: only annotations outside
+/// [`PLATFORM_ANNOTATION_DOMAINS`](super::PLATFORM_ANNOTATION_DOMAINS)) and a deletion
+/// request pass, and a status-only change or a replay does not. oper8's `default` passed
+/// no annotation change, which is why it also had `user-annotation`; windlass's `default`
+/// includes it, and keeps the name so oper8 configs still load.
+///
+/// oper8 also accepted a `module.Class` to import. windlass cannot import code named in
+/// config: any other value is a config error, and custom filters are given in code, per
+/// controller, through [`WatchFilters`].
+///
+/// ```
+/// use windlass::runtime::filter::GlobalFilter;
+///
+/// let chosen: GlobalFilter = "annotation".parse()?;
+/// assert_eq!(chosen, GlobalFilter::Annotation);
+/// let err = "mymodule.MyFilter".parse::<GlobalFilter>().unwrap_err();
+/// assert!(err.to_string().contains("is not one of default, annotation, user-annotation"));
+/// # Ok::<(), windlass::runtime::filter::UnknownGlobalFilter>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GlobalFilter {
+    /// `default`.
+    #[default]
+    Default,
+    /// `annotation`: every annotation change counts, platform annotations included.
+    Annotation,
+    /// `user-annotation`: an alias of `default`.
+    UserAnnotation,
+}
+
+impl GlobalFilter {
+    /// The accepted config values.
+    pub const NAMES: [&'static str; 3] = ["default", "annotation", "user-annotation"];
+
+    /// The filter `config` chooses; [`Error::Config`] naming the key and the accepted
+    /// values if it is none of them.
+    pub fn from_config(config: &LibraryConfig) -> Result<Self> {
+        config
+            .python_watch_manager
+            .filter
+            .parse()
+            .map_err(|e: UnknownGlobalFilter| {
+                Error::config(format!("python_watch_manager.filter: {e}"))
+            })
+    }
+
+    /// The config value naming this filter.
+    pub fn name(self) -> &'static str {
+        match self {
+            GlobalFilter::Default => "default",
+            GlobalFilter::Annotation => "annotation",
+            GlobalFilter::UserAnnotation => "user-annotation",
+        }
+    }
+
+    /// The filter itself.
+    pub fn spec(self) -> FilterSpec {
+        let annotations = match self {
+            GlobalFilter::Default | GlobalFilter::UserAnnotation => {
+                FilterSpec::new(UserAnnotations::default())
+            }
+            GlobalFilter::Annotation => FilterSpec::new(Annotations::default()),
+        };
+        FilterSpec::all([
+            Pause.into(),
+            FilterSpec::any([
+                changed(),
+                annotations,
+                Labels::default().into(),
+                DeletionRequested::default().into(),
+            ]),
+        ])
+    }
+}
+
+impl fmt::Display for GlobalFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A `python_watch_manager.filter` value that names no [`GlobalFilter`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not one of default, annotation, user-annotation (custom filters cannot be \
+     named in config; give them in code with Controller::watch_filters)"
+)]
+pub struct UnknownGlobalFilter(pub String);
+
+impl FromStr for GlobalFilter {
+    type Err = UnknownGlobalFilter;
+
+    fn from_str(value: &str) -> std::result::Result<Self, Self::Err> {
+        match value.trim() {
+            "default" => Ok(GlobalFilter::Default),
+            "annotation" => Ok(GlobalFilter::Annotation),
+            "user-annotation" => Ok(GlobalFilter::UserAnnotation),
+            _ => Err(UnknownGlobalFilter(value.to_string())),
+        }
+    }
+}
+
+/// A controller's own filters (oper8's `pwm_filters`, F187), applied on top of the global
+/// filter: to every kind the controller watches, or to one kind only. All that apply to
+/// a kind are AND-ed.
+///
+/// Returned by [`Controller::watch_filters`](crate::controller::Controller::watch_filters);
+/// the runtime asks it for the spec of each watch ([`WatchFilters::for_kind`],
+/// [`WatchFilters::for_dependent`]).
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use windlass::object::TypeRef;
+/// use windlass::runtime::filter::{LabelSelector, SubsystemStatus, WatchFilters};
+///
+/// let filters = WatchFilters::new()
+///     .every_kind(LabelSelector::new([("team", "shop")]))
+///     .kind_of::<ConfigMap>(SubsystemStatus::default());
+/// assert_eq!(
+///     format!("{:?}", filters.for_kind(&TypeRef::of::<ConfigMap>())),
+///     "All[LabelSelector, SubsystemStatus]"
+/// );
+/// assert_eq!(
+///     format!("{:?}", filters.for_dependent(&TypeRef::new("v1", "Secret"))),
+///     "All[DependentWatch, LabelSelector]"
+/// );
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct WatchFilters {
+    every_kind: Vec<FilterSpec>,
+    by_kind: BTreeMap<TypeRef, Vec<FilterSpec>>,
+}
+
+impl WatchFilters {
+    /// No filters of the controller's own: only the global filter applies.
+    pub fn new() -> Self {
+        WatchFilters::default()
+    }
+
+    /// Add a filter for every kind the controller watches, its owned and dependent kinds
+    /// included (oper8's list form).
+    pub fn every_kind(mut self, filter: impl Into<FilterSpec>) -> Self {
+        self.every_kind.push(filter.into());
+        self
+    }
+
+    /// Add a filter for one watched kind (oper8's map form, keyed by the kind).
+    pub fn kind(mut self, kind: TypeRef, filter: impl Into<FilterSpec>) -> Self {
+        self.by_kind.entry(kind).or_default().push(filter.into());
+        self
+    }
+
+    /// [`WatchFilters::kind`] for a Rust type: a k8s-openapi kind or a CR.
+    pub fn kind_of<K: kube::Resource<DynamicType = ()>>(
+        self,
+        filter: impl Into<FilterSpec>,
+    ) -> Self {
+        let kind = TypeRef::new(K::api_version(&()), K::kind(&()));
+        self.kind(kind, filter)
+    }
+
+    /// Whether the controller declared no filter.
+    pub fn is_empty(&self) -> bool {
+        self.every_kind.is_empty() && self.by_kind.is_empty()
+    }
+
+    /// The filter for a watch of `kind` whose events reconcile the object itself or its
+    /// owner: all filters declared for every kind and for `kind`, AND-ed; [`Enable`] if
+    /// none.
+    pub fn for_kind(&self, kind: &TypeRef) -> FilterSpec {
+        let mut members: Vec<FilterSpec> = self.every_kind.clone();
+        members.extend(self.by_kind.get(kind).into_iter().flatten().cloned());
+        match members.len() {
+            0 => FilterSpec::new(Enable),
+            1 => members.remove(0),
+            _ => FilterSpec::all(members),
+        }
+    }
+
+    /// The filter for a dependent watch of `kind` (objects the reconcile applied): the
+    /// [`DependentWatch`] filter, AND-ed with [`WatchFilters::for_kind`] when the
+    /// controller declared any for `kind` (F187).
+    pub fn for_dependent(&self, kind: &TypeRef) -> FilterSpec {
+        let own = self.every_kind.len() + self.by_kind.get(kind).map_or(0, Vec::len);
+        if own == 0 {
+            return FilterSpec::new(DependentWatch);
+        }
+        let mut members = vec![FilterSpec::new(DependentWatch)];
+        members.extend(self.every_kind.iter().cloned());
+        members.extend(self.by_kind.get(kind).into_iter().flatten().cloned());
+        FilterSpec::all(members)
+    }
+}

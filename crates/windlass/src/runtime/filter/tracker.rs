@@ -1,0 +1,165 @@
+//! Filter state per watched object and per requester (F170, F184).
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::{EventKind, Filter, FilterSpec, WatchEvent};
+
+/// The filters of one watch stream, with their state: for each object, the global filter
+/// and one filter per requester (the CR whose reconcile an event of the object would
+/// start), each built on first use from its [`FilterSpec`].
+///
+/// - State is keyed by `metadata.uid` (an object without one, which only synthetic tests
+///   produce, by `namespace/name`), then by requester `R`, any key the runtime uses to
+///   name a CR.
+/// - It is dropped when a [`EventKind::Deleted`] event for the object has been filtered,
+///   by [`FilterTracker::forget`], or by [`FilterTracker::retain`] after a relist. An
+///   object no request concerns gets no state.
+/// - A requester keeps the filter instance it got first; a different spec given later for
+///   the same (object, requester) is ignored until the object's state is dropped.
+///
+/// See the [module doc](super) for an example.
+pub struct FilterTracker<R> {
+    global: FilterSpec,
+    objects: HashMap<String, Tracked<R>>,
+}
+
+struct Tracked<R> {
+    global: Box<dyn Filter>,
+    requesters: HashMap<R, Box<dyn Filter>>,
+}
+
+impl<R: Eq + Hash + Clone> FilterTracker<R> {
+    /// A tracker whose every object also passes `global` (the configured
+    /// [`GlobalFilter`](super::GlobalFilter)'s spec, usually).
+    pub fn new(global: FilterSpec) -> Self {
+        FilterTracker {
+            global,
+            objects: HashMap::new(),
+        }
+    }
+
+    /// Filter one event: the requesters whose reconcile it starts, in the order given.
+    ///
+    /// `requests` names each CR the event concerns (the object itself for the primary
+    /// kind, its owner for an owned kind) with the filter that CR's controller asks for
+    /// ([`WatchFilters`](super::WatchFilters)); a requester listed twice counts once.
+    /// A requester passes when both the global filter and its own vote yes; an abstention
+    /// at this level counts as no (F176).
+    ///
+    /// Every filter involved is evaluated, so each is updated on every event of its object
+    /// — the requesters' filters too when the global filter already said no (oper8 skipped
+    /// them, leaving their state behind the object's).
+    pub fn admit<'s>(
+        &mut self,
+        event: WatchEvent<'_>,
+        requests: impl IntoIterator<Item = (R, &'s FilterSpec)>,
+    ) -> Vec<R> {
+        let requests: Vec<(R, &FilterSpec)> = requests.into_iter().collect();
+        let key = object_key(event);
+        if requests.is_empty() {
+            if event.kind == EventKind::Deleted
+                && let Some(key) = &key
+            {
+                self.objects.remove(key);
+            }
+            return Vec::new();
+        }
+
+        let mut untracked;
+        let tracked = match &key {
+            Some(key) => self.objects.entry(key.clone()).or_insert_with(|| Tracked {
+                global: self.global.build(),
+                requesters: HashMap::new(),
+            }),
+            None => {
+                untracked = Tracked {
+                    global: self.global.build(),
+                    requesters: HashMap::new(),
+                };
+                &mut untracked
+            }
+        };
+
+        let global = tracked.global.evaluate(event) == Some(true);
+        let mut admitted: Vec<R> = Vec::new();
+        let mut evaluated: Vec<&R> = Vec::with_capacity(requests.len());
+        for (requester, spec) in &requests {
+            if evaluated.contains(&requester) {
+                continue;
+            }
+            evaluated.push(requester);
+            let filter = tracked
+                .requesters
+                .entry(requester.clone())
+                .or_insert_with(|| spec.build());
+            if filter.evaluate(event) == Some(true) && global {
+                admitted.push(requester.clone());
+            }
+        }
+
+        if event.kind == EventKind::Deleted
+            && let Some(key) = &key
+        {
+            self.objects.remove(key);
+        }
+        admitted
+    }
+
+    /// [`EventKind::Modified`] if the object has filter state, [`EventKind::Added`]
+    /// otherwise: the kind of kube-runtime's `Event::Apply` and `Event::InitApply`, which
+    /// do not tell.
+    pub fn apply_kind(&self, meta: &ObjectMeta) -> EventKind {
+        let probe = WatchEvent::new(EventKind::Modified, meta);
+        match object_key(probe) {
+            Some(key) if self.objects.contains_key(&key) => EventKind::Modified,
+            _ => EventKind::Added,
+        }
+    }
+
+    /// Drop the state of one object, by uid.
+    pub fn forget(&mut self, uid: &str) {
+        self.objects.remove(uid);
+    }
+
+    /// Keep only the objects for which `keep(key)` holds, the key being the uid. After a
+    /// relist, keep the uids listed: the others were deleted while the watch was down,
+    /// and no [`EventKind::Deleted`] will come for them.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.objects.retain(|key, _| keep(key));
+    }
+
+    /// The number of objects with filter state.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether no object has filter state.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+}
+
+/// The uid, else `namespace/name` (`/name` when cluster-scoped); `None` for an object
+/// with neither, whose filters then start afresh on every event.
+fn object_key(event: WatchEvent<'_>) -> Option<String> {
+    if let Some(uid) = event.uid() {
+        return Some(uid.to_string());
+    }
+    let name = event.meta.name.as_deref()?;
+    Some(format!(
+        "{}/{name}",
+        event.meta.namespace.as_deref().unwrap_or_default()
+    ))
+}
+
+impl<R> std::fmt::Debug for FilterTracker<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FilterTracker")
+            .field("global", &self.global)
+            .field("objects", &self.objects.len())
+            .finish()
+    }
+}
