@@ -72,6 +72,22 @@ impl LiveCluster {
         &self.client
     }
 
+    /// An API handle for objects of `type_ref` in `namespace` (`None`: all namespaces, or a
+    /// cluster-scoped kind), e.g. to watch them; the kind is resolved by discovery once.
+    pub async fn dynamic_api(
+        &self,
+        type_ref: &TypeRef,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>, ClusterError> {
+        Ok(self.api(type_ref, namespace).await?.0)
+    }
+
+    /// An object from the API as windlass keeps it (JSON, only windlass's own
+    /// `managedFields`), as every other method of this cluster returns objects.
+    pub fn object_value(&self, object: DynamicObject) -> Result<Value, ClusterError> {
+        self.to_value(object)
+    }
+
     async fn kind(&self, type_ref: &TypeRef) -> Result<Kind, ClusterError> {
         if let Some(kind) = self.lock().get(type_ref) {
             return Ok(kind.clone());

@@ -16,8 +16,14 @@
 //!                           status, Events, metrics ─▶ Outcome ─▶ queue
 //! ```
 //!
+//! - [`source`]: watches, one per kind and namespace, filling the [`cache`].
 //! - [`filter`]: which events start a reconcile.
+//! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
+//! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
 
+pub mod cache;
 pub mod filter;
 pub mod leader;
+pub mod queue;
+pub mod source;

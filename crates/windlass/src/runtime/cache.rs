@@ -1,0 +1,446 @@
+//! Reads from the watches: the [`Cluster`] a reconcile uses under the runtime.
+//!
+//! Every watch of the runtime fills a [`Stores`] entry for its kind; a [`CachedCluster`]
+//! answers `get` from there and sends writes to the API server. Three rules keep it
+//! correct:
+//!
+//! 1. **Only what a watch covers.** A store answers for the namespaces its watch covers,
+//!    once the watch has listed them (synced). The primary kind is watched whole, so an
+//!    object missing from its store does not exist. The kinds the components own are
+//!    watched label-scoped (only objects carrying windlass's ownership label), so there
+//!    a missing object is asked of the API server: it may exist without the label (an
+//!    object a user created, a Secret a component reads).
+//! 2. **Read your writes.** The object a write returned is kept until the watch delivers
+//!    that version or a newer one (resourceVersions compared as the integers etcd makes
+//!    them; a server whose versions are not integers keeps the written copy until the
+//!    watch delivers exactly it, or for [`WRITTEN_TTL`]). A delete leaves a tombstone the
+//!    same way. So a reconcile never reads an older copy than it wrote, which would make
+//!    it write again.
+//! 3. **A conflict reads through.** After a write of an object fails with a conflict, the
+//!    next `get` of it goes to the API server: the store may be what is stale.
+//!
+//! `list`, `scope` and every write go to the API server unchanged.
+//!
+//! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
+//! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
+//! kube-runtime's `watcher` (see [`super::source`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
+use crate::error::ClusterError;
+use crate::object::{ManifestExt, ObjectRef, TypeRef};
+
+/// How long a written copy or a tombstone outlives a watch that never delivers it.
+pub const WRITTEN_TTL: Duration = Duration::from_secs(30);
+
+/// What one watch of one kind has seen.
+#[derive(Debug, Default)]
+struct KindStore {
+    /// Namespaces covered, once listed; `None` in the set's place: every namespace.
+    synced: HashSet<Option<String>>,
+    /// Whether the watch sees every object of the kind (not label-scoped).
+    complete: bool,
+    objects: HashMap<ObjectRef, Arc<Value>>,
+}
+
+impl KindStore {
+    fn covers(&self, object: &ObjectRef) -> bool {
+        self.synced.contains(&None) || self.synced.contains(&object.namespace)
+    }
+}
+
+/// The objects the runtime's watches have seen, by kind. Shared by the watches (which
+/// write) and the [`CachedCluster`]s (which read).
+#[derive(Debug, Default)]
+pub struct Stores {
+    kinds: RwLock<HashMap<TypeRef, KindStore>>,
+}
+
+/// The answer of a store for one object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cached {
+    /// The watch has the object.
+    Present(Arc<Value>),
+    /// The watch sees every object of the kind there and does not have it.
+    Absent,
+    /// The store cannot tell: ask the API server.
+    Unknown,
+}
+
+impl Stores {
+    /// Empty stores.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What the watches know of `object`.
+    pub fn lookup(&self, object: &ObjectRef) -> Cached {
+        let kinds = read(&self.kinds);
+        let Some(store) = kinds.get(&object.type_ref()) else {
+            return Cached::Unknown;
+        };
+        if !store.covers(object) {
+            return Cached::Unknown;
+        }
+        match store.objects.get(object) {
+            Some(found) => Cached::Present(found.clone()),
+            None if store.complete => Cached::Absent,
+            None => Cached::Unknown,
+        }
+    }
+
+    /// Every object of `type_ref` the watches have, e.g. to find a CR by uid.
+    pub fn objects(&self, type_ref: &TypeRef) -> Vec<Arc<Value>> {
+        read(&self.kinds)
+            .get(type_ref)
+            .map(|s| s.objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
+    pub fn is_synced(&self, type_ref: &TypeRef, namespace: Option<&str>) -> bool {
+        read(&self.kinds)
+            .get(type_ref)
+            .is_some_and(|s| s.synced.contains(&namespace.map(str::to_string)))
+    }
+
+    /// A watch of `type_ref` over `namespace` starts; `complete` when it is not
+    /// label-scoped.
+    pub(crate) fn declare(&self, type_ref: &TypeRef, complete: bool) {
+        let mut kinds = write(&self.kinds);
+        let store = kinds.entry(type_ref.clone()).or_default();
+        store.complete = complete;
+    }
+
+    /// A (re)list of `type_ref` over `namespace` returned `objects`: they replace what the
+    /// store held there. Returns the objects that were held and are gone.
+    pub(crate) fn replace(
+        &self,
+        type_ref: &TypeRef,
+        namespace: Option<&str>,
+        objects: Vec<(ObjectRef, Arc<Value>)>,
+    ) -> Vec<Arc<Value>> {
+        let mut kinds = write(&self.kinds);
+        let store = kinds.entry(type_ref.clone()).or_default();
+        let listed: HashSet<&ObjectRef> = objects.iter().map(|(r, _)| r).collect();
+        let gone: Vec<ObjectRef> = store
+            .objects
+            .keys()
+            .filter(|r| namespace.is_none() || r.namespace.as_deref() == namespace)
+            .filter(|r| !listed.contains(r))
+            .cloned()
+            .collect();
+        let removed = gone
+            .iter()
+            .filter_map(|r| store.objects.remove(r))
+            .collect();
+        store.objects.extend(objects);
+        store.synced.insert(namespace.map(str::to_string));
+        removed
+    }
+
+    /// The watch saw `object` (added or modified). Returns the copy it replaces.
+    pub(crate) fn upsert(&self, reference: ObjectRef, object: Arc<Value>) -> Option<Arc<Value>> {
+        let mut kinds = write(&self.kinds);
+        let store = kinds.entry(reference.type_ref()).or_default();
+        store.objects.insert(reference, object)
+    }
+
+    /// The watch saw `object` deleted.
+    pub(crate) fn remove(&self, reference: &ObjectRef) -> Option<Arc<Value>> {
+        let mut kinds = write(&self.kinds);
+        kinds
+            .get_mut(&reference.type_ref())
+            .and_then(|s| s.objects.remove(reference))
+    }
+}
+
+/// A copy this process wrote (or deleted: `None`), newer than the watch until it catches up.
+#[derive(Debug, Clone)]
+struct Written {
+    object: Option<Value>,
+    at: Instant,
+}
+
+/// A [`Cluster`] that answers reads from the runtime's watches (see the module docs).
+pub struct CachedCluster {
+    live: Arc<LiveCluster>,
+    stores: Arc<Stores>,
+    written: Mutex<HashMap<ObjectRef, Written>>,
+    stale: Mutex<HashSet<ObjectRef>>,
+}
+
+impl CachedCluster {
+    /// Reads from `stores`, falling back to and writing through `live`.
+    pub fn new(live: Arc<LiveCluster>, stores: Arc<Stores>) -> Self {
+        CachedCluster {
+            live,
+            stores,
+            written: Mutex::default(),
+            stale: Mutex::default(),
+        }
+    }
+
+    /// The stores this cluster reads.
+    pub fn stores(&self) -> &Arc<Stores> {
+        &self.stores
+    }
+
+    /// Whether `object` at `resource_version` is a version this process wrote itself and
+    /// the watch has not delivered yet (the runtime does not reconcile on the echo of its
+    /// own writes).
+    pub fn is_own_write(&self, object: &ObjectRef, resource_version: Option<&str>) -> bool {
+        let written = lock(&self.written);
+        match (written.get(object), resource_version) {
+            (
+                Some(Written {
+                    object: Some(w), ..
+                }),
+                Some(rv),
+            ) => w.resource_version() == Some(rv),
+            _ => false,
+        }
+    }
+
+    /// The watch delivered `object` (`None`: a deletion of `reference`): drop the written
+    /// copy it makes obsolete.
+    pub fn observed(&self, reference: &ObjectRef, object: Option<&Value>) {
+        let mut written = lock(&self.written);
+        let Some(entry) = written.get(reference) else {
+            return;
+        };
+        let obsolete = match (&entry.object, object) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(mine), Some(seen)) => !newer(mine, seen),
+        };
+        if obsolete || entry.at.elapsed() > WRITTEN_TTL {
+            written.remove(reference);
+        }
+    }
+
+    fn remember(&self, reference: ObjectRef, object: Option<Value>) {
+        let mut written = lock(&self.written);
+        written.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
+        written.insert(
+            reference,
+            Written {
+                object,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    fn on_error<T>(
+        &self,
+        object: &ObjectRef,
+        result: Result<T, ClusterError>,
+    ) -> Result<T, ClusterError> {
+        if let Err(ClusterError::Conflict { .. }) = &result {
+            lock(&self.stale).insert(object.clone());
+        }
+        result
+    }
+}
+
+/// Whether `mine` is newer than `seen` by resourceVersion; unknown (not integers, or
+/// missing) counts as newer, so the written copy wins until the TTL.
+fn newer(mine: &Value, seen: &Value) -> bool {
+    let parse = |v: &Value| v.resource_version().and_then(|rv| rv.parse::<u64>().ok());
+    match (parse(mine), parse(seen)) {
+        (Some(mine), Some(seen)) => mine > seen,
+        _ => mine.resource_version() != seen.resource_version(),
+    }
+}
+
+#[async_trait]
+impl Cluster for CachedCluster {
+    async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+        self.live.scope(type_ref).await
+    }
+
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        let read_through = lock(&self.stale).remove(object);
+        if !read_through {
+            let written = lock(&self.written).get(object).cloned();
+            let cached = self.stores.lookup(object);
+            match (written, cached) {
+                (Some(w), _) if w.at.elapsed() > WRITTEN_TTL => {}
+                (Some(Written { object: None, .. }), _) => return Ok(None),
+                (
+                    Some(Written {
+                        object: Some(mine), ..
+                    }),
+                    Cached::Present(seen),
+                ) => {
+                    return Ok(Some(if newer(&mine, &seen) {
+                        mine
+                    } else {
+                        seen.as_ref().clone()
+                    }));
+                }
+                (
+                    Some(Written {
+                        object: Some(mine), ..
+                    }),
+                    _,
+                ) => return Ok(Some(mine)),
+                (None, Cached::Present(seen)) => return Ok(Some(seen.as_ref().clone())),
+                (None, Cached::Absent) => return Ok(None),
+                (None, Cached::Unknown) => {}
+            }
+        }
+        let found = self.live.get(object).await?;
+        if read_through {
+            self.remember(object.clone(), found.clone());
+        }
+        Ok(found)
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
+        self.live.list(query).await
+    }
+
+    async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
+        let reference = ObjectRef::from_manifest(manifest).map_err(|e| ClusterError::Invalid {
+            object: "manifest".into(),
+            message: e.to_string(),
+        })?;
+        let stored = self.on_error(&reference, self.live.apply(manifest, method).await)?;
+        self.remember(reference, Some(stored.clone()));
+        Ok(stored)
+    }
+
+    async fn delete(
+        &self,
+        object: &ObjectRef,
+        uid: Option<&str>,
+    ) -> Result<Deletion, ClusterError> {
+        let deletion = self.on_error(object, self.live.delete(object, uid).await)?;
+        match deletion {
+            Deletion::Deleted | Deletion::NotFound => self.remember(object.clone(), None),
+            // Still there, with a deletionTimestamp: the watch tells.
+            Deletion::Terminating => {
+                lock(&self.written).remove(object);
+                lock(&self.stale).insert(object.clone());
+            }
+        }
+        Ok(deletion)
+    }
+
+    async fn write_status(
+        &self,
+        object: &ObjectRef,
+        status: &Value,
+        resource_version: Option<&str>,
+    ) -> Result<Option<Value>, ClusterError> {
+        let stored = self.on_error(
+            object,
+            self.live
+                .write_status(object, status, resource_version)
+                .await,
+        )?;
+        self.remember(object.clone(), stored.clone());
+        Ok(stored)
+    }
+
+    async fn patch(
+        &self,
+        object: &ObjectRef,
+        patch: &json_patch::Patch,
+    ) -> Result<Value, ClusterError> {
+        let result = self.live.patch(object, patch).await;
+        // A failed `test` (422) means the copy the patch was computed from is stale.
+        if let Err(ClusterError::Invalid { .. }) = &result {
+            lock(&self.stale).insert(object.clone());
+        }
+        let stored = self.on_error(object, result)?;
+        self.remember(object.clone(), Some(stored.clone()));
+        Ok(stored)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(name: &str, rv: &str) -> (ObjectRef, Arc<Value>) {
+        let v = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}});
+        (ObjectRef::from_manifest(&v).unwrap(), Arc::new(v))
+    }
+
+    #[test]
+    fn a_store_answers_only_for_what_its_watch_covers() {
+        let stores = Stores::new();
+        let (a, a_obj) = cm("a", "1");
+        let (b, _) = cm("b", "1");
+        assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
+        stores.declare(&a.type_ref(), false);
+        stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
+        assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
+        assert_eq!(
+            stores.lookup(&b),
+            Cached::Unknown,
+            "label-scoped: ask the server"
+        );
+        let elsewhere = ObjectRef::new("v1", "ConfigMap", Some("other"), "a");
+        assert_eq!(
+            stores.lookup(&elsewhere),
+            Cached::Unknown,
+            "namespace not watched"
+        );
+
+        stores.declare(&a.type_ref(), true);
+        assert_eq!(stores.lookup(&b), Cached::Absent, "a complete watch knows");
+    }
+
+    #[test]
+    fn a_relist_removes_what_is_gone_in_its_namespace_only() {
+        let stores = Stores::new();
+        let (a, a_obj) = cm("a", "1");
+        let (b, b_obj) = cm("b", "1");
+        let other = ObjectRef::new("v1", "ConfigMap", Some("other"), "c");
+        stores.replace(
+            &a.type_ref(),
+            Some("ns"),
+            vec![(a.clone(), a_obj), (b.clone(), b_obj.clone())],
+        );
+        stores.upsert(other.clone(), Arc::new(json!({})));
+        let gone = stores.replace(&a.type_ref(), Some("ns"), vec![(b.clone(), b_obj)]);
+        assert_eq!(gone.len(), 1);
+        assert!(
+            stores.objects(&a.type_ref()).len() == 2,
+            "b and the other namespace's c"
+        );
+    }
+
+    #[test]
+    fn resource_versions_compare_as_integers() {
+        let (_, v9) = cm("a", "9");
+        let (_, v10) = cm("a", "10");
+        assert!(newer(&v10, &v9));
+        assert!(!newer(&v9, &v10));
+        assert!(!newer(&v10, &v10));
+    }
+}

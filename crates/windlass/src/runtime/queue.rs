@@ -1,0 +1,74 @@
+//! The reconcile queue (oper8 F189–F195) on `windlass-tasks`' [`TaskQueue`]: one run per
+//! CR at a time, and one pending run that takes the newest request (oper8 kept the
+//! oldest, quirk Q6); bounded concurrency; per-CR exponential back-off with jitter that a
+//! success resets; requeue-after; the periodic re-reconcile.
+//!
+//! What a reconcile asks for next ([`Outcome`]) becomes the queue's [`TaskOutcome`] here,
+//! with the `reconcile_period` folded in: a CR that is done is reconciled again after the
+//! period (and a failing one after its back-off, whatever the period), so the period
+//! survives failures and a requeue is never later than the period.
+
+use std::time::Duration;
+
+use windlass_tasks::backoff::BackOffPolicy;
+use windlass_tasks::queue::{QueueConfigError, TaskOutcome, TaskQueue};
+
+use crate::object::ObjectRef;
+use crate::reconcile::Outcome;
+
+/// How many reconciles run at once when the config does not say: reconciles wait on the
+/// API server, not the CPU, so the bound is about the server's load, not the core count.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The queue of CRs to reconcile.
+pub type ReconcileQueue = TaskQueue<ObjectRef>;
+
+/// A queue running `concurrency` reconciles at once (at least one), backing off failing
+/// CRs by `backoff`.
+pub fn new_queue(
+    concurrency: usize,
+    backoff: BackOffPolicy,
+) -> Result<ReconcileQueue, QueueConfigError> {
+    TaskQueue::builder()
+        .max_concurrent(concurrency)
+        .backoff(backoff)
+        .build()
+}
+
+/// What the queue does after a reconcile that ended in `outcome`, with the periodic
+/// re-reconcile `period` (`None`: off).
+pub fn next_run(outcome: Outcome, period: Option<Duration>) -> TaskOutcome {
+    match (outcome, period) {
+        (Outcome::Retry, _) => TaskOutcome::Retry,
+        (Outcome::Done, None) => TaskOutcome::Done,
+        (Outcome::Done, Some(period)) => TaskOutcome::RequeueAfter(period),
+        (Outcome::RequeueAfter(delay), None) => TaskOutcome::RequeueAfter(delay),
+        (Outcome::RequeueAfter(delay), Some(period)) => {
+            TaskOutcome::RequeueAfter(delay.min(period))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_period_bounds_every_success_and_never_a_failure() {
+        let s = Duration::from_secs;
+        assert_eq!(next_run(Outcome::Done, None), TaskOutcome::Done);
+        assert_eq!(
+            next_run(Outcome::Done, Some(s(30))),
+            TaskOutcome::RequeueAfter(s(30))
+        );
+        assert_eq!(
+            next_run(Outcome::RequeueAfter(s(5)), Some(s(30))),
+            TaskOutcome::RequeueAfter(s(5))
+        );
+        assert_eq!(
+            next_run(Outcome::RequeueAfter(s(60)), Some(s(30))),
+            TaskOutcome::RequeueAfter(s(30))
+        );
+        assert_eq!(next_run(Outcome::Retry, Some(s(30))), TaskOutcome::Retry);
+    }
+}

@@ -1,0 +1,182 @@
+//! Watches: where events come from (oper8 F183–F184, on kube-runtime's `watcher`).
+//!
+//! One [`Watch`] per kind and namespace (or all namespaces). Each runs kube-runtime's
+//! `watcher` (list, then watch; relist on 410 Gone; bookmarks) with its default
+//! back-off, so a failing watch retries forever, and its back-off resets once it works
+//! again (oper8 spent a lifetime budget of failures and then killed the process, quirk
+//! Q7). Every object seen goes into the [`Stores`], and every change becomes a
+//! [`SourceEvent`] on a channel for the controller's dispatcher. A relist reports what
+//! changed while the watch was down: objects that are gone as deletions.
+//!
+//! The primary kind is watched whole; the kinds components own are watched
+//! label-scoped, only objects that carry windlass's ownership label
+//! ([`crate::annotations::OWNER_UID`]), and kept whole too (windlass's own
+//! `managedFields` only), so that a reconcile reads them from the store instead of the
+//! API server — a metadata-only watch would save memory but cost a GET per object per
+//! reconcile.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::cache::Stores;
+use crate::cluster::LiveCluster;
+use crate::object::{ObjectRef, TypeRef};
+use crate::runtime::filter::EventKind;
+
+/// What to watch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Watch {
+    /// The kind.
+    pub type_ref: TypeRef,
+    /// One namespace, or `None` for all (and for cluster-scoped kinds).
+    pub namespace: Option<String>,
+    /// A label selector, or `None` for every object (the store is then complete).
+    pub labels: Option<String>,
+}
+
+/// One change a watch saw.
+#[derive(Debug, Clone)]
+pub struct SourceEvent {
+    /// What happened.
+    pub kind: EventKind,
+    /// The object (for a deletion: its last state).
+    pub object: Arc<Value>,
+    /// Its reference.
+    pub reference: ObjectRef,
+}
+
+/// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change.
+/// Never returns on errors: they are logged, counted through `on_error`, and retried
+/// with back-off.
+pub async fn run(
+    live: Arc<LiveCluster>,
+    stores: Arc<Stores>,
+    watch: Watch,
+    events: mpsc::Sender<SourceEvent>,
+    on_error: impl Fn(&TypeRef, &watcher::Error) + Send + Sync,
+) {
+    stores.declare(&watch.type_ref, watch.labels.is_none());
+    // Discovery itself may fail (the CRD is not installed yet): retry like the watch.
+    let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(Default::default());
+    let api = loop {
+        match live
+            .dynamic_api(&watch.type_ref, watch.namespace.as_deref())
+            .await
+        {
+            Ok(api) => break api,
+            Err(e) => {
+                let delay = backoff.next_jittered();
+                tracing::warn!(kind = %watch.type_ref, error = %e, ?delay, "cannot watch yet");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    };
+    let mut config = watcher::Config::default();
+    if let Some(labels) = &watch.labels {
+        config = config.labels(labels);
+    }
+    let mut stream = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let mut relist: Vec<(ObjectRef, Arc<Value>)> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let event = match item {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; retrying");
+                on_error(&watch.type_ref, &e);
+                continue;
+            }
+        };
+        let sent = match event {
+            Event::Init => {
+                relist.clear();
+                Vec::new()
+            }
+            Event::InitApply(object) => {
+                if let Some(pair) = entry(&live, &watch.type_ref, object) {
+                    relist.push(pair);
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                let listed = std::mem::take(&mut relist);
+                let mut changes: Vec<SourceEvent> = listed
+                    .iter()
+                    .map(|(reference, object)| SourceEvent {
+                        kind: EventKind::Added,
+                        object: object.clone(),
+                        reference: reference.clone(),
+                    })
+                    .collect();
+                let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
+                changes.extend(gone.into_iter().filter_map(|object| {
+                    Some(SourceEvent {
+                        kind: EventKind::Deleted,
+                        reference: ObjectRef::from_manifest(&object).ok()?,
+                        object,
+                    })
+                }));
+                changes
+            }
+            Event::Apply(object) => match entry(&live, &watch.type_ref, object) {
+                Some((reference, object)) => {
+                    let before = stores.upsert(reference.clone(), object.clone());
+                    vec![SourceEvent {
+                        kind: if before.is_some() {
+                            EventKind::Modified
+                        } else {
+                            EventKind::Added
+                        },
+                        object,
+                        reference,
+                    }]
+                }
+                None => Vec::new(),
+            },
+            Event::Delete(object) => match entry(&live, &watch.type_ref, object) {
+                Some((reference, object)) => {
+                    stores.remove(&reference);
+                    vec![SourceEvent {
+                        kind: EventKind::Deleted,
+                        object,
+                        reference,
+                    }]
+                }
+                None => Vec::new(),
+            },
+        };
+        for event in sent {
+            if events.send(event).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The object as the store keeps it. Items of a list carry no apiVersion and kind: they
+/// are the watch's.
+fn entry(
+    live: &LiveCluster,
+    type_ref: &TypeRef,
+    mut object: kube::core::DynamicObject,
+) -> Option<(ObjectRef, Arc<Value>)> {
+    if object.types.is_none() {
+        object.types = Some(kube::core::TypeMeta {
+            api_version: type_ref.api_version.clone(),
+            kind: type_ref.kind.clone(),
+        });
+    }
+    let value = match live.object_value(object) {
+        Ok(value) => value,
+        Err(e) => {
+            tracing::warn!(error = %e, "dropping an object the watch delivered");
+            return None;
+        }
+    };
+    let reference = ObjectRef::from_manifest(&value).ok()?;
+    Some((reference, Arc::new(value)))
+}
