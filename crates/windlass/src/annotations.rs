@@ -18,6 +18,13 @@ pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
 /// [`crate::drift`]).
 pub const APPLIED_HASH: &str = "windlass.dev/applied-hash";
 
+/// The annotation lock (F182): the identity (pod name) of the replica that holds the lock
+/// on this CR.
+pub const LEASE_NAME: &str = "windlass.dev/lease-name";
+/// The annotation lock (F182): when the holder last took or renewed the lock, RFC 3339 in
+/// UTC; the lock expires `python_watch_manager.lock.duration` later.
+pub const LEASE_TIME: &str = "windlass.dev/lease-time";
+
 /// Label on every object windlass applies: the uid of the CR it was rendered for. Lets
 /// watches be label-scoped to windlass's objects, finds a CR's objects in every namespace,
 /// and tells a second CR that renders the same object that it is taken.

@@ -1,1 +1,0 @@
-//! Which replica may start reconciles (oper8 F178–F182).

@@ -1,0 +1,357 @@
+//! From the configuration to one lock: its kind, object name, namespace, identity and timing,
+//! with a clear error for what cannot work.
+
+use std::time::Duration;
+
+use crate::config::{LibraryConfig, LockKind};
+use crate::error::Error;
+
+/// Where the namespace of an in-cluster Pod's service account is mounted (F180).
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The share of the lease duration a holder keeps in reserve: it stops leading at
+/// `duration − duration / SAFETY_DIVISOR` after its last successful renewal.
+const SAFETY_DIVISOR: u32 = 5;
+
+/// The timing of a lock kept by the renew loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a renewal keeps the lock at the other replicas' end (the Lease's
+    /// `leaseDurationSeconds`; for the annotation lock, the validity of `lease-time`).
+    pub lease_duration: Duration,
+    /// How long after the start of its last successful attempt this replica still
+    /// considers itself leader; `None` for locks that stay held until released or
+    /// garbage-collected (leader-for-life). Shorter than `lease_duration`.
+    pub renew_deadline: Option<Duration>,
+    /// Pause between attempts while all is well, leader or not (`lock.poll_time`).
+    pub poll: Duration,
+    /// Pause after a failed attempt.
+    pub retry_after_error: Duration,
+}
+
+impl Timing {
+    /// The timing of an expiring lock (the Lease) renewed every `poll`. The lease duration
+    /// is rounded to whole seconds, as `leaseDurationSeconds` holds (F180).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use windlass::runtime::leader::Timing;
+    ///
+    /// let timing = Timing::for_lease(Duration::from_secs(15), Duration::from_secs(10)).unwrap();
+    /// assert_eq!(timing.renew_deadline, Some(Duration::from_secs(12)));
+    /// assert_eq!(timing.retry_after_error, Duration::from_secs(3));
+    /// // Renewing no more often than the deadline would lose leadership between renewals.
+    /// assert!(Timing::for_lease(Duration::from_secs(15), Duration::from_secs(12)).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the duration rounds to less than a second, `poll` is zero, or
+    /// `poll` is not shorter than the renew deadline.
+    pub fn for_lease(lease_duration: Duration, poll: Duration) -> Result<Timing, Error> {
+        let seconds = lease_duration.as_secs_f64().round();
+        if !(1.0..=f64::from(i32::MAX)).contains(&seconds) {
+            return Err(Error::config(format!(
+                "python_watch_manager.lock.duration: {lease_duration:?} must be at least 1s (a \
+                 Lease counts whole seconds)"
+            )));
+        }
+        let lease_duration = Duration::from_secs_f64(seconds);
+        let renew_deadline = lease_duration - lease_duration / SAFETY_DIVISOR;
+        if poll.is_zero() || poll >= renew_deadline {
+            return Err(Error::config(format!(
+                "python_watch_manager.lock.poll_time: {poll:?} must be more than zero and less \
+                 than {renew_deadline:?} (the lock duration {lease_duration:?} minus a fifth), or \
+                 the leader loses its lease between renewals"
+            )));
+        }
+        Ok(Timing {
+            lease_duration,
+            renew_deadline: Some(renew_deadline),
+            poll,
+            retry_after_error: poll.min(renew_deadline / 4),
+        })
+    }
+
+    /// The timing of a lock held until released or garbage-collected (leader-for-life),
+    /// checked every `poll`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if `poll` is zero.
+    pub fn until_released(poll: Duration) -> Result<Timing, Error> {
+        if poll.is_zero() {
+            return Err(Error::config(
+                "python_watch_manager.lock.poll_time: must be more than zero",
+            ));
+        }
+        Ok(Timing {
+            lease_duration: Duration::MAX,
+            renew_deadline: None,
+            poll,
+            retry_after_error: poll.min(Duration::from_secs(1)),
+        })
+    }
+
+    /// How long one attempt may take before it is abandoned as failed: past the renew
+    /// deadline a renewal is worth nothing.
+    pub(super) fn attempt_timeout(&self) -> Duration {
+        self.renew_deadline
+            .unwrap_or(self.poll)
+            .max(Duration::from_secs(1))
+    }
+}
+
+/// One lock, resolved from the configuration: what [`super::Leadership::start`] starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockSettings {
+    /// The lock kind; [`LockKind::Dryrun`] whenever `dry_run` is set.
+    pub kind: LockKind,
+    /// Name of the Lease or ConfigMap: `operator_name`, else `lock.name` (F180). Empty for
+    /// the kinds that have no lock object.
+    pub name: String,
+    /// Namespace of the lock object: the service account's namespace when running in a
+    /// Pod, else `lock.namespace` (F180).
+    pub namespace: String,
+    /// This replica's identity: `pod_name`, else the hostname (F53); for leader-for-life
+    /// the name of the operator's own Pod.
+    pub identity: String,
+    /// When to renew and when to give up.
+    pub timing: Timing,
+}
+
+impl LockSettings {
+    /// Resolve the lock the configuration asks for (F178, F180–F182).
+    ///
+    /// ```
+    /// use windlass::config::{LibraryConfig, LockKind};
+    /// use windlass::runtime::leader::LockSettings;
+    ///
+    /// let mut config = LibraryConfig::default();
+    /// config.python_watch_manager.lock.kind = LockKind::LeaderForLife;
+    /// config.operator_name = "webapp-operator".into();
+    /// let err = LockSettings::from_config(&config).unwrap_err();
+    /// assert!(err.to_string().contains("pod_name"), "{err}");
+    /// config.pod_name = "webapp-operator-7d9f-x2x4q".into();
+    /// let settings = LockSettings::from_config(&config).unwrap();
+    /// assert_eq!(settings.name, "webapp-operator");
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming what is missing or impossible: a lock name for the Lease and
+    /// leader-for-life, `pod_name` for leader-for-life (the lock is owned by that Pod), an
+    /// identity when there is neither `pod_name` nor a hostname, durations the lock cannot
+    /// work with (see [`Timing::for_lease`]).
+    pub fn from_config(config: &LibraryConfig) -> Result<LockSettings, Error> {
+        let mounted = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
+        resolve(config, mounted.as_deref(), hostname().as_deref())
+    }
+}
+
+fn resolve(
+    config: &LibraryConfig,
+    mounted_namespace: Option<&str>,
+    hostname: Option<&str>,
+) -> Result<LockSettings, Error> {
+    let lock = &config.python_watch_manager.lock;
+    let kind = if config.dry_run {
+        LockKind::Dryrun
+    } else {
+        lock.kind
+    };
+    let non_empty = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+    let namespace = mounted_namespace
+        .and_then(non_empty)
+        .or_else(|| non_empty(&lock.namespace))
+        .unwrap_or_default();
+    let name = non_empty(&config.operator_name)
+        .or_else(|| lock.name.as_deref().and_then(non_empty))
+        .unwrap_or_default();
+    let pod_name = non_empty(&config.pod_name);
+    let identity = pod_name
+        .clone()
+        .or_else(|| hostname.and_then(|h| non_empty(h.split('.').next().unwrap_or(h))))
+        .unwrap_or_default();
+    let kind_name = match kind {
+        LockKind::LeaderForLife => "leader-for-life",
+        LockKind::LeaderWithLease => "leader-with-lease",
+        LockKind::Annotation => "annotation",
+        LockKind::Dryrun => "dryrun",
+    };
+    let needs = |what: &str, how: &str| {
+        Error::config(format!(
+            "the {kind_name} lock needs {what}: set {how} (python_watch_manager.lock.type)"
+        ))
+    };
+    let (duration, poll) = (lock.duration.0, lock.poll_time.0);
+    let timing = match kind {
+        LockKind::Dryrun => Timing {
+            lease_duration: duration,
+            renew_deadline: None,
+            poll,
+            retry_after_error: poll,
+        },
+        LockKind::LeaderWithLease => Timing::for_lease(duration, poll)?,
+        LockKind::LeaderForLife => Timing::until_released(poll)?,
+        LockKind::Annotation => {
+            if duration.is_zero() {
+                return Err(Error::config(
+                    "python_watch_manager.lock.duration: the annotation lock needs a duration \
+                     above zero",
+                ));
+            }
+            Timing {
+                lease_duration: duration,
+                renew_deadline: None,
+                poll,
+                retry_after_error: poll,
+            }
+        }
+    };
+    if matches!(kind, LockKind::LeaderWithLease | LockKind::LeaderForLife) {
+        if name.is_empty() {
+            return Err(needs(
+                "a lock object name",
+                "operator_name or python_watch_manager.lock.name",
+            ));
+        }
+        if namespace.is_empty() {
+            return Err(needs(
+                "a namespace",
+                "python_watch_manager.lock.namespace (in a Pod, its service account's namespace \
+                 is used)",
+            ));
+        }
+    }
+    if kind == LockKind::LeaderForLife && pod_name.is_none() {
+        return Err(needs(
+            "the name of the operator's own Pod, which owns the lock ConfigMap",
+            "pod_name (env POD_NAME, e.g. from the downward API's metadata.name)",
+        ));
+    }
+    if matches!(kind, LockKind::LeaderWithLease | LockKind::Annotation) && identity.is_empty() {
+        return Err(needs(
+            "an identity unique among the replicas",
+            "pod_name (env POD_NAME); there is no hostname to fall back on",
+        ));
+    }
+    Ok(LockSettings {
+        kind,
+        name,
+        namespace,
+        identity,
+        timing,
+    })
+}
+
+/// The host's name: `HOSTNAME`, else the kernel's (Linux). In a Pod both are the Pod's name.
+fn hostname() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::ConfigDuration;
+
+    fn config(kind: LockKind) -> LibraryConfig {
+        let mut config = LibraryConfig::default();
+        config.python_watch_manager.lock.kind = kind;
+        config
+    }
+
+    fn secs(s: f64) -> ConfigDuration {
+        ConfigDuration(Duration::from_secs_f64(s))
+    }
+
+    #[test]
+    fn dry_run_overrides_the_lock_kind() {
+        let mut c = config(LockKind::LeaderWithLease);
+        c.dry_run = true;
+        assert_eq!(resolve(&c, None, None).unwrap().kind, LockKind::Dryrun);
+    }
+
+    #[test]
+    fn operator_name_wins_over_lock_name_and_the_mounted_namespace_over_the_configured() {
+        let mut c = config(LockKind::LeaderWithLease);
+        c.python_watch_manager.lock.name = Some("from-lock".into());
+        c.python_watch_manager.lock.namespace = "configured".into();
+        let s = resolve(&c, Some("mounted\n"), Some("host-1.example.com")).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.namespace.as_str(), s.identity.as_str()),
+            ("from-lock", "mounted", "host-1")
+        );
+        c.operator_name = "op".into();
+        c.pod_name = "pod-1".into();
+        let s = resolve(&c, None, Some("host-1")).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.namespace.as_str(), s.identity.as_str()),
+            ("op", "configured", "pod-1")
+        );
+    }
+
+    #[test]
+    fn impossible_combinations_are_config_errors_that_say_what_to_set() {
+        let lease = config(LockKind::LeaderWithLease);
+        let err = resolve(&lease, None, Some("h")).unwrap_err();
+        assert!(err.to_string().contains("operator_name"), "{err}");
+
+        let mut life = config(LockKind::LeaderForLife);
+        life.operator_name = "op".into();
+        let err = resolve(&life, None, Some("host-is-not-enough")).unwrap_err();
+        assert!(matches!(err, Error::Config(_)));
+        assert!(err.to_string().contains("pod_name"), "{err}");
+
+        let mut anonymous = config(LockKind::Annotation);
+        anonymous.operator_name = "op".into();
+        let err = resolve(&anonymous, None, None).unwrap_err();
+        assert!(err.to_string().contains("identity"), "{err}");
+
+        let mut no_namespace = config(LockKind::LeaderWithLease);
+        no_namespace.operator_name = "op".into();
+        no_namespace.python_watch_manager.lock.namespace = " ".into();
+        let err = resolve(&no_namespace, None, Some("h")).unwrap_err();
+        assert!(err.to_string().contains("namespace"), "{err}");
+    }
+
+    #[test]
+    fn lease_durations_are_whole_seconds_and_leave_room_for_renewals() {
+        let mut c = config(LockKind::LeaderWithLease);
+        c.operator_name = "op".into();
+        c.python_watch_manager.lock.duration = secs(2.4);
+        c.python_watch_manager.lock.poll_time = secs(0.5);
+        let t = resolve(&c, None, Some("h")).unwrap().timing;
+        assert_eq!(t.lease_duration, Duration::from_secs(2));
+        assert_eq!(t.renew_deadline, Some(Duration::from_millis(1600)));
+        assert_eq!(t.retry_after_error, Duration::from_millis(400));
+
+        c.python_watch_manager.lock.duration = secs(0.4);
+        assert!(resolve(&c, None, Some("h")).is_err());
+        c.python_watch_manager.lock.duration = secs(2.0);
+        c.python_watch_manager.lock.poll_time = secs(1.6);
+        assert!(resolve(&c, None, Some("h")).is_err());
+        c.python_watch_manager.lock.poll_time = secs(0.0);
+        assert!(resolve(&c, None, Some("h")).is_err());
+    }
+
+    #[test]
+    fn the_defaults_work_for_every_kind() {
+        for kind in [
+            LockKind::LeaderWithLease,
+            LockKind::LeaderForLife,
+            LockKind::Annotation,
+            LockKind::Dryrun,
+        ] {
+            let mut c = config(kind);
+            c.operator_name = "op".into();
+            c.pod_name = "pod".into();
+            let s = resolve(&c, None, None).unwrap();
+            assert_eq!(s.kind, kind);
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Leader election on the real API server: two replicas on one Lease, takeover after the
+//! lease expires and at once after a graceful release, a replica cut off from the API
+//! server stepping down before its lease can expire elsewhere, leader-for-life with a real
+//! Pod as owner (and garbage collection as the hand-over), the annotation lock on a CR.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use windlass::Error;
+use windlass::annotations::{LEASE_NAME, LEASE_TIME};
+use windlass::cluster::{Cluster, WriteMethod};
+use windlass::config::{ConfigDuration, LibraryConfig, LockKind};
+use windlass::object::ObjectRef;
+use windlass::runtime::leader::{Leadership, LockSettings};
+use windlass_testenv::{TestEnv, TestNamespace};
+
+use crate::{eventually, live};
+
+const LOCK: &str = "leader-test";
+
+/// The settings of one replica, as the configuration would give them.
+fn settings(
+    kind: LockKind,
+    ns: &TestNamespace,
+    identity: &str,
+    duration: Duration,
+    poll: Duration,
+) -> LockSettings {
+    let mut config = LibraryConfig {
+        operator_name: LOCK.into(),
+        pod_name: identity.into(),
+        ..LibraryConfig::default()
+    };
+    let lock = &mut config.python_watch_manager.lock;
+    lock.kind = kind;
+    lock.duration = ConfigDuration(duration);
+    lock.poll_time = ConfigDuration(poll);
+    let mut settings = LockSettings::from_config(&config).unwrap();
+    // Also where the tests run inside a Pod with a mounted service-account namespace.
+    settings.namespace = ns.name().to_string();
+    settings
+}
+
+/// One replica electing with `client`.
+async fn replica(
+    env: &TestEnv,
+    settings: &LockSettings,
+    client: kube::Client,
+) -> Result<Leadership, Error> {
+    let cluster = Arc::new(windlass::cluster::LiveCluster::new(env.client().unwrap()));
+    Leadership::start(settings, client, cluster).await
+}
+
+async fn lease(env: &TestEnv, ns: &TestNamespace) -> LeaseSpec {
+    let leases: Api<Lease> = ns.api(env.client().unwrap());
+    leases.get(LOCK).await.unwrap().spec.unwrap()
+}
+
+/// Poll `check` every 20 ms until it holds; panics after `within`. Returns when it held.
+async fn within<F: FnMut() -> bool>(what: &str, within: Duration, mut check: F) -> Instant {
+    let deadline = Instant::now() + within;
+    loop {
+        if check() {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Neither of `a` and `b` leads at the same time as the other, sampled for `period`.
+async fn never_both(a: &Leadership, b: &Leadership, period: Duration) {
+    let end = Instant::now() + period;
+    while Instant::now() < end {
+        assert!(!(a.is_leader() && b.is_leader()), "two leaders at once");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_one_leads_and_the_other_takes_over_when_the_leader_stops_renewing() {
+    let (_, env) = live().await;
+    let ns = env.namespace("lease-takeover").await.unwrap();
+    let (duration, poll) = (Duration::from_secs(2), Duration::from_millis(300));
+    let kind = LockKind::LeaderWithLease;
+    let a = replica(
+        env,
+        &settings(kind, &ns, "pod-a", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    let b = replica(
+        env,
+        &settings(kind, &ns, "pod-b", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    within("one replica leads", Duration::from_secs(10), || {
+        a.is_leader() || b.is_leader()
+    })
+    .await;
+    // Several renewals later, still exactly one.
+    never_both(&a, &b, Duration::from_secs(3)).await;
+    assert!(a.is_leader() ^ b.is_leader());
+    let (leader, follower, leader_id, follower_id) = if a.is_leader() {
+        (a, b, "pod-a", "pod-b")
+    } else {
+        (b, a, "pod-b", "pod-a")
+    };
+    let spec = lease(env, &ns).await;
+    assert_eq!(spec.holder_identity.as_deref(), Some(leader_id));
+    assert_eq!(spec.lease_transitions, Some(1));
+    assert_eq!(spec.lease_duration_seconds, Some(2));
+
+    // The leader dies without releasing: its renewals stop.
+    drop(leader);
+    let dropped = Instant::now();
+    let leases: Api<Lease> = ns.api(env.client().unwrap());
+    let mut last_renewal = None;
+    let taken = loop {
+        let spec = leases.get(LOCK).await.unwrap().spec.unwrap();
+        if spec.holder_identity.as_deref() == Some(leader_id) {
+            last_renewal = spec.renew_time.as_ref().map(|t| t.0);
+        } else {
+            break spec;
+        }
+        assert!(
+            dropped.elapsed() < Duration::from_secs(15),
+            "no takeover: {spec:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(taken.holder_identity.as_deref(), Some(follower_id));
+    assert_eq!(taken.lease_transitions, Some(2));
+    // Taken over only once the old lease had expired: renewTime + leaseDurationSeconds.
+    let last_renewal = last_renewal.unwrap();
+    let acquired = taken.acquire_time.unwrap().0;
+    assert!(
+        acquired >= last_renewal + SignedDuration::from_secs(2),
+        "taken at {acquired}, the lease renewed at {last_renewal} was valid for 2 s"
+    );
+    within("the follower leads", Duration::from_secs(2), || {
+        follower.is_leader()
+    })
+    .await;
+    follower.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_graceful_release_hands_over_at_once() {
+    let (_, env) = live().await;
+    let ns = env.namespace("lease-release").await.unwrap();
+    // A long lease: the hand-over must not wait for it.
+    let (duration, poll) = (Duration::from_secs(10), Duration::from_millis(300));
+    let kind = LockKind::LeaderWithLease;
+    let a = replica(
+        env,
+        &settings(kind, &ns, "pod-a", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), a.wait_until_leader())
+        .await
+        .expect("pod-a leads");
+    let b = replica(
+        env,
+        &settings(kind, &ns, "pod-b", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    never_both(&a, &b, Duration::from_secs(1)).await;
+    assert!(a.is_leader() && !b.is_leader());
+
+    let mut a_changes = a.watch();
+    let released = Instant::now();
+    a.shutdown().await.unwrap();
+    assert!(!a.is_leader());
+    assert!(!*a_changes.borrow_and_update());
+    let took_over = within("pod-b takes over", Duration::from_secs(3), || b.is_leader()).await;
+    assert!(
+        took_over - released < Duration::from_secs(3),
+        "the hand-over took {:?}, not the 10 s lease",
+        took_over - released
+    );
+    let spec = lease(env, &ns).await;
+    assert_eq!(spec.holder_identity.as_deref(), Some("pod-b"));
+    assert_eq!(spec.lease_transitions, Some(2));
+    b.shutdown().await.unwrap();
+    let spec = lease(env, &ns).await;
+    assert_eq!(spec.holder_identity, None, "released: {spec:?}");
+}
+
+/// A TCP proxy to the API server that can be cut: its port closes and every connection
+/// through it breaks.
+struct Cuttable {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Cuttable {
+    async fn to(upstream: String) -> Cuttable {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            // Dropped with this task: every connection ends with it.
+            let mut connections = JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Cuttable { addr, task }
+    }
+
+    fn client(&self, env: &TestEnv) -> kube::Client {
+        let mut config = env.kube_config();
+        config.cluster_url = format!("https://{}", self.addr).parse().unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    async fn cut(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_expires() {
+    let (_, env) = live().await;
+    let ns = env.namespace("lease-cut-off").await.unwrap();
+    let (duration, poll) = (Duration::from_secs(3), Duration::from_millis(300));
+    let kind = LockKind::LeaderWithLease;
+    let upstream = env
+        .apiserver_url()
+        .trim_start_matches("https://")
+        .to_string();
+    let proxy = Cuttable::to(upstream).await;
+    let a = replica(
+        env,
+        &settings(kind, &ns, "pod-a", duration, poll),
+        proxy.client(env),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), a.wait_until_leader())
+        .await
+        .expect("pod-a leads through the proxy");
+    let b = replica(
+        env,
+        &settings(kind, &ns, "pod-b", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    never_both(&a, &b, Duration::from_secs(1)).await;
+    assert!(a.is_leader());
+
+    let mut a_changes = a.watch();
+    proxy.cut().await;
+    // Whatever pod-a sent before the cut has landed by now; it can write nothing since.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let spec = lease(env, &ns).await;
+    assert_eq!(spec.holder_identity.as_deref(), Some("pod-a"));
+    let last_renewal = spec.renew_time.unwrap().0;
+    let expires = last_renewal + SignedDuration::from_secs(3);
+
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        a_changes.wait_for(|leader| !*leader),
+    )
+    .await
+    .expect("pod-a steps down")
+    .unwrap();
+    let stepped_down = Timestamp::now();
+    assert!(!a.is_leader());
+    assert!(
+        stepped_down < expires,
+        "pod-a stepped down at {stepped_down}, after its lease expired at {expires}"
+    );
+    // About the renew deadline (3 s less a fifth) after its last renewal, with room for
+    // the time the renewal request took.
+    assert!(
+        stepped_down <= last_renewal + SignedDuration::from_millis(2400 + 300),
+        "pod-a stepped down at {stepped_down}, last renewal at {last_renewal}"
+    );
+
+    // pod-b takes over once the lease expired, never overlapping pod-a.
+    let mut b_changes = b.watch();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        b_changes.wait_for(|leader| *leader),
+    )
+    .await
+    .expect("pod-b takes over")
+    .unwrap();
+    assert!(!a.is_leader());
+    assert!(Timestamp::now() >= expires);
+    let spec = lease(env, &ns).await;
+    assert_eq!(spec.holder_identity.as_deref(), Some("pod-b"));
+    assert_eq!(spec.lease_transitions, Some(2));
+    b.shutdown().await.unwrap();
+    // pod-a cannot reach the server to release; it still stops, and says so.
+    assert!(a.shutdown().await.is_err());
+}
+
+async fn pod(env: &TestEnv, ns: &TestNamespace, name: &str) -> Pod {
+    let pods: Api<Pod> = ns.api(env.client().unwrap());
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "operator".into(),
+                image: Some("operator".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    pods.create(&PostParams::default(), &pod).await.unwrap()
+}
+
+#[tokio::test]
+async fn leader_for_life_is_owned_by_the_pod_and_passes_on_when_the_pod_is_gone() {
+    let (_, env) = live().await;
+    let ns = env.namespace("leader-for-life").await.unwrap();
+    let poll = Duration::from_millis(300);
+    let kind = LockKind::LeaderForLife;
+    let config_maps: Api<ConfigMap> = ns.api(env.client().unwrap());
+
+    // Without its own Pod, leader-for-life cannot work: a config error, said at start.
+    let missing = replica(
+        env,
+        &settings(kind, &ns, "no-such-pod", Duration::from_secs(15), poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(missing, Error::Config(_)), "{missing}");
+    assert!(missing.to_string().contains("no-such-pod"), "{missing}");
+
+    let pod_a = pod(env, &ns, "pod-a").await;
+    let pod_b = pod(env, &ns, "pod-b").await;
+    let a = replica(
+        env,
+        &settings(kind, &ns, "pod-a", Duration::from_secs(15), poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), a.wait_until_leader())
+        .await
+        .expect("pod-a leads");
+    let b = replica(
+        env,
+        &settings(kind, &ns, "pod-b", Duration::from_secs(15), poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    never_both(&a, &b, Duration::from_secs(1)).await;
+    assert!(!b.is_leader());
+    let lock = config_maps.get(LOCK).await.unwrap();
+    let owners = lock.metadata.owner_references.unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].name.as_str()),
+        ("Pod", "pod-a")
+    );
+    assert_eq!(Some(&owners[0].uid), pod_a.metadata.uid.as_ref());
+
+    // pod-a goes away without releasing; garbage collection removes its lock.
+    drop(a);
+    let pods: Api<Pod> = ns.api(env.client().unwrap());
+    pods.delete("pod-a", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let mut b_changes = b.watch();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        b_changes.wait_for(|leader| *leader),
+    )
+    .await
+    .expect("pod-b leads once pod-a's lock is collected")
+    .unwrap();
+    let lock = config_maps.get(LOCK).await.unwrap();
+    let owners = lock.metadata.owner_references.unwrap();
+    assert_eq!(Some(&owners[0].uid), pod_b.metadata.uid.as_ref());
+
+    // A graceful release deletes the lock at once.
+    b.shutdown().await.unwrap();
+    assert!(!b.is_leader());
+    assert!(config_maps.get_opt(LOCK).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn annotation_lock_on_a_cr_acquire_expire_release() {
+    let (cluster, env) = live().await;
+    let ns = env.namespace("annotation-lock").await.unwrap();
+    let widget = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "shared", "namespace": ns.name()}, "spec": {}});
+    cluster.apply(&widget, WriteMethod::Apply).await.unwrap();
+    let object = ObjectRef::from_manifest(&widget).unwrap();
+    let (duration, poll) = (Duration::from_secs(2), Duration::from_millis(300));
+    let kind = LockKind::Annotation;
+    let a = replica(
+        env,
+        &settings(kind, &ns, "pod-a", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    let b = replica(
+        env,
+        &settings(kind, &ns, "pod-b", duration, poll),
+        env.client().unwrap(),
+    )
+    .await
+    .unwrap();
+    // No global leader: both replicas may start reconciles.
+    assert!(a.is_leader() && b.is_leader());
+
+    assert!(a.acquire(&object).await.unwrap());
+    let stored = cluster.get(&object).await.unwrap().unwrap();
+    let annotations = &stored["metadata"]["annotations"];
+    assert_eq!(annotations[LEASE_NAME], "pod-a");
+    let a_time: Timestamp = annotations[LEASE_TIME].as_str().unwrap().parse().unwrap();
+    assert!(a.holds(&stored) && !b.holds(&stored));
+    assert!(!b.acquire(&object).await.unwrap());
+
+    // pod-a stops renewing: pod-b takes the CR over once the lock expired.
+    eventually("pod-b takes over the expired lock", || async {
+        b.acquire(&object).await.unwrap()
+    })
+    .await;
+    let stored = cluster.get(&object).await.unwrap().unwrap();
+    let annotations = &stored["metadata"]["annotations"];
+    assert_eq!(annotations[LEASE_NAME], "pod-b");
+    let b_time: Timestamp = annotations[LEASE_TIME].as_str().unwrap().parse().unwrap();
+    assert!(
+        b_time >= a_time + SignedDuration::from_secs(2),
+        "taken at {b_time}, pod-a's lock from {a_time} held for 2 s"
+    );
+    assert!(!a.holds(&stored) && b.holds(&stored));
+    assert!(!a.acquire(&object).await.unwrap());
+    // Only the holder's release removes the lock.
+    a.release(&object).await.unwrap();
+    let stored = cluster.get(&object).await.unwrap().unwrap();
+    assert_eq!(stored["metadata"]["annotations"][LEASE_NAME], "pod-b");
+    b.release(&object).await.unwrap();
+    let stored = cluster.get(&object).await.unwrap().unwrap();
+    let annotations = &stored["metadata"]["annotations"];
+    assert!(annotations.get(LEASE_NAME).is_none(), "{annotations}");
+    assert!(annotations.get(LEASE_TIME).is_none(), "{annotations}");
+    assert!(a.acquire(&object).await.unwrap());
+}
