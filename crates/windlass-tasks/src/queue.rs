@@ -390,7 +390,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 } else {
                     None
                 };
-                if let Some((key, retries, more)) = taken {
+                if let Some((key, retries, more, since)) = taken {
                     // Pass the baton: another parked consumer should watch what is left.
                     let baton = more && state.waiting > usize::from(parked.is_some());
                     drop(state);
@@ -402,6 +402,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                         shared: Arc::clone(&self.shared),
                         key: Some(key),
                         retries,
+                        waited: since.elapsed(),
                     });
                 }
                 if parked.is_none() {
@@ -437,7 +438,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         if state.shutdown || state.running >= self.shared.max_concurrent {
             return None;
         }
-        let (key, retries, more) = state.take_next(self.shared.max_concurrent)?;
+        let (key, retries, more, since) = state.take_next(self.shared.max_concurrent)?;
         let baton = more && state.waiting > 0;
         drop(state);
         if baton {
@@ -447,6 +448,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
             shared: Arc::clone(&self.shared),
             key: Some(key),
             retries,
+            waited: since.elapsed(),
         })
     }
 
@@ -524,6 +526,7 @@ pub struct Lease<K: Hash + Eq + Clone + Send + 'static> {
     shared: Arc<Shared<K>>,
     key: Option<K>,
     retries: u32,
+    waited: Duration,
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
@@ -540,6 +543,13 @@ impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
     /// a success).
     pub const fn retries(&self) -> u32 {
         self.retries
+    }
+
+    /// How long the key waited for this run: from when it became due (enqueued for now,
+    /// or its delay or back-off expired) until it was handed out — client-go's queue
+    /// latency.
+    pub const fn waited(&self) -> Duration {
+        self.waited
     }
 
     /// Ends the run and schedules what comes next for the key.
@@ -650,7 +660,8 @@ impl<K> Ord for Timer<K> {
 /// The queue's lines: where pending keys wait. Kept apart from the entry map so that both can
 /// be borrowed at once (one hash lookup per operation).
 struct Lines<K> {
-    ready: VecDeque<(u64, K)>,
+    /// Ready keys with the instant each became due.
+    ready: VecDeque<(u64, K, Instant)>,
     timers: BinaryHeap<Timer<K>>,
     next_seq: u64,
     stale_ready: usize,
@@ -662,11 +673,16 @@ impl<K> Lines<K> {
     /// Puts a key into the ready line or the timer heap. Returns its slot and whether a
     /// consumer should be woken (it is due now, or it is the new earliest timer).
     fn place(&mut self, key: K, due: Due) -> (Slot, bool) {
+        self.place_since(key, due, Instant::now())
+    }
+
+    /// [`Lines::place`] for a key due since `since` (a timer that expired then).
+    fn place_since(&mut self, key: K, due: Due, since: Instant) -> (Slot, bool) {
         let seq = self.next_seq;
         self.next_seq += 1;
         match due {
             Due::Now => {
-                self.ready.push_back((seq, key));
+                self.ready.push_back((seq, key, since));
                 (Slot::Ready { seq }, true)
             }
             Due::At(due) => {
@@ -845,7 +861,7 @@ impl<K: Hash + Eq + Clone> State<K> {
                 continue;
             }
             self.lines.delayed -= 1;
-            let (slot, _) = self.lines.place(timer.key, Due::Now);
+            let (slot, _) = self.lines.place_since(timer.key, Due::Now, timer.due);
             entry.slot = slot;
         }
     }
@@ -864,11 +880,11 @@ impl<K: Hash + Eq + Clone> State<K> {
 
     /// Takes the next ready key and marks it running. Returns the key, its retry count, and
     /// whether more work is waiting for another consumer.
-    fn take_next(&mut self, max_concurrent: usize) -> Option<(K, u32, bool)> {
+    fn take_next(&mut self, max_concurrent: usize) -> Option<(K, u32, bool, Instant)> {
         if !self.lines.timers.is_empty() {
             self.promote_due(Instant::now());
         }
-        while let Some((seq, key)) = self.lines.ready.pop_front() {
+        while let Some((seq, key, since)) = self.lines.ready.pop_front() {
             let entry = match self.entries.get_mut(&key) {
                 Some(entry) if matches!(entry.slot, Slot::Ready { seq: live } if live == seq) => {
                     entry
@@ -884,7 +900,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             self.dispatched_total += 1;
             let more = self.running < max_concurrent
                 && (self.lines.ready_len() > 0 || self.lines.delayed > 0);
-            return Some((key, retries, more));
+            return Some((key, retries, more, since));
         }
         None
     }
@@ -957,7 +973,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         let entries = &self.entries;
         let lines = &mut self.lines;
         if lines.stale_ready > COMPACT_MIN && lines.stale_ready > lines.ready.len() / 2 {
-            lines.ready.retain(|(seq, key)| {
+            lines.ready.retain(|(seq, key, _)| {
                 matches!(entries.get(key), Some(Entry { slot: Slot::Ready { seq: live }, .. }) if live == seq)
             });
             lines.stale_ready = 0;

@@ -1100,3 +1100,27 @@ async fn a_preempting_enqueue_runs_a_backing_off_key_now_and_a_plain_one_does_no
     // fails again (back-off 200 s) · 210: done.
     assert_eq!(times_of(&log, &1), [0, 10, 210].map(secs));
 }
+
+/// A lease tells how long its key waited from becoming due: a key queued behind a busy
+/// slot waits for it; a delayed key counts from its due time, not from its enqueue.
+#[tokio::test(start_paused = true)]
+async fn a_lease_reports_how_long_its_key_waited_since_it_was_due() {
+    let q = queue::<u8>(1, BackOffPolicy::default());
+    q.enqueue(1);
+    q.enqueue(2);
+    q.enqueue_after(3, secs(1));
+    let first = q.acquire().await.unwrap();
+    assert_eq!(first.waited(), Duration::ZERO);
+    sleep(secs(5)).await;
+    first.complete(TaskOutcome::Done);
+    let second = q.acquire().await.unwrap();
+    assert_eq!((*second.key(), second.waited()), (2, secs(5)));
+    second.complete(TaskOutcome::Done);
+    let third = q.acquire().await.unwrap();
+    assert_eq!(
+        (*third.key(), third.waited()),
+        (3, secs(4)),
+        "due at 1 s, run at 5 s"
+    );
+    third.complete(TaskOutcome::Done);
+}
