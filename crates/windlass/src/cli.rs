@@ -113,7 +113,9 @@ where
 {
     let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     // F1: no subcommand means `run`.
-    if let Some(first) = args.get(1).and_then(|a| a.to_str())
+    if args.len() == 1 {
+        args.push("run".into());
+    } else if let Some(first) = args.get(1).and_then(|a| a.to_str())
         && !SUBCOMMANDS.contains(&first)
         && !["help", "-h", "--help", "-V", "--version"].contains(&first)
     {
@@ -247,6 +249,50 @@ fn library_config(matches: &ArgMatches) -> Result<LibraryConfig, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `run` against the cluster of `KUBECONFIG` (or the in-cluster config) until SIGTERM or
+/// SIGINT; exit 0 after a clean shutdown.
+async fn live_run<C: Controller>(controller: C, config: LibraryConfig) -> ExitCode {
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("cannot reach a cluster (KUBECONFIG or the in-cluster config): {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let manager = crate::runtime::Manager::new(client, config).controller(controller);
+    match manager.run(shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGTERM (what Kubernetes sends) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the operator");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 async fn run_command<C: Controller>(
     controller: C,
     config: LibraryConfig,
@@ -254,11 +300,7 @@ async fn run_command<C: Controller>(
     out: Output,
 ) -> ExitCode {
     if !config.dry_run {
-        eprintln!(
-            "this windlass build reconciles on the in-memory cluster only: pass --dry-run \
-             (the live-cluster runtime is not part of this release)"
-        );
-        return ExitCode::from(2);
+        return live_run(controller, config).await;
     }
     let mut paths: Vec<PathBuf> = Vec::new();
     for id in ["manifests", "cr"] {

@@ -1,0 +1,182 @@
+//! From watch events to CRs to reconcile (oper8 F185–F187): filter every event, name the
+//! CR it concerns, and put that CR in the queue.
+//!
+//! - An event of the **primary kind** concerns the CR itself. It passes the configured
+//!   global filter ([`GlobalFilter`]) and the controller's filter for its kind, so a
+//!   status-only change (windlass's own status write among them) starts nothing. A CR
+//!   that passes is queued with [`ReconcileQueue::enqueue_preempting`]: a user's change
+//!   may be the fix a failing CR waits for, so it does not wait out the back-off. A
+//!   deleted CR leaves the queue.
+//! - An event of an **owned kind** concerns the CR named by its ownership label
+//!   ([`crate::annotations::OWNER_UID`]), looked up among the primary objects the watch
+//!   has seen. It passes a deletion or a version not seen before ([`ResourceVersion`]: no
+//!   replays) and the controller's dependent
+//!   filter ([`WatchFilters::for_dependent`]: not on creation); the echo of windlass's own
+//!   write of that very version ([`CachedCluster::is_own_write`]) starts nothing either.
+//!   It is queued with a plain enqueue, which keeps a failing CR's back-off.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::cache::CachedCluster;
+use super::filter::{
+    CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
+    WatchFilters,
+};
+use super::queue::ReconcileQueue;
+use super::source::SourceEvent;
+use crate::annotations;
+use crate::object::{ManifestExt, ObjectRef, TypeRef};
+
+/// Routes the events of one controller's watches to its queue.
+pub struct Router {
+    primary: TypeRef,
+    queue: ReconcileQueue,
+    cluster: Arc<CachedCluster>,
+    filters: WatchFilters,
+    /// The primary kind's filter state.
+    crs: FilterTracker<ObjectRef>,
+    /// The owned kinds' filter state.
+    owned: FilterTracker<ObjectRef>,
+    /// The CR of each uid seen, to map an owned object's label to its CR.
+    by_uid: HashMap<String, ObjectRef>,
+    /// Filter specs built once per kind.
+    specs: HashMap<TypeRef, FilterSpec>,
+}
+
+impl Router {
+    /// A router for the controller of `primary`, with the configured `global` filter and
+    /// the controller's own `filters`.
+    pub fn new(
+        primary: TypeRef,
+        queue: ReconcileQueue,
+        cluster: Arc<CachedCluster>,
+        global: FilterSpec,
+        filters: WatchFilters,
+    ) -> Self {
+        Router {
+            primary,
+            queue,
+            cluster,
+            filters,
+            crs: FilterTracker::new(global),
+            // Deletions pass (a child deleted by hand is put back); replays do not.
+            owned: FilterTracker::new(FilterSpec::any([
+                CreationDeletion.into(),
+                ResourceVersion::default().into(),
+            ])),
+            by_uid: HashMap::new(),
+            specs: HashMap::new(),
+        }
+    }
+
+    /// Route one event; returns the CRs it queued.
+    pub fn route(&mut self, event: &SourceEvent) -> Vec<ObjectRef> {
+        let meta: ObjectMeta = match serde_json::from_value(event.object["metadata"].clone()) {
+            Ok(meta) => meta,
+            Err(e) => {
+                tracing::warn!(object = %event.reference, error = %e, "event without valid metadata");
+                return Vec::new();
+            }
+        };
+        // The watch tells added from modified for events; a relist reports everything as
+        // added, which the filter state corrects.
+        let kind = match event.kind {
+            EventKind::Deleted => EventKind::Deleted,
+            _ if event.reference.type_ref() == self.primary => self.crs.apply_kind(&meta),
+            _ => self.owned.apply_kind(&meta),
+        };
+        let watch_event = WatchEvent::new(kind, &meta).with_body(&event.object);
+        if event.reference.type_ref() == self.primary {
+            self.route_primary(event, &meta, watch_event)
+        } else {
+            self.route_owned(event, &meta, watch_event)
+        }
+    }
+
+    fn spec(&mut self, kind: &TypeRef, dependent: bool) -> FilterSpec {
+        let filters = &self.filters;
+        self.specs
+            .entry(kind.clone())
+            .or_insert_with(|| {
+                if dependent {
+                    filters.for_dependent(kind)
+                } else {
+                    filters.for_kind(kind)
+                }
+            })
+            .clone()
+    }
+
+    fn route_primary(
+        &mut self,
+        event: &SourceEvent,
+        meta: &ObjectMeta,
+        watch_event: WatchEvent<'_>,
+    ) -> Vec<ObjectRef> {
+        let cr = event.reference.clone();
+        let spec = self.spec(&self.primary.clone(), false);
+        let admitted = self.crs.admit(watch_event, [(cr.clone(), &spec)]);
+        self.cluster.observed(
+            &cr,
+            (watch_event.kind != EventKind::Deleted).then_some(event.object.as_ref()),
+        );
+        if watch_event.kind == EventKind::Deleted {
+            if let Some(uid) = &meta.uid {
+                self.by_uid.remove(uid);
+            }
+            // Gone: nothing left to reconcile, whatever the filters said.
+            self.queue.remove(&cr);
+            return Vec::new();
+        }
+        if let Some(uid) = &meta.uid {
+            self.by_uid.insert(uid.clone(), cr.clone());
+        }
+        for cr in &admitted {
+            self.queue.enqueue_preempting(cr.clone());
+        }
+        admitted
+    }
+
+    fn route_owned(
+        &mut self,
+        event: &SourceEvent,
+        meta: &ObjectMeta,
+        watch_event: WatchEvent<'_>,
+    ) -> Vec<ObjectRef> {
+        let owner = event
+            .object
+            .label(annotations::OWNER_UID)
+            .and_then(|uid| self.by_uid.get(uid))
+            .cloned();
+        let Some(owner) = owner else {
+            // Its CR is gone, or not seen yet (the primary watch lists it soon, and that
+            // reconciles it anyway).
+            if watch_event.kind == EventKind::Deleted
+                && let Some(uid) = &meta.uid
+            {
+                self.owned.forget(uid);
+            }
+            return Vec::new();
+        };
+        let spec = self.spec(&event.reference.type_ref(), true);
+        let admitted = self.owned.admit(watch_event, [(owner, &spec)]);
+        let echo = watch_event.kind != EventKind::Deleted
+            && self
+                .cluster
+                .is_own_write(&event.reference, meta.resource_version.as_deref());
+        self.cluster.observed(
+            &event.reference,
+            (watch_event.kind != EventKind::Deleted).then_some(event.object.as_ref()),
+        );
+        if echo {
+            return Vec::new();
+        }
+        for cr in &admitted {
+            self.queue.enqueue(cr.clone());
+        }
+        admitted
+    }
+}

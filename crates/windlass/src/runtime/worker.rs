@@ -1,0 +1,112 @@
+//! Taking CRs from the queue and reconciling them, while this replica may (oper8 F190–F193).
+//!
+//! The worker starts a reconcile only while [`Leadership::is_leader`] holds at that
+//! moment; with the per-CR annotation lock it first takes the CR's lock. Each reconcile
+//! runs as its own task (the queue bounds how many at once) and reports its
+//! [`Outcome`](crate::reconcile::Outcome) back to the queue through
+//! [`queue::next_run`](super::queue::next_run). When the queue shuts down, the worker
+//! stops taking CRs and waits for the reconciles in flight, up to a bound, then cancels
+//! the rest (they are safe to cancel: every step of a reconcile is idempotent).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use tokio::task::JoinSet;
+use windlass_tasks::queue::TaskOutcome;
+
+use super::leader::Leadership;
+use super::queue::{ReconcileQueue, next_run};
+use crate::controller::Controller;
+use crate::reconcile::Reconciler;
+
+/// What a worker needs besides its reconciler.
+#[derive(Clone)]
+pub struct WorkerSettings {
+    /// The controller's name in logs and metrics.
+    pub name: String,
+    /// The periodic re-reconcile (`reconcile_period`), if on.
+    pub period: Option<Duration>,
+    /// How soon to try again a CR whose per-CR lock another replica holds.
+    pub lock_poll: Duration,
+    /// How long reconciles in flight may run on after shutdown begins.
+    pub drain: Duration,
+}
+
+/// Observes each reconcile (for metrics).
+pub trait ReconcileObserver: Send + Sync {
+    /// A reconcile starts, after waiting `waited` in the queue.
+    fn started(&self, controller: &str, waited: Duration);
+    /// A reconcile ended.
+    fn finished(&self, controller: &str, report: &crate::reconcile::Report, took: Duration);
+}
+
+/// Reconcile CRs from `queue` until it shuts down; then drain (see the module docs).
+pub async fn run<C: Controller>(
+    reconciler: Reconciler<C>,
+    queue: ReconcileQueue,
+    leadership: Leadership,
+    settings: WorkerSettings,
+    observer: Arc<dyn ReconcileObserver>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut in_flight = JoinSet::new();
+    loop {
+        while in_flight.try_join_next().is_some() {}
+        if !leadership.is_leader() {
+            tokio::select! {
+                () = leadership.wait_until_leader() => continue,
+                _ = stop.wait_for(|stop| *stop) => break,
+            }
+        }
+        // The queue shuts down with `stop`: `acquire` then returns `None`.
+        let Some(lease) = queue.acquire().await else {
+            break;
+        };
+        if !leadership.is_leader() {
+            // Lost it while waiting: leave the CR for whoever leads.
+            lease.complete(TaskOutcome::RequeueAfter(Duration::ZERO));
+            continue;
+        }
+        let key = lease.key().clone();
+        let (reconciler, leadership, settings, observer) = (
+            reconciler.clone(),
+            leadership.clone(),
+            settings.clone(),
+            observer.clone(),
+        );
+        let waited = lease.waited();
+        in_flight.spawn(async move {
+            match leadership.acquire(&key).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    lease.complete(TaskOutcome::RequeueAfter(settings.lock_poll));
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(cr = %key, error = %e, "cannot take the CR's lock");
+                    lease.complete(TaskOutcome::Retry);
+                    return;
+                }
+            }
+            observer.started(&settings.name, waited);
+            let started = Instant::now();
+            let report = reconciler.reconcile(&key).await;
+            observer.finished(&settings.name, &report, started.elapsed());
+            lease.complete(next_run(report.outcome, settings.period));
+        });
+    }
+    let drained = tokio::time::timeout(settings.drain, async {
+        while in_flight.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            controller = %settings.name,
+            left = in_flight.len(),
+            "reconciles still running at the end of the drain: cancelled"
+        );
+        in_flight.shutdown().await;
+    }
+}
