@@ -305,7 +305,7 @@ async fn route_events(
         matches!(primary_scope, Ok(Scope::Cluster)),
         None,
     );
-    let owned = format!("{}", crate::annotations::OWNER_UID);
+    let owned = crate::annotations::OWNER_UID.to_string();
     loop {
         tokio::select! {
             Some(event) = events.recv() => {

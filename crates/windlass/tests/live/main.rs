@@ -16,6 +16,7 @@ mod events;
 mod leader;
 mod live_path;
 mod rollout;
+mod runtime;
 
 use std::sync::Arc;
 use std::time::Duration;

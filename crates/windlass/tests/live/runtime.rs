@@ -1,0 +1,225 @@
+//! The runtime ([`windlass::runtime::Manager`]) on a real API server: reads come from the
+//! watches, a failing CR backs off without holding up the others, and a fix to its spec
+//! is picked up at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use windlass::cluster::{Cluster, RequestCounter, Verb, WriteMethod};
+use windlass::config::LibraryConfig;
+use windlass::error::Error;
+use windlass::object::{ObjectRef, TypeRef};
+use windlass::reconcile::{Outcome, Report};
+use windlass::runtime::Manager;
+use windlass::runtime::worker::ReconcileObserver;
+use windlass::testing::{Behaviour, DummyComponent, DummyController};
+
+use crate::{eventually, live};
+
+/// Every finished reconcile, by CR name: when it ended and how.
+#[derive(Default, Clone)]
+struct Finished(Arc<Mutex<HashMap<String, Vec<(Instant, Outcome)>>>>);
+
+impl Finished {
+    fn of(&self, name: &str) -> Vec<(Instant, Outcome)> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl ReconcileObserver for Finished {
+    fn started(&self, _: &str, _: Duration) {}
+    fn finished(&self, _: &str, report: &Report, _: Duration) {
+        self.0
+            .lock()
+            .unwrap()
+            .entry(report.cr.name.clone())
+            .or_default()
+            .push((Instant::now(), report.outcome));
+    }
+}
+
+fn widget(ns: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+fn three_configmaps() -> DummyController {
+    DummyController::new()
+        .component(DummyComponent::new("a").with_configmap("a"), &[])
+        .component(DummyComponent::new("b").with_configmap("b"), &["a"])
+        .component(DummyComponent::new("c").with_configmap("c"), &["b"])
+        .optional_component(
+            DummyComponent::new("broken")
+                // Disabled components render too (to find what to delete): fail in verify.
+                .behave(Behaviour::VerifyError(Error::rollout("broken on purpose"))),
+            "fail",
+        )
+}
+
+/// Start a manager over `client` watching `ns`; returns its shutdown switch and task.
+fn start(
+    client: kube::Client,
+    ns: &str,
+    observer: Finished,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<windlass::Result<()>>,
+    Arc<windlass::runtime::cache::CachedCluster>,
+) {
+    let library = LibraryConfig {
+        watch_namespace: ns.to_string(),
+        ..LibraryConfig::default()
+    };
+    let manager = Manager::new(client, library)
+        .controller(three_configmaps())
+        .with_observer(Arc::new(observer));
+    let cluster = manager.cluster().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let result = manager
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = &result {
+            eprintln!("the manager ended: {e}");
+        }
+        result
+    });
+    (stop, task, cluster)
+}
+
+#[tokio::test]
+async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one_writes_nothing() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-reads").await.unwrap();
+    let counter = RequestCounter::new();
+    let client = counter.client(env.kube_config()).unwrap();
+    let finished = Finished::default();
+    let (stop, task, cache) = start(client, ns.name(), finished.clone());
+
+    admin
+        .apply(&widget(ns.name(), "w", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the CR is reconciled to Done", || async {
+        finished.of("w").iter().any(|(_, o)| *o == Outcome::Done)
+    })
+    .await;
+    let configmaps = TypeRef::new("v1", "ConfigMap");
+    eventually("the ConfigMap watch has listed", || async {
+        cache.stores().is_synced(&configmaps, Some(ns.name()))
+    })
+    .await;
+
+    // A label change starts a reconcile; everything it reads is in the stores.
+    let before = finished.of("w").len();
+    counter.take();
+    admin
+        .apply(
+            &json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": ns.name(), "labels": {"touched": "yes"}}}),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the label change is reconciled", || async {
+        finished.of("w").len() > before
+    })
+    .await;
+    let counts = counter.take();
+    println!("a reconcile under the runtime:\n{counts}");
+    assert_eq!(
+        counts.verb(Verb::Get),
+        0,
+        "reads outside the watches:\n{counts}"
+    );
+    assert_eq!(counts.verb(Verb::List), 0, "{counts}");
+    assert_eq!(counts.mutating(), 0, "a steady reconcile writes:\n{counts}");
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_cr_backs_off_alone_and_its_fix_is_picked_up_at_once() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-backoff").await.unwrap();
+    let finished = Finished::default();
+    let client = env.client().unwrap();
+    let (stop, task, _) = start(client, ns.name(), finished.clone());
+
+    admin
+        .apply(
+            &widget(ns.name(), "bad", json!({"fail": true})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the failing CR has failed four times", || async {
+        finished.of("bad").len() >= 4
+    })
+    .await;
+    let failures = finished.of("bad");
+    assert!(failures.iter().all(|(_, o)| *o == Outcome::Retry));
+    let gaps: Vec<Duration> = failures.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] > g[0]),
+        "the gaps between retries grow: {gaps:?}"
+    );
+
+    // Another CR is not held up by the failing one.
+    let created = Instant::now();
+    admin
+        .apply(&widget(ns.name(), "good", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the other CR is reconciled", || async {
+        finished.of("good").iter().any(|(_, o)| *o == Outcome::Done)
+    })
+    .await;
+    assert!(
+        created.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        created.elapsed()
+    );
+
+    // The fix: picked up at once, not after the back-off (which is now 4 s or more).
+    let fixed_at = Instant::now();
+    admin
+        .apply(
+            &widget(ns.name(), "bad", json!({"fail": false})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the fixed CR is reconciled to Done", || async {
+        finished.of("bad").iter().any(|(_, o)| *o == Outcome::Done)
+    })
+    .await;
+    let done_at = finished
+        .of("bad")
+        .iter()
+        .find(|(_, o)| *o == Outcome::Done)
+        .unwrap()
+        .0;
+    let last_failure = failures.last().unwrap().0;
+    let next_backoff = *gaps.last().unwrap() * 2;
+    assert!(
+        done_at < last_failure.max(fixed_at) + next_backoff / 2,
+        "the fix waited for the back-off: done {:?} after the fix, back-off {next_backoff:?}",
+        done_at - fixed_at
+    );
+    let cr = ObjectRef::new("test.windlass.dev/v1", "Widget", Some(ns.name()), "bad");
+    assert!(admin.get(&cr).await.unwrap().is_some());
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
