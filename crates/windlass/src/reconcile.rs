@@ -744,6 +744,10 @@ const FINALIZER_ATTEMPTS: u32 = 5;
 /// computed from: a concurrent edit of anything else (labels, spec) does not disturb it; a
 /// concurrent change of the list makes the test fail (HTTP 422), and the CR is read again
 /// and the patch recomputed. Returns the CR as stored.
+///
+/// A 422 whose test held (the list read back is the one tested) is the server refusing the
+/// patched CR itself, e.g. a finalizer that is not a qualified name: it is returned as
+/// the [`ClusterError::Invalid`] it is, since retrying cannot help.
 async fn add_finalizer(
     cluster: &dyn Cluster,
     cr: &ObjectRef,
@@ -754,7 +758,7 @@ async fn add_finalizer(
         if current.finalizers().contains(&finalizer) {
             return Ok(current);
         }
-        let list = &current["metadata"]["finalizers"];
+        let list = current["metadata"]["finalizers"].clone();
         let ops = if list.is_array() {
             json!([
                 {"op": "test", "path": "/metadata/finalizers", "value": list},
@@ -769,11 +773,16 @@ async fn add_finalizer(
         };
         match cluster.patch(cr, &finalizer_patch(ops)?).await {
             Ok(written) => return Ok(written),
-            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
+            Err(e @ (ClusterError::Invalid { .. } | ClusterError::Conflict { .. })) => {
                 current = cluster
                     .get(cr)
                     .await?
                     .ok_or_else(|| ClusterError::NotFound(cr.to_string()))?;
+                if matches!(e, ClusterError::Invalid { .. })
+                    && current["metadata"]["finalizers"] == list
+                {
+                    return Err(e.into());
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -785,7 +794,9 @@ async fn add_finalizer(
 }
 
 /// Remove `finalizer` from the CR if it is there (F216), testing that the entry at its
-/// index is still it; a concurrent change of the list makes the CR be read again.
+/// index is still it; a concurrent change of the list makes the CR be read again. A 422
+/// whose test held (the entry is still there) is the server refusing the CR itself (say,
+/// a stored CR that a newer CRD schema no longer accepts) and is returned as it is.
 async fn remove_finalizer(
     cluster: &dyn Cluster,
     cr: &ObjectRef,
@@ -803,10 +814,15 @@ async fn remove_finalizer(
         ]);
         match cluster.patch(cr, &finalizer_patch(ops)?).await {
             Ok(_) | Err(ClusterError::NotFound(_)) => return Ok(()),
-            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
+            Err(e @ (ClusterError::Invalid { .. } | ClusterError::Conflict { .. })) => {
                 match cluster.get(cr).await? {
                     Some(fresh) => current = fresh,
                     None => return Ok(()),
+                }
+                if matches!(e, ClusterError::Invalid { .. })
+                    && current.finalizers().get(index) == Some(&finalizer)
+                {
+                    return Err(e.into());
                 }
             }
             Err(e) => return Err(e.into()),

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
+use windlass::cluster::{
+    Cluster, Deletion, ListQuery, LiveCluster, RequestCounter, Scope, Verb, WriteMethod,
+};
 use windlass::config::LibraryConfig;
 use windlass::error::ClusterError;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
@@ -272,4 +274,56 @@ async fn a_cr_deleted_in_the_middle_of_a_rollout_ends_the_reconcile_quietly() {
     assert!(cluster.get(&cr).await.unwrap().is_none());
     // The next reconcile finds nothing to do.
     assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
+}
+
+#[tokio::test]
+async fn a_finalizer_the_server_refuses_is_a_config_error_not_a_retry_loop() {
+    let (_, env) = live().await;
+    let ns = env.namespace("finalizer-422").await.unwrap();
+    let counter = RequestCounter::new();
+    let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
+    // Not a qualified name: the API server validates metadata.finalizers on every write.
+    let finalizer = "test.windlass.dev/not a name!";
+    let controller = DummyController::new()
+        .component(DummyComponent::new("web").with_configmap("web"), &[])
+        .finalizer(finalizer, vec![]);
+    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
+    counter.take();
+
+    let report = reconciler.reconcile(&cr).await;
+    let requests = counter.take();
+    assert_eq!(
+        report.outcome,
+        Outcome::Done,
+        "retrying cannot make the server accept the name: {report:?}"
+    );
+    let error = report.error.expect("the reconcile reports the refusal");
+    assert!(
+        matches!(
+            &error,
+            windlass::Error::Cluster(ClusterError::Invalid { message, .. })
+                if message.contains("metadata.finalizers") && message.contains(finalizer)
+        ),
+        "the error names the field and the value: {error:?}"
+    );
+    assert_eq!(
+        requests.of(Verb::Patch, "widgets"),
+        1,
+        "one finalizer patch, not a loop of them:\n{requests}"
+    );
+    assert_eq!(
+        requests.verb(Verb::Apply),
+        0,
+        "nothing is rolled out for a CR whose finalizer cannot be added:\n{requests}"
+    );
+    let stored = cluster.get(&cr).await.unwrap().unwrap();
+    assert!(stored.finalizers().is_empty(), "{stored:#}");
+    let status = stored["status"].clone();
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("metadata.finalizers") && message.contains(finalizer),
+        "the status names the field and the value: {message}"
+    );
 }
