@@ -25,8 +25,8 @@
 //!   the last finalizer is removed, and no finalizer may be added meanwhile;
 //! - deleting an owner garbage-collects every object whose owners are all gone, and
 //!   deleting a namespace deletes its contents;
-//! - namespaced objects need an existing namespace; names, label keys and values are
-//!   validated; kinds must be known (built in, registered, or defined by a stored CRD);
+//! - namespaced objects need an existing namespace; names, label keys and values and
+//!   finalizer names are validated; kinds must be known (built in, registered, or defined by a stored CRD);
 //! - every change is published as a watch event, in resourceVersion order whatever the
 //!   number of concurrent writers; a deletion's event carries the deletion's own (new)
 //!   resourceVersion, as a real watch does.

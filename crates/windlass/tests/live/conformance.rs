@@ -238,10 +238,13 @@ fn errors<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> {
         let unknown = json!({"apiVersion": "nope.example.com/v1", "kind": "Nothing", "metadata": {"name": "n", "namespace": ns}});
         let mut bad_label = configmap(ns, "b", json!({}));
         bad_label["metadata"]["labels"] = json!({"k": "not valid!"});
+        let mut bad_finalizer = configmap(ns, "c", json!({}));
+        bad_finalizer["metadata"]["finalizers"] = json!(["example.com/not a name!"]);
         vec![
             format!("stale resourceVersion: {}", kind_of(c.apply(&stale, WriteMethod::Replace).await)),
             format!("invalid name: {}", kind_of(c.apply(&configmap(ns, "Not_Valid", json!({})), WriteMethod::Apply).await)),
             format!("invalid label: {}", kind_of(c.apply(&bad_label, WriteMethod::Apply).await)),
+            format!("invalid finalizer: {}", kind_of(c.apply(&bad_finalizer, WriteMethod::Apply).await)),
             format!("unknown kind: {}", kind_of(c.apply(&unknown, WriteMethod::Apply).await)),
             format!("missing namespace: {}", kind_of(c.apply(&configmap("no-such-namespace", "a", json!({})), WriteMethod::Apply).await)),
             format!("get of a missing object: {:?}", c.get(&cm_ref(ns, "missing")).await.map(|o| o.is_some())),
