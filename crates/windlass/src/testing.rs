@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, Scope, WriteMethod};
-use crate::component::{Component, ManagedObject, Resources};
+use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
 use crate::config::LibraryConfig;
 use crate::controller::{Components, Controller, PrimaryResource};
 use crate::error::{ClusterError, Error, Result};
@@ -447,7 +447,7 @@ pub enum Behaviour {
 #[derive(Debug, Clone)]
 pub struct DummyComponent {
     name: String,
-    objects: Vec<(String, Value)>,
+    objects: Vec<(String, Value, ResourceOptions)>,
     behaviour: Behaviour,
 }
 
@@ -462,8 +462,19 @@ impl DummyComponent {
     }
 
     /// Add an object under a resource name.
-    pub fn with_object(mut self, resource: &str, manifest: Value) -> Self {
-        self.objects.push((resource.to_string(), manifest));
+    pub fn with_object(self, resource: &str, manifest: Value) -> Self {
+        self.with_object_options(resource, manifest, ResourceOptions::new())
+    }
+
+    /// Add an object under a resource name with its own [`ResourceOptions`] (a verify
+    /// function, a write method, recreation when an immutable field changes).
+    pub fn with_object_options(
+        mut self,
+        resource: &str,
+        manifest: Value,
+        options: ResourceOptions,
+    ) -> Self {
+        self.objects.push((resource.to_string(), manifest, options));
         self
     }
 
@@ -495,11 +506,11 @@ impl<K: PrimaryResource> Component<K> for DummyComponent {
             }
             _ => {}
         }
-        for (resource, manifest) in &self.objects {
+        for (resource, manifest, options) in &self.objects {
             // `{cr}` in names stands for the CR's name, so several CRs do not collide.
             let text = manifest.to_string().replace("{cr}", session.name());
             let manifest: Value = serde_json::from_str(&text).map_err(Error::other)?;
-            out.add(resource, &manifest)?;
+            out.add_with(resource, &manifest, options.clone())?;
         }
         Ok(())
     }

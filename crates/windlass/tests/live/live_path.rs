@@ -79,7 +79,12 @@ impl Cluster for Interloper {
     }
 }
 
-async fn create_widget(cluster: &dyn Cluster, ns: &str, name: &str, spec: Value) -> ObjectRef {
+pub(crate) async fn create_widget(
+    cluster: &dyn Cluster,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> ObjectRef {
     let cr = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
         "metadata": {"name": name, "namespace": ns}, "spec": spec});
     cluster.apply(&cr, WriteMethod::Update).await.unwrap();
@@ -87,7 +92,7 @@ async fn create_widget(cluster: &dyn Cluster, ns: &str, name: &str, spec: Value)
 }
 
 /// Reconcile until `done` holds for a report, at most 60 times a second apart.
-async fn reconcile_until<C: windlass::controller::Controller>(
+pub(crate) async fn reconcile_until<C: windlass::controller::Controller>(
     reconciler: &Reconciler<C>,
     cr: &ObjectRef,
     done: impl Fn(&Report) -> bool,

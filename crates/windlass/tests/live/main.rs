@@ -6,12 +6,14 @@
 //! - `rollout`: whole reconciles on the real control plane, where the node simulator makes
 //!   workloads really become ready and the verify phase waits for them;
 //! - `events`: Events about a CR through [`windlass::events::LiveEventSink`];
-//! - `live_path`: conflicts, deletions and failures on the live path.
+//! - `live_path`: conflicts, deletions and failures on the live path;
+//! - `immutable`: changes of fields that cannot change: recreate, config error, PUT fallback.
 
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
 mod events;
+mod immutable;
 mod live_path;
 mod rollout;
 
