@@ -24,21 +24,29 @@ use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
 use windlass::object::TypeRef;
 use windlass_testenv::TestEnv;
 
-/// A live cluster over the shared control plane, with the test CRD (`Widget`) installed.
+/// A live cluster over the shared control plane, with the test CRDs (the namespaced
+/// `Widget`, the cluster-scoped `Gadget`) installed.
 pub async fn live() -> (Arc<LiveCluster>, &'static TestEnv) {
     let env = TestEnv::shared()
         .await
         .expect("the control plane starts (see scripts/provision-control-plane.sh)");
     let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    let crd = serde_json::to_value(<windlass::testing::Widget as kube::CustomResourceExt>::crd())
-        .unwrap();
+    install_crd::<windlass::testing::Widget>(&cluster).await;
+    install_crd::<windlass::testing::Gadget>(&cluster).await;
+    (cluster, env)
+}
+
+/// Install the CRD of `K` and wait until the server serves the kind.
+async fn install_crd<K: kube::CustomResourceExt + kube::Resource<DynamicType = ()>>(
+    cluster: &LiveCluster,
+) {
+    let crd = serde_json::to_value(K::crd()).unwrap();
     cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let widget = TypeRef::new("test.windlass.dev/v1", "Widget");
-    eventually("the Widget CRD is served", || async {
-        cluster.scope(&widget).await.is_ok()
+    let kind = TypeRef::new(K::api_version(&()), K::kind(&()));
+    eventually(&format!("the {} CRD is served", kind.kind), || async {
+        cluster.scope(&kind).await.is_ok()
     })
     .await;
-    (cluster, env)
 }
 
 /// Wait up to 60 s for `check` to hold, re-checking every 200 ms.
