@@ -23,8 +23,9 @@
 //!   [`MemoryCluster::update_as`] writes as another manager;
 //! - deleting an object with finalizers only sets `deletionTimestamp`; it goes away when
 //!   the last finalizer is removed, and no finalizer may be added meanwhile;
-//! - deleting an owner garbage-collects every object whose owners are all gone, and
-//!   deleting a namespace deletes its contents;
+//! - deleting an owner garbage-collects every object whose owners are all gone (and
+//!   removes the reference to it from objects another owner still holds), and deleting a
+//!   namespace deletes its contents;
 //! - namespaced objects need an existing namespace; names, label keys and values and
 //!   finalizer names are validated; kinds must be known (built in, registered, or defined by a stored CRD);
 //! - every change is published as a watch event, in resourceVersion order whatever the
@@ -1004,6 +1005,7 @@ fn collect_garbage(state: &mut State) {
             })
             .collect();
         if garbage.is_empty() && empty_namespaces.is_empty() {
+            remove_dangling_owner_references(state, &uids);
             return;
         }
         for key in garbage {
@@ -1015,6 +1017,40 @@ fn collect_garbage(state: &mut State) {
                 remove(state, &key, last);
             }
         }
+    }
+}
+
+/// What the garbage collector does to an object that another owner still holds: it
+/// removes the references to the owners that are gone (`uids` are the objects that exist).
+fn remove_dangling_owner_references(state: &mut State, uids: &BTreeSet<String>) {
+    let alive = |r: &Value| r["uid"].as_str().is_some_and(|uid| uids.contains(uid));
+    let holding: Vec<Key> = state
+        .objects
+        .iter()
+        .filter(|(_, e)| !e.object.is_terminating())
+        .filter(|(_, e)| {
+            e.object["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| refs.iter().any(alive) && !refs.iter().all(alive))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in holding {
+        let rv = state.next_resource_version();
+        let Some(entry) = state.objects.get_mut(&key) else {
+            continue;
+        };
+        let mut next = entry.object.clone();
+        if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
+            refs.retain(alive);
+        }
+        next.metadata_mut()
+            .insert("resourceVersion".into(), json!(rv));
+        entry.object = next.clone();
+        state.pending.push(WatchEvent {
+            event_type: WatchEventType::Modified,
+            object: next,
+        });
     }
 }
 

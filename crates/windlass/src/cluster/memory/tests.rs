@@ -258,9 +258,15 @@ async fn deleting_an_owner_collects_its_dependents() {
     );
     assert_eq!(c.get(&cm_ref("child")).await.unwrap(), None);
     assert_eq!(c.get(&cm_ref("grandchild")).await.unwrap(), None);
-    assert!(
-        c.get(&cm_ref("shared")).await.unwrap().is_some(),
-        "one owner is still there"
+    let kept = c
+        .get(&cm_ref("shared"))
+        .await
+        .unwrap()
+        .expect("one owner is still there");
+    assert_eq!(
+        kept["metadata"]["ownerReferences"],
+        json!([owner_ref(&other)]),
+        "the collector drops the reference to the deleted owner, as a real one does"
     );
 }
 
