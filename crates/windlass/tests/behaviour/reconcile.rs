@@ -111,6 +111,36 @@ async fn a_finalizer_the_cluster_refuses_is_a_config_error_and_nothing_rolls_out
     assert_condition(&env.status(&cr).await, "Ready", false, "ConfigError");
 }
 
+#[tokio::test]
+async fn a_finalizer_removal_the_cluster_refuses_is_reported_not_retried_as_a_conflict() {
+    // E.g. a stored CR that a newer CRD schema no longer accepts: every write of it is a
+    // 422, whatever the finalizer patch's test says.
+    let memory = Arc::new(MemoryCluster::new());
+    let faulty = Arc::new(FaultyCluster::new(memory.clone()));
+    let env = TestEnv::on_cluster(
+        one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
+        LibraryConfig::default(),
+        memory,
+        faulty.clone(),
+    );
+    let cr = env.apply_cr("a", json!({})).await;
+    assert!(env.reconcile(&cr).await.error.is_none());
+    env.delete(&cr).await;
+    let refused = ClusterError::Invalid {
+        object: cr.to_string(),
+        message: "spec.size: Invalid value: \"huge\": must be a number".into(),
+    };
+    faulty.fail(Op::Patch, Some("Widget"), refused.clone());
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert_eq!(report.error, Some(windlass::Error::Cluster(refused)));
+    assert_eq!(
+        env.get(&cr).await.unwrap().finalizers(),
+        ["test.windlass.dev/cleanup"],
+        "the finalizer stays until the CR can be written"
+    );
+}
+
 /// A cluster on which another controller adds its own finalizer to the CR just before
 /// windlass's first finalizer patch, so that patch's test of the list fails.
 struct RacingFinalizer {
