@@ -179,14 +179,25 @@ async fn deleting_the_namespace_of_a_cr_with_a_finalizer_finishes() {
 
     let namespace = ObjectRef::new("v1", "Namespace", None, ns.name());
     cluster.delete(&namespace, None).await.unwrap();
-    // The namespace controller removes the config-defaults ConfigMap first; the CR's
-    // finalizer holds the CR (and so the namespace).
+    // The namespace controller deletes the config-defaults ConfigMap and marks the CR for
+    // deletion, in an order of its own; the CR's finalizer holds the CR (and so the
+    // namespace).
     let defaults = ObjectRef::from_manifest(&defaults).unwrap();
     eventually("the namespace controller deletes the ConfigMap", || async {
         cluster.get(&defaults).await.unwrap().is_none()
     })
     .await;
-    assert!(cluster.get(&cr).await.unwrap().unwrap().is_terminating());
+    eventually(
+        "the namespace controller marks the CR for deletion",
+        || async {
+            cluster
+                .get(&cr)
+                .await
+                .unwrap()
+                .is_some_and(|cr| cr.is_terminating())
+        },
+    )
+    .await;
     // Removing the finalizer depends on neither the ConfigMap nor anything else in the
     // namespace.
     reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
