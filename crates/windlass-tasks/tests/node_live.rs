@@ -234,7 +234,21 @@ async fn place_pods(client: &Client, pods: &Api<Pod>, nodes: &[String], marker: 
         hypervisor,
         "the taint keeps other pods away"
     );
-    // Nothing matches the forced-downscale selector: the pod stays unscheduled.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(node_of(pods.get("downscaled").await.unwrap()), "");
+    // Nothing matches the forced-downscale selector: the scheduler judges the pod and
+    // reports it unschedulable (only then does "not bound" prove anything).
+    let unschedulable = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+            })
+    };
+    let downscaled = wait_for(pods, "downscaled", Duration::from_secs(60), unschedulable)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(node_of(downscaled), "");
 }

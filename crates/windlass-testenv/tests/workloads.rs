@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context as _, bail, ensure};
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::conditions;
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
@@ -450,6 +451,34 @@ fn phase(pod: Option<&Pod>) -> Option<&str> {
     pod?.status.as_ref()?.phase.as_deref()
 }
 
+/// The states of a Pod in the order a watch reports them, up to and including
+/// the first one for which `done` holds, within `timeout`.
+async fn states_until(
+    mut watch: futures::stream::BoxStream<'_, kube::Result<WatchEvent<Pod>>>,
+    timeout: Duration,
+    done: impl Fn(&Pod) -> bool,
+) -> anyhow::Result<Vec<Pod>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut states = Vec::new();
+    loop {
+        let event = tokio::time::timeout_at(deadline, watch.try_next())
+            .await
+            .with_context(|| format!("no state after {states:?} within {timeout:?}"))??
+            .context("the watch ended")?;
+        let pod = match event {
+            WatchEvent::Added(pod) | WatchEvent::Modified(pod) => pod,
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Deleted(pod) => bail!("{} was deleted", pod.name_any()),
+            WatchEvent::Error(e) => bail!("watch error: {e:?}"),
+        };
+        let finished = done(&pod);
+        states.push(pod);
+        if finished {
+            return Ok(states);
+        }
+    }
+}
+
 #[tokio::test]
 async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
     use windlass_testenv::{KEEP_RUNNING_ANNOTATION, READY_AFTER_ANNOTATION};
@@ -471,15 +500,27 @@ async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
         )?,
     )
     .await?;
-    pods.create(
-        &PostParams::default(),
-        &bare_pod(
-            "slow",
-            "Always",
-            &BTreeMap::from([(READY_AFTER_ANNOTATION, "3s")]),
-        )?,
-    )
-    .await?;
+    let slow = pods
+        .create(
+            &PostParams::default(),
+            &bare_pod(
+                "slow",
+                "Always",
+                &BTreeMap::from([(READY_AFTER_ANNOTATION, "3s")]),
+            )?,
+        )
+        .await?;
+    // Every state the slow pod goes through from its creation on: a watch from the
+    // resourceVersion the create returned replays each change, however late it is read.
+    let slow_states = pods
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=slow")
+                .timeout(290),
+            &slow.resource_version().unwrap_or_default(),
+        )
+        .await?
+        .boxed();
     pods.create(
         &PostParams::default(),
         &bare_pod(
@@ -504,24 +545,25 @@ async fn annotations_steer_the_simulated_pod_lifecycle() -> anyhow::Result<()> {
     })
     .await?;
 
-    let slow_running = wait_for(&pods, "slow", TIMEOUT, |p: Option<&Pod>| {
-        phase(p) == Some("Running")
-    })
-    .await?;
+    // The slow pod runs unready first, and only then becomes ready.
+    let states = states_until(slow_states, TIMEOUT, is_pod_ready).await?;
+    let summary: Vec<(Option<&str>, bool)> = states
+        .iter()
+        .map(|p| (phase(Some(p)), is_pod_ready(p)))
+        .collect();
     ensure!(
-        !slow_running.as_ref().is_some_and(is_pod_ready),
-        "not ready before its delay"
+        summary[..summary.len() - 1].contains(&(Some("Running"), false)),
+        "the slow pod ran unready before it became ready: {summary:?}"
     );
-    let slow_ready = wait_for(&pods, "slow", TIMEOUT, |p: Option<&Pod>| {
-        p.is_some_and(is_pod_ready)
-    })
-    .await?;
+    ensure!(
+        summary.last() == Some(&(Some("Running"), true)),
+        "{summary:?}"
+    );
+    let slow_ready = states.last();
     let started = slow_ready
-        .as_ref()
         .and_then(|p| p.status.as_ref()?.start_time.clone())
         .map(|t| t.0);
     let ready_at = slow_ready
-        .as_ref()
         .and_then(|p| {
             p.status
                 .as_ref()?

@@ -42,6 +42,10 @@ const FINALIZER_ATTEMPTS: u32 = 5;
 /// computed from: a concurrent edit of anything else (labels, spec) does not disturb it; a
 /// concurrent change of the list makes the test fail (HTTP 422), and the CR is read again
 /// and the patch recomputed. Returns the CR as stored.
+///
+/// A 422 whose test held (the list read back is the one tested) is the server refusing the
+/// patched CR itself, e.g. a finalizer that is not a qualified name: it is returned as
+/// the [`ClusterError::Invalid`] it is, since retrying cannot help.
 pub(crate) async fn add(
     cluster: &dyn Cluster,
     cr: &ObjectRef,
@@ -52,7 +56,7 @@ pub(crate) async fn add(
         if current.finalizers().contains(&finalizer) {
             return Ok(current);
         }
-        let list = &current["metadata"]["finalizers"];
+        let list = current["metadata"]["finalizers"].clone();
         let ops = if list.is_array() {
             json!([
                 {"op": "test", "path": "/metadata/finalizers", "value": list},
@@ -67,11 +71,16 @@ pub(crate) async fn add(
         };
         match cluster.patch(cr, &finalizer_patch(ops)?).await {
             Ok(written) => return Ok(written),
-            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
+            Err(e @ (ClusterError::Invalid { .. } | ClusterError::Conflict { .. })) => {
                 current = cluster
                     .get(cr)
                     .await?
                     .ok_or_else(|| ClusterError::NotFound(cr.to_string()))?;
+                if matches!(e, ClusterError::Invalid { .. })
+                    && current["metadata"]["finalizers"] == list
+                {
+                    return Err(e.into());
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -83,8 +92,10 @@ pub(crate) async fn add(
 }
 
 /// Remove `finalizer` from the CR if it is there (F216), testing that the entry at its
-/// index is still it; a concurrent change of the list makes the CR be read again. Returns
-/// the CR as stored, or `None` once it is gone.
+/// index is still it; a concurrent change of the list makes the CR be read again. A 422
+/// whose test held (the entry is still there) is the server refusing the CR itself (say,
+/// a stored CR that a newer CRD schema no longer accepts) and is returned as it is.
+/// Returns the CR as stored, or `None` once it is gone.
 pub(crate) async fn remove(
     cluster: &dyn Cluster,
     cr: &ObjectRef,
@@ -103,10 +114,15 @@ pub(crate) async fn remove(
         match cluster.patch(cr, &finalizer_patch(ops)?).await {
             Ok(written) => return Ok(Some(written)),
             Err(ClusterError::NotFound(_)) => return Ok(None),
-            Err(ClusterError::Invalid { .. } | ClusterError::Conflict { .. }) => {
+            Err(e @ (ClusterError::Invalid { .. } | ClusterError::Conflict { .. })) => {
                 match cluster.get(cr).await? {
                     Some(fresh) => current = fresh,
                     None => return Ok(None),
+                }
+                if matches!(e, ClusterError::Invalid { .. })
+                    && current.finalizers().get(index) == Some(&finalizer)
+                {
+                    return Err(e.into());
                 }
             }
             Err(e) => return Err(e.into()),

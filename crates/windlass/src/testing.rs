@@ -6,7 +6,8 @@
 //!   number of times (oper8's `MockDeployManager` flags and `FailOnce`).
 //! - [`DummyComponent`] and [`DummyController`]: components and controllers built from
 //!   data, with switches to fail, panic or stay unverified, for testing rollout logic.
-//! - [`Widget`]: a ready-made CR type for tests that need any CR.
+//! - [`Widget`]: a ready-made CR type for tests that need any CR; [`Gadget`], the same
+//!   cluster-scoped.
 //! - [`make_patch`]: a temporary-patch object (F224).
 //! - assertions on conditions and objects.
 //!
@@ -36,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, Scope, WriteMethod};
-use crate::component::{Component, ManagedObject, Resources};
+use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
 use crate::config::LibraryConfig;
 use crate::controller::{Components, Controller, PrimaryResource};
 use crate::error::{ClusterError, Error, Result};
@@ -61,6 +62,24 @@ pub const TEST_INSTANCE_NAME: &str = "test-instance";
     status = "crate::status::Status"
 )]
 pub struct WidgetSpec {
+    /// The version the CR asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Any other spec fields.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// A cluster-scoped CR for tests (no namespace): the same spec as [`Widget`]. Its
+/// components name the namespace of each namespaced object they render.
+#[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "test.windlass.dev",
+    version = "v1",
+    kind = "Gadget",
+    status = "crate::status::Status"
+)]
+pub struct GadgetSpec {
     /// The version the CR asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -447,7 +466,7 @@ pub enum Behaviour {
 #[derive(Debug, Clone)]
 pub struct DummyComponent {
     name: String,
-    objects: Vec<(String, Value)>,
+    objects: Vec<(String, Value, ResourceOptions)>,
     behaviour: Behaviour,
 }
 
@@ -462,8 +481,19 @@ impl DummyComponent {
     }
 
     /// Add an object under a resource name.
-    pub fn with_object(mut self, resource: &str, manifest: Value) -> Self {
-        self.objects.push((resource.to_string(), manifest));
+    pub fn with_object(self, resource: &str, manifest: Value) -> Self {
+        self.with_object_options(resource, manifest, ResourceOptions::new())
+    }
+
+    /// Add an object under a resource name with its own [`ResourceOptions`] (a verify
+    /// function, a write method, recreation when an immutable field changes).
+    pub fn with_object_options(
+        mut self,
+        resource: &str,
+        manifest: Value,
+        options: ResourceOptions,
+    ) -> Self {
+        self.objects.push((resource.to_string(), manifest, options));
         self
     }
 
@@ -495,11 +525,11 @@ impl<K: PrimaryResource> Component<K> for DummyComponent {
             }
             _ => {}
         }
-        for (resource, manifest) in &self.objects {
+        for (resource, manifest, options) in &self.objects {
             // `{cr}` in names stands for the CR's name, so several CRs do not collide.
             let text = manifest.to_string().replace("{cr}", session.name());
             let manifest: Value = serde_json::from_str(&text).map_err(Error::other)?;
-            out.add(resource, &manifest)?;
+            out.add_with(resource, &manifest, options.clone())?;
         }
         Ok(())
     }
@@ -538,23 +568,44 @@ impl Default for Hooks {
     }
 }
 
-/// A controller of [`Widget`]s made of data (F223): components with their upstreams,
-/// components switched off by a spec field, hook results, and a finalizer. It records
-/// which hooks ran.
-#[derive(Default)]
-pub struct DummyController {
+/// A controller made of data (F223): components with their upstreams, components
+/// switched off by a spec field, hook results, and a finalizer. It records which hooks
+/// ran. It controls [`Widget`]s unless made with [`DummyController::of_kind`] (e.g. for
+/// the cluster-scoped [`Gadget`]).
+pub struct DummyController<K = Widget> {
     components: Vec<(DummyComponent, Vec<String>, Option<String>)>,
     /// What the hooks return.
     pub hooks: Hooks,
     finalizer: Option<String>,
     finalize: Vec<DummyComponent>,
     calls: Arc<Mutex<Vec<String>>>,
+    kind: std::marker::PhantomData<fn() -> K>,
 }
 
-impl DummyController {
-    /// A controller with no components.
+impl Default for DummyController<Widget> {
+    fn default() -> Self {
+        Self::of_kind()
+    }
+}
+
+impl DummyController<Widget> {
+    /// A controller of [`Widget`]s with no components.
     pub fn new() -> Self {
-        Self::default()
+        Self::of_kind()
+    }
+}
+
+impl<K: PrimaryResource> DummyController<K> {
+    /// A controller of CRs of kind `K` with no components.
+    pub fn of_kind() -> Self {
+        DummyController {
+            components: Vec::new(),
+            hooks: Hooks::default(),
+            finalizer: None,
+            finalize: Vec::new(),
+            calls: Arc::default(),
+            kind: std::marker::PhantomData,
+        }
     }
 
     /// Add a component that waits for `upstreams`.
@@ -601,15 +652,15 @@ impl DummyController {
 }
 
 #[async_trait]
-impl Controller for DummyController {
-    type Resource = Widget;
+impl<K: PrimaryResource> Controller for DummyController<K> {
+    type Resource = K;
 
-    fn components(&self, session: &Session<Widget>) -> Result<Components<Widget>> {
+    fn components(&self, session: &Session<K>) -> Result<Components<K>> {
         let mut graph = Components::new();
         for (component, _, switch) in &self.components {
             let enabled = switch
                 .as_ref()
-                .is_none_or(|s| session.cr().spec.extra.get(s) == Some(&Value::Bool(true)));
+                .is_none_or(|s| session.manifest()["spec"][s.as_str()] == Value::Bool(true));
             graph.add_enabled(component.clone(), enabled)?;
         }
         for (component, upstreams, _) in &self.components {
@@ -628,7 +679,7 @@ impl Controller for DummyController {
         self.finalizer.clone()
     }
 
-    fn finalize_components(&self, _session: &Session<Widget>) -> Result<Components<Widget>> {
+    fn finalize_components(&self, _session: &Session<K>) -> Result<Components<K>> {
         let mut graph = Components::new();
         for component in &self.finalize {
             graph.add(component.clone())?;
@@ -636,19 +687,19 @@ impl Controller for DummyController {
         Ok(graph)
     }
 
-    async fn after_deploy(&self, _: &Session<Widget>) -> Result<bool> {
+    async fn after_deploy(&self, _: &Session<K>) -> Result<bool> {
         self.record("after_deploy", &self.hooks.after_deploy)
     }
-    async fn after_deploy_unsuccessful(&self, _: &Session<Widget>, failed: bool) -> Result<bool> {
+    async fn after_deploy_unsuccessful(&self, _: &Session<K>, failed: bool) -> Result<bool> {
         self.record(
             &format!("after_deploy_unsuccessful(failed={failed})"),
             &self.hooks.after_deploy_unsuccessful,
         )
     }
-    async fn after_verify(&self, _: &Session<Widget>) -> Result<bool> {
+    async fn after_verify(&self, _: &Session<K>) -> Result<bool> {
         self.record("after_verify", &self.hooks.after_verify)
     }
-    async fn after_verify_unsuccessful(&self, _: &Session<Widget>, failed: bool) -> Result<bool> {
+    async fn after_verify_unsuccessful(&self, _: &Session<K>, failed: bool) -> Result<bool> {
         self.record(
             &format!("after_verify_unsuccessful(failed={failed})"),
             &self.hooks.after_verify_unsuccessful,

@@ -4,10 +4,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use serde_json::{Value, json};
 use webapp_operator::{WebApp, WebAppController};
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
 use windlass::config::LibraryConfig;
@@ -41,6 +45,13 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
     let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
     install_crd(&cluster).await;
 
+    // Watches started before the WebApp exists see every state of its objects.
+    let client = env.client().unwrap();
+    let statefulsets =
+        History::record(Api::<StatefulSet>::namespaced(client.clone(), ns.name())).await;
+    let jobs = History::record(Api::<Job>::namespaced(client.clone(), ns.name())).await;
+    let deployments = History::record(Api::<Deployment>::namespaced(client, ns.name())).await;
+
     let shop = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
         "metadata": {"name": "shop", "namespace": ns.name()},
         "spec": {"version": "1.4.0", "image": "ghcr.io/example/shop", "cache": {"enabled": true}}});
@@ -70,8 +81,38 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
         "a real rollout cannot verify in its first reconcile"
     );
 
-    // The migration was applied only once the database was really ready (its edge
-    // condition), and never before the database's objects existed.
+    // The migration Job was created only after the database was ready, and the web
+    // Deployment only after the migration had completed (the graph's edge conditions),
+    // as the API server recorded it: a resourceVersion of an etcd-backed server is the
+    // store's revision, one counter across all kinds, so it orders events of different
+    // kinds.
+    let statefulsets = statefulsets.stop();
+    let jobs = jobs.stop();
+    let deployments = deployments.stop();
+    let database_ready = statefulsets
+        .first_where("shop-db", |db| {
+            db["status"]["readyReplicas"].as_i64() >= Some(1) && windlass::verify::verify_object(db)
+        })
+        .expect("the database became ready");
+    let migration_created = jobs
+        .created("shop-migrate-1-4-0")
+        .expect("the migration Job was created");
+    assert!(
+        migration_created > database_ready,
+        "the migration Job was created (resourceVersion {migration_created}) before the database was ready ({database_ready})"
+    );
+    let migration_done = jobs
+        .first_where("shop-migrate-1-4-0", windlass::verify::verify_object)
+        .expect("the migration completed");
+    let web_created = deployments
+        .created("shop-web")
+        .expect("the web Deployment was created");
+    assert!(
+        web_created > migration_done,
+        "the web Deployment was created (resourceVersion {web_created}) before the migration completed ({migration_done})"
+    );
+
+    // And in windlass's own record: credentials, then the database, the migration, the web.
     let deployed: Vec<String> = log
         .events()
         .into_iter()
@@ -115,6 +156,90 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
         gone.is_none() || gone.is_some_and(|d| d.is_terminating()),
         "the cache Deployment is deleted"
     );
+}
+
+/// Every state of one kind's objects in a namespace, as a watch reports them.
+struct History {
+    events: Arc<Mutex<Vec<(bool, Value)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl History {
+    /// Watch the objects of `api` from now on (from the resourceVersion of a list), in the
+    /// background.
+    async fn record<K>(api: Api<K>) -> Self
+    where
+        K: Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + Send
+            + 'static,
+    {
+        let from = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let task = tokio::spawn(async move {
+            let mut watch = api
+                .watch(&WatchParams::default().timeout(290), &from)
+                .await
+                .unwrap()
+                .boxed();
+            while let Some(event) = watch.try_next().await.unwrap() {
+                let (added, object) = match event {
+                    WatchEvent::Added(o) => (true, o),
+                    WatchEvent::Modified(o) | WatchEvent::Deleted(o) => (false, o),
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Error(e) => panic!("watch error: {e:?}"),
+                };
+                let object = serde_json::to_value(object).unwrap();
+                sink.lock().unwrap().push((added, object));
+            }
+        });
+        History { events, task }
+    }
+
+    /// Stop watching and return what was seen; the watch must have lasted until now.
+    fn stop(self) -> Recorded {
+        assert!(
+            !self.task.is_finished(),
+            "the watch ended early (or failed)"
+        );
+        self.task.abort();
+        Recorded(self.events.lock().unwrap().clone())
+    }
+}
+
+/// The states a [`History`] recorded, in the order of the watch, each marked whether it
+/// was the object's creation (`ADDED`).
+struct Recorded(Vec<(bool, Value)>);
+
+impl Recorded {
+    fn resource_version(object: &Value) -> u64 {
+        object.resource_version().unwrap().parse().unwrap()
+    }
+
+    /// The resourceVersion at which the object `name` was created.
+    fn created(&self, name: &str) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|(added, o)| *added && o.name() == Some(name))
+            .map(|(_, o)| Self::resource_version(o))
+    }
+
+    /// The resourceVersion of the first state of the object `name` for which `check` holds.
+    fn first_where(&self, name: &str, check: impl Fn(&Value) -> bool) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|(_, o)| o.name() == Some(name) && check(o))
+            .map(|(_, o)| Self::resource_version(o))
+    }
 }
 
 /// The example's objects with cache on: Secret, db Service + StatefulSet, migration Job,

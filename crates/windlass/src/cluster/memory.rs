@@ -23,11 +23,14 @@
 //!   [`MemoryCluster::update_as`] writes as another manager;
 //! - deleting an object with finalizers only sets `deletionTimestamp`; it goes away when
 //!   the last finalizer is removed, and no finalizer may be added meanwhile;
-//! - deleting an owner garbage-collects every object whose owners are all gone, and
-//!   deleting a namespace deletes its contents;
-//! - namespaced objects need an existing namespace; names, label keys and values are
-//!   validated; kinds must be known (built in, registered, or defined by a stored CRD);
-//! - every change is published as a watch event.
+//! - deleting an owner garbage-collects every object whose owners are all gone (and
+//!   removes the reference to it from objects another owner still holds), and deleting a
+//!   namespace deletes its contents;
+//! - namespaced objects need an existing namespace; names, label keys and values and
+//!   finalizer names are validated; kinds must be known (built in, registered, or defined by a stored CRD);
+//! - every change is published as a watch event, in resourceVersion order whatever the
+//!   number of concurrent writers; a deletion's event carries the deletion's own (new)
+//!   resourceVersion, as a real watch does.
 //!
 //! Not modelled: admission webhooks, field-level validation against OpenAPI schemas,
 //! conflicts between field managers (windlass always forces its apply), and API versions
@@ -189,7 +192,7 @@ struct State {
     objects: BTreeMap<Key, Entry>,
     kinds: HashMap<TypeRef, KindInfo>,
     resource_version: u64,
-    /// Events of the current operation, published after the lock is released.
+    /// Events of the current operation, published (in order, under the lock) when it ends.
     pending: Vec<WatchEvent>,
 }
 
@@ -387,10 +390,13 @@ impl MemoryCluster {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Publish the events of the last operation.
+    /// Publish the events of the last operation. They are sent while the store is
+    /// locked: events sent after unlocking could overtake each other between two writers,
+    /// and a watcher would see a resourceVersion go backwards (and a watch cache keep an
+    /// older copy of an object). Sending on a broadcast channel never blocks.
     fn flush(&self) {
-        let events = std::mem::take(&mut self.lock().pending);
-        for event in events {
+        let mut state = self.lock();
+        for event in state.pending.drain(..) {
             // No subscribers is fine: nobody is watching.
             let _ = self.events.send(event);
         }
@@ -934,8 +940,14 @@ fn key_of_manifest(object: &Value) -> Key {
     }
 }
 
-fn remove(state: &mut State, key: &Key, last: Value) {
+/// Remove the object from the store. Its `Deleted` event carries the object with a new
+/// resourceVersion, the deletion's own, as a real API server's watch does: a watcher that
+/// resumes from the last version it saw must never see a version go backwards.
+fn remove(state: &mut State, key: &Key, mut last: Value) {
     state.objects.remove(key);
+    let rv = state.next_resource_version();
+    last.metadata_mut()
+        .insert("resourceVersion".into(), json!(rv));
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Deleted,
         object: last,
@@ -993,6 +1005,7 @@ fn collect_garbage(state: &mut State) {
             })
             .collect();
         if garbage.is_empty() && empty_namespaces.is_empty() {
+            remove_dangling_owner_references(state, &uids);
             return;
         }
         for key in garbage {
@@ -1004,6 +1017,40 @@ fn collect_garbage(state: &mut State) {
                 remove(state, &key, last);
             }
         }
+    }
+}
+
+/// What the garbage collector does to an object that another owner still holds: it
+/// removes the references to the owners that are gone (`uids` are the objects that exist).
+fn remove_dangling_owner_references(state: &mut State, uids: &BTreeSet<String>) {
+    let alive = |r: &Value| r["uid"].as_str().is_some_and(|uid| uids.contains(uid));
+    let holding: Vec<Key> = state
+        .objects
+        .iter()
+        .filter(|(_, e)| !e.object.is_terminating())
+        .filter(|(_, e)| {
+            e.object["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| refs.iter().any(alive) && !refs.iter().all(alive))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in holding {
+        let rv = state.next_resource_version();
+        let Some(entry) = state.objects.get_mut(&key) else {
+            continue;
+        };
+        let mut next = entry.object.clone();
+        if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
+            refs.retain(alive);
+        }
+        next.metadata_mut()
+            .insert("resourceVersion".into(), json!(rv));
+        entry.object = next.clone();
+        state.pending.push(WatchEvent {
+            event_type: WatchEventType::Modified,
+            object: next,
+        });
     }
 }
 

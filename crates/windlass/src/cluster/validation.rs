@@ -1,6 +1,6 @@
 //! The object validation every real API server does before storing anything, so that a
 //! manifest the in-memory cluster accepts would not be rejected in production for its
-//! name or labels, and the table of built-in kinds and their scopes.
+//! name, labels or finalizers, and the table of built-in kinds and their scopes.
 
 use serde_json::{Value, json};
 
@@ -108,6 +108,27 @@ pub fn check_metadata(kind: &str, manifest: &Value) -> Result<(), String> {
                 }
             }
             None => problems.push("metadata.annotations: must be a map".to_string()),
+        }
+    }
+    if let Some(finalizers) = metadata.and_then(|m| m.get("finalizers")) {
+        match finalizers.as_array() {
+            Some(finalizers) => {
+                for (i, f) in finalizers.iter().enumerate() {
+                    match f.as_str() {
+                        Some(name) => {
+                            if let Err(e) = check_qualified_name(name) {
+                                problems.push(format!(
+                                    "metadata.finalizers[{i}]: Invalid value: \"{name}\": {e}"
+                                ));
+                            }
+                        }
+                        None => {
+                            problems.push(format!("metadata.finalizers[{i}]: must be a string"))
+                        }
+                    }
+                }
+            }
+            None => problems.push("metadata.finalizers: must be a list".to_string()),
         }
     }
     if problems.is_empty() {
@@ -292,6 +313,19 @@ mod tests {
         let err = check_metadata("ConfigMap", &bad).expect_err("bad labels");
         assert!(
             err.contains("bad key") && err.contains("has space") && err.contains("labels.n"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn finalizers_are_qualified_names() {
+        let ok = json!({"metadata": {"name": "x", "finalizers": ["windlass.dev/cleanup", "kubernetes"]}});
+        assert!(check_metadata("ConfigMap", &ok).is_ok());
+        let bad = json!({"metadata": {"name": "x", "finalizers": ["windlass.dev/not a name!", 1]}});
+        let err = check_metadata("ConfigMap", &bad).expect_err("bad finalizers");
+        assert!(
+            err.contains("metadata.finalizers[0]: Invalid value: \"windlass.dev/not a name!\"")
+                && err.contains("metadata.finalizers[1]: must be a string"),
             "{err}"
         );
     }

@@ -41,7 +41,16 @@ async fn q11_transition_times_and_component_lists() {
     // A later reconcile writes a new status (a new generation is observed) while Ready
     // stays False: the transition time must not move. oper8 refreshed it on every write.
     let first = status["conditions"][0]["lastTransitionTime"].clone();
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // Timestamps have whole seconds: wait (at most 2 s) until "now" is a later one, so a
+    // refreshed transition time would differ from the first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while first.as_str() == Some(windlass::object::timestamp_now().as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock stands still"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let cr = env.apply_cr("x", json!({"bump": 1})).await;
     env.log.clear();
     env.reconcile(&cr).await;

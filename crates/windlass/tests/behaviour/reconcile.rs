@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use serde_json::{Value, json};
+use windlass::ClusterError;
 use windlass::cluster::MemoryCluster;
 use windlass::config::LibraryConfig;
 use windlass::object::{ManifestExt, ObjectRef};
@@ -89,6 +90,142 @@ async fn the_finalizer_is_added_first_and_removed_once_finalizing_needs_no_reque
         env.get(&cm_ref("a-web")).await.is_none(),
         "owned objects are garbage-collected"
     );
+}
+
+#[tokio::test]
+async fn a_finalizer_the_cluster_refuses_is_a_config_error_and_nothing_rolls_out() {
+    let finalizer = "test.windlass.dev/not a name!";
+    let env = TestEnv::new(one_configmap().finalizer(finalizer, vec![])).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert!(
+        report.error.as_ref().is_some_and(|e| matches!(
+            e,
+            windlass::Error::Cluster(ClusterError::Invalid { message, .. })
+                if message.contains("metadata.finalizers[0]") && message.contains(finalizer)
+        )),
+        "{report:?}"
+    );
+    assert!(env.get(&cm_ref("a-web")).await.is_none(), "no rollout");
+    assert_condition(&env.status(&cr).await, "Ready", false, "ConfigError");
+}
+
+#[tokio::test]
+async fn a_finalizer_removal_the_cluster_refuses_is_reported_not_retried_as_a_conflict() {
+    // E.g. a stored CR that a newer CRD schema no longer accepts: every write of it is a
+    // 422, whatever the finalizer patch's test says.
+    let memory = Arc::new(MemoryCluster::new());
+    let faulty = Arc::new(FaultyCluster::new(memory.clone()));
+    let env = TestEnv::on_cluster(
+        one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
+        LibraryConfig::default(),
+        memory,
+        faulty.clone(),
+    );
+    let cr = env.apply_cr("a", json!({})).await;
+    assert!(env.reconcile(&cr).await.error.is_none());
+    env.delete(&cr).await;
+    let refused = ClusterError::Invalid {
+        object: cr.to_string(),
+        message: "spec.size: Invalid value: \"huge\": must be a number".into(),
+    };
+    faulty.fail(Op::Patch, Some("Widget"), refused.clone());
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert_eq!(report.error, Some(windlass::Error::Cluster(refused)));
+    assert_eq!(
+        env.get(&cr).await.unwrap().finalizers(),
+        ["test.windlass.dev/cleanup"],
+        "the finalizer stays until the CR can be written"
+    );
+}
+
+/// A cluster on which another controller adds its own finalizer to the CR just before
+/// windlass's first finalizer patch, so that patch's test of the list fails.
+struct RacingFinalizer {
+    memory: Arc<MemoryCluster>,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl windlass::cluster::Cluster for RacingFinalizer {
+    async fn scope(
+        &self,
+        t: &windlass::object::TypeRef,
+    ) -> std::result::Result<windlass::cluster::Scope, ClusterError> {
+        self.memory.scope(t).await
+    }
+    async fn get(&self, o: &ObjectRef) -> std::result::Result<Option<Value>, ClusterError> {
+        self.memory.get(o).await
+    }
+    async fn list(
+        &self,
+        q: &windlass::cluster::ListQuery,
+    ) -> std::result::Result<Vec<Value>, ClusterError> {
+        self.memory.list(q).await
+    }
+    async fn apply(
+        &self,
+        m: &Value,
+        w: windlass::cluster::WriteMethod,
+    ) -> std::result::Result<Value, ClusterError> {
+        self.memory.apply(m, w).await
+    }
+    async fn delete(
+        &self,
+        o: &ObjectRef,
+        uid: Option<&str>,
+    ) -> std::result::Result<windlass::cluster::Deletion, ClusterError> {
+        self.memory.delete(o, uid).await
+    }
+    async fn write_status(
+        &self,
+        o: &ObjectRef,
+        s: &Value,
+        rv: Option<&str>,
+    ) -> std::result::Result<Option<Value>, ClusterError> {
+        self.memory.write_status(o, s, rv).await
+    }
+    async fn patch(
+        &self,
+        o: &ObjectRef,
+        p: &json_patch::Patch,
+    ) -> std::result::Result<Value, ClusterError> {
+        if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let other = json!({"apiVersion": o.api_version, "kind": o.kind,
+                "metadata": {"name": o.name, "namespace": o.namespace,
+                             "finalizers": ["other.example.com/hold"]}});
+            self.memory
+                .update_as("other", &other, windlass::cluster::WriteMethod::Update)
+                .unwrap();
+        }
+        self.memory.patch(o, p).await
+    }
+}
+
+#[tokio::test]
+async fn a_finalizer_list_changed_meanwhile_is_read_again_and_both_finalizers_stay() {
+    let memory = Arc::new(MemoryCluster::new());
+    let cluster = Arc::new(RacingFinalizer {
+        memory: memory.clone(),
+        raced: Default::default(),
+    });
+    let env = TestEnv::on_cluster(
+        one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
+        LibraryConfig::default(),
+        memory,
+        cluster.clone(),
+    );
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(cluster.raced.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(report.error.is_none(), "{report:?}");
+    assert_eq!(
+        env.get(&cr).await.unwrap().finalizers(),
+        ["other.example.com/hold", "test.windlass.dev/cleanup"]
+    );
+    assert!(env.get(&cm_ref("a-web")).await.is_some());
 }
 
 #[tokio::test]

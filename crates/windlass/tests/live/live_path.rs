@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
+use windlass::cluster::{
+    Cluster, Deletion, ListQuery, LiveCluster, RequestCounter, Scope, Verb, WriteMethod,
+};
 use windlass::config::LibraryConfig;
 use windlass::error::ClusterError;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
@@ -77,7 +79,12 @@ impl Cluster for Interloper {
     }
 }
 
-async fn create_widget(cluster: &dyn Cluster, ns: &str, name: &str, spec: Value) -> ObjectRef {
+pub(crate) async fn create_widget(
+    cluster: &dyn Cluster,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> ObjectRef {
     let cr = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
         "metadata": {"name": name, "namespace": ns}, "spec": spec});
     cluster.apply(&cr, WriteMethod::Update).await.unwrap();
@@ -85,7 +92,7 @@ async fn create_widget(cluster: &dyn Cluster, ns: &str, name: &str, spec: Value)
 }
 
 /// Reconcile until `done` holds for a report, at most 60 times a second apart.
-async fn reconcile_until<C: windlass::controller::Controller>(
+pub(crate) async fn reconcile_until<C: windlass::controller::Controller>(
     reconciler: &Reconciler<C>,
     cr: &ObjectRef,
     done: impl Fn(&Report) -> bool,
@@ -172,14 +179,25 @@ async fn deleting_the_namespace_of_a_cr_with_a_finalizer_finishes() {
 
     let namespace = ObjectRef::new("v1", "Namespace", None, ns.name());
     cluster.delete(&namespace, None).await.unwrap();
-    // The namespace controller removes the config-defaults ConfigMap first; the CR's
-    // finalizer holds the CR (and so the namespace).
+    // The namespace controller deletes the config-defaults ConfigMap and marks the CR for
+    // deletion, in an order of its own; the CR's finalizer holds the CR (and so the
+    // namespace).
     let defaults = ObjectRef::from_manifest(&defaults).unwrap();
     eventually("the namespace controller deletes the ConfigMap", || async {
         cluster.get(&defaults).await.unwrap().is_none()
     })
     .await;
-    assert!(cluster.get(&cr).await.unwrap().unwrap().is_terminating());
+    eventually(
+        "the namespace controller marks the CR for deletion",
+        || async {
+            cluster
+                .get(&cr)
+                .await
+                .unwrap()
+                .is_some_and(|cr| cr.is_terminating())
+        },
+    )
+    .await;
     // Removing the finalizer depends on neither the ConfigMap nor anything else in the
     // namespace.
     reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
@@ -397,4 +415,56 @@ async fn objects_out_of_the_garbage_collectors_reach_are_deleted_with_the_cr() {
         || async { cluster.get(&local).await.unwrap().is_none() },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_finalizer_the_server_refuses_is_a_config_error_not_a_retry_loop() {
+    let (_, env) = live().await;
+    let ns = env.namespace("finalizer-422").await.unwrap();
+    let counter = RequestCounter::new();
+    let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
+    // Not a qualified name: the API server validates metadata.finalizers on every write.
+    let finalizer = "test.windlass.dev/not a name!";
+    let controller = DummyController::new()
+        .component(DummyComponent::new("web").with_configmap("web"), &[])
+        .finalizer(finalizer, vec![]);
+    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
+    counter.take();
+
+    let report = reconciler.reconcile(&cr).await;
+    let requests = counter.take();
+    assert_eq!(
+        report.outcome,
+        Outcome::Done,
+        "retrying cannot make the server accept the name: {report:?}"
+    );
+    let error = report.error.expect("the reconcile reports the refusal");
+    assert!(
+        matches!(
+            &error,
+            windlass::Error::Cluster(ClusterError::Invalid { message, .. })
+                if message.contains("metadata.finalizers") && message.contains(finalizer)
+        ),
+        "the error names the field and the value: {error:?}"
+    );
+    assert_eq!(
+        requests.of(Verb::Patch, "widgets"),
+        1,
+        "one finalizer patch, not a loop of them:\n{requests}"
+    );
+    assert_eq!(
+        requests.verb(Verb::Apply),
+        0,
+        "nothing is rolled out for a CR whose finalizer cannot be added:\n{requests}"
+    );
+    let stored = cluster.get(&cr).await.unwrap().unwrap();
+    assert!(stored.finalizers().is_empty(), "{stored:#}");
+    let status = stored["status"].clone();
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("metadata.finalizers") && message.contains(finalizer),
+        "the status names the field and the value: {message}"
+    );
 }

@@ -7,12 +7,15 @@
 //!   workloads really become ready and the verify phase waits for them;
 //! - `events`: Events about a CR through [`windlass::events::LiveEventSink`];
 //! - `live_path`: conflicts, deletions and failures on the live path;
-//! - `leader`: leader election (Lease, leader-for-life, annotation lock).
+//! - `leader`: leader election (Lease, leader-for-life, annotation lock);
+//! - `immutable`: changes of fields that cannot change: recreate, config error, PUT fallback;
+//! - `runtime`: the operator runtime: reads from the watches, back-off.
 
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
 mod events;
+mod immutable;
 mod leader;
 mod live_path;
 mod rollout;
@@ -25,21 +28,29 @@ use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
 use windlass::object::TypeRef;
 use windlass_testenv::TestEnv;
 
-/// A live cluster over the shared control plane, with the test CRD (`Widget`) installed.
+/// A live cluster over the shared control plane, with the test CRDs (the namespaced
+/// `Widget`, the cluster-scoped `Gadget`) installed.
 pub async fn live() -> (Arc<LiveCluster>, &'static TestEnv) {
     let env = TestEnv::shared()
         .await
         .expect("the control plane starts (see scripts/provision-control-plane.sh)");
     let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    let crd = serde_json::to_value(<windlass::testing::Widget as kube::CustomResourceExt>::crd())
-        .unwrap();
+    install_crd::<windlass::testing::Widget>(&cluster).await;
+    install_crd::<windlass::testing::Gadget>(&cluster).await;
+    (cluster, env)
+}
+
+/// Install the CRD of `K` and wait until the server serves the kind.
+async fn install_crd<K: kube::CustomResourceExt + kube::Resource<DynamicType = ()>>(
+    cluster: &LiveCluster,
+) {
+    let crd = serde_json::to_value(K::crd()).unwrap();
     cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let widget = TypeRef::new("test.windlass.dev/v1", "Widget");
-    eventually("the Widget CRD is served", || async {
-        cluster.scope(&widget).await.is_ok()
+    let kind = TypeRef::new(K::api_version(&()), K::kind(&()));
+    eventually(&format!("the {} CRD is served", kind.kind), || async {
+        cluster.scope(&kind).await.is_ok()
     })
     .await;
-    (cluster, env)
 }
 
 /// Wait up to 60 s for `check` to hold, re-checking every 200 ms.

@@ -8,7 +8,7 @@ use windlass::cluster::{Cluster, WriteMethod};
 use windlass::config::LibraryConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::reconcile::{Outcome, Reconciler, Report};
-use windlass::testing::{DummyComponent, DummyController, assert_condition};
+use windlass::testing::{DummyComponent, DummyController, Gadget, assert_condition};
 
 use crate::{eventually, live};
 
@@ -155,4 +155,69 @@ async fn a_finalizer_holds_the_cr_until_its_finalize_rollout_is_done() {
         cluster.get(&cr).await.unwrap().is_none()
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_cr_owns_its_namespaced_children_and_their_collection() {
+    let (cluster, env) = live().await;
+    let ns = env.namespace("gadget").await.unwrap();
+    // Cluster-scoped, so named after the (unique) namespace to stay apart from other runs.
+    let name = ns.name().to_string();
+    let in_ns = |mut manifest: Value| {
+        manifest["metadata"]["namespace"] = json!(ns.name());
+        manifest
+    };
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{cr}-config"},
+        "data": {"owner": "{cr}"}});
+    let controller = DummyController::<Gadget>::of_kind().component(
+        DummyComponent::new("web")
+            .with_object("config", in_ns(config))
+            .with_object("deployment", in_ns(deployment("{cr}-web", json!({})))),
+        &[],
+    );
+    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let gadget = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Gadget",
+        "metadata": {"name": name}, "spec": {"version": "1.0"}});
+    let stored = cluster.apply(&gadget, WriteMethod::Update).await.unwrap();
+    assert_eq!(stored.namespace(), None, "the kind is cluster-scoped");
+    let cr = ObjectRef::from_manifest(&stored).unwrap();
+
+    let reports = reconcile_until_done(&reconciler, &cr, 60).await;
+    let last = reports.last().unwrap();
+    assert_eq!(last.outcome, Outcome::Done, "never became ready: {last:?}");
+    let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
+    assert_condition(&status, "Ready", true, "Stable");
+
+    // Each namespaced child names the cluster-scoped CR as its owner.
+    let children = [
+        ObjectRef::new("v1", "ConfigMap", Some(ns.name()), format!("{name}-config")),
+        ObjectRef::new(
+            "apps/v1",
+            "Deployment",
+            Some(ns.name()),
+            format!("{name}-web"),
+        ),
+    ];
+    for child in &children {
+        let live = cluster.get(child).await.unwrap().expect("the child exists");
+        assert_eq!(
+            live["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "test.windlass.dev/v1", "kind": "Gadget", "name": name,
+                    "uid": stored.uid(), "blockOwnerDeletion": true}]),
+            "{child}"
+        );
+    }
+
+    // kube-controller-manager's garbage collector follows those references across scopes.
+    // (It learns of a new CRD's kind at its next discovery sync, every 30 s: `live()`
+    // installs the Gadget CRD early so that, in a whole run, it knows the kind by now.)
+    cluster.delete(&cr, None).await.unwrap();
+    for child in &children {
+        eventually(
+            &format!("the garbage collector deletes {child}"),
+            || async { cluster.get(child).await.unwrap().is_none() },
+        )
+        .await;
+    }
+    assert!(cluster.get(&cr).await.unwrap().is_none());
 }

@@ -20,10 +20,13 @@ use crate::{eventually, live};
 
 /// Every finished reconcile, by CR name: when it ended and how.
 #[derive(Default, Clone)]
-struct Finished(Arc<Mutex<HashMap<String, Vec<(Instant, Outcome)>>>>);
+struct Finished(Arc<Mutex<HashMap<String, Ended>>>);
+
+/// When each reconcile of one CR ended, and how.
+type Ended = Vec<(Instant, Outcome)>;
 
 impl Finished {
-    fn of(&self, name: &str) -> Vec<(Instant, Outcome)> {
+    fn of(&self, name: &str) -> Ended {
         self.0
             .lock()
             .unwrap()

@@ -1,0 +1,215 @@
+//! Changes the API server refuses because a field cannot change after creation (a Job's
+//! pod template): recreated when the resource allows it, a config error naming the field
+//! when it does not, and what `deploy_unprocessable_put_fallback` does about them.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb};
+use windlass::component::ResourceOptions;
+use windlass::config::LibraryConfig;
+use windlass::error::{ClusterError, Error};
+use windlass::object::{ManifestExt, ObjectRef};
+use windlass::reconcile::{Outcome, Reconciler};
+use windlass::testing::{DummyComponent, DummyController, assert_condition};
+
+use crate::live;
+use crate::live_path::{create_widget, reconcile_until};
+
+/// A controller whose one component renders the Job `<cr>-migrate` running `main <arg>`.
+fn migrating(arg: &str, options: ResourceOptions) -> DummyController {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "{cr}-migrate"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "args": [arg]}]}}}});
+    DummyController::new().component(
+        DummyComponent::new("migrate").with_object_options("job", job, options),
+        &[],
+    )
+}
+
+/// The arguments of the Job's container.
+fn job_args(job: &Value) -> &Value {
+    &job["spec"]["template"]["spec"]["containers"][0]["args"]
+}
+
+/// A counted client, a Widget `w` in a fresh namespace, and the Job a first reconcile with
+/// `arg` created for it.
+async fn first_rollout(
+    prefix: &str,
+    options: ResourceOptions,
+) -> (
+    Arc<LiveCluster>,
+    RequestCounter,
+    windlass_testenv::TestNamespace,
+    ObjectRef,
+    ObjectRef,
+    Value,
+) {
+    let (_, env) = live().await;
+    let ns = env.namespace(prefix).await.unwrap();
+    let counter = RequestCounter::new();
+    let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
+    let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
+    let v1 = Reconciler::new(
+        migrating("v1", options),
+        cluster.clone(),
+        LibraryConfig::default(),
+    );
+    let report = v1.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{report:?}");
+    let job = ObjectRef::new("batch/v1", "Job", Some(ns.name()), "w-migrate");
+    let created = cluster.get(&job).await.unwrap().expect("the Job exists");
+    assert_eq!(job_args(&created), &json!(["v1"]));
+    (cluster, counter, ns, cr, job, created)
+}
+
+#[tokio::test]
+async fn a_job_whose_template_changed_is_deleted_and_recreated_when_allowed() {
+    let recreate = ResourceOptions::new().recreate_when_immutable();
+    let (cluster, counter, _ns, cr, job, first) = first_rollout("recreate", recreate.clone()).await;
+
+    counter.take();
+    let v2 = Reconciler::new(
+        migrating("v2", recreate),
+        cluster.clone(),
+        LibraryConfig::default(),
+    );
+    let report = v2.reconcile(&cr).await;
+    let requests = counter.take();
+    assert!(report.error.is_none(), "{report:?}");
+    let second = cluster.get(&job).await.unwrap().expect("the Job exists");
+    assert_ne!(second.uid(), first.uid(), "a new Job, not the old one");
+    assert_eq!(job_args(&second), &json!(["v2"]));
+    assert_eq!(
+        requests.of(Verb::Apply, "jobs"),
+        2,
+        "the apply the server refused, and the one that created the Job anew:\n{requests}"
+    );
+    assert_eq!(requests.of(Verb::Delete, "jobs"), 1, "{requests}");
+    // The inventory follows the new Job, so pruning and disabling find it.
+    let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
+    let inventory = status["inventory"].as_array().unwrap();
+    assert!(
+        inventory
+            .iter()
+            .any(|e| e["name"] == "w-migrate" && e["uid"].as_str() == second.uid()),
+        "{inventory:#?}"
+    );
+    // The new Job really runs: the rollout completes once the Job controller says so.
+    reconcile_until(&v2, &cr, |r| r.outcome == Outcome::Done).await;
+    assert_condition(
+        &cluster.get(&cr).await.unwrap().unwrap()["status"],
+        "Ready",
+        true,
+        "Stable",
+    );
+}
+
+/// The report, status message and Job after a reconcile that changed the Job's template
+/// without the recreate option: a config error naming the object and the field.
+async fn assert_refused_as_config_error(
+    report: &windlass::reconcile::Report,
+    cluster: &LiveCluster,
+    cr: &ObjectRef,
+    job: &ObjectRef,
+    first: &Value,
+) {
+    assert_eq!(
+        report.outcome,
+        Outcome::Done,
+        "retrying cannot change an immutable field; a change of the CR reconciles again: {report:?}"
+    );
+    assert!(
+        matches!(&report.error, Some(Error::Cluster(e @ ClusterError::Invalid { .. })) if e.is_immutable_field()),
+        "{report:?}"
+    );
+    let status = cluster.get(cr).await.unwrap().unwrap()["status"].clone();
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("Job")
+            && message.contains("w-migrate")
+            && message.contains("spec.template")
+            && message.contains("field is immutable"),
+        "the message names the object and the field: {message}"
+    );
+    let kept = cluster.get(job).await.unwrap().expect("the Job is kept");
+    assert_eq!(kept.uid(), first.uid());
+    assert_eq!(job_args(&kept), &json!(["v1"]));
+}
+
+#[tokio::test]
+async fn a_job_whose_template_changed_is_a_config_error_without_the_option() {
+    let (cluster, counter, _ns, cr, job, first) =
+        first_rollout("immutable", ResourceOptions::new()).await;
+    counter.take();
+    let v2 = Reconciler::new(
+        migrating("v2", ResourceOptions::new()),
+        cluster.clone(),
+        LibraryConfig::default(),
+    );
+    let report = v2.reconcile(&cr).await;
+    let requests = counter.take();
+    assert_refused_as_config_error(&report, &cluster, &cr, &job, &first).await;
+    assert_eq!(requests.of(Verb::Apply, "jobs"), 1, "{requests}");
+    assert_eq!(requests.of(Verb::Delete, "jobs"), 0, "{requests}");
+}
+
+#[tokio::test]
+async fn the_put_fallback_meets_the_same_refusal_and_skips_what_apply_alone_refuses() {
+    // deploy_unprocessable_put_fallback: after a 422 from server-side apply, try a PUT.
+    // On a real server a 422 from apply is the server's validation (or an immutable
+    // field), which the PUT meets again: the outcome is the same config error, one GET and
+    // one PUT later.
+    let (cluster, counter, _ns, cr, job, first) =
+        first_rollout("put-fallback", ResourceOptions::new()).await;
+    let fallback = LibraryConfig {
+        deploy_unprocessable_put_fallback: true,
+        ..LibraryConfig::default()
+    };
+    counter.take();
+    let v2 = Reconciler::new(
+        migrating("v2", ResourceOptions::new()),
+        cluster.clone(),
+        fallback.clone(),
+    );
+    let report = v2.reconcile(&cr).await;
+    let requests = counter.take();
+    assert_refused_as_config_error(&report, &cluster, &cr, &job, &first).await;
+    assert_eq!(requests.of(Verb::Apply, "jobs"), 1, "{requests}");
+    // The PUT carries the resourceVersion read just before it; when the Job controller
+    // writes the Job in between, it is a 409 and is tried again (deploy_retries).
+    let put = |code: u16| {
+        requests.count(|k| k.verb == Verb::Update && k.resource == "jobs" && k.code == code)
+    };
+    assert_eq!(put(422), 1, "the fallback's PUT was refused:\n{requests}");
+    assert_eq!(
+        requests.of(Verb::Update, "jobs"),
+        put(422) + put(409),
+        "{requests}"
+    );
+
+    // What apply alone refuses and a PUT would store (a field the schema does not know;
+    // a PUT drops it) is not a 422 but a 500 on 1.20 ("failed to create typed patch
+    // object"), and still a 5xx on current servers: the fallback never sees it, and the
+    // reconcile is retried as for any server error.
+    let bogus = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{cr}-bogus"},
+        "data": {"k": "v"}, "bogus": true});
+    let controller = DummyController::new().component(
+        DummyComponent::new("bogus").with_object("config", bogus),
+        &[],
+    );
+    let reconciler = Reconciler::new(controller, cluster.clone(), fallback);
+    counter.take();
+    let report = reconciler.reconcile(&cr).await;
+    let requests = counter.take();
+    assert_eq!(report.outcome, Outcome::Retry, "{report:?}");
+    assert!(
+        matches!(&report.error, Some(Error::Cluster(ClusterError::Api { message, .. }))
+            if message.contains("field not declared in schema")),
+        "{report:?}"
+    );
+    assert_eq!(requests.of(Verb::Update, "configmaps"), 0, "{requests}");
+    let configmap = ObjectRef::new("v1", "ConfigMap", cr.namespace.as_deref(), "w-bogus");
+    assert!(cluster.get(&configmap).await.unwrap().is_none());
+}
