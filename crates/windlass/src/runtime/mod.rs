@@ -21,9 +21,11 @@
 //! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
+//! - [`metrics`]: what `/metrics` exports.
 
 pub mod cache;
 pub mod filter;
 pub mod leader;
+pub mod metrics;
 pub mod queue;
 pub mod source;
