@@ -22,9 +22,11 @@
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
 //! - [`metrics`]: what `/metrics` exports.
+//! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
 
 pub mod cache;
 pub mod filter;
+pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
