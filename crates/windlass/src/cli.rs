@@ -6,6 +6,8 @@
 //! <kind>-operator crds                              print the CRD as YAML
 //! <kind>-operator rbac CR.yaml… [--name N] [--namespace NS] [--namespaced]
 //!                                                   print least-privilege RBAC (see crate::rbac)
+//! <kind>-operator check-heartbeat -d SECONDS [-f FILE]
+//!                                                   exit 1 if the heartbeat file is older (F9)
 //! ```
 //!
 //! Every subcommand takes the library configuration as flags (`--<dotted.key>[=value]`,
@@ -44,7 +46,7 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::{Outcome, Reconciler};
 
-const SUBCOMMANDS: [&str; 4] = ["run", "graph", "crds", "rbac"];
+const SUBCOMMANDS: [&str; 5] = ["run", "graph", "crds", "rbac", "check-heartbeat"];
 
 /// Where the CLI writes its output: standard output, or a buffer in tests.
 #[derive(Clone)]
@@ -142,6 +144,7 @@ where
         Some(("run", sub)) => run_command(controller, config, sub, out).await,
         Some(("graph", sub)) => graph_command(controller, config, sub, out).await,
         Some(("rbac", sub)) => rbac_command(controller, config, sub, out).await,
+        Some(("check-heartbeat", sub)) => check_heartbeat_command(&config, sub, out),
         Some(("crds", _)) => match serde_saphyr::to_string(&C::Resource::crd()) {
             Ok(yaml) => {
                 out.line(format!("---\n{}", yaml.trim_end()));
@@ -192,6 +195,12 @@ fn command<C: Controller>() -> Command {
                 .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the ServiceAccount, role and binding [default: <kind>-operator]"))
                 .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("Namespace of the ServiceAccount (and of the Role with --namespaced)"))
                 .arg(Arg::new("namespaced").long("namespaced").action(ArgAction::SetTrue).help("A Role and RoleBinding in --namespace instead of cluster-wide ones")),
+        )
+        .subcommand(
+            Command::new("check-heartbeat")
+                .about("Exit 0 if the heartbeat file was written at most --delta seconds ago, else 1: an exec liveness probe")
+                .arg(Arg::new("delta").short('d').long("delta").required(true).value_name("SECONDS").value_parser(clap::value_parser!(u64)).help("How old the last beat may be, in seconds"))
+                .arg(Arg::new("file").short('f').long("file").value_name("FILE").help("The heartbeat file [default: python_watch_manager.heartbeat_file]")),
         );
     for (path, kind) in Layers::leaves() {
         let mut arg = Arg::new(path.clone())
@@ -534,6 +543,39 @@ async fn rbac_command<C: Controller>(
     }
 }
 
+/// `check-heartbeat` (F9): the file must exist and hold a beat at most `--delta` seconds
+/// old; exit 1 with the reason otherwise.
+fn check_heartbeat_command(config: &LibraryConfig, matches: &ArgMatches, out: Output) -> ExitCode {
+    let Some(file) = matches
+        .get_one::<String>("file")
+        .map(PathBuf::from)
+        .or_else(|| config.python_watch_manager.heartbeat_file.clone())
+    else {
+        eprintln!(
+            "no heartbeat file: pass --file or set python_watch_manager.heartbeat_file \
+             (env PYTHON_WATCH_MANAGER_HEARTBEAT_FILE)"
+        );
+        return ExitCode::from(2);
+    };
+    let delta =
+        std::time::Duration::from_secs(matches.get_one::<u64>("delta").copied().unwrap_or(0));
+    let tz = jiff::tz::TimeZone::system();
+    match crate::runtime::heartbeat::check(&file, delta, jiff::Timestamp::now(), &tz) {
+        Ok(beat) => {
+            out.line(format!(
+                "heartbeat ok: {} ({})",
+                crate::runtime::heartbeat::format_beat(beat, &tz),
+                file.display()
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Prints reconcile progress as it happens.
 struct Printer {
     out: Output,
@@ -623,3 +665,7 @@ impl Observer for Printer {
         self.out.line(line);
     }
 }
+
+#[cfg(test)]
+#[path = "cli_tests.rs"]
+mod tests;
