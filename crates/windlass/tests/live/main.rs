@@ -7,7 +7,8 @@
 //!   workloads really become ready and the verify phase waits for them;
 //! - `events`: Events about a CR through [`windlass::events::LiveEventSink`];
 //! - `live_path`: conflicts, deletions and failures on the live path;
-//! - `leader`: leader election (Lease, leader-for-life, annotation lock).
+//! - `leader`: leader election (Lease, leader-for-life, annotation lock);
+//! - `manifests`: the `manifests` command's output applied, and the access it grants.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,6 +16,7 @@ mod conformance;
 mod events;
 mod leader;
 mod live_path;
+mod manifests;
 mod rollout;
 
 use std::sync::Arc;
