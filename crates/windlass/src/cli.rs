@@ -6,6 +6,10 @@
 //! <kind>-operator crds                              print the CRD as YAML
 //! <kind>-operator rbac CR.yaml… [--name N] [--namespace NS] [--namespaced]
 //!                                                   print least-privilege RBAC (see crate::rbac)
+//! <kind>-operator manifests CR.yaml… --image IMG [--namespace NS] [--replicas N] [--name N]
+//!                                                   print what installs the operator (see crate::install)
+//! <kind>-operator check-heartbeat -d SECONDS [-f FILE]
+//!                                                   exit 1 if the heartbeat file is older (F9)
 //! ```
 //!
 //! Every subcommand takes the library configuration as flags (`--<dotted.key>[=value]`,
@@ -44,7 +48,14 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::{Outcome, Reconciler};
 
-const SUBCOMMANDS: [&str; 4] = ["run", "graph", "crds", "rbac"];
+const SUBCOMMANDS: [&str; 6] = [
+    "run",
+    "graph",
+    "crds",
+    "rbac",
+    "check-heartbeat",
+    "manifests",
+];
 
 /// Where the CLI writes its output: standard output, or a buffer in tests.
 #[derive(Clone)]
@@ -144,6 +155,8 @@ where
         Some(("run", sub)) => run_command(controller, config, sub, out).await,
         Some(("graph", sub)) => graph_command(controller, config, sub, out).await,
         Some(("rbac", sub)) => rbac_command(controller, config, sub, out).await,
+        Some(("check-heartbeat", sub)) => check_heartbeat_command(&config, sub, out),
+        Some(("manifests", sub)) => manifests_command(controller, config, sub, out).await,
         Some(("crds", _)) => match serde_saphyr::to_string(&C::Resource::crd()) {
             Ok(yaml) => {
                 out.line(format!("---\n{}", yaml.trim_end()));
@@ -194,6 +207,22 @@ fn command<C: Controller>() -> Command {
                 .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the ServiceAccount, role and binding [default: <kind>-operator]"))
                 .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("Namespace of the ServiceAccount (and of the Role with --namespaced)"))
                 .arg(Arg::new("namespaced").long("namespaced").action(ArgAction::SetTrue).help("A Role and RoleBinding in --namespace instead of cluster-wide ones")),
+        )
+        .subcommand(
+            Command::new("manifests")
+                .about("Print the CRD, Namespace, ServiceAccount, least-privilege RBAC (found by a dry run of these CRs) and a Deployment that run the operator; the configuration given here is the one it runs with")
+                .arg(Arg::new("manifests").num_args(0..).value_name("PATH").help("CR manifests (and CRDs of other custom kinds they render): YAML files or directories of them"))
+                .arg(Arg::new("cr").short('c').long("cr").action(ArgAction::Append).value_name("FILE").help("A CR manifest (same as a PATH)"))
+                .arg(Arg::new("image").long("image").required(true).value_name("IMAGE").help("The operator's image; its entrypoint must be the operator binary"))
+                .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the Deployment, ServiceAccount, roles and bindings [default: <kind>-operator]"))
+                .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("The operator's namespace"))
+                .arg(Arg::new("replicas").long("replicas").value_name("N").default_value("1").value_parser(clap::value_parser!(i32).range(0..)).help("Replicas; above 1, leader election with a Lease unless python_watch_manager.lock.type says otherwise")),
+        )
+        .subcommand(
+            Command::new("check-heartbeat")
+                .about("Exit 0 if the heartbeat file was written at most --delta seconds ago, else 1: an exec liveness probe")
+                .arg(Arg::new("delta").short('d').long("delta").required(true).value_name("SECONDS").value_parser(clap::value_parser!(u64)).help("How old the last beat may be, in seconds"))
+                .arg(Arg::new("file").short('f').long("file").value_name("FILE").help("The heartbeat file [default: python_watch_manager.heartbeat_file]")),
         );
     for (path, kind) in Layers::leaves() {
         let mut arg = Arg::new(path.clone())
@@ -560,13 +589,102 @@ async fn rbac_command<C: Controller>(
         options.namespace = namespace.clone();
     }
     options.namespaced = matches.get_flag("namespaced");
+    let lock = config.python_watch_manager.lock.kind;
     let yaml = match crate::rbac::discover(controller, config, docs).await {
-        Ok(access) => crate::rbac::manifests(&access, &options).and_then(|m| m.to_yaml()),
+        Ok(access) => crate::rbac::manifests(&access, &options).and_then(|mut m| {
+            m.rules_mut().extend(crate::rbac::lock_rules(lock));
+            m.to_yaml()
+        }),
         Err(e) => Err(e),
     };
     match yaml {
         Ok(yaml) => {
             out.line(yaml.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn manifests_command<C: Controller>(
+    controller: C,
+    config: LibraryConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let mut docs = Vec::new();
+    for id in ["manifests", "cr"] {
+        for path in matches.get_many::<String>(id).into_iter().flatten() {
+            match read_manifests(Path::new(path), false) {
+                Ok(found) => docs.extend(found.into_iter().map(|(_, doc)| doc)),
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    if docs.is_empty() {
+        eprintln!("no CR manifests given: manifests --image IMAGE <file.yaml | directory>…");
+        return ExitCode::from(2);
+    }
+    let mut options = crate::install::InstallOptions::for_controller::<C>(
+        matches
+            .get_one::<String>("image")
+            .cloned()
+            .unwrap_or_default(),
+    );
+    if let Some(name) = matches.get_one::<String>("name") {
+        options.name = name.clone();
+    }
+    if let Some(namespace) = matches.get_one::<String>("namespace") {
+        options.namespace = namespace.clone();
+    }
+    if let Some(replicas) = matches.get_one::<i32>("replicas") {
+        options.replicas = *replicas;
+    }
+    let yaml = crate::install::manifests(controller, &config, docs, &options)
+        .await
+        .and_then(|objects| crate::install::to_yaml(&objects));
+    match yaml {
+        Ok(yaml) => {
+            out.line(yaml.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `check-heartbeat` (F9): the file must exist and hold a beat at most `--delta` seconds
+/// old; exit 1 with the reason otherwise.
+fn check_heartbeat_command(config: &LibraryConfig, matches: &ArgMatches, out: Output) -> ExitCode {
+    let Some(file) = matches
+        .get_one::<String>("file")
+        .map(PathBuf::from)
+        .or_else(|| config.python_watch_manager.heartbeat_file.clone())
+    else {
+        eprintln!(
+            "no heartbeat file: pass --file or set python_watch_manager.heartbeat_file \
+             (env PYTHON_WATCH_MANAGER_HEARTBEAT_FILE)"
+        );
+        return ExitCode::from(2);
+    };
+    let delta =
+        std::time::Duration::from_secs(matches.get_one::<u64>("delta").copied().unwrap_or(0));
+    let tz = jiff::tz::TimeZone::system();
+    match crate::runtime::heartbeat::check(&file, delta, jiff::Timestamp::now(), &tz) {
+        Ok(beat) => {
+            out.line(format!(
+                "heartbeat ok: {} ({})",
+                crate::runtime::heartbeat::format_beat(beat, &tz),
+                file.display()
+            ));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -665,3 +783,7 @@ impl Observer for Printer {
         self.out.line(line);
     }
 }
+
+#[cfg(test)]
+#[path = "cli_tests.rs"]
+mod tests;

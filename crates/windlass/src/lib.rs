@@ -30,6 +30,7 @@ mod dump;
 pub mod error;
 pub mod events;
 pub mod finalizer;
+pub mod install;
 pub mod inventory;
 pub mod logging;
 pub mod managed;

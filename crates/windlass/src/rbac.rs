@@ -22,6 +22,10 @@
 //! | `leases` (`coordination.k8s.io`)          | get, list, watch, create, update, patch         |
 //! | `configmaps` (the config-defaults one)    | get                                             |
 //!
+//! The `leader-for-life` lock needs more ([`lock_rules`]): `configmaps` create, get,
+//! delete (its lock ConfigMap) and `pods` get (the ConfigMap is owned by the operator's
+//! own Pod). The Lease and the annotation lock need nothing beyond the table.
+//!
 //! Rules are grouped by API group, resources with the same verbs share a rule, and
 //! everything is sorted, so the output is the same for the same input. Resource names
 //! are the plurals the API serves: k8s-openapi's `URL_PATH_SEGMENT` for built-in kinds,
@@ -382,6 +386,26 @@ pub fn rules(access: &Access) -> Vec<PolicyRule> {
         rules.extend(group_rules);
     }
     rules
+}
+
+/// The rules a leader-election lock needs beyond [`rules`]: for `leader-for-life`,
+/// creating, reading and deleting its ConfigMap and reading the operator's own Pod (the
+/// ConfigMap's owner); nothing for the other kinds (the Lease is always granted, the
+/// annotation lock patches the CR).
+pub fn lock_rules(kind: crate::config::LockKind) -> Vec<PolicyRule> {
+    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    match kind {
+        crate::config::LockKind::LeaderForLife => vec![
+            rule(&["configmaps"], &["create", "delete", "get"]),
+            rule(&["pods"], &["get"]),
+        ],
+        _ => Vec::new(),
+    }
 }
 
 /// Names and placement of the RBAC objects.
@@ -998,6 +1022,29 @@ mod tests {
         assert_eq!(kinds, ["ServiceAccount", "Role", "RoleBinding"]);
         assert_eq!(values[1]["metadata"]["namespace"], "ops");
         assert_eq!(values[2]["roleRef"]["kind"], "Role");
+    }
+
+    #[test]
+    fn only_leader_for_life_needs_rules_of_its_own() {
+        use crate::config::LockKind;
+        assert_eq!(
+            table(&lock_rules(LockKind::LeaderForLife)),
+            [
+                (
+                    "".into(),
+                    strings(&["configmaps"]),
+                    strings(&["create", "delete", "get"])
+                ),
+                ("".into(), strings(&["pods"]), strings(&["get"])),
+            ]
+        );
+        for kind in [
+            LockKind::LeaderWithLease,
+            LockKind::Annotation,
+            LockKind::Dryrun,
+        ] {
+            assert!(lock_rules(kind).is_empty(), "{kind:?}");
+        }
     }
 
     #[test]

@@ -98,6 +98,11 @@ pub struct LibraryConfig {
     pub vcs: VcsConfig,
     /// Written to `status.operatorVersion` when set (F60).
     pub operator_version: Option<String>,
+    /// Where `run` serves `/metrics`, `/healthz` and `/readyz` (one HTTP server), as
+    /// `host:port`; empty: no server. Not an oper8 key (oper8 had no metrics or probes);
+    /// named after controller-runtime's `--metrics-bind-address`. The `manifests` command
+    /// points the Deployment's probes and metrics port at its port.
+    pub metrics_bind_address: String,
 }
 
 impl Default for LibraryConfig {
@@ -137,9 +142,13 @@ impl Default for LibraryConfig {
             pod_name: String::new(),
             vcs: VcsConfig::default(),
             operator_version: None,
+            metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.to_string(),
         }
     }
 }
+
+/// The default of [`LibraryConfig::metrics_bind_address`]: every IPv4 interface, port 8080.
+pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "0.0.0.0:8080";
 
 impl LibraryConfig {
     /// The default requeue delay.
@@ -202,11 +211,24 @@ impl LibraryConfig {
         if self.vcs.field.trim().is_empty() {
             problems.push("vcs.field: must not be empty".to_string());
         }
+        let address = self.metrics_bind_address.trim();
+        if !address.is_empty() && address.parse::<std::net::SocketAddr>().is_err() {
+            problems.push(format!(
+                "metrics_bind_address: `{address}` is not host:port (e.g. 0.0.0.0:8080), nor empty"
+            ));
+        }
         if problems.is_empty() {
             Ok(())
         } else {
             Err(problems)
         }
+    }
+
+    /// The address of the `/metrics`, `/healthz` and `/readyz` server, or `None` when
+    /// [`metrics_bind_address`](Self::metrics_bind_address) is empty (or invalid, which
+    /// [`validate`](Self::validate) reports).
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_bind_address.trim().parse().ok()
     }
 
     /// The namespaces to watch; empty means cluster-wide (F34).
@@ -476,6 +498,26 @@ mod tests {
             ["kubernetes.io", "openshift.io", "k8s.ovn.org", "cncf.io"]
         );
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn the_metrics_address_defaults_to_port_8080_and_can_be_switched_off() {
+        let mut c = LibraryConfig::default();
+        assert_eq!(
+            c.metrics_address(),
+            Some(std::net::SocketAddr::from(([0, 0, 0, 0], 8080)))
+        );
+        c.metrics_bind_address = "[::1]:9090".into();
+        assert_eq!(c.metrics_address().map(|a| a.port()), Some(9090));
+        c.metrics_bind_address = String::new();
+        assert_eq!(c.metrics_address(), None);
+        assert!(c.validate().is_ok());
+        c.metrics_bind_address = ":8080".into();
+        let problems = c.validate().unwrap_err();
+        assert!(
+            problems[0].starts_with("metrics_bind_address: "),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -21,10 +21,16 @@
 //! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
+//! - [`metrics`]: what `/metrics` exports.
+//! - [`heartbeat`]: the heartbeat file and its check, for exec liveness probes.
+//! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
 
 pub mod cache;
 pub mod filter;
+pub mod health;
+pub mod heartbeat;
 pub mod leader;
+pub mod metrics;
 pub mod queue;
 pub mod route;
 pub mod source;

@@ -9,7 +9,8 @@
 //! - `live_path`: conflicts, deletions and failures on the live path;
 //! - `leader`: leader election (Lease, leader-for-life, annotation lock);
 //! - `immutable`: changes of fields that cannot change: recreate, config error, PUT fallback;
-//! - `runtime`: the operator runtime: reads from the watches, back-off.
+//! - `runtime`: the operator runtime: reads from the watches, back-off;
+//! - `manifests`: the `manifests` command's output applied, and the access it grants.
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,6 +19,7 @@ mod events;
 mod immutable;
 mod leader;
 mod live_path;
+mod manifests;
 mod rollout;
 mod runtime;
 

@@ -1,0 +1,616 @@
+//! What runs an operator in a cluster: the `manifests` subcommand of [`crate::cli`].
+//!
+//! [`manifests`] prints, in the order `kubectl apply -f` needs them:
+//!
+//! 1. the CRD of the controller's kind;
+//! 2. the operator's Namespace (unless it is `default`, which always exists);
+//! 3. its ServiceAccount and the least-privilege RBAC [`crate::rbac`] derives from a dry
+//!    run of the given CRs, plus what the chosen leader-election lock needs
+//!    ([`rbac::lock_rules`]): a ClusterRole and ClusterRoleBinding, or, when
+//!    `watch_namespace` names namespaces, a Role and RoleBinding in each of them (and a
+//!    Role for the lock in the operator's namespace if it is not watched);
+//! 4. a Deployment running the image's entrypoint with `run`, probed on `/healthz`
+//!    (liveness) and `/readyz` (readiness) at the port of `metrics_bind_address`, which it
+//!    also declares as the `metrics` port.
+//!
+//! The configuration given to `manifests` (flags, environment, `--config`) is the one the
+//! Deployment runs with: every key that differs from its default becomes an environment
+//! variable of the container. With `--replicas` above 1 and no lock configured, the
+//! Deployment elects a leader with a Lease (`leader-with-lease`), so that only one replica
+//! writes; with one replica and no election it is replaced with the `Recreate` strategy, so
+//! a rollout never runs two unelected operators at once.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::config::layers::{LeafKind, env_name};
+use crate::config::{Layers, LibraryConfig, LockKind};
+use crate::controller::Controller;
+use crate::rbac::{self, Access, Grant, RbacError};
+
+/// The name of the container port of `/metrics`, `/healthz` and `/readyz`.
+pub const PORT_NAME: &str = "metrics";
+
+/// Where and how the operator runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallOptions {
+    /// The name of the Deployment, ServiceAccount, roles and bindings.
+    pub name: String,
+    /// The operator's namespace.
+    pub namespace: String,
+    /// The operator's image; its entrypoint must be the operator binary.
+    pub image: String,
+    /// How many replicas run.
+    pub replicas: i32,
+}
+
+impl InstallOptions {
+    /// One replica of `image` named `<kind>-operator` in `default`.
+    pub fn for_controller<C: Controller>(image: impl Into<String>) -> Self {
+        let rbac = rbac::Options::for_controller::<C>();
+        InstallOptions {
+            name: rbac.name,
+            namespace: rbac.namespace,
+            image: image.into(),
+            replicas: 1,
+        }
+    }
+}
+
+/// Why the manifests could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The RBAC could not be derived or built.
+    #[error(transparent)]
+    Rbac(#[from] RbacError),
+    /// The probes would have nothing to reach.
+    #[error("metrics_bind_address: {0}")]
+    Address(String),
+    /// The options are unusable.
+    #[error("{0}")]
+    Options(String),
+    /// The output could not be serialized.
+    #[error("cannot write the manifests as YAML: {0}")]
+    Yaml(String),
+}
+
+/// The configuration the Deployment runs with: `config` made live (no `dry_run`, no
+/// `pod_name`: each Pod gets its own), named after the Deployment unless it has an
+/// `operator_name`, with Lease election when more than one replica runs and no lock was
+/// chosen.
+pub fn operator_config(config: &LibraryConfig, options: &InstallOptions) -> LibraryConfig {
+    let mut deployed = config.clone();
+    deployed.dry_run = false;
+    deployed.pod_name = String::new();
+    if deployed.operator_name.trim().is_empty() {
+        deployed.operator_name = options.name.clone();
+    }
+    let lock = &mut deployed.python_watch_manager.lock;
+    if options.replicas > 1 && lock.kind == LockKind::Dryrun {
+        lock.kind = LockKind::LeaderWithLease;
+    }
+    deployed
+}
+
+/// The environment variables that give a process `config`: one per key that differs from
+/// its default, named as the environment layer reads them (`WATCH_NAMESPACE`,
+/// `PYTHON_WATCH_MANAGER_LOCK_TYPE`), sorted by name. Keys that cannot be written as one
+/// variable (a map, a key reset to no value) are left out with a warning.
+pub fn config_env(config: &LibraryConfig) -> Vec<(String, String)> {
+    let (Ok(ours), Ok(defaults)) = (
+        serde_json::to_value(config),
+        serde_json::to_value(LibraryConfig::default()),
+    ) else {
+        return Vec::new();
+    };
+    let leaf = |tree: &Value, path: &str| -> Value {
+        path.split('.')
+            .try_fold(tree, |v, segment| v.get(segment))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let mut env = BTreeMap::new();
+    for (path, kind) in Layers::leaves() {
+        let value = leaf(&ours, &path);
+        if value == leaf(&defaults, &path) {
+            continue;
+        }
+        let text = match (&value, kind) {
+            (Value::String(s), _) => s.clone(),
+            (Value::Bool(b), _) => b.to_string(),
+            (Value::Number(n), _) => n.to_string(),
+            (Value::Array(items), LeafKind::List) => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+            _ => {
+                tracing::warn!(key = %path, "cannot pass this key as an environment variable");
+                continue;
+            }
+        };
+        env.insert(env_name(&path), text);
+    }
+    env.into_iter().collect()
+}
+
+/// The ServiceAccount, roles and bindings of the operator (see the [module docs](self)).
+///
+/// # Errors
+/// [`RbacError::ClusterScoped`] when `watch_namespace` restricts the operator to
+/// namespaces but a kind it uses is cluster-scoped.
+pub fn rbac_objects(
+    access: &Access,
+    options: &InstallOptions,
+    config: &LibraryConfig,
+) -> Result<Vec<Value>, InstallError> {
+    let watched = config.watch_namespaces();
+    let lock = config.python_watch_manager.lock.kind;
+    let base = rbac::Options {
+        name: options.name.clone(),
+        namespace: options.namespace.clone(),
+        namespaced: !watched.is_empty(),
+    };
+    let mut manifests = rbac::manifests(access, &base)?;
+    manifests.rules_mut().extend(rbac::lock_rules(lock));
+    let json = |r: serde_json::Result<Value>| r.map_err(|e| InstallError::Yaml(e.to_string()));
+    let mut objects = vec![json(serde_json::to_value(&manifests.service_account))?];
+    match &manifests.grant {
+        Grant::Cluster(role, binding) => {
+            objects.push(json(serde_json::to_value(role))?);
+            objects.push(json(serde_json::to_value(binding))?);
+        }
+        Grant::Namespaced(role, binding) => {
+            // The same Role in every watched namespace, bound to the one ServiceAccount.
+            for namespace in &watched {
+                for object in [serde_json::to_value(role), serde_json::to_value(binding)] {
+                    let mut object = json(object)?;
+                    object["metadata"]["namespace"] = Value::String(namespace.clone());
+                    objects.push(object);
+                }
+            }
+            // The lock lives in the operator's namespace (the Pod's service-account
+            // namespace), which may not be watched.
+            if !watched.contains(&options.namespace) {
+                let name = format!("{}-leader-election", options.name);
+                let mut rules = rbac::rules(access)
+                    .into_iter()
+                    .filter(|r| {
+                        r.api_groups.as_deref() == Some(&["coordination.k8s.io".to_string()])
+                    })
+                    .collect::<Vec<_>>();
+                rules.extend(rbac::lock_rules(lock));
+                objects.push(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": name, "namespace": options.namespace},
+                    "rules": json(serde_json::to_value(rules))?,
+                }));
+                objects.push(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": options.namespace},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": options.name, "namespace": options.namespace}],
+                }));
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// The Deployment running `config` (as [`operator_config`] made it) with `options`.
+///
+/// # Errors
+/// [`InstallError::Address`] if `metrics_bind_address` is empty, invalid or on loopback:
+/// the kubelet's probes could not reach the server.
+pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Value, InstallError> {
+    let address = config.metrics_address().ok_or_else(|| {
+        InstallError::Address(format!(
+            "`{}` is not host:port; the Deployment's probes need the server",
+            config.metrics_bind_address
+        ))
+    })?;
+    if address.ip().is_loopback() {
+        return Err(InstallError::Address(format!(
+            "{address} is a loopback address, which the kubelet's probes cannot reach: bind \
+             0.0.0.0 (or [::])"
+        )));
+    }
+    let port = address.port();
+    let labels = json!({
+        "app.kubernetes.io/name": options.name,
+        "app.kubernetes.io/component": "operator",
+    });
+    let mut env = vec![json!({
+        "name": env_name("pod_name"),
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+    })];
+    env.extend(
+        config_env(config)
+            .into_iter()
+            .map(|(name, value)| json!({"name": name, "value": value})),
+    );
+    let mut mounts = vec![json!({"name": "tmp", "mountPath": "/tmp"})];
+    let mut volumes = vec![json!({"name": "tmp", "emptyDir": {}})];
+    // The root filesystem is read-only: the heartbeat needs a writable directory.
+    if let Some(dir) = config
+        .python_watch_manager
+        .heartbeat_file
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .filter(|dir| *dir != std::path::Path::new("/tmp") && dir.parent().is_some())
+    {
+        mounts.push(json!({"name": "heartbeat", "mountPath": dir.display().to_string()}));
+        volumes.push(json!({"name": "heartbeat", "emptyDir": {}}));
+    }
+    let elected = config.python_watch_manager.lock.kind != LockKind::Dryrun;
+    // Without election two replicas must never overlap, not even during a rollout.
+    let strategy = if elected {
+        json!({"type": "RollingUpdate"})
+    } else {
+        json!({"type": "Recreate"})
+    };
+    let probe = |path: &str, period: u32| {
+        json!({
+            "httpGet": {"path": path, "port": PORT_NAME},
+            "periodSeconds": period,
+            "failureThreshold": 3,
+        })
+    };
+    Ok(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": options.name, "namespace": options.namespace, "labels": labels},
+        "spec": {
+            "replicas": options.replicas,
+            "selector": {"matchLabels": labels},
+            "strategy": strategy,
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": port.to_string(),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": {
+                    "serviceAccountName": options.name,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [{
+                        "name": "operator",
+                        "image": options.image,
+                        "args": ["run"],
+                        "env": env,
+                        "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+                        "livenessProbe": probe("/healthz", 10),
+                        "readinessProbe": probe("/readyz", 5),
+                        "resources": {
+                            "requests": {"cpu": "50m", "memory": "64Mi"},
+                            "limits": {"memory": "256Mi"},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }))
+}
+
+/// Every manifest that installs controller `C` (see the [module docs](self)): the RBAC is
+/// derived from a dry run of `crs` (CR manifests, and CRDs of other custom kinds they
+/// render) with `config`.
+///
+/// # Errors
+/// [`InstallError`] if the RBAC cannot be derived (no CR, a failing dry run), the options
+/// or the address are unusable.
+pub async fn manifests<C: Controller>(
+    controller: C,
+    config: &LibraryConfig,
+    crs: Vec<Value>,
+    options: &InstallOptions,
+) -> Result<Vec<Value>, InstallError> {
+    use kube::CustomResourceExt;
+    if options.image.trim().is_empty() {
+        return Err(InstallError::Options("--image must not be empty".into()));
+    }
+    if options.replicas < 0 {
+        return Err(InstallError::Options(format!(
+            "--replicas must be 0 or more, got {}",
+            options.replicas
+        )));
+    }
+    let deployed = operator_config(config, options);
+    // Fails early, before the dry run, on an unusable address.
+    let deployment = deployment(options, &deployed)?;
+    let access = rbac::discover(controller, config.clone(), crs).await?;
+    let crd =
+        serde_json::to_value(C::Resource::crd()).map_err(|e| InstallError::Yaml(e.to_string()))?;
+    let mut objects = vec![crd];
+    if options.namespace != "default" {
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
+    }
+    objects.extend(rbac_objects(&access, options, &deployed)?);
+    objects.push(deployment);
+    Ok(objects)
+}
+
+/// `objects` as multi-document YAML, each document starting with `---`.
+///
+/// # Errors
+/// [`InstallError::Yaml`] if an object cannot be written.
+pub fn to_yaml(objects: &[Value]) -> Result<String, InstallError> {
+    let mut text = String::new();
+    for object in objects {
+        let yaml =
+            serde_saphyr::to_string(object).map_err(|e| InstallError::Yaml(e.to_string()))?;
+        text.push_str("---\n");
+        text.push_str(yaml.trim_end());
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use k8s_openapi::api::apps::v1::Deployment;
+
+    use super::*;
+    use crate::cluster::Scope;
+    use crate::rbac::KindAccess;
+    use crate::testing::DummyController;
+
+    fn options(replicas: i32) -> InstallOptions {
+        InstallOptions {
+            name: "widget-op".into(),
+            namespace: "ops".into(),
+            image: "example.com/widget-operator:1.0".into(),
+            replicas,
+        }
+    }
+
+    fn env_of(deployment: &Value) -> BTreeMap<String, Value> {
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let value = e.get("value").cloned().unwrap_or(e["valueFrom"].clone());
+                (e["name"].as_str().unwrap().to_string(), value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_deployment_probes_and_exposes_the_metrics_port_and_is_a_valid_deployment() {
+        let config = LibraryConfig {
+            metrics_bind_address: "0.0.0.0:9090".into(),
+            ..LibraryConfig::default()
+        };
+        let options = options(1);
+        let deployment = deployment(&options, &operator_config(&config, &options)).unwrap();
+        let typed: Deployment = serde_json::from_value(deployment.clone()).unwrap();
+        let pod = typed.spec.template.spec.unwrap();
+        let container = &pod.containers[0];
+        assert_eq!(
+            container.image.as_deref(),
+            Some("example.com/widget-operator:1.0")
+        );
+        assert_eq!(container.args.as_deref(), Some(&["run".to_string()][..]));
+        let port = &container.ports.as_ref().unwrap()[0];
+        assert_eq!(
+            (port.name.as_deref(), port.container_port),
+            (Some("metrics"), 9090)
+        );
+        let probe_path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+            let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+            (get.path.clone().unwrap(), get.port.clone())
+        };
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        assert_eq!(
+            probe_path(&container.liveness_probe),
+            (
+                "/healthz".to_string(),
+                IntOrString::String("metrics".into())
+            )
+        );
+        assert_eq!(
+            probe_path(&container.readiness_probe),
+            ("/readyz".to_string(), IntOrString::String("metrics".into()))
+        );
+        assert_eq!(pod.service_account_name.as_deref(), Some("widget-op"));
+        // The address is not the default, so the container gets it.
+        let env = env_of(&deployment);
+        assert_eq!(env["METRICS_BIND_ADDRESS"], "0.0.0.0:9090");
+        assert_eq!(
+            env["POD_NAME"],
+            json!({"fieldRef": {"fieldPath": "metadata.name"}})
+        );
+    }
+
+    #[test]
+    fn more_than_one_replica_elects_a_leader_with_a_lease_and_rolls_while_one_replica_recreates() {
+        let config = LibraryConfig::default();
+        let one = deployment(&options(1), &operator_config(&config, &options(1))).unwrap();
+        assert_eq!(one["spec"]["strategy"]["type"], "Recreate");
+        assert!(!env_of(&one).contains_key("PYTHON_WATCH_MANAGER_LOCK_TYPE"));
+
+        let three = deployment(&options(3), &operator_config(&config, &options(3))).unwrap();
+        assert_eq!(three["spec"]["replicas"], 3);
+        assert_eq!(three["spec"]["strategy"]["type"], "RollingUpdate");
+        let env = env_of(&three);
+        assert_eq!(env["PYTHON_WATCH_MANAGER_LOCK_TYPE"], "leader-with-lease");
+        // The Lease is named after the operator.
+        assert_eq!(env["OPERATOR_NAME"], "widget-op");
+
+        // A lock chosen in the configuration is kept.
+        let mut config = LibraryConfig::default();
+        config.python_watch_manager.lock.kind = LockKind::Annotation;
+        let env = env_of(&deployment(&options(3), &operator_config(&config, &options(3))).unwrap());
+        assert_eq!(env["PYTHON_WATCH_MANAGER_LOCK_TYPE"], "annotation");
+    }
+
+    #[test]
+    fn the_configuration_travels_as_environment_variables_that_load_back() {
+        let mut config = LibraryConfig {
+            watch_namespace: "a,b".into(),
+            ..LibraryConfig::default()
+        };
+        config.supported_versions = vec!["1.0".into(), "2.0".into()];
+        config.manage_status = false;
+        config.deploy_retries = 7;
+        config.python_watch_manager.max_concurrent_reconciles = Some(4);
+        config.python_watch_manager.reconcile_period = "90s".parse().unwrap();
+        config.operator_version = Some("1.2.3".into());
+        config.dry_run = true;
+        config.pod_name = "mine".into();
+        let deployed = operator_config(&config, &options(1));
+        let env = config_env(&deployed);
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(
+            !names.contains(&"DRY_RUN") && !names.contains(&"POD_NAME"),
+            "{names:?}"
+        );
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted: {names:?}");
+        // The environment layer reads them back into the same configuration.
+        let loaded = Layers::new().env(env).build().unwrap();
+        assert_eq!(loaded, deployed);
+        assert_eq!(
+            loaded.python_watch_manager.max_concurrent_reconciles,
+            Some(4)
+        );
+        assert!(config_env(&LibraryConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn the_heartbeat_directory_is_writable_on_the_read_only_root() {
+        let mut config = LibraryConfig::default();
+        config.python_watch_manager.heartbeat_file = Some("/var/run/operator/heartbeat".into());
+        let made = deployment(&options(1), &config).unwrap();
+        let mounts = &made["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+        assert_eq!(
+            mounts,
+            &json!([{"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "heartbeat", "mountPath": "/var/run/operator"}])
+        );
+        config.python_watch_manager.heartbeat_file = Some("/tmp/heartbeat".into());
+        let made = deployment(&options(1), &config).unwrap();
+        let mounts = &made["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+        assert_eq!(mounts.as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_server_the_probes_cannot_reach_is_an_error() {
+        let mut config = LibraryConfig::default();
+        for address in ["", "127.0.0.1:8080", "[::1]:8080"] {
+            config.metrics_bind_address = address.into();
+            let err = deployment(&options(1), &config).unwrap_err();
+            assert!(matches!(err, InstallError::Address(_)), "{address}: {err}");
+        }
+    }
+
+    fn access() -> Access {
+        let mut access = Access::of_primary::<DummyController>();
+        access.kinds = vec![KindAccess {
+            type_ref: crate::object::TypeRef::new("v1", "ConfigMap"),
+            plural: "configmaps".into(),
+            scope: Scope::Namespaced,
+            writes: true,
+        }];
+        access
+    }
+
+    fn kinds_and_namespaces(objects: &[Value]) -> Vec<(String, String)> {
+        objects
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap().to_string(),
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cluster_wide_rbac_is_one_cluster_role_and_binding() {
+        let config = operator_config(&LibraryConfig::default(), &options(2));
+        let objects = rbac_objects(&access(), &options(2), &config).unwrap();
+        assert_eq!(
+            kinds_and_namespaces(&objects),
+            [
+                ("ServiceAccount".into(), "ops".into()),
+                ("ClusterRole".into(), "".into()),
+                ("ClusterRoleBinding".into(), "".into()),
+            ]
+        );
+        let rules = serde_json::to_string(&objects[1]["rules"]).unwrap();
+        assert!(rules.contains("leases"), "{rules}");
+        assert!(rules.contains("events"), "{rules}");
+    }
+
+    #[test]
+    fn watched_namespaces_get_a_role_each_and_the_lock_one_in_the_operators_namespace() {
+        let mut config = LibraryConfig {
+            watch_namespace: "shop,blog".into(),
+            ..LibraryConfig::default()
+        };
+        config.python_watch_manager.lock.kind = LockKind::LeaderForLife;
+        let config = operator_config(&config, &options(2));
+        let objects = rbac_objects(&access(), &options(2), &config).unwrap();
+        assert_eq!(
+            kinds_and_namespaces(&objects),
+            [
+                ("ServiceAccount".into(), "ops".into()),
+                ("Role".into(), "shop".into()),
+                ("RoleBinding".into(), "shop".into()),
+                ("Role".into(), "blog".into()),
+                ("RoleBinding".into(), "blog".into()),
+                ("Role".into(), "ops".into()),
+                ("RoleBinding".into(), "ops".into()),
+            ]
+        );
+        // Every binding names the one ServiceAccount in the operator's namespace.
+        for binding in objects.iter().filter(|o| o["kind"] == "RoleBinding") {
+            assert_eq!(
+                binding["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "widget-op", "namespace": "ops"}])
+            );
+        }
+        let lock_role = serde_json::to_string(&objects[5]["rules"]).unwrap();
+        assert_eq!(objects[5]["metadata"]["name"], "widget-op-leader-election");
+        assert!(
+            lock_role.contains("leases") && lock_role.contains("pods"),
+            "{lock_role}"
+        );
+        assert!(!lock_role.contains("widgets"), "only the lock: {lock_role}");
+
+        // Watching its own namespace, the operator needs no separate lock Role.
+        let config = LibraryConfig {
+            watch_namespace: "ops".into(),
+            ..LibraryConfig::default()
+        };
+        let objects = rbac_objects(&access(), &options(1), &config).unwrap();
+        assert_eq!(objects.len(), 3);
+    }
+}

@@ -1,0 +1,467 @@
+//! The operator's HTTP endpoints: `/metrics`, `/healthz` and `/readyz` (issue 8), on axum.
+//!
+//! Kubernetes asks two different questions and they get different answers here:
+//!
+//! - **Liveness** (`/healthz`): is the process alive? Answered 200 by the server itself.
+//!   It deliberately checks nothing else: a watch that cannot reach the API server, or a
+//!   standby replica, must not get the Pod restarted; the runtime retries those on its
+//!   own, and a restart would only lose the caches.
+//! - **Readiness** (`/readyz`): is this replica doing its job? 200 only once every declared
+//!   watch has synced (listed its kind into the cache; a watch that lost its stream and
+//!   relists is not synced until the relist is done) and, where leader election is on,
+//!   once this replica knows whether it leads (a standby that knows it is a standby is
+//!   ready: it is what the rollout of a Deployment waits for). Otherwise 503, with a short
+//!   text body saying what is missing, so `kubectl describe pod` tells why.
+//!
+//! [`Health`] is the state the runtime sets; [`serve`] answers from it and from
+//! [`Metrics`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::extract;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::metrics::{CONTENT_TYPE, Metrics};
+use super::source::Watch;
+
+/// What readiness waits for; see the [module docs](self). Cheap to share in an `Arc`.
+///
+/// ```
+/// use windlass::object::TypeRef;
+/// use windlass::runtime::health::Health;
+/// use windlass::runtime::source::Watch;
+///
+/// let health = Health::new();
+/// let widgets = Watch { type_ref: TypeRef::new("example.com/v1", "Widget"), namespace: None, labels: None };
+/// health.declare_watch(&widgets);
+/// health.require_leadership();
+/// assert!(health.readiness().is_err());
+/// health.set_synced(&widgets, true);
+/// health.set_leader(false); // a standby that knows it is one is ready
+/// assert!(health.readiness().is_ok());
+/// ```
+#[derive(Debug, Default)]
+pub struct Health {
+    state: Mutex<Readiness>,
+}
+
+#[derive(Debug, Default)]
+struct Readiness {
+    /// Declared watches, by description: whether their cache is synced.
+    watches: BTreeMap<String, bool>,
+    leadership: Leadership,
+    shutting_down: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Leadership {
+    /// No leader election: nothing to wait for.
+    #[default]
+    NotRequired,
+    /// Election is on, no answer yet.
+    Unknown,
+    /// Election is on, and this replica leads (`true`) or stands by.
+    Known(bool),
+}
+
+impl Health {
+    /// Nothing declared: ready until watches or leadership are required. Declare the
+    /// watches before [`serve`] answers, or `/readyz` is briefly ready with nothing synced.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, Readiness> {
+        // Every change is one assignment: a poisoned lock holds a consistent state.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Readiness waits for `watch` to sync. Declaring it again keeps what it reported.
+    pub fn declare_watch(&self, watch: &Watch) {
+        self.state().watches.entry(describe(watch)).or_insert(false);
+    }
+
+    /// Whether `watch`'s cache is synced: `true` once its list is in the store, `false`
+    /// again while it relists after losing its stream. Declares the watch if needed.
+    pub fn set_synced(&self, watch: &Watch, synced: bool) {
+        self.state().watches.insert(describe(watch), synced);
+    }
+
+    /// Leader election is on: readiness waits until [`set_leader`](Self::set_leader)
+    /// says whether this replica leads.
+    pub fn require_leadership(&self) {
+        let mut state = self.state();
+        if state.leadership == Leadership::NotRequired {
+            state.leadership = Leadership::Unknown;
+        }
+    }
+
+    /// This replica now knows that it leads (`true`) or stands by (`false`). Call it once
+    /// the first election attempt has ended either way, and on every change. Implies
+    /// [`require_leadership`](Self::require_leadership).
+    pub fn set_leader(&self, leader: bool) {
+        self.state().leadership = Leadership::Known(leader);
+    }
+
+    /// Copy the leadership changes of `leadership` (e.g.
+    /// [`Leadership::watch`](super::leader::Leadership::watch)) into
+    /// [`set_leader`](Self::set_leader) until its sender is gone.
+    ///
+    /// A receiver that reads `true` is known to lead at once; one that reads `false` is
+    /// known once it has changed, because a receiver cannot tell "not leader" from "not
+    /// decided yet". So a replica that stays a standby from the start must still be
+    /// reported with `set_leader(false)` by whoever sees its first election attempt end.
+    pub async fn follow_leadership(&self, mut leadership: watch::Receiver<bool>) {
+        self.require_leadership();
+        if *leadership.borrow_and_update() {
+            self.set_leader(true);
+        }
+        while leadership.changed().await.is_ok() {
+            let leader = *leadership.borrow_and_update();
+            self.set_leader(leader);
+        }
+    }
+
+    /// The process is stopping: not ready any more, so no new traffic or rollout step
+    /// counts on this replica.
+    pub fn set_shutting_down(&self) {
+        self.state().shutting_down = true;
+    }
+
+    /// Whether this replica is ready; if not, what is missing, one item per entry (the
+    /// body of a 503 from `/readyz`).
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let state = self.state();
+        let mut missing = Vec::new();
+        if state.shutting_down {
+            missing.push("shutting down".to_string());
+        }
+        missing.extend(
+            state
+                .watches
+                .iter()
+                .filter(|(_, synced)| !**synced)
+                .map(|(watch, _)| format!("watch not synced: {watch}")),
+        );
+        if state.leadership == Leadership::Unknown {
+            missing.push("leader election: no answer yet".to_string());
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing)
+        }
+    }
+}
+
+/// `apps/v1/Deployment in all namespaces (labels app=x)`.
+fn describe(watch: &Watch) -> String {
+    let mut text = format!("{} in ", watch.type_ref);
+    match &watch.namespace {
+        Some(namespace) => text.push_str(&format!("namespace {namespace}")),
+        None => text.push_str("all namespaces"),
+    }
+    if let Some(labels) = &watch.labels {
+        text.push_str(&format!(" (labels {labels})"));
+    }
+    text
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until `shutdown` completes.
+///
+/// # Errors
+/// The address cannot be bound (in use, not permitted), or the server failed.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    serve_listener(listener, metrics, health, shutdown).await
+}
+
+/// [`serve`] on a listener bound already, e.g. to port 0 to learn the port it got.
+///
+/// # Errors
+/// The server failed.
+pub async fn serve_listener(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    }
+    axum::serve(listener, router(metrics, health))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[derive(Clone)]
+struct Endpoints {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .route("/healthz", get(alive))
+        .route("/readyz", get(ready))
+        .with_state(Endpoints { metrics, health })
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+async fn scrape(extract::State(endpoints): extract::State<Endpoints>) -> Response {
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        endpoints.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn alive() -> Response {
+    ([(header::CONTENT_TYPE, TEXT)], "ok\n").into_response()
+}
+
+async fn ready(extract::State(endpoints): extract::State<Endpoints>) -> Response {
+    match endpoints.health.readiness() {
+        Ok(()) => ([(header::CONTENT_TYPE, TEXT)], "ok\n".to_string()).into_response(),
+        Err(missing) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, TEXT)],
+            format!("not ready:\n{}\n", missing.join("\n")),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::object::TypeRef;
+    use crate::reconcile::Outcome;
+
+    fn watch(kind: &str, namespace: Option<&str>) -> Watch {
+        Watch {
+            type_ref: TypeRef::new("v1", kind),
+            namespace: namespace.map(str::to_string),
+            labels: None,
+        }
+    }
+
+    /// `GET path` over a fresh connection: (status code, content type, body).
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
+        let content_type = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-type")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_default();
+        (code, content_type, body.to_string())
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        stop: oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<std::io::Result<()>>,
+    }
+
+    async fn start(metrics: Arc<Metrics>, health: Arc<Health>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_listener(listener, metrics, health, async move {
+            let _ = stopped.await;
+        }));
+        Server { addr, stop, task }
+    }
+
+    #[tokio::test]
+    async fn healthz_is_ok_while_readyz_waits_for_every_watch_and_leadership() {
+        let health = Arc::new(Health::new());
+        let (pods, maps) = (watch("Pod", Some("shop")), watch("ConfigMap", None));
+        health.declare_watch(&pods);
+        health.declare_watch(&maps);
+        health.require_leadership();
+        let server = start(Arc::new(Metrics::new()), health.clone()).await;
+
+        let (code, _, body) = get(server.addr, "/healthz").await;
+        assert_eq!((code, body.as_str()), (200, "ok\n"));
+        let (code, content_type, body) = get(server.addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        assert_eq!(
+            body,
+            "not ready:\n\
+             watch not synced: v1/ConfigMap in all namespaces\n\
+             watch not synced: v1/Pod in namespace shop\n\
+             leader election: no answer yet\n"
+        );
+
+        health.set_synced(&pods, true);
+        let (code, _, body) = get(server.addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(!body.contains("Pod"), "{body}");
+        assert!(body.contains("v1/ConfigMap"), "{body}");
+
+        health.set_synced(&maps, true);
+        let (code, _, body) = get(server.addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert_eq!(body, "not ready:\nleader election: no answer yet\n");
+
+        // A standby is ready: it knows where it stands.
+        health.set_leader(false);
+        assert_eq!(get(server.addr, "/readyz").await.0, 200);
+
+        // An outage: the watch relists, readiness drops until it is done; liveness stays.
+        health.set_synced(&maps, false);
+        let (code, _, body) = get(server.addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(body.contains("v1/ConfigMap in all namespaces"), "{body}");
+        assert_eq!(get(server.addr, "/healthz").await.0, 200);
+        health.set_synced(&maps, true);
+        let (code, _, body) = get(server.addr, "/readyz").await;
+        assert_eq!((code, body.as_str()), (200, "ok\n"));
+
+        health.set_shutting_down();
+        let (code, _, body) = get(server.addr, "/readyz").await;
+        assert_eq!((code, body.as_str()), (503, "not ready:\nshutting down\n"));
+
+        server.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server.task)
+            .await
+            .expect("the server stops when told to")
+            .unwrap()
+            .unwrap();
+        assert!(
+            TcpStream::connect(server.addr).await.is_err(),
+            "nothing listens after shutdown"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_election_readiness_needs_only_the_watches() {
+        let health = Health::new();
+        let pods = watch("Pod", None);
+        health.declare_watch(&pods);
+        assert_eq!(
+            health.readiness(),
+            Err(vec![
+                "watch not synced: v1/Pod in all namespaces".to_string()
+            ])
+        );
+        health.set_synced(&pods, true);
+        // Declaring again does not forget that it synced.
+        health.declare_watch(&pods);
+        assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_in_the_openmetrics_format() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.reconcile_started("webapp");
+        metrics.reconcile_finished("webapp", Outcome::Done, Duration::from_millis(5), false);
+        let server = start(metrics, Arc::new(Health::new())).await;
+        let (code, content_type, body) = get(server.addr, "/metrics").await;
+        assert_eq!(code, 200);
+        assert_eq!(content_type, CONTENT_TYPE);
+        assert!(
+            body.contains(r#"windlass_reconciles_total{controller="webapp",outcome="done"} 1"#),
+            "{body}"
+        );
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        assert_eq!(get(server.addr, "/nope").await.0, 404);
+    }
+
+    #[tokio::test]
+    async fn serve_reports_an_address_in_use() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let err = serve(
+            taken.local_addr().unwrap(),
+            Arc::new(Metrics::new()),
+            Arc::new(Health::new()),
+            std::future::pending(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    }
+
+    /// Polls `check` until it holds, failing after a deadline.
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn following_a_leadership_channel_makes_leadership_known() {
+        let health = Arc::new(Health::new());
+        let (tx, rx) = watch::channel(false);
+        let follower = tokio::spawn({
+            let health = health.clone();
+            async move { health.follow_leadership(rx).await }
+        });
+        // `false` from the start could mean "not decided yet".
+        eventually("election required", || health.readiness().is_err()).await;
+        assert_eq!(
+            health.readiness(),
+            Err(vec!["leader election: no answer yet".to_string()])
+        );
+        tx.send(true).unwrap();
+        eventually("leader", || {
+            health.state().leadership == Leadership::Known(true)
+        })
+        .await;
+        tx.send(false).unwrap();
+        eventually("standby", || {
+            health.state().leadership == Leadership::Known(false)
+        })
+        .await;
+        assert_eq!(health.readiness(), Ok(()));
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(10), follower)
+            .await
+            .expect("the follower ends with the channel")
+            .unwrap();
+
+        // A channel that already reads `true` is known at once.
+        let health = Health::new();
+        let (_tx, rx) = watch::channel(true);
+        let _ = tokio::time::timeout(Duration::from_millis(1), health.follow_leadership(rx)).await;
+        assert_eq!(health.state().leadership, Leadership::Known(true));
+    }
+}
