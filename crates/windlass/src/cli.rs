@@ -281,14 +281,20 @@ fn library_config(matches: &ArgMatches) -> Result<LibraryConfig, String> {
 /// `run` against the cluster of `KUBECONFIG` (or the in-cluster config) until SIGTERM or
 /// SIGINT; exit 0 after a clean shutdown.
 async fn live_run<C: Controller>(controller: C, config: LibraryConfig) -> ExitCode {
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
+    let kube_config = match kube::Config::infer().await {
+        Ok(kube_config) => kube_config,
         Err(e) => {
-            eprintln!("cannot reach a cluster (KUBECONFIG or the in-cluster config): {e}");
+            eprintln!("cannot find a cluster (KUBECONFIG or the in-cluster config): {e}");
             return ExitCode::FAILURE;
         }
     };
-    let manager = crate::runtime::Manager::new(client, config).controller(controller);
+    let manager = match crate::runtime::Manager::from_config(kube_config, config) {
+        Ok(manager) => manager.controller(controller),
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match manager.run(shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -20,15 +20,23 @@ use windlass_testenv::TestEnv;
 struct Operator {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
+    /// Where it serves `/metrics`, `/healthz` and `/readyz`.
+    address: String,
 }
 
 impl Operator {
     fn start(env: &TestEnv, namespace: &str) -> Operator {
+        let address = {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            free.local_addr().unwrap().to_string()
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
             .args([
                 "run",
                 "--watch_namespace",
                 namespace,
+                "--metrics_bind_address",
+                &address,
                 "--log_level",
                 "debug",
                 "--log_json",
@@ -50,7 +58,28 @@ impl Operator {
                 }
             });
         }
-        Operator { child, log }
+        Operator {
+            child,
+            log,
+            address,
+        }
+    }
+
+    /// GET `path` from the operator's HTTP server: the status code and the body.
+    fn http(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.address).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.address
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let code = response.split(' ').nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n")?.1.to_string();
+        Some((code, body))
     }
 
     /// How many reconciles of the CR named `name` have started.
@@ -135,6 +164,20 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
         get(cr.clone()).await.is_some_and(|cr| ready(&cr))
     })
     .await;
+    // Ready to serve once its watches have listed; its metrics count what it did.
+    eventually("/readyz answers 200", &operator, || async {
+        operator
+            .http("/readyz")
+            .is_some_and(|(code, _)| code == 200)
+    })
+    .await;
+    assert_eq!(operator.http("/healthz").map(|(code, _)| code), Some(200));
+    let (_, metrics) = operator.http("/metrics").unwrap();
+    assert!(
+        metrics.contains("windlass_reconciles_total{")
+            && metrics.contains("windlass_api_requests_total{"),
+        "{metrics}"
+    );
 
     // A child deleted by hand comes back.
     let web = ObjectRef::new("apps/v1", "Deployment", Some(ns.name()), "shop-web");

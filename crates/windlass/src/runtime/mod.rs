@@ -44,8 +44,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::cluster::RequestCounter;
 use crate::cluster::{Cluster, LiveCluster, Scope};
 use crate::config::LibraryConfig;
+use crate::config::LockKind;
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::events::LiveEventSink;
@@ -54,8 +56,11 @@ use crate::progress::{Event, Observer};
 use crate::reconcile::Reconciler;
 use cache::{CachedCluster, Stores};
 use filter::GlobalFilter;
+use health::Health;
+use heartbeat::Heartbeat;
 use leader::{Leadership, LockSettings};
-use source::{SourceEvent, Watch};
+use metrics::Metrics;
+use source::{SourceEvent, Watch, WatchObserver};
 use worker::{ReconcileObserver, WorkerSettings};
 
 /// How long reconciles in flight may finish after a shutdown signal before they are
@@ -82,22 +87,59 @@ pub struct Manager {
     cluster: Arc<CachedCluster>,
     library: Arc<LibraryConfig>,
     controllers: Vec<Box<dyn Start>>,
-    observer: Arc<dyn ReconcileObserver>,
+    observers: Vec<Arc<dyn ReconcileObserver>>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
 }
 
 impl Manager {
-    /// A manager over `client`, configured by `library`.
+    /// A manager over `client`, configured by `library`. Its `/metrics` carry no API
+    /// request counts; [`Manager::from_config`] builds a client that counts them.
     pub fn new(client: kube::Client, library: LibraryConfig) -> Self {
+        Self::with_metrics(client, library, Metrics::new())
+    }
+
+    /// A manager with a client built from `config` whose requests are counted by verb,
+    /// resource and code on `/metrics`.
+    ///
+    /// # Errors
+    /// [`Error::Other`] when the client cannot be built from `config`.
+    pub fn from_config(config: kube::Config, library: LibraryConfig) -> Result<Self> {
+        let requests = RequestCounter::new();
+        let client = requests
+            .client(config)
+            .map_err(|e| Error::other(format!("cannot build the kube client: {e}")))?;
+        Ok(Self::with_metrics(
+            client,
+            library,
+            Metrics::with_requests(requests),
+        ))
+    }
+
+    fn with_metrics(client: kube::Client, library: LibraryConfig, metrics: Metrics) -> Self {
         let live = Arc::new(LiveCluster::new(client.clone()));
         let cluster = Arc::new(CachedCluster::new(live.clone(), Arc::new(Stores::new())));
+        let metrics = Arc::new(metrics);
         Manager {
             client,
             live,
             cluster,
             library: Arc::new(library),
             controllers: Vec::new(),
-            observer: Arc::new(LogOnly),
+            observers: vec![metrics.clone()],
+            metrics,
+            health: Arc::new(Health::new()),
         }
+    }
+
+    /// The metrics `/metrics` serves; operators may register their own in its registry.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// What `/readyz` answers from.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// Add a controller; it runs with the others when the manager runs.
@@ -106,9 +148,9 @@ impl Manager {
         self
     }
 
-    /// Observe every reconcile (metrics).
+    /// Observe every reconcile too (besides the metrics).
     pub fn with_observer(mut self, observer: Arc<dyn ReconcileObserver>) -> Self {
-        self.observer = observer;
+        self.observers.push(observer);
         self
     }
 
@@ -133,13 +175,53 @@ impl Manager {
         )
         .await?;
         let (stop_tx, stop) = watch::channel(false);
+        let mut background = JoinSet::new();
+        if matches!(
+            settings.kind,
+            LockKind::LeaderWithLease | LockKind::LeaderForLife
+        ) {
+            self.health.require_leadership();
+        }
+        background.spawn(follow_leadership(
+            leadership.clone(),
+            settings.timing.poll,
+            self.health.clone(),
+            self.metrics.clone(),
+        ));
+        if let Some(address) = self.library.metrics_address() {
+            let mut stopped = stop.clone();
+            let (metrics, health) = (self.metrics.clone(), self.health.clone());
+            background.spawn(async move {
+                let until = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                if let Err(e) = health::serve(address, metrics, health, until).await {
+                    tracing::error!(%address, error = %e, "cannot serve /metrics, /healthz, /readyz");
+                }
+            });
+        }
+        let heartbeat = self
+            .library
+            .python_watch_manager
+            .heartbeat_file
+            .clone()
+            .map(|file| {
+                Heartbeat::spawn(
+                    file,
+                    self.library.python_watch_manager.heartbeat_period.into(),
+                )
+            });
         let context = Context {
             client: self.client.clone(),
             live: self.live.clone(),
             cluster: self.cluster.clone(),
             library: self.library.clone(),
             leadership: leadership.clone(),
-            observer: self.observer.clone(),
+            observer: Arc::new(Fanout(self.observers.clone())),
+            watches: Arc::new(Telemetry {
+                health: self.health.clone(),
+                metrics: self.metrics.clone(),
+            }),
             global,
             stop,
         };
@@ -150,6 +232,7 @@ impl Manager {
         tracing::info!(controllers = running.len(), "running");
         shutdown.await;
         tracing::info!("shutting down: no new reconciles");
+        self.health.set_shutting_down();
         let _ = stop_tx.send(true);
         for controller in &running {
             controller.queue.shutdown();
@@ -163,6 +246,10 @@ impl Manager {
         if let Err(e) = leadership.shutdown().await {
             tracing::warn!(error = %e, "cannot release the leadership; it expires on its own");
         }
+        if let Some(heartbeat) = heartbeat {
+            heartbeat.stop().await;
+        }
+        background.shutdown().await;
         Ok(())
     }
 }
@@ -175,6 +262,7 @@ struct Context {
     library: Arc<LibraryConfig>,
     leadership: Leadership,
     observer: Arc<dyn ReconcileObserver>,
+    watches: Arc<dyn WatchObserver>,
     global: filter::FilterSpec,
     stop: watch::Receiver<bool>,
 }
@@ -240,6 +328,7 @@ impl<C: Controller> Start for Pending<C> {
             context.cluster.stores().clone(),
             library.watch_namespaces(),
             kinds_rx,
+            context.watches.clone(),
         ));
         let settings = WorkerSettings {
             name,
@@ -272,6 +361,7 @@ async fn route_events(
     stores: Arc<Stores>,
     namespaces: Vec<String>,
     mut kinds: mpsc::UnboundedReceiver<TypeRef>,
+    observer: Arc<dyn WatchObserver>,
 ) {
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
     let mut watches = JoinSet::new();
@@ -295,12 +385,13 @@ async fn route_events(
                 namespace,
                 labels: labels.clone(),
             };
+            observer.declare(&watch);
             watches.spawn(source::run(
                 live.clone(),
                 stores.clone(),
                 watch,
                 events_tx.clone(),
-                |kind, error| tracing::debug!(%kind, %error, "watch error"),
+                observer.clone(),
             ));
         }
     };
@@ -336,14 +427,18 @@ struct KindsSeen {
 
 impl Observer for KindsSeen {
     fn event(&self, event: &Event) {
-        let Event::Deployed {
-            applied, unchanged, ..
+        // Rendered comes before the objects are applied, so the watch starts as early as
+        // it can; what it misses meanwhile its first list reports.
+        let Event::Rendered {
+            objects,
+            disabled: false,
+            ..
         } = event
         else {
             return;
         };
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        for object in applied.iter().chain(unchanged) {
+        for object in objects {
             let kind = object.type_ref();
             if kind != self.primary && seen.insert(kind.clone()) {
                 let _ = self.tx.send(kind);
@@ -352,10 +447,84 @@ impl Observer for KindsSeen {
     }
 }
 
-/// The observer when none is given: reconciles are logged by the reconciler itself.
-struct LogOnly;
+/// Every observer of reconciles, in turn.
+struct Fanout(Vec<Arc<dyn ReconcileObserver>>);
 
-impl ReconcileObserver for LogOnly {
-    fn started(&self, _: &str, _: Duration) {}
-    fn finished(&self, _: &str, _: &crate::reconcile::Report, _: Duration) {}
+impl ReconcileObserver for Fanout {
+    fn started(&self, controller: &str, waited: Duration) {
+        self.0.iter().for_each(|o| o.started(controller, waited));
+    }
+    fn finished(&self, controller: &str, report: &crate::reconcile::Report, took: Duration) {
+        self.0
+            .iter()
+            .for_each(|o| o.finished(controller, report, took));
+    }
+    fn queue(&self, controller: &str, stats: windlass_tasks::queue::QueueStats) {
+        self.0.iter().for_each(|o| o.queue(controller, stats));
+    }
+}
+
+impl ReconcileObserver for Metrics {
+    fn started(&self, controller: &str, waited: Duration) {
+        self.reconcile_started(controller);
+        self.queue_wait(controller, waited);
+    }
+    fn finished(&self, controller: &str, report: &crate::reconcile::Report, took: Duration) {
+        let failed = report.error.as_ref().is_some_and(Error::is_fatal);
+        self.reconcile_finished(controller, report.outcome, took, failed);
+    }
+    fn queue(&self, controller: &str, stats: windlass_tasks::queue::QueueStats) {
+        self.set_queue(controller, stats);
+    }
+}
+
+/// Watches report to readiness and metrics.
+struct Telemetry {
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+}
+
+impl WatchObserver for Telemetry {
+    fn declare(&self, watch: &Watch) {
+        self.health.declare_watch(watch);
+    }
+    fn synced(&self, watch: &Watch, synced: bool) {
+        self.health.set_synced(watch, synced);
+    }
+    fn failed(&self, watch: &Watch, _: &kube::runtime::watcher::Error) {
+        self.metrics.watch_restarted(&watch.type_ref);
+    }
+}
+
+/// Keep readiness and the leader gauge in step with the leadership. A replica that is
+/// still not leading after its first attempts (one poll period) is known to stand by.
+async fn follow_leadership(
+    leadership: Leadership,
+    poll: Duration,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) {
+    let mut changes = leadership.watch();
+    let first = tokio::time::sleep(poll);
+    tokio::pin!(first);
+    let mut decided = false;
+    loop {
+        let leader = *changes.borrow_and_update();
+        metrics.set_leader(leader);
+        if leader || decided {
+            health.set_leader(leader);
+        }
+        tokio::select! {
+            () = &mut first, if !decided => {
+                decided = true;
+                health.set_leader(leadership.is_leader());
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                decided = true;
+            }
+        }
+    }
 }

@@ -10,10 +10,18 @@
 //! - An event of an **owned kind** concerns the CR named by its ownership label
 //!   ([`crate::annotations::OWNER_UID`]), looked up among the primary objects the watch
 //!   has seen. It passes a deletion or a version not seen before ([`ResourceVersion`]: no
-//!   replays) and the controller's dependent
-//!   filter ([`WatchFilters::for_dependent`]: not on creation); the echo of windlass's own
-//!   write of that very version ([`CachedCluster::is_own_write`]) starts nothing either.
-//!   It is queued with a plain enqueue, which keeps a failing CR's back-off.
+//!   replays) and the controller's filters for the kind ([`WatchFilters::for_kind`]),
+//!   unless it is the echo of windlass's own write of that very version
+//!   ([`CachedCluster::is_own_write`]). It is queued with a plain enqueue, which keeps a
+//!   failing CR's back-off.
+//!
+//!   oper8 kept a reconcile from starting on the creation of an object the reconcile
+//!   created itself with a filter that refuses every "added" event (F187's
+//!   `DependentWatchFilter`). windlass does not: a kind's watch starts after the first
+//!   reconcile created objects of it, so its first list reports as "added" an object that
+//!   may already have changed since (a Job that completed meanwhile), and refusing it would
+//!   leave the CR waiting for its periodic requeue. The echo check refuses exactly the
+//!   versions windlass wrote itself, and nothing else.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -96,17 +104,11 @@ impl Router {
         }
     }
 
-    fn spec(&mut self, kind: &TypeRef, dependent: bool) -> FilterSpec {
+    fn spec(&mut self, kind: &TypeRef) -> FilterSpec {
         let filters = &self.filters;
         self.specs
             .entry(kind.clone())
-            .or_insert_with(|| {
-                if dependent {
-                    filters.for_dependent(kind)
-                } else {
-                    filters.for_kind(kind)
-                }
-            })
+            .or_insert_with(|| filters.for_kind(kind))
             .clone()
     }
 
@@ -117,7 +119,7 @@ impl Router {
         watch_event: WatchEvent<'_>,
     ) -> Vec<ObjectRef> {
         let cr = event.reference.clone();
-        let spec = self.spec(&self.primary.clone(), false);
+        let spec = self.spec(&self.primary.clone());
         let admitted = self.crs.admit(watch_event, [(cr.clone(), &spec)]);
         self.cluster.observed(
             &cr,
@@ -161,7 +163,7 @@ impl Router {
             }
             return Vec::new();
         };
-        let spec = self.spec(&event.reference.type_ref(), true);
+        let spec = self.spec(&event.reference.type_ref());
         let admitted = self.owned.admit(watch_event, [(owner, &spec)]);
         let echo = watch_event.kind != EventKind::Deleted
             && self
@@ -170,6 +172,13 @@ impl Router {
         self.cluster.observed(
             &event.reference,
             (watch_event.kind != EventKind::Deleted).then_some(event.object.as_ref()),
+        );
+        tracing::debug!(
+            object = %event.reference,
+            kind = ?watch_event.kind,
+            admitted = admitted.len(),
+            echo,
+            "owned object changed"
         );
         if echo {
             return Vec::new();

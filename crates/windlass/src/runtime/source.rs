@@ -50,15 +50,25 @@ pub struct SourceEvent {
     pub reference: ObjectRef,
 }
 
+/// What a watch tells about itself (readiness, metrics).
+pub trait WatchObserver: Send + Sync {
+    /// The watch is about to start (readiness waits for it from now on).
+    fn declare(&self, _watch: &Watch) {}
+    /// The watch's store holds a complete list (`true`), or it is relisting (`false`).
+    fn synced(&self, watch: &Watch, synced: bool);
+    /// The watch failed and will retry with back-off.
+    fn failed(&self, watch: &Watch, error: &watcher::Error);
+}
+
 /// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change.
-/// Never returns on errors: they are logged, counted through `on_error`, and retried
-/// with back-off.
+/// Never returns on errors: they are logged, reported to `observer`, and retried with
+/// back-off.
 pub async fn run(
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
     watch: Watch,
     events: mpsc::Sender<SourceEvent>,
-    on_error: impl Fn(&TypeRef, &watcher::Error) + Send + Sync,
+    observer: Arc<dyn WatchObserver>,
 ) {
     stores.declare(&watch.type_ref, watch.labels.is_none());
     // Discovery itself may fail (the CRD is not installed yet): retry like the watch.
@@ -87,13 +97,14 @@ pub async fn run(
             Ok(event) => event,
             Err(e) => {
                 tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; retrying");
-                on_error(&watch.type_ref, &e);
+                observer.failed(&watch, &e);
                 continue;
             }
         };
         let sent = match event {
             Event::Init => {
                 relist.clear();
+                observer.synced(&watch, false);
                 Vec::new()
             }
             Event::InitApply(object) => {
@@ -113,6 +124,7 @@ pub async fn run(
                     })
                     .collect();
                 let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
+                observer.synced(&watch, true);
                 changes.extend(gone.into_iter().filter_map(|object| {
                     Some(SourceEvent {
                         kind: EventKind::Deleted,

@@ -40,6 +40,8 @@ pub trait ReconcileObserver: Send + Sync {
     fn started(&self, controller: &str, waited: Duration);
     /// A reconcile ended.
     fn finished(&self, controller: &str, report: &crate::reconcile::Report, took: Duration);
+    /// The controller's queue as it is now (after each hand-out and each completion).
+    fn queue(&self, _controller: &str, _stats: windlass_tasks::queue::QueueStats) {}
 }
 
 /// Reconcile CRs from `queue` until it shuts down; then drain (see the module docs).
@@ -77,6 +79,8 @@ pub async fn run<C: Controller>(
             observer.clone(),
         );
         let waited = lease.waited();
+        observer.queue(&settings.name, queue.stats());
+        let queue = queue.clone();
         in_flight.spawn(async move {
             match leadership.acquire(&key).await {
                 Ok(true) => {}
@@ -95,6 +99,7 @@ pub async fn run<C: Controller>(
             let report = reconciler.reconcile(&key).await;
             observer.finished(&settings.name, &report, started.elapsed());
             lease.complete(next_run(report.outcome, settings.period));
+            observer.queue(&settings.name, queue.stats());
         });
     }
     let drained = tokio::time::timeout(settings.drain, async {
