@@ -140,6 +140,12 @@ impl<C: Controller> Clone for Reconciler<C> {
 impl<C: Controller> Reconciler<C> {
     /// A reconciler of `controller`'s CRs on `cluster`.
     pub fn new(controller: C, cluster: Arc<dyn Cluster>, library: LibraryConfig) -> Self {
+        if library.deploy_unprocessable_put_fallback {
+            tracing::warn!(
+                "deploy_unprocessable_put_fallback is ignored: a replace meets the same \
+                 validation as the refused apply (see LibraryConfig)"
+            );
+        }
         Reconciler {
             controller: Arc::new(controller),
             cluster,

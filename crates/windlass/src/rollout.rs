@@ -31,7 +31,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use crate::annotations;
-use crate::cluster::{Deletion, Scope, WriteMethod};
+use crate::cluster::{Deletion, Scope};
 use crate::component::{ManagedObject, Resources};
 use crate::controller::{Components, Controller, EdgeCondition, PrimaryResource};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
@@ -466,13 +466,14 @@ impl<K: PrimaryResource> Rollout<'_, K> {
     /// linear back-off (F28, F31); server-side apply sends no resourceVersion and cannot
     /// conflict on it, so the retry is for the replace method, whose cluster call reads the
     /// live resourceVersion afresh. A refused change of an immutable field recreates the
-    /// object when the resource asked for it; any other refused apply falls back to a
-    /// replace when `deploy_unprocessable_put_fallback` is set (oper8's F31).
+    /// object when the resource asked for it. oper8's fallback to a replace after a
+    /// refused apply (`deploy_unprocessable_put_fallback`, F29) is gone: on a real server the
+    /// replace meets the same validation, so it only cost requests.
     async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
         let cluster = self.session.cluster();
         let library = self.session.library();
         let mut attempt = 0;
-        let mut method = object.method;
+        let method = object.method;
         let mut recreated = false;
         loop {
             match cluster.apply(manifest, method).await {
@@ -486,12 +487,6 @@ impl<K: PrimaryResource> Rollout<'_, K> {
                     tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");
                     recreated = true;
                     cluster.delete(&object.reference, None).await?;
-                }
-                Err(ClusterError::Invalid { .. })
-                    if library.deploy_unprocessable_put_fallback
-                        && method == WriteMethod::Apply =>
-                {
-                    method = WriteMethod::Replace;
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -69,7 +69,12 @@ pub struct LibraryConfig {
     pub controller_name: String,
     /// Retries of a write that hit an HTTP 409 conflict (F28).
     pub deploy_retries: u32,
-    /// On HTTP 422 from server-side apply, fall back to a replace (F29).
+    /// oper8's "on HTTP 422 from an apply, fall back to a replace" (F29). Accepted so
+    /// oper8 configurations load, and ignored (with a warning when set): a real API server
+    /// refuses the replace with the same 422, since both meet the same validation, and
+    /// what server-side apply alone refuses it answers with a 500, not a 422. A change of
+    /// an immutable field has its own remedy:
+    /// [`ResourceOptions::recreate_when_immutable`](crate::component::ResourceOptions::recreate_when_immutable).
     pub deploy_unprocessable_put_fallback: bool,
     /// Live annotations whose key contains one of these are kept on applied objects (F30).
     pub cluster_passthrough_annotations: Vec<String>,
