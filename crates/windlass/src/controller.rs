@@ -108,6 +108,16 @@ pub trait Controller: Send + Sync + 'static {
         crate::runtime::filter::WatchFilters::new()
     }
 
+    /// Kinds to watch besides the CR's and the ones its components render, each with the
+    /// CRs an object concerns (oper8's dependent watches, F183–F186); see
+    /// [`ExtraWatch`](crate::runtime::source::ExtraWatch). By default none. Their objects
+    /// also serve the reconcile's reads of that kind from memory. A kind the components
+    /// also render is then watched only by this watch (with its label selector, if any),
+    /// not by the label-scoped watch of windlass's own objects.
+    fn watches(&self) -> Vec<crate::runtime::source::ExtraWatch> {
+        Vec::new()
+    }
+
     /// Backend config defaults, the base of the config layering (F68, F117).
     fn config_defaults(&self) -> Value {
         Value::Object(Map::new())

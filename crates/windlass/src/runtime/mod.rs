@@ -302,6 +302,7 @@ impl<C: Controller> Start for Pending<C> {
         ))
         .filter(|p| !p.is_zero());
         let filters = controller.watch_filters();
+        let extra = controller.watches();
         let (kinds_tx, kinds_rx) = mpsc::unbounded_channel();
         let reconciler = Reconciler::new(
             controller,
@@ -320,6 +321,7 @@ impl<C: Controller> Start for Pending<C> {
             context.cluster.clone(),
             context.global.clone(),
             filters,
+            extra.clone(),
         );
         let router = tokio::spawn(route_events(
             router,
@@ -328,6 +330,7 @@ impl<C: Controller> Start for Pending<C> {
             context.cluster.stores().clone(),
             library.watch_namespaces(),
             kinds_rx,
+            extra,
             context.watches.clone(),
         ));
         let settings = WorkerSettings {
@@ -361,6 +364,7 @@ async fn route_events(
     stores: Arc<Stores>,
     namespaces: Vec<String>,
     mut kinds: mpsc::UnboundedReceiver<TypeRef>,
+    extra: Vec<source::ExtraWatch>,
     observer: Arc<dyn WatchObserver>,
 ) {
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
@@ -402,6 +406,15 @@ async fn route_events(
         matches!(primary_scope, Ok(Scope::Cluster)),
         None,
     );
+    for watch in &extra {
+        let cluster_scoped = matches!(live.scope(&watch.type_ref).await, Ok(Scope::Cluster));
+        start(
+            &mut watches,
+            &watch.type_ref,
+            cluster_scoped,
+            watch.labels.clone(),
+        );
+    }
     let owned = crate::annotations::OWNER_UID.to_string();
     loop {
         tokio::select! {
@@ -409,6 +422,9 @@ async fn route_events(
                 router.route(&event);
             }
             Some(kind) = kinds.recv() => {
+                if router.watches_extra(&kind) {
+                    continue;
+                }
                 let cluster_scoped = matches!(live.scope(&kind).await, Ok(Scope::Cluster));
                 tracing::info!(%kind, "watching the kind the controller deploys");
                 start(&mut watches, &kind, cluster_scoped, Some(owned.clone()));

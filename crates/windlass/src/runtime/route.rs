@@ -15,6 +15,9 @@
 //!   ([`CachedCluster::is_own_write`]). It is queued with a plain enqueue, which keeps a
 //!   failing CR's back-off.
 //!
+//! - An event of a kind the controller asked to watch ([`ExtraWatch`]) concerns the CRs its
+//!   mapping names (and its owner, if windlass applied it), with the same filters.
+//!
 //!   oper8 kept a reconcile from starting on the creation of an object the reconcile
 //!   created itself with a filter that refuses every "added" event (F187's
 //!   `DependentWatchFilter`). windlass does not: a kind's watch starts after the first
@@ -34,7 +37,7 @@ use super::filter::{
     WatchFilters,
 };
 use super::queue::ReconcileQueue;
-use super::source::SourceEvent;
+use super::source::{ExtraWatch, SourceEvent};
 use crate::annotations;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 
@@ -52,6 +55,8 @@ pub struct Router {
     by_uid: HashMap<String, ObjectRef>,
     /// Filter specs built once per kind.
     specs: HashMap<TypeRef, FilterSpec>,
+    /// The controller's extra watches, by kind.
+    extra: HashMap<TypeRef, ExtraWatch>,
 }
 
 impl Router {
@@ -63,6 +68,7 @@ impl Router {
         cluster: Arc<CachedCluster>,
         global: FilterSpec,
         filters: WatchFilters,
+        extra: Vec<ExtraWatch>,
     ) -> Self {
         Router {
             primary,
@@ -77,7 +83,13 @@ impl Router {
             ])),
             by_uid: HashMap::new(),
             specs: HashMap::new(),
+            extra: extra.into_iter().map(|w| (w.type_ref.clone(), w)).collect(),
         }
+    }
+
+    /// Whether `kind` has an extra watch of the controller's (so it needs no other).
+    pub fn watches_extra(&self, kind: &TypeRef) -> bool {
+        self.extra.contains_key(kind)
     }
 
     /// Route one event; returns the CRs it queued.
@@ -148,12 +160,17 @@ impl Router {
         meta: &ObjectMeta,
         watch_event: WatchEvent<'_>,
     ) -> Vec<ObjectRef> {
-        let owner = event
+        let mut concerned: Vec<ObjectRef> = event
             .object
             .label(annotations::OWNER_UID)
             .and_then(|uid| self.by_uid.get(uid))
-            .cloned();
-        let Some(owner) = owner else {
+            .cloned()
+            .into_iter()
+            .collect();
+        if let Some(extra) = self.extra.get(&event.reference.type_ref()) {
+            concerned.extend((extra.map)(&event.object).unwrap_or_default());
+        }
+        if concerned.is_empty() {
             // Its CR is gone, or not seen yet (the primary watch lists it soon, and that
             // reconciles it anyway).
             if watch_event.kind == EventKind::Deleted
@@ -162,9 +179,11 @@ impl Router {
                 self.owned.forget(uid);
             }
             return Vec::new();
-        };
+        }
         let spec = self.spec(&event.reference.type_ref());
-        let admitted = self.owned.admit(watch_event, [(owner, &spec)]);
+        let admitted = self
+            .owned
+            .admit(watch_event, concerned.into_iter().map(|cr| (cr, &spec)));
         let echo = watch_event.kind != EventKind::Deleted
             && self
                 .cluster

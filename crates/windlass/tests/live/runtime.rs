@@ -226,3 +226,104 @@ async fn a_failing_cr_backs_off_alone_and_its_fix_is_picked_up_at_once() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+/// A controller that copies the ConfigMap `<cr>-input` into `<cr>-output`, and asks to
+/// watch ConfigMaps so that a change of the input reaches the CR.
+struct Copier;
+
+struct Copy;
+
+#[windlass::async_trait]
+impl windlass::component::Component<windlass::testing::Widget> for Copy {
+    fn name(&self) -> &str {
+        "copy"
+    }
+    async fn render(
+        &self,
+        session: &windlass::session::Session<windlass::testing::Widget>,
+        out: &mut windlass::component::Resources,
+    ) -> windlass::Result<()> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let input: ConfigMap = session
+            .get(&format!("{}-input", session.name()))
+            .await?
+            .ok_or_else(|| Error::config("no input ConfigMap"))?;
+        out.add(
+            "output",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{}-output", session.name())},
+                "data": input.data.unwrap_or_default()}),
+        )?;
+        Ok(())
+    }
+}
+
+#[windlass::async_trait]
+impl windlass::controller::Controller for Copier {
+    type Resource = windlass::testing::Widget;
+    fn components(
+        &self,
+        _: &windlass::session::Session<windlass::testing::Widget>,
+    ) -> windlass::Result<windlass::controller::Components<windlass::testing::Widget>> {
+        let mut graph = windlass::controller::Components::new();
+        graph.add(Copy)?;
+        Ok(graph)
+    }
+    fn watches(&self) -> Vec<windlass::runtime::source::ExtraWatch> {
+        vec![windlass::runtime::source::ExtraWatch::new(
+            TypeRef::new("v1", "ConfigMap"),
+            |cm| {
+                let name = cm["metadata"]["name"].as_str()?.strip_suffix("-input")?;
+                let ns = cm["metadata"]["namespace"].as_str();
+                Some(vec![ObjectRef::new(
+                    "test.windlass.dev/v1",
+                    "Widget",
+                    ns,
+                    name,
+                )])
+            },
+        )]
+    }
+}
+
+#[tokio::test]
+async fn an_extra_watch_reconciles_the_cr_its_mapping_names() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-extra").await.unwrap();
+    let library = LibraryConfig {
+        watch_namespace: ns.name().to_string(),
+        ..LibraryConfig::default()
+    };
+    let manager = Manager::new(env.client().unwrap(), library).controller(Copier);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let input = |value: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "w-input", "namespace": ns.name()}, "data": {"v": value}})
+    };
+    admin.apply(&input("1"), WriteMethod::Apply).await.unwrap();
+    admin
+        .apply(&widget(ns.name(), "w", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    let output = ObjectRef::new("v1", "ConfigMap", Some(ns.name()), "w-output");
+    let copied = |value: &'static str| {
+        let (admin, output) = (admin.clone(), output.clone());
+        async move {
+            admin
+                .get(&output)
+                .await
+                .unwrap()
+                .is_some_and(|cm| cm["data"]["v"] == value)
+        }
+    };
+    eventually("the input is copied", || copied("1")).await;
+    // Nothing but the extra watch can bring the change in time: the CR is done and its
+    // periodic reconcile is 10 minutes away.
+    admin.apply(&input("2"), WriteMethod::Apply).await.unwrap();
+    eventually("the changed input is copied", || copied("2")).await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
