@@ -326,12 +326,14 @@ impl<C: Controller> Start for Pending<C> {
         let router = tokio::spawn(route_events(
             router,
             primary,
-            context.live.clone(),
-            context.cluster.stores().clone(),
-            library.watch_namespaces(),
+            Sources {
+                live: context.live.clone(),
+                stores: context.cluster.stores().clone(),
+                namespaces: library.watch_namespaces(),
+                extra,
+                observer: context.watches.clone(),
+            },
             kinds_rx,
-            extra,
-            context.watches.clone(),
         ));
         let settings = WorkerSettings {
             name,
@@ -357,16 +359,29 @@ impl<C: Controller> Start for Pending<C> {
 
 /// Start the primary watches, then route every event; start a label-scoped watch for
 /// each kind the controller's reconciles deploy, as they appear.
+/// What one controller's watches are made of.
+struct Sources {
+    live: Arc<LiveCluster>,
+    stores: Arc<Stores>,
+    /// Empty: every namespace.
+    namespaces: Vec<String>,
+    extra: Vec<source::ExtraWatch>,
+    observer: Arc<dyn WatchObserver>,
+}
+
 async fn route_events(
     mut router: route::Router,
     primary: TypeRef,
-    live: Arc<LiveCluster>,
-    stores: Arc<Stores>,
-    namespaces: Vec<String>,
+    sources: Sources,
     mut kinds: mpsc::UnboundedReceiver<TypeRef>,
-    extra: Vec<source::ExtraWatch>,
-    observer: Arc<dyn WatchObserver>,
 ) {
+    let Sources {
+        live,
+        stores,
+        namespaces,
+        extra,
+        observer,
+    } = sources;
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
     let mut watches = JoinSet::new();
     let namespaces: Vec<Option<String>> = if namespaces.is_empty() {

@@ -217,8 +217,11 @@ pub struct ExtraWatch {
     /// A label selector narrowing the watch, or `None` for every object.
     pub labels: Option<String>,
     /// The CRs an object concerns (`None` or empty: none).
-    pub map: Arc<dyn Fn(&Value) -> Option<Vec<ObjectRef>> + Send + Sync>,
+    pub map: MapFn,
 }
+
+/// Names the CRs a watched object concerns.
+pub type MapFn = Arc<dyn Fn(&Value) -> Option<Vec<ObjectRef>> + Send + Sync>;
 
 impl ExtraWatch {
     /// Watch every object of `type_ref`; `map` names the CRs each one concerns.
