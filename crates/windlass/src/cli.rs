@@ -335,6 +335,16 @@ async fn run_command<C: Controller>(
     out: Output,
 ) -> ExitCode {
     if !config.dry_run {
+        let given = ["manifests", "cr", "resource_dir"]
+            .iter()
+            .any(|id| matches.contains_id(id) && matches.value_source(id).is_some());
+        if given {
+            eprintln!(
+                "manifests are for --dry-run: a live `run` reconciles the CRs in the cluster \
+                 (create them with kubectl)"
+            );
+            return ExitCode::from(2);
+        }
         return live_run(controller, config).await;
     }
     let mut paths: Vec<PathBuf> = Vec::new();
@@ -565,12 +575,9 @@ async fn graph_command<C: Controller>(
     }
 }
 
-async fn rbac_command<C: Controller>(
-    controller: C,
-    config: LibraryConfig,
-    matches: &ArgMatches,
-    out: Output,
-) -> ExitCode {
+/// The CR documents named by the `manifests` and `--cr` arguments; at least one, else a
+/// usage error that shows `usage`.
+fn cr_documents(matches: &ArgMatches, usage: &str) -> Result<Vec<Value>, ExitCode> {
     let mut docs = Vec::new();
     for id in ["manifests", "cr"] {
         for path in matches.get_many::<String>(id).into_iter().flatten() {
@@ -578,15 +585,28 @@ async fn rbac_command<C: Controller>(
                 Ok(found) => docs.extend(found.into_iter().map(|(_, doc)| doc)),
                 Err(e) => {
                     eprintln!("{e}");
-                    return ExitCode::from(2);
+                    return Err(ExitCode::from(2));
                 }
             }
         }
     }
     if docs.is_empty() {
-        eprintln!("no CR manifests given: rbac <file.yaml | directory>…");
-        return ExitCode::from(2);
+        eprintln!("no CR manifests given: {usage}");
+        return Err(ExitCode::from(2));
     }
+    Ok(docs)
+}
+
+async fn rbac_command<C: Controller>(
+    controller: C,
+    config: LibraryConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let docs = match cr_documents(matches, "rbac <file.yaml | directory>…") {
+        Ok(docs) => docs,
+        Err(code) => return code,
+    };
     let mut options = crate::rbac::Options::for_controller::<C>();
     if let Some(name) = matches.get_one::<String>("name") {
         options.name = name.clone();
@@ -621,22 +641,10 @@ async fn manifests_command<C: Controller>(
     matches: &ArgMatches,
     out: Output,
 ) -> ExitCode {
-    let mut docs = Vec::new();
-    for id in ["manifests", "cr"] {
-        for path in matches.get_many::<String>(id).into_iter().flatten() {
-            match read_manifests(Path::new(path), false) {
-                Ok(found) => docs.extend(found.into_iter().map(|(_, doc)| doc)),
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            }
-        }
-    }
-    if docs.is_empty() {
-        eprintln!("no CR manifests given: manifests --image IMAGE <file.yaml | directory>…");
-        return ExitCode::from(2);
-    }
+    let docs = match cr_documents(matches, "manifests --image IMAGE <file.yaml | directory>…") {
+        Ok(docs) => docs,
+        Err(code) => return code,
+    };
     let mut options = crate::install::InstallOptions::for_controller::<C>(
         matches
             .get_one::<String>("image")

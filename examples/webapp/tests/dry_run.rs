@@ -104,7 +104,8 @@ async fn library_flags_reach_the_rollout() {
     // A bad key is refused before anything runs.
     let (code, _) = cli(&["run", "--dry-run", "--deploy_retries=lots", SHOP]).await;
     assert_eq!(code, ExitCode::from(2));
-    // Without --dry-run there is no live cluster to talk to: a clear refusal.
+    // Without --dry-run, manifests make no sense (a live run reconciles what is in the
+    // cluster): a usage error.
     let (code, _) = cli(&["run", SHOP]).await;
     assert_eq!(code, ExitCode::from(2));
 }
