@@ -44,6 +44,37 @@ pub struct ProcessInfo {
     pub log: PathBuf,
 }
 
+/// A process of the control plane that a test can stop and start again
+/// ([`TestEnv::stop_process`](crate::TestEnv::stop_process),
+/// [`TestEnv::start_process`](crate::TestEnv::start_process),
+/// [`TestEnv::restart_process`](crate::TestEnv::restart_process)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControlPlaneProcess {
+    /// etcd: kube-apiserver answers 5xx (and its watches end) while it is down.
+    Etcd,
+    /// kube-apiserver: connections are refused while it is down.
+    KubeApiserver,
+    /// kube-controller-manager: garbage collection and the workload controllers pause.
+    KubeControllerManager,
+}
+
+impl ControlPlaneProcess {
+    /// Its name, as in [`ProcessInfo::name`].
+    pub fn name(self) -> &'static str {
+        match self {
+            ControlPlaneProcess::Etcd => "etcd",
+            ControlPlaneProcess::KubeApiserver => "kube-apiserver",
+            ControlPlaneProcess::KubeControllerManager => "kube-controller-manager",
+        }
+    }
+}
+
+impl std::fmt::Display for ControlPlaneProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Environment variable: `1` (or `true`) keeps the directory of a control plane that failed to
 /// start — logs, certificates, etcd data — and prints where it is, instead of removing it.
 pub const KEEP_ENV: &str = "WINDLASS_TESTENV_KEEP";
@@ -231,6 +262,45 @@ impl ControlPlane {
     /// `Err` naming the first process that has exited.
     pub(crate) fn check_running(&mut self) -> Result<()> {
         self.parts.check_running()
+    }
+
+    /// The process called `name`, for [`Self::stop`] and [`Self::start_again`].
+    fn process_mut(&mut self, name: &str) -> Result<&mut ManagedProcess> {
+        self.parts
+            .processes
+            .iter_mut()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| {
+                Error::io(
+                    format!("no control plane process called {name}"),
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                )
+            })
+    }
+
+    /// Stops the process called `name` (SIGKILL, as a crash would). The supervisor does not
+    /// count it as broken until it is started again with [`Self::start_again`].
+    pub(crate) fn stop(&mut self, name: &str) -> Result<()> {
+        self.process_mut(name)?.stop();
+        Ok(())
+    }
+
+    /// Starts the process called `name` again, on the same ports with the same data directory
+    /// and certificates, and waits until the control plane serves again: kube-apiserver's
+    /// `/readyz` answers `ok` (which it does only with etcd reachable).
+    pub(crate) async fn start_again(&mut self, name: &str) -> Result<()> {
+        self.process_mut(name)?.start_again()?;
+        let client = Client::try_from(self.config.clone())
+            .map_err(|e| Error::kube("building a client", e))?;
+        self.parts
+            .wait_for(
+                &format!("the control plane to serve again after restarting {name}"),
+                || {
+                    let client = client.clone();
+                    async move { apiserver_ready(&client).await }
+                },
+            )
+            .await
     }
 
     /// Starts a control plane in a new directory under `$TMPDIR` and waits until the apiserver
@@ -451,13 +521,7 @@ async fn launch(parts: &mut Parts, assets: &Assets, ports: [u16; 3]) -> Result<L
     parts
         .wait_for("kube-apiserver /readyz", || {
             let client = client.clone();
-            async move {
-                let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else { return false };
-                matches!(
-                    tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await,
-                    Ok(Ok(body)) if body.trim() == "ok"
-                )
-            }
+            async move { apiserver_ready(&client).await }
         })
         .await?;
 
@@ -504,6 +568,17 @@ async fn launch(parts: &mut Parts, assets: &Assets, ports: [u16; 3]) -> Result<L
         config,
         apiserver_url,
     })
+}
+
+/// Whether kube-apiserver's `/readyz` answers `ok` within 5 s.
+async fn apiserver_ready(client: &Client) -> bool {
+    let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await,
+        Ok(Ok(body)) if body.trim() == "ok"
+    )
 }
 
 fn is_port_conflict(e: &Error) -> bool {

@@ -20,7 +20,7 @@ use kube::{Api, Client};
 use tokio::sync::{oneshot, watch};
 
 use crate::assets::Assets;
-use crate::control_plane::{ControlPlane, ProcessInfo, random_bytes};
+use crate::control_plane::{ControlPlane, ControlPlaneProcess, ProcessInfo, random_bytes};
 use crate::error::{Error, Result};
 use crate::simulator::{NodeSimulator, SimulatorConfig};
 
@@ -124,12 +124,22 @@ pub(crate) fn broken_environments() -> Vec<String> {
         .collect()
 }
 
+/// A test asks the environment's thread to stop or start a process of the control plane.
+struct ProcessRequest {
+    process: ControlPlaneProcess,
+    /// Start it again (`true`) or stop it.
+    start: bool,
+    reply: oneshot::Sender<Result<()>>,
+}
+
 struct Inner {
     config: kube::Config,
     kubeconfig_path: PathBuf,
     dir: PathBuf,
     apiserver_url: String,
-    processes: Vec<ProcessInfo>,
+    /// Updated when a process is started again (its pid changes).
+    processes: Arc<Mutex<Vec<ProcessInfo>>>,
+    requests: tokio::sync::mpsc::UnboundedSender<ProcessRequest>,
     watchdog_pid: Option<u32>,
     node_names: Vec<String>,
     startup_time: Duration,
@@ -185,12 +195,14 @@ fn run_environment(
                 return;
             }
         };
+        let (requests, mut process_requests) = tokio::sync::mpsc::unbounded_channel();
         let inner = Inner {
             config: control_plane.config.clone(),
             kubeconfig_path: control_plane.kubeconfig_path.clone(),
             dir: control_plane.dir().to_path_buf(),
             apiserver_url: control_plane.apiserver_url.clone(),
-            processes: control_plane.processes(),
+            processes: Arc::new(Mutex::new(control_plane.processes())),
+            requests,
             watchdog_pid: control_plane.watchdog_pid(),
             node_names: simulator
                 .as_ref()
@@ -204,6 +216,7 @@ fn run_environment(
         };
         let health = inner.health.clone();
         let apiserver_url = inner.apiserver_url.clone();
+        let processes = inner.processes.clone();
         tracing::info!(
             "windlass-testenv: control plane ready in {:?} at {}",
             inner.startup_time,
@@ -220,6 +233,19 @@ fn run_environment(
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                Some(request) = process_requests.recv() => {
+                    let name = request.process.name();
+                    let done = if request.start {
+                        tracing::info!("windlass-testenv: starting {name} again");
+                        control_plane.start_again(name).await
+                    } else {
+                        tracing::info!("windlass-testenv: stopping {name}");
+                        control_plane.stop(name)
+                    };
+                    *processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        control_plane.processes();
+                    let _ = request.reply.send(done);
+                }
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {
                     if health.failure.get().is_some() {
                         continue;
@@ -395,9 +421,61 @@ impl TestEnv {
         &self.inner.dir
     }
 
-    /// The control plane's processes (name, pid, log file).
-    pub fn processes(&self) -> &[ProcessInfo] {
-        &self.inner.processes
+    /// The control plane's processes (name, pid, log file); a process started again has a
+    /// new pid.
+    pub fn processes(&self) -> Vec<ProcessInfo> {
+        self.inner
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops `process` (SIGKILL, as a crash would), to test what clients do during an outage.
+    /// The rest keeps running, and the environment's supervisor does not count the stopped
+    /// process as broken; [`Self::start_process`] starts it again. Use an environment of the
+    /// test's own ([`TestEnv::start`]), not [`TestEnv::shared`]: every test sharing it would
+    /// see the outage.
+    ///
+    /// # Errors
+    /// [`Error::ShutDown`] if the environment is gone.
+    pub async fn stop_process(&self, process: ControlPlaneProcess) -> Result<()> {
+        self.process_request(process, false).await
+    }
+
+    /// Starts `process` again after [`Self::stop_process`] — on the same ports, with the same
+    /// data directory and certificates, its output appended to its log — and waits until
+    /// kube-apiserver's `/readyz` answers `ok` again. Clients keep working with the same
+    /// kubeconfig.
+    ///
+    /// # Errors
+    /// The process cannot be started or the control plane does not serve again within a
+    /// minute (with the logs' tails); [`Error::ShutDown`] if the environment is gone.
+    pub async fn start_process(&self, process: ControlPlaneProcess) -> Result<()> {
+        self.process_request(process, true).await
+    }
+
+    /// [`Self::stop_process`] then [`Self::start_process`]: a crash and a restart.
+    ///
+    /// # Errors
+    /// As [`Self::start_process`].
+    pub async fn restart_process(&self, process: ControlPlaneProcess) -> Result<()> {
+        self.stop_process(process).await?;
+        self.start_process(process).await
+    }
+
+    async fn process_request(&self, process: ControlPlaneProcess, start: bool) -> Result<()> {
+        self.check_health()?;
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .requests
+            .send(ProcessRequest {
+                process,
+                start,
+                reply,
+            })
+            .map_err(|_| Error::ShutDown)?;
+        answer.await.map_err(|_| Error::ShutDown)?
     }
 
     /// Pid of the watchdog that removes [`Self::dir`] if this process is killed.

@@ -66,7 +66,7 @@ pub use assets::{
     ASSETS_ENV, Assets, CACHE_DIR_ENV, KUBEBUILDER_ASSETS_ENV, PROVISIONED_KUBERNETES_VERSION,
     default_cache_dir,
 };
-pub use control_plane::{KEEP_ENV, ProcessInfo};
+pub use control_plane::{ControlPlaneProcess, KEEP_ENV, ProcessInfo};
 pub use env::{TEST_NAMESPACE_LABEL, TestEnv, TestEnvBuilder, TestNamespace};
 pub use error::{Error, Result};
 pub use simulator::{

@@ -95,11 +95,18 @@ fn spawn_tied(mut command: Command, death_signal: libc::c_int) -> std::io::Resul
         .map_err(|_| std::io::Error::other("the windlass-testenv spawner thread did not answer"))?
 }
 
-/// One process of the control plane: killed and reaped on drop.
+/// One process of the control plane: killed and reaped on drop. It remembers how it was
+/// started, so it can be stopped and started again with the same arguments (ports, data
+/// directory, certificates) to simulate an outage.
 pub(crate) struct ManagedProcess {
     name: &'static str,
     child: Child,
     log_path: PathBuf,
+    binary: PathBuf,
+    args: Vec<String>,
+    pid_file: PathBuf,
+    /// Stopped on purpose ([`Self::stop`]): not running is not a failure.
+    stopped: bool,
 }
 
 impl ManagedProcess {
@@ -112,38 +119,43 @@ impl ManagedProcess {
         log_path: PathBuf,
         pid_file: &Path,
     ) -> Result<Self> {
-        let log = File::create(&log_path)
-            .map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| Error::io(format!("duplicating {}", log_path.display()), e))?;
-        let mut command = Command::new(binary);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        let child = spawn_tied(command, libc::SIGKILL).map_err(|source| Error::Spawn {
-            name,
-            path: binary.to_path_buf(),
-            source,
-        })?;
+        let child = spawn_logged(name, binary, args, &log_path, pid_file, false)?;
         let mut process = ManagedProcess {
             name,
             child,
             log_path,
+            binary: binary.to_path_buf(),
+            args: args.to_vec(),
+            pid_file: pid_file.to_path_buf(),
+            stopped: false,
         };
-        let mut pids = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(pid_file)
-            .map_err(|e| Error::io(format!("opening {}", pid_file.display()), e))?;
-        writeln!(pids, "{}", process.pid())
-            .map_err(|e| Error::io(format!("writing {}", pid_file.display()), e))?;
         // A binary that cannot run at all (wrong architecture, bad flags) fails right here,
         // with its log, instead of at the first readiness probe.
         process.check_running()?;
         Ok(process)
+    }
+
+    /// Stops the process (SIGKILL, as a crash would) and reaps it; [`Self::check_running`]
+    /// accepts that until [`Self::start_again`].
+    pub(crate) fn stop(&mut self) {
+        self.kill();
+        self.stopped = true;
+    }
+
+    /// Starts the process again with the arguments it was first started with, its output
+    /// appended to the same log. Stops it first if it still runs.
+    pub(crate) fn start_again(&mut self) -> Result<()> {
+        self.kill();
+        self.child = spawn_logged(
+            self.name,
+            &self.binary,
+            &self.args,
+            &self.log_path,
+            &self.pid_file,
+            true,
+        )?;
+        self.stopped = false;
+        self.check_running()
     }
 
     pub(crate) fn name(&self) -> &'static str {
@@ -160,6 +172,9 @@ impl ManagedProcess {
 
     /// `Err(ProcessExited)` with the tail of its log if the process has exited.
     pub(crate) fn check_running(&mut self) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(self.exited(status)),
@@ -195,6 +210,55 @@ impl Drop for ManagedProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Spawns `binary` tied to this process (see [`spawn_tied`]), its output going to `log_path`
+/// (appended to if `append`), and records its pid in `pid_file` for the watchdog.
+fn spawn_logged(
+    name: &'static str,
+    binary: &Path,
+    args: &[String],
+    log_path: &Path,
+    pid_file: &Path,
+    append: bool,
+) -> Result<Child> {
+    let log = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(log_path)
+        .map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| Error::io(format!("duplicating {}", log_path.display()), e))?;
+    let mut command = Command::new(binary);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    let mut child = spawn_tied(command, libc::SIGKILL).map_err(|source| Error::Spawn {
+        name,
+        path: binary.to_path_buf(),
+        source,
+    })?;
+    let recorded = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(pid_file)
+        .map_err(|e| Error::io(format!("opening {}", pid_file.display()), e))
+        .and_then(|mut pids| {
+            writeln!(pids, "{}", child.id())
+                .map_err(|e| Error::io(format!("writing {}", pid_file.display()), e))
+        });
+    if let Err(e) = recorded {
+        // Nobody else knows about this child: do not leave it behind.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    Ok(child)
 }
 
 /// The last `lines` lines of a log file, or a note why there are none.

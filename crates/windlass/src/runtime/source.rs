@@ -1,10 +1,11 @@
 //! Watches: where events come from (oper8 F183–F184, on kube-runtime's `watcher`).
 //!
 //! One [`Watch`] per kind and namespace (or all namespaces). Each runs kube-runtime's
-//! `watcher` (list, then watch; relist on 410 Gone; bookmarks) with its default
-//! back-off, so a failing watch retries forever, and its back-off resets once it works
-//! again (oper8 spent a lifetime budget of failures and then killed the process, quirk
-//! Q7). Every object seen goes into the [`Stores`], and every change becomes a
+//! `watcher` (list, then watch; relist on 410 Gone; bookmarks). A watch that fails (the
+//! API server or etcd is down, the connection broke) is reported unsynced — `/readyz`
+//! answers 503 — and started afresh after a back-off, so it retries forever; its relist
+//! makes it synced again and resets the back-off (oper8 spent a lifetime budget of
+//! failures and then killed the process, quirk Q7). Every object seen goes into the [`Stores`], and every change becomes a
 //! [`SourceEvent`] on a channel for the controller's dispatcher. A relist reports what
 //! changed while the watch was down: objects that are gone as deletions.
 //!
@@ -18,7 +19,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -72,7 +72,7 @@ pub async fn run(
 ) {
     stores.declare(&watch.type_ref, watch.labels.is_none());
     // Discovery itself may fail (the CRD is not installed yet): retry like the watch.
-    let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(Default::default());
+    let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
     let api = loop {
         match live
             .dynamic_api(&watch.type_ref, watch.namespace.as_deref())
@@ -90,25 +90,86 @@ pub async fn run(
     if let Some(labels) = &watch.labels {
         config = config.labels(labels);
     }
-    let mut stream = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    // kube-runtime's watcher resumes a broken watch from its last resourceVersion and says
+    // nothing when that works again, so after an error nobody could tell when the store is
+    // current again. Instead, a failed watch is dropped, reported unsynced, and started
+    // afresh after a back-off: its relist (Init … InitDone) reports what changed meanwhile
+    // and marks it synced again. The back-off resets once a list has completed.
+    backoff.reset();
+    loop {
+        let stream = watcher::watcher(api.clone(), config.clone());
+        match follow(
+            &live,
+            &stores,
+            &watch,
+            stream,
+            &events,
+            &*observer,
+            &mut backoff,
+        )
+        .await
+        {
+            Ended::ReceiverGone => return,
+            Ended::Failed => {
+                let delay = backoff.next_jittered();
+                tracing::debug!(kind = %watch.type_ref, ?delay, "restarting the watch");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// The back-off between attempts of one watch: from 0.5 s, doubling, at most
+/// [`MAX_WATCH_BACKOFF`] (kube-runtime's default caps at 30 s too), so a watch is back
+/// within half a minute of its API server.
+fn watch_backoff() -> windlass_tasks::backoff::BackOffPolicy {
+    let default = windlass_tasks::backoff::BackOffPolicy::default();
+    windlass_tasks::backoff::BackOffPolicy::new(default.start(), default.base(), MAX_WATCH_BACKOFF)
+        .and_then(|policy| policy.with_jitter(default.jitter()))
+        .unwrap_or(default)
+}
+
+/// The longest pause between two attempts of a failing watch.
+pub const MAX_WATCH_BACKOFF: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Why [`follow`] returned.
+enum Ended {
+    /// The dispatcher is gone: stop.
+    ReceiverGone,
+    /// The watch failed (or its stream ended): start a new one.
+    Failed,
+}
+
+/// Follow one watcher stream until it fails or the receiver of `events` is gone.
+async fn follow(
+    live: &LiveCluster,
+    stores: &Stores,
+    watch: &Watch,
+    stream: impl futures::Stream<Item = watcher::Result<Event<kube::core::DynamicObject>>>,
+    events: &mpsc::Sender<SourceEvent>,
+    observer: &dyn WatchObserver,
+    backoff: &mut windlass_tasks::backoff::ExponentialBackOff,
+) -> Ended {
+    let mut stream = std::pin::pin!(stream);
     let mut relist: Vec<(ObjectRef, Arc<Value>)> = Vec::new();
     while let Some(item) = stream.next().await {
         let event = match item {
             Ok(event) => event,
             Err(e) => {
-                tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; retrying");
-                observer.failed(&watch, &e);
-                continue;
+                tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; restarting it");
+                observer.failed(watch, &e);
+                observer.synced(watch, false);
+                return Ended::Failed;
             }
         };
         let sent = match event {
             Event::Init => {
                 relist.clear();
-                observer.synced(&watch, false);
+                observer.synced(watch, false);
                 Vec::new()
             }
             Event::InitApply(object) => {
-                if let Some(pair) = entry(&live, &watch.type_ref, object) {
+                if let Some(pair) = entry(live, &watch.type_ref, object) {
                     relist.push(pair);
                 }
                 Vec::new()
@@ -124,7 +185,8 @@ pub async fn run(
                     })
                     .collect();
                 let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
-                observer.synced(&watch, true);
+                observer.synced(watch, true);
+                backoff.reset();
                 changes.extend(gone.into_iter().filter_map(|object| {
                     Some(SourceEvent {
                         kind: EventKind::Deleted,
@@ -134,7 +196,7 @@ pub async fn run(
                 }));
                 changes
             }
-            Event::Apply(object) => match entry(&live, &watch.type_ref, object) {
+            Event::Apply(object) => match entry(live, &watch.type_ref, object) {
                 Some((reference, object)) => {
                     let before = stores.upsert(reference.clone(), object.clone());
                     vec![SourceEvent {
@@ -149,7 +211,7 @@ pub async fn run(
                 }
                 None => Vec::new(),
             },
-            Event::Delete(object) => match entry(&live, &watch.type_ref, object) {
+            Event::Delete(object) => match entry(live, &watch.type_ref, object) {
                 Some((reference, object)) => {
                     stores.remove(&reference);
                     vec![SourceEvent {
@@ -163,10 +225,12 @@ pub async fn run(
         };
         for event in sent {
             if events.send(event).await.is_err() {
-                return;
+                return Ended::ReceiverGone;
             }
         }
     }
+    // kube-runtime's watcher stream never ends; if it did, start a new one.
+    Ended::Failed
 }
 
 /// The object as the store keeps it. Items of a list carry no apiVersion and kind: they

@@ -1,0 +1,704 @@
+//! The example operator (`webapp-operator run`, a separate process) under faults, on a real
+//! control plane (issue 8):
+//!
+//! - two replicas with Lease election: one leads and only it writes; SIGKILL it and the
+//!   other takes over within the lease duration (plus a poll); every CR converges and
+//!   nothing is written twice or re-created;
+//! - kube-apiserver, and separately etcd, stopped and started again under a running
+//!   operator: it rides the outage out, `/readyz` says so, and afterwards it converges CRs
+//!   created or changed after the restart, with nothing lost, re-created or owned twice.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde_json::{Value, json};
+use webapp_operator::WebApp;
+use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
+use windlass::object::{ObjectRef, TypeRef};
+use windlass_testenv::{ControlPlaneProcess, TestEnv};
+
+/// The lock timing of the election test: a lease of 4 s renewed (and watched) every second.
+const LEASE: Duration = Duration::from_secs(4);
+const POLL: Duration = Duration::from_secs(1);
+
+/// The operator process, its log lines collected as they come.
+struct Operator {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    /// Where it serves `/metrics`, `/healthz` and `/readyz`.
+    address: String,
+    name: String,
+}
+
+impl Operator {
+    fn start(env: &TestEnv, name: &str, namespace: &str, extra: &[&str]) -> Operator {
+        let address = {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            free.local_addr().unwrap().to_string()
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
+            .args([
+                "run",
+                "--watch_namespace",
+                namespace,
+                "--metrics_bind_address",
+                &address,
+                "--log_level",
+                "debug",
+                "--log_json",
+            ])
+            .args(extra)
+            .env("KUBECONFIG", env.kubeconfig_path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the operator binary starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        Operator {
+            child,
+            log,
+            address,
+            name: name.to_string(),
+        }
+    }
+
+    /// A replica with Lease election in `namespace`, its identity `name`.
+    fn replica(env: &TestEnv, name: &str, namespace: &str) -> Operator {
+        let (lease, poll) = (
+            format!("{}s", LEASE.as_secs()),
+            format!("{}s", POLL.as_secs()),
+        );
+        Operator::start(
+            env,
+            name,
+            namespace,
+            &[
+                "--python_watch_manager.lock.type",
+                "leader-with-lease",
+                "--python_watch_manager.lock.namespace",
+                namespace,
+                "--python_watch_manager.lock.duration",
+                &lease,
+                "--python_watch_manager.lock.poll_time",
+                &poll,
+                "--operator_name",
+                "webapp-operator",
+                "--pod_name",
+                name,
+            ],
+        )
+    }
+
+    /// GET `path` from the operator's HTTP server: the status code and the body.
+    fn http(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.address).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.address
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let code = response.split(' ').nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n")?.1.to_string();
+        Some((code, body))
+    }
+
+    fn readyz(&self) -> Option<u16> {
+        self.http("/readyz").map(|(code, _)| code)
+    }
+
+    fn metrics(&self) -> String {
+        self.http("/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// The `windlass_leader` gauge: `Some(true)` while this replica leads.
+    fn leads(&self) -> Option<bool> {
+        sample(&self.metrics(), "windlass_leader").map(|v| v == 1.0)
+    }
+
+    /// Mutating requests this replica sent, by resource, except to Leases (the lock).
+    fn writes(&self) -> BTreeMap<String, f64> {
+        writes(&self.metrics())
+    }
+
+    fn still_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn dump(&self) -> String {
+        format!(
+            "--- {} ---\n{}",
+            self.name,
+            self.log.lock().unwrap().join("\n")
+        )
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the first series of `metric` (`name{…} v` or `name v`).
+fn sample(metrics: &str, metric: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(metric)?;
+        if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            return None;
+        }
+        rest.rsplit(' ').next()?.parse().ok()
+    })
+}
+
+/// Sum of the series of `metric` whose labels contain every `needle` (0 when none).
+fn total(metrics: &str, metric: &str, needles: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |sum, n| sum + n)
+}
+
+/// Mutating requests by resource from a scrape, Leases left out.
+fn writes(metrics: &str) -> BTreeMap<String, f64> {
+    const MUTATING: [&str; 6] = [
+        "create",
+        "update",
+        "apply",
+        "patch",
+        "delete",
+        "deletecollection",
+    ];
+    let mut by_resource = BTreeMap::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("windlass_api_requests_total{"))
+    {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = line[start..].find('"')? + start;
+            Some(line[start..end].to_string())
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+            continue;
+        };
+        if !MUTATING.contains(&verb.as_str()) || resource.starts_with("leases") {
+            continue;
+        }
+        let n: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *by_resource.entry(resource).or_insert(0.0) += n;
+    }
+    by_resource
+}
+
+/// Wait until `check` holds, failing with the operators' logs after `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, logs: &[&Operator], check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}; operator logs:\n{}",
+            logs.iter().map(|o| o.dump()).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Ready=True for the CR's current generation.
+fn ready(cr: &Value) -> bool {
+    cr["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "Ready"
+                && c["status"] == "True"
+                && c["observedGeneration"] == cr["metadata"]["generation"]
+        })
+}
+
+fn webapp(namespace: &str, name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"version": "1.4.0", "image": format!("ghcr.io/example/{name}"),
+                 "replicas": replicas}})
+}
+
+async fn install_crd(cluster: &LiveCluster) {
+    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
+    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
+    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cluster.scope(&kind).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "CRD never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether every WebApp called one of `names` in `namespace` is Ready at its generation.
+async fn all_ready(cluster: &LiveCluster, namespace: &str, names: &[&str]) -> bool {
+    for name in names {
+        let cr = ObjectRef::new(
+            "example.windlass.dev/v1alpha1",
+            "WebApp",
+            Some(namespace),
+            *name,
+        );
+        match cluster.get(&cr).await {
+            Ok(Some(cr)) if ready(&cr) => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Every object windlass applied in `namespace` (the kinds the WebApp deploys), whole
+/// (`managedFields` included): `kind/name` → object.
+async fn children(client: &kube::Client, namespace: &str) -> BTreeMap<String, DynamicObject> {
+    let mut all = BTreeMap::new();
+    for (group, version, kind) in [
+        ("", "v1", "ConfigMap"),
+        ("", "v1", "Secret"),
+        ("", "v1", "Service"),
+        ("apps", "v1", "Deployment"),
+        ("apps", "v1", "StatefulSet"),
+        ("batch", "v1", "Job"),
+    ] {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let listed = api
+            .list(&ListParams::default().labels(windlass::annotations::OWNER_UID))
+            .await
+            .unwrap();
+        for object in listed {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            all.insert(format!("{kind}/{name}"), object);
+        }
+    }
+    all
+}
+
+/// `kind/name` → uid.
+fn uids(objects: &BTreeMap<String, DynamicObject>) -> BTreeMap<String, String> {
+    objects
+        .iter()
+        .map(|(key, o)| (key.clone(), o.metadata.uid.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// Each object has exactly one `managedFields` entry of windlass's field manager for the
+/// main resource (an apply), and none from another manager's `Update` of the same fields
+/// under windlass's name: what a second writer, or a write repeated under another
+/// operation, would leave behind.
+fn assert_one_owner(objects: &BTreeMap<String, DynamicObject>) {
+    for (key, object) in objects {
+        let entries: Vec<_> = object
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|e| e.manager.as_deref() == Some(windlass::FIELD_MANAGER))
+            .filter(|e| e.subresource.as_deref().unwrap_or("").is_empty())
+            .collect();
+        assert_eq!(
+            entries.len(),
+            1,
+            "{key}: windlass's managedFields entries: {:?}",
+            object.metadata.managed_fields
+        );
+        assert_eq!(entries[0].operation.as_deref(), Some("Apply"), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_one_leads_and_the_other_takes_over_after_sigkill() {
+    let started = Instant::now();
+    let env = TestEnv::shared()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace("election").await.unwrap();
+    let client = env.client().unwrap();
+    let cluster = Arc::new(LiveCluster::new(client.clone()));
+    install_crd(&cluster).await;
+
+    let replicas = [
+        Operator::replica(env, "replica-a", ns.name()),
+        Operator::replica(env, "replica-b", ns.name()),
+    ];
+    let [a, b] = &replicas;
+    // Exactly one leads, the other knows it stands by (both ready), and the Lease names
+    // the leader.
+    eventually(
+        "one replica leads and both are ready",
+        LONG,
+        &[a, b],
+        || async {
+            let leaders = [a.leads(), b.leads()];
+            leaders.iter().filter(|l| **l == Some(true)).count() == 1
+                && leaders.iter().filter(|l| **l == Some(false)).count() == 1
+                && a.readyz() == Some(200)
+                && b.readyz() == Some(200)
+        },
+    )
+    .await;
+    let (leader, follower) = if a.leads() == Some(true) {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), ns.name());
+    let holder = || async {
+        leases
+            .get_opt("webapp-operator")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    assert_eq!(
+        holder().await.as_deref(),
+        Some(replicas[leader].name.as_str())
+    );
+
+    // Several CRs converge, written by the leader only.
+    let names = ["shop", "blog", "wiki"];
+    for name in names {
+        cluster
+            .apply(&webapp(ns.name(), name, 2), WriteMethod::Update)
+            .await
+            .unwrap();
+    }
+    eventually("every WebApp is Ready", LONG, &[a, b], || async {
+        all_ready(&cluster, ns.name(), &names).await
+    })
+    .await;
+    // The sync point: the follower watches the same CRs (its caches are synced, it is
+    // ready), so had it acted on them, it would have done so by the time the leader has
+    // rolled every one out.
+    assert!(
+        replicas[follower].writes().is_empty(),
+        "the follower wrote: {:?}\n{}",
+        replicas[follower].writes(),
+        replicas[follower].dump()
+    );
+    let leader_writes = replicas[leader].writes();
+    assert!(!leader_writes.is_empty(), "the leader wrote nothing?");
+    let before = children(&client, ns.name()).await;
+    assert!(!before.is_empty());
+    let cr_uids: Vec<String> = {
+        let mut uids = Vec::new();
+        for name in names {
+            let cr = ObjectRef::new(
+                "example.windlass.dev/v1alpha1",
+                "WebApp",
+                Some(ns.name()),
+                name,
+            );
+            let cr = cluster.get(&cr).await.unwrap().unwrap();
+            uids.push(cr["metadata"]["uid"].as_str().unwrap().to_string());
+        }
+        uids
+    };
+
+    // SIGKILL the leader: no release, the lease must expire. The follower takes over within
+    // the lease duration plus a poll (and the time for its acquiring request).
+    let mut replicas = replicas;
+    let killed_at = Instant::now();
+    let pid = replicas[leader].child.id();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let _ = replicas[leader].child.wait();
+    let [a, b] = &replicas;
+    let survivor = &replicas[follower];
+    eventually("the follower takes over", LONG, &[a, b], || async {
+        survivor.leads() == Some(true)
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    assert!(
+        takeover <= LEASE + POLL + Duration::from_secs(2),
+        "takeover took {takeover:?} (lease {LEASE:?}, poll {POLL:?})\n{}",
+        survivor.dump()
+    );
+    assert_eq!(holder().await.as_deref(), Some(survivor.name.as_str()));
+
+    // Every CR converges, also one created after the kill and one changed after it.
+    cluster
+        .apply(&webapp(ns.name(), "late", 2), WriteMethod::Update)
+        .await
+        .unwrap();
+    cluster
+        .apply(&webapp(ns.name(), "blog", 3), WriteMethod::Update)
+        .await
+        .unwrap();
+    let all = ["shop", "blog", "wiki", "late"];
+    eventually(
+        "every WebApp is Ready under the new leader",
+        LONG,
+        &[a, b],
+        || async { all_ready(&cluster, ns.name(), &all).await },
+    )
+    .await;
+    let blog_web = ObjectRef::new("apps/v1", "Deployment", Some(ns.name()), "blog-web");
+    let replicas_of_blog = cluster.get(&blog_web).await.unwrap().unwrap()["spec"]["replicas"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(replicas_of_blog, 3, "the change after the kill rolled out");
+
+    // Nothing was written twice: no object re-created (uids unchanged), each owned by one
+    // windlass apply entry, and the new leader wrote nothing to the CRs that had converged
+    // except the one that changed.
+    let after = children(&client, ns.name()).await;
+    let (before_uids, after_uids) = (uids(&before), uids(&after));
+    for (key, uid) in &before_uids {
+        assert_eq!(after_uids.get(key), Some(uid), "{key} was re-created");
+    }
+    assert!(
+        after_uids.len() > before_uids.len(),
+        "late's children exist"
+    );
+    assert_one_owner(&after);
+    for (name, uid) in names.iter().zip(&cr_uids) {
+        let cr = ObjectRef::new(
+            "example.windlass.dev/v1alpha1",
+            "WebApp",
+            Some(ns.name()),
+            *name,
+        );
+        let cr = cluster.get(&cr).await.unwrap().unwrap();
+        assert_eq!(cr["metadata"]["uid"].as_str(), Some(uid.as_str()));
+    }
+    // The new leader's writes to children: late's, and blog's Deployment — nothing else.
+    let late = ObjectRef::new(
+        "example.windlass.dev/v1alpha1",
+        "WebApp",
+        Some(ns.name()),
+        "late",
+    );
+    let late = cluster.get(&late).await.unwrap().unwrap();
+    let late_uid = late["metadata"]["uid"].as_str().unwrap();
+    let late_children = after
+        .values()
+        .filter(|o| {
+            o.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(windlass::annotations::OWNER_UID))
+                .map(String::as_str)
+                == Some(late_uid)
+        })
+        .count();
+    let survivor_writes = survivor.writes();
+    let child_writes: f64 = survivor_writes
+        .iter()
+        .filter(|(resource, _)| *resource != "events" && !resource.starts_with("webapps"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        child_writes,
+        (late_children + 1) as f64,
+        "the new leader wrote {survivor_writes:?}; late has {late_children} children"
+    );
+    eprintln!(
+        "election: takeover after {takeover:?}; the leader wrote {leader_writes:?}; the new \
+         leader wrote {survivor_writes:?}; {:?} in all",
+        started.elapsed()
+    );
+}
+
+/// Stop `process` under a running operator, see `/readyz` report it while the API is
+/// unreachable (if it is: returns whether it did), start it again, and see the operator
+/// carry on: same process, ready again.
+async fn outage(env: &TestEnv, operator: &mut Operator, process: ControlPlaneProcess) -> bool {
+    let restarts_before = total(&operator.metrics(), "windlass_watch_restarts_total", &[]);
+    env.stop_process(process).await.unwrap();
+    let down_since = Instant::now();
+    let mut saw_unready = false;
+    // The API server refuses connections at once. With etcd gone, kube-apiserver 1.20 keeps
+    // the watches open (its watch cache just stops sending), so the operator's watches do
+    // not fail and it stays ready: a 503 is looked for (10 s), not required.
+    let limit = match process {
+        ControlPlaneProcess::KubeApiserver => LONG,
+        _ => Duration::from_secs(10),
+    };
+    while down_since.elapsed() < limit {
+        if operator.readyz() == Some(503) {
+            saw_unready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let restarts_during = total(&operator.metrics(), "windlass_watch_restarts_total", &[]);
+    if saw_unready {
+        assert!(
+            restarts_during > restarts_before,
+            "an outage /readyz saw is counted in windlass_watch_restarts_total"
+        );
+    }
+    env.start_process(process).await.unwrap();
+    eventually(
+        &format!("/readyz is 200 again after {process} is back"),
+        LONG,
+        &[operator],
+        || async { operator.readyz() == Some(200) },
+    )
+    .await;
+    assert!(operator.still_running(), "{}", operator.dump());
+    eprintln!(
+        "{process} outage: /readyz 503 seen: {saw_unready} (after {:?}); watch restarts \
+         {restarts_before} → {restarts_during}",
+        down_since.elapsed()
+    );
+    saw_unready
+}
+
+#[tokio::test]
+async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
+    let started = Instant::now();
+    // An environment of its own: the outages would disturb every test sharing one.
+    let env = TestEnv::start()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace("outage").await.unwrap();
+    let client = env.client().unwrap();
+    let cluster = Arc::new(LiveCluster::new(client.clone()));
+    install_crd(&cluster).await;
+    let mut operator = Operator::start(&env, "operator", ns.name(), &[]);
+    let pid = operator.child.id();
+
+    cluster
+        .apply(&webapp(ns.name(), "shop", 2), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("shop is Ready", LONG, &[&operator], || async {
+        all_ready(&cluster, ns.name(), &["shop"]).await
+    })
+    .await;
+    eventually("/readyz is 200", LONG, &[&operator], || async {
+        operator.readyz() == Some(200)
+    })
+    .await;
+    let before = uids(&children(&client, ns.name()).await);
+
+    // kube-apiserver: connections are refused, the watches fail, /readyz goes 503.
+    assert!(
+        outage(&env, &mut operator, ControlPlaneProcess::KubeApiserver).await,
+        "/readyz never answered 503 while the API server was down:\n{}",
+        operator.dump()
+    );
+    // A change and a new CR after the restart converge.
+    cluster
+        .apply(&webapp(ns.name(), "shop", 3), WriteMethod::Update)
+        .await
+        .unwrap();
+    cluster
+        .apply(&webapp(ns.name(), "blog", 2), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually(
+        "shop's change and blog converge after the API server restart",
+        LONG,
+        &[&operator],
+        || async {
+            all_ready(&cluster, ns.name(), &["shop", "blog"]).await
+                && cluster
+                    .get(&ObjectRef::new(
+                        "apps/v1",
+                        "Deployment",
+                        Some(ns.name()),
+                        "shop-web",
+                    ))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|d| d["spec"]["replicas"] == 3)
+        },
+    )
+    .await;
+
+    // etcd: the API server stays up but cannot serve; afterwards the same.
+    let etcd_unready = outage(&env, &mut operator, ControlPlaneProcess::Etcd).await;
+    cluster
+        .apply(&webapp(ns.name(), "blog", 3), WriteMethod::Update)
+        .await
+        .unwrap();
+    cluster
+        .apply(&webapp(ns.name(), "wiki", 2), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually(
+        "blog's change and wiki converge after the etcd restart",
+        LONG,
+        &[&operator],
+        || async {
+            all_ready(&cluster, ns.name(), &["shop", "blog", "wiki"]).await
+                && cluster
+                    .get(&ObjectRef::new(
+                        "apps/v1",
+                        "Deployment",
+                        Some(ns.name()),
+                        "blog-web",
+                    ))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|d| d["spec"]["replicas"] == 3)
+        },
+    )
+    .await;
+
+    // Nothing lost, re-created or owned twice; the same process all along.
+    let after = children(&client, ns.name()).await;
+    let after_uids = uids(&after);
+    for (key, uid) in &before {
+        assert_eq!(after_uids.get(key), Some(uid), "{key} was re-created");
+    }
+    assert_one_owner(&after);
+    assert_eq!(operator.child.id(), pid);
+    assert!(operator.still_running());
+    eprintln!(
+        "outages: etcd made /readyz 503: {etcd_unready}; {:?} in all",
+        started.elapsed()
+    );
+}
