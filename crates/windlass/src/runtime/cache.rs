@@ -229,6 +229,15 @@ impl CachedCluster {
     fn remember(&self, reference: ObjectRef, object: Option<Value>) {
         let mut written = lock(&self.written);
         written.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
+        // The watch may deliver a write before the write's response is back: then the
+        // store already has this version, and a copy kept now would never be cleared.
+        if let Some(mine) = &object
+            && let Cached::Present(seen) = self.stores.lookup(&reference)
+            && !newer(mine, &seen)
+        {
+            written.remove(&reference);
+            return;
+        }
         written.insert(
             reference,
             Written {
@@ -269,10 +278,19 @@ impl Cluster for CachedCluster {
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         let read_through = lock(&self.stale).remove(object);
         if !read_through {
-            let written = lock(&self.written).get(object).cloned();
+            // A written copy past its TTL is dropped: the store answers again.
+            let written = {
+                let mut written = lock(&self.written);
+                match written.get(object) {
+                    Some(w) if w.at.elapsed() > WRITTEN_TTL => {
+                        written.remove(object);
+                        None
+                    }
+                    w => w.cloned(),
+                }
+            };
             let cached = self.stores.lookup(object);
             match (written, cached) {
-                (Some(w), _) if w.at.elapsed() > WRITTEN_TTL => {}
                 (Some(Written { object: None, .. }), _) => return Ok(None),
                 (
                     Some(Written {

@@ -1,0 +1,733 @@
+//! The fleet benchmark (issue 8, "Speed and size"): N `Fleet` CRs created at once, each
+//! owning five plain objects, reconciled by windlass's runtime in an operator process of
+//! its own, against the real control plane of `windlass-testenv`.
+//!
+//! ```sh
+//! cargo run -p fleet-bench --bin fleet                         # N = 100, 500, 1000; 5 min steady
+//! WINDLASS_FLEET_NS=100 WINDLASS_FLEET_STEADY_SECS=60 cargo run -p fleet-bench --bin fleet
+//! ```
+//!
+//! Settings (environment):
+//!
+//! - `WINDLASS_FLEET_NS`: the fleet sizes, comma-separated (default `100,500,1000`).
+//! - `WINDLASS_FLEET_STEADY_SECS`: the steady-state window after all are Ready (default 300).
+//! - `WINDLASS_FLEET_PERIOD`: the operator's `reconcile_period` (default `30s`).
+//! - `WINDLASS_FLEET_CEILING_IN_FLIGHT`: requests in flight when measuring the ceiling,
+//!   comma-separated (default `1,16`); the targets compare with the fastest.
+//! - `WINDLASS_FLEET_DEADLINE_SECS`: how long to wait for all CRs to be Ready (default 900).
+//! - `WINDLASS_FLEET_LOG_LEVEL`: the operator's `--log_level` (default `info`); its log goes
+//!   to `$TMPDIR/fleet-operator-<N>.log`.
+//!
+//! Per N, in a fresh namespace: first the ceiling (N × 6 server-side applies of ConfigMaps
+//! from one client, in another namespace), then the operator starts (this binary again,
+//! as `fleet operator run …`, so its RSS is its own), the CRs are created with 16 creates
+//! in flight, a watch on them notes when the last one is Ready (Ready=True for its current
+//! generation), the operator's `/metrics` are scraped, and the steady window runs. The
+//! clock starts at the first create.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use fleet_bench::{Fleet, FleetController, FleetSpec, OBJECTS};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use windlass_testenv::TestEnv;
+
+/// Writes per CR a rollout should need: each object once, and the status.
+const WRITES_PER_CR: usize = OBJECTS + 1;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "operator") {
+        // The operator process: the windlass CLI over the bench controller.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let argv = std::iter::once("fleet-operator".into()).chain(std::env::args_os().skip(2));
+        return runtime.block_on(windlass::cli::run(
+            FleetController,
+            argv.collect::<Vec<_>>(),
+            windlass::cli::Output::stdout(),
+        ));
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(bench());
+    ExitCode::SUCCESS
+}
+
+/// The benchmark's settings, from the environment.
+struct Settings {
+    sizes: Vec<usize>,
+    steady: Duration,
+    period: String,
+    ceiling_in_flight: Vec<usize>,
+    deadline: Duration,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn list(name: &str, default: &str) -> Vec<usize> {
+    env_or(name, default)
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: `{n}` is not a number"))
+        })
+        .collect()
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        let secs = |name: &str, default: &str| {
+            Duration::from_secs(
+                env_or(name, default)
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name} is not a number of seconds")),
+            )
+        };
+        Settings {
+            sizes: list("WINDLASS_FLEET_NS", "100,500,1000"),
+            steady: secs("WINDLASS_FLEET_STEADY_SECS", "300"),
+            period: env_or("WINDLASS_FLEET_PERIOD", "30s"),
+            ceiling_in_flight: list("WINDLASS_FLEET_CEILING_IN_FLIGHT", "1,16"),
+            deadline: secs("WINDLASS_FLEET_DEADLINE_SECS", "900"),
+        }
+    }
+}
+
+/// What one fleet size measured.
+struct Run {
+    n: usize,
+    /// (requests in flight, time for N × 6 applies).
+    ceilings: Vec<(usize, Duration)>,
+    ready: Duration,
+    rss_peak_kib: u64,
+    rss_at_ready_kib: u64,
+    /// From the operator start to all Ready.
+    rollout: Scrape,
+    /// The steady window.
+    steady: Scrape,
+    steady_window: Duration,
+    queue_wait_p50: Option<f64>,
+    queue_wait_p99: Option<f64>,
+}
+
+impl Run {
+    fn ceiling(&self) -> Duration {
+        self.ceilings
+            .iter()
+            .map(|(_, d)| *d)
+            .min()
+            .unwrap_or_default()
+    }
+}
+
+async fn bench() {
+    let settings = Settings::from_env();
+    let started = Instant::now();
+    let env =
+        TestEnv::builder().without_simulator().start().await.expect(
+            "the control plane starts (provision it with scripts/provision-control-plane.sh)",
+        );
+    eprintln!(
+        "control plane up in {:.1} s",
+        env.startup_time().as_secs_f64()
+    );
+    let client = env.client().expect("a client");
+    install_crd(&client).await;
+    let mut runs = Vec::new();
+    for &n in &settings.sizes {
+        runs.push(run(&env, &client, &settings, n).await);
+    }
+    print_report(&settings, &runs);
+    eprintln!("benchmark took {:.0} s", started.elapsed().as_secs_f64());
+}
+
+async fn install_crd(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = <Fleet as kube::CustomResourceExt>::crd();
+    crds.patch(
+        &crd.metadata.name.clone().expect("the CRD has a name"),
+        &PatchParams::apply("fleet-bench").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the CRD is applied");
+    let fleets: Api<Fleet> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fleets.list(&Default::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "the Fleet CRD is never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize) -> Run {
+    eprintln!("── N = {n} ──");
+    let mut ceilings = Vec::new();
+    {
+        let ns = env
+            .namespace(&format!("ceiling-{n}"))
+            .await
+            .expect("a namespace");
+        for (round, &in_flight) in settings.ceiling_in_flight.iter().enumerate() {
+            let took = ceiling(client, ns.name(), n * WRITES_PER_CR, in_flight, round).await;
+            eprintln!(
+                "ceiling: {} applies, {in_flight} in flight: {:.2} s ({:.0}/s)",
+                n * WRITES_PER_CR,
+                took.as_secs_f64(),
+                (n * WRITES_PER_CR) as f64 / took.as_secs_f64()
+            );
+            ceilings.push((in_flight, took));
+        }
+    }
+    let ns = env
+        .namespace(&format!("fleet-{n}"))
+        .await
+        .expect("a namespace");
+    let operator = Operator::start(env, ns.name(), &settings.period, n);
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let at_start = operator.scrape().await;
+
+    let fleets: Api<Fleet> = Api::namespaced(client.clone(), ns.name());
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let watch = tokio::spawn(wait_all_ready(fleets.clone(), n, ready_tx));
+    let clock = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let fleets = fleets.clone();
+            async move {
+                let mut cr = Fleet::new(
+                    &format!("f{i:04}"),
+                    FleetSpec {
+                        message: format!("member {i} of {n}"),
+                    },
+                );
+                cr.metadata.namespace = None;
+                fleets.create(&PostParams::default(), &cr).await
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("the CRs are created");
+    eprintln!("created {n} CRs in {:.2} s", clock.elapsed().as_secs_f64());
+    let ready = match tokio::time::timeout(settings.deadline, ready_rx).await {
+        Ok(Ok(at)) => at.duration_since(clock),
+        _ => panic!(
+            "not all {n} CRs were Ready within {:?}; operator log: {}",
+            settings.deadline,
+            operator.log.display()
+        ),
+    };
+    watch.abort();
+    eprintln!("all {n} Ready after {:.2} s", ready.as_secs_f64());
+    let at_ready = operator.scrape().await;
+    let rss_at_ready_kib = operator.peak_rss_kib();
+
+    // Let the owned-kind watches catch up with the last writes before the window opens.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_steady = operator.scrape().await;
+    eprintln!("steady window: {} s", settings.steady.as_secs());
+    tokio::time::sleep(settings.steady).await;
+    let after_steady = operator.scrape().await;
+    let rss_peak_kib = operator.peak_rss_kib();
+    drop(operator);
+
+    let rollout = at_ready.since(&at_start);
+    let steady = after_steady.since(&before_steady);
+    let (p50, p99) = (rollout.queue_wait(0.5), rollout.queue_wait(0.99));
+    Run {
+        n,
+        ceilings,
+        ready,
+        rss_peak_kib,
+        rss_at_ready_kib,
+        rollout,
+        steady,
+        steady_window: settings.steady,
+        queue_wait_p50: p50,
+        queue_wait_p99: p99,
+    }
+}
+
+/// `count` server-side applies of distinct ConfigMaps with `in_flight` at a time: the time
+/// the API server needs to take that many writes from one client.
+async fn ceiling(
+    client: &kube::Client,
+    ns: &str,
+    count: usize,
+    in_flight: usize,
+    round: usize,
+) -> Duration {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let params = PatchParams::apply("fleet-ceiling");
+    let start = Instant::now();
+    stream::iter(0..count)
+        .map(|i| {
+            let (cms, params) = (cms.clone(), params.clone());
+            async move {
+                let name = format!("c{round}-{i:05}");
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name}, "data": {"message": format!("ceiling {i}")}});
+                cms.patch(&name, &params, &Patch::Apply(&cm)).await
+            }
+        })
+        .buffer_unordered(in_flight.max(1))
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("the ceiling's applies succeed");
+    start.elapsed()
+}
+
+/// Ready=True for the CR's current generation.
+fn is_ready(cr: &Fleet) -> bool {
+    let generation = cr.metadata.generation;
+    cr.status
+        .as_ref()
+        .and_then(|s| s.0.get("conditions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "Ready"
+                && c["status"] == "True"
+                && c["observedGeneration"].as_i64() == generation
+        })
+}
+
+/// Watch the namespace's CRs; send the moment all `n` are Ready.
+async fn wait_all_ready(fleets: Api<Fleet>, n: usize, done: tokio::sync::oneshot::Sender<Instant>) {
+    let mut ready = HashSet::new();
+    let mut events = std::pin::pin!(watcher(fleets, watcher::Config::default()).applied_objects());
+    while let Some(event) = events.next().await {
+        let Ok(cr) = event else { continue };
+        let name = cr.metadata.name.clone().unwrap_or_default();
+        if is_ready(&cr) {
+            ready.insert(name);
+        } else {
+            ready.remove(&name);
+        }
+        if ready.len() == n {
+            let _ = done.send(Instant::now());
+            return;
+        }
+    }
+}
+
+/// The operator process.
+struct Operator {
+    child: Child,
+    address: String,
+    log: PathBuf,
+}
+
+impl Operator {
+    fn start(env: &TestEnv, namespace: &str, period: &str, n: usize) -> Operator {
+        let address = {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            free.local_addr().expect("its address").to_string()
+        };
+        let log = std::env::temp_dir().join(format!("fleet-operator-{n}.log"));
+        let file = std::fs::File::create(&log).expect("the operator's log file");
+        let child = Command::new(std::env::current_exe().expect("this binary's path"))
+            .args([
+                "operator",
+                "run",
+                "--watch_namespace",
+                namespace,
+                "--metrics_bind_address",
+                &address,
+                "--python_watch_manager.reconcile_period",
+                period,
+                "--log_level",
+                &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
+            ])
+            .env("KUBECONFIG", env.kubeconfig_path())
+            .stdout(Stdio::from(file.try_clone().expect("the log file")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("the operator process starts");
+        eprintln!(
+            "operator pid {} on {address}, log {}",
+            child.id(),
+            log.display()
+        );
+        Operator {
+            child,
+            address,
+            log,
+        }
+    }
+
+    async fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self
+                .http("/readyz")
+                .await
+                .is_some_and(|(code, _)| code == 200)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the operator is not ready; log: {}",
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn http(&self, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.address).await.ok()?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.address
+        );
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let code = response.split(' ').nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n")?.1.to_string();
+        Some((code, body))
+    }
+
+    async fn scrape(&self) -> Scrape {
+        let (code, body) = self.http("/metrics").await.expect("/metrics answers");
+        assert_eq!(code, 200, "/metrics: {body}");
+        Scrape::parse(&body)
+    }
+
+    /// `VmHWM` of the operator process: its peak resident set, in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/<pid>/status of the operator");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(25);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The samples of one `/metrics` scrape: (name, labels) → value.
+#[derive(Default, Clone)]
+struct Scrape(BTreeMap<(String, BTreeMap<String, String>), f64>);
+
+impl Scrape {
+    fn parse(text: &str) -> Scrape {
+        let mut samples = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+                .collect();
+            samples.insert((name.to_string(), labels), value);
+        }
+        Scrape(samples)
+    }
+
+    /// The counters' growth from `earlier` (histogram buckets included).
+    fn since(&self, earlier: &Scrape) -> Scrape {
+        Scrape(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v - earlier.0.get(k).copied().unwrap_or(0.0)))
+                .collect(),
+        )
+    }
+
+    /// The sum of `name` over the samples whose labels pass `pick`.
+    fn sum(&self, name: &str, pick: impl Fn(&BTreeMap<String, String>) -> bool) -> f64 {
+        self.0
+            .iter()
+            .filter(|((n, labels), _)| n == name && pick(labels))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    fn requests(&self, verbs: &[&str]) -> f64 {
+        self.sum("windlass_api_requests_total", |l| {
+            l.get("verb").is_some_and(|v| verbs.contains(&v.as_str()))
+        })
+    }
+
+    /// Event creates: writes that are not the CR's objects or status.
+    fn events(&self) -> f64 {
+        self.sum("windlass_api_requests_total", |l| {
+            l.get("resource").is_some_and(|r| r == "events")
+        })
+    }
+
+    fn writes(&self) -> f64 {
+        self.requests(&[
+            "create",
+            "update",
+            "apply",
+            "patch",
+            "delete",
+            "deletecollection",
+        ])
+    }
+
+    /// Requests by verb and resource, for the verbs given.
+    fn breakdown(&self, verbs: &[&str]) -> String {
+        let mut rows: BTreeMap<String, f64> = BTreeMap::new();
+        for ((name, labels), v) in &self.0 {
+            if name != "windlass_api_requests_total" || *v == 0.0 {
+                continue;
+            }
+            let verb = labels.get("verb").map_or("", String::as_str);
+            if verbs.contains(&verb) {
+                let key = format!(
+                    "{verb} {} {}",
+                    labels.get("resource").map_or("", String::as_str),
+                    labels.get("code").map_or("", String::as_str)
+                );
+                *rows.entry(key).or_default() += v;
+            }
+        }
+        rows.iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn reconciles(&self) -> f64 {
+        self.sum("windlass_reconciles_total", |_| true)
+    }
+
+    fn reconciles_by_outcome(&self) -> String {
+        let mut rows: BTreeMap<String, f64> = BTreeMap::new();
+        for ((name, labels), v) in &self.0 {
+            if name == "windlass_reconciles_total" && *v > 0.0 {
+                *rows
+                    .entry(labels.get("outcome").cloned().unwrap_or_default())
+                    .or_default() += v;
+            }
+        }
+        rows.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The upper bound of the bucket of `windlass_queue_wait_seconds` that holds quantile
+    /// `q` (what the histogram can tell; `None` if nothing waited).
+    fn queue_wait(&self, q: f64) -> Option<f64> {
+        let mut buckets: Vec<(f64, f64)> = self
+            .0
+            .iter()
+            .filter(|((n, _), _)| n == "windlass_queue_wait_seconds_bucket")
+            .filter_map(|((_, labels), v)| {
+                let le = labels.get("le")?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                Some((le, *v))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        buckets
+            .iter()
+            .find(|(_, cumulative)| *cumulative >= q * total)
+            .map(|(le, _)| *le)
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn bound(le: Option<f64>) -> String {
+    match le {
+        None => "–".into(),
+        Some(le) if le.is_infinite() => "> 60 s".into(),
+        Some(le) if le < 1.0 => format!("≤ {} ms", le * 1e3),
+        Some(le) => format!("≤ {le} s"),
+    }
+}
+
+fn print_report(settings: &Settings, runs: &[Run]) {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nwindlass fleet benchmark: {OBJECTS} objects per CR (3 ConfigMaps, a Secret, a Service; 3-level DAG), \
+         operator in its own process (debug build unless built with --release), reconcile_period {}, \
+         control plane: windlass-testenv (kube-apiserver 1.20.2, loopback, {} cores)\n",
+        settings.period,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let _ = writeln!(
+        out,
+        "| N | all Ready | ceiling: N×{WRITES_PER_CR} applies ({}) | Ready / ceiling | peak RSS | writes / CR | reads / CR (get+list) | reconciles / CR | queue wait p50 / p99 | steady window: writes, reads, reconciles |",
+        settings
+            .ceiling_in_flight
+            .iter()
+            .map(|n| format!("{n} in flight"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    for r in runs {
+        let n = r.n as f64;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2}× | {:.1} MiB | {:.2} ({:.2} + {:.2} Events) | {:.2} | {:.2} | {} / {} | {:.0}, {:.0}, {:.0} in {} s |",
+            r.n,
+            seconds(r.ready),
+            r.ceilings
+                .iter()
+                .map(|(_, d)| seconds(*d))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            r.ready.as_secs_f64() / r.ceiling().as_secs_f64(),
+            r.rss_peak_kib as f64 / 1024.0,
+            r.rollout.writes() / n,
+            (r.rollout.writes() - r.rollout.events()) / n,
+            r.rollout.events() / n,
+            r.rollout.requests(&["get", "list"]) / n,
+            r.rollout.reconciles() / n,
+            bound(r.queue_wait_p50),
+            bound(r.queue_wait_p99),
+            r.steady.writes(),
+            r.steady.requests(&["get", "list"]),
+            r.steady.reconciles(),
+            r.steady_window.as_secs(),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nRequests are the operator's own (its `/metrics`), from its start until all CRs were Ready. \
+         Queue waits are histogram bucket bounds. The ceiling is measured in the same run, before the operator starts."
+    );
+    for r in runs {
+        let n = r.n as f64;
+        let _ = writeln!(
+            out,
+            "\nN = {}: targets (issue 8 sets them for N = 1000)",
+            r.n
+        );
+        let _ = writeln!(out, "| target | measured | met |");
+        let _ = writeln!(out, "|---|---|---|");
+        let ratio = r.ready.as_secs_f64() / r.ceiling().as_secs_f64();
+        let mib = r.rss_peak_kib as f64 / 1024.0;
+        let writes = r.rollout.writes() / n;
+        let gets = r.rollout.requests(&["get"]);
+        let steady_reads = r.steady.requests(&["get", "list"]);
+        let rows = [
+            (
+                "all Ready within 2× the ceiling".to_string(),
+                format!("{ratio:.2}× ({} vs {})", seconds(r.ready), seconds(r.ceiling())),
+                ratio <= 2.0,
+            ),
+            (
+                "peak RSS < 64 MiB".into(),
+                format!(
+                    "{mib:.1} MiB ({:.1} MiB when all were Ready)",
+                    r.rss_at_ready_kib as f64 / 1024.0
+                ),
+                mib < 64.0,
+            ),
+            (
+                format!("exactly {WRITES_PER_CR} writes per CR"),
+                format!(
+                    "{writes:.2}: {:.2} to objects and status, {:.2} Event creates",
+                    (r.rollout.writes() - r.rollout.events()) / n,
+                    r.rollout.events() / n
+                ),
+                (writes - WRITES_PER_CR as f64).abs() < 1e-9,
+            ),
+            (
+                "no reads outside the watches once warm: no get; in the steady window no get or list".into(),
+                format!("{gets:.0} gets during the rollout, {steady_reads:.0} reads in the steady window"),
+                gets == 0.0 && steady_reads == 0.0,
+            ),
+            (
+                "no writes in the steady window".into(),
+                format!("{:.0}", r.steady.writes()),
+                r.steady.writes() == 0.0,
+            ),
+        ];
+        for (target, measured, met) in rows {
+            let _ = writeln!(
+                out,
+                "| {target} | {measured} | {} |",
+                if met { "yes" } else { "**no**" }
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nrollout requests: {}\nrollout reads: {}\nreconciles: {}\nsteady window requests: {}",
+            r.rollout.breakdown(&[
+                "create",
+                "update",
+                "apply",
+                "patch",
+                "delete",
+                "deletecollection"
+            ]),
+            r.rollout.breakdown(&["get", "list"]),
+            r.rollout.reconciles_by_outcome(),
+            r.steady.breakdown(&[
+                "get",
+                "list",
+                "create",
+                "update",
+                "apply",
+                "patch",
+                "delete",
+                "deletecollection"
+            ]),
+        );
+    }
+    println!("{out}");
+}
