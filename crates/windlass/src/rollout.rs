@@ -433,7 +433,8 @@ impl<K: PrimaryResource> Rollout<'_, K> {
             stamp_ownership(&mut manifest, cr, component);
         }
         crate::drift::stamp(&mut manifest);
-        let live = session.get_object(&reference).await?;
+        // About to write it: a watch of windlass's own objects may answer for it.
+        let live = session.cluster().get_own(&reference).await?;
         if let Some(live) = &live
             && !itself
         {

@@ -120,6 +120,15 @@ impl Cluster for Recorded {
         Ok(found)
     }
 
+    async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        if let Some(seen) = self.ledger.seen(object) {
+            return Ok(seen);
+        }
+        let found = self.inner.get_own(object).await?;
+        self.ledger.remember(object.clone(), found.clone());
+        Ok(found)
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
         self.inner.list(query).await
     }

@@ -111,6 +111,14 @@ pub trait Cluster: Send + Sync + 'static {
     /// The object, or `None` if it does not exist.
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError>;
 
+    /// The object as [`Cluster::get`] reads it, asked by a rollout about to write it: an
+    /// object without windlass's ownership label would be overwritten all the same, so a
+    /// cluster that sees every object carrying that label (the runtime's watch caches) may
+    /// answer "absent" for one it does not have, without asking the server.
+    async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.get(object).await
+    }
+
     /// The objects matching `query`, ordered by namespace and name.
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError>;
 

@@ -47,6 +47,8 @@ struct KindStore {
     synced: HashSet<Option<String>>,
     /// Whether the watch sees every object of the kind (not label-scoped).
     complete: bool,
+    /// Whether the watch sees every object carrying windlass's ownership label.
+    owned: bool,
     objects: HashMap<ObjectRef, Arc<Value>>,
 }
 
@@ -82,6 +84,17 @@ impl Stores {
 
     /// What the watches know of `object`.
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
+        self.lookup_with(object, false)
+    }
+
+    /// What the watches know of `object` that windlass is about to write: a watch of
+    /// every object carrying windlass's ownership label knows it is absent too (see
+    /// [`Cluster::get_own`]).
+    pub fn lookup_own(&self, object: &ObjectRef) -> Cached {
+        self.lookup_with(object, true)
+    }
+
+    fn lookup_with(&self, object: &ObjectRef, own: bool) -> Cached {
         let kinds = read(&self.kinds);
         let Some(store) = kinds.get(&object.type_ref()) else {
             return Cached::Unknown;
@@ -91,7 +104,7 @@ impl Stores {
         }
         match store.objects.get(object) {
             Some(found) => Cached::Present(found.clone()),
-            None if store.complete => Cached::Absent,
+            None if store.complete || (own && store.owned) => Cached::Absent,
             None => Cached::Unknown,
         }
     }
@@ -111,12 +124,13 @@ impl Stores {
             .is_some_and(|s| s.synced.contains(&namespace.map(str::to_string)))
     }
 
-    /// A watch of `type_ref` over `namespace` starts; `complete` when it is not
-    /// label-scoped.
-    pub(crate) fn declare(&self, type_ref: &TypeRef, complete: bool) {
+    /// A watch of `type_ref` starts with the label selector `labels` (`None`: every
+    /// object).
+    pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>) {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
-        store.complete = complete;
+        store.complete = labels.is_none();
+        store.owned = labels.is_none() || labels == Some(crate::annotations::OWNER_UID);
     }
 
     /// A (re)list of `type_ref` over `namespace` returned `objects`: they replace what the
@@ -247,35 +261,8 @@ impl CachedCluster {
         );
     }
 
-    fn on_error<T>(
-        &self,
-        object: &ObjectRef,
-        result: Result<T, ClusterError>,
-    ) -> Result<T, ClusterError> {
-        if let Err(ClusterError::Conflict { .. }) = &result {
-            lock(&self.stale).insert(object.clone());
-        }
-        result
-    }
-}
-
-/// Whether `mine` is newer than `seen` by resourceVersion; unknown (not integers, or
-/// missing) counts as newer, so the written copy wins until the TTL.
-fn newer(mine: &Value, seen: &Value) -> bool {
-    let parse = |v: &Value| v.resource_version().and_then(|rv| rv.parse::<u64>().ok());
-    match (parse(mine), parse(seen)) {
-        (Some(mine), Some(seen)) => mine > seen,
-        _ => mine.resource_version() != seen.resource_version(),
-    }
-}
-
-#[async_trait]
-impl Cluster for CachedCluster {
-    async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
-        self.live.scope(type_ref).await
-    }
-
-    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+    /// [`Cluster::get`] or, with `own`, [`Cluster::get_own`] (see the module docs).
+    async fn get_with(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
         let read_through = lock(&self.stale).remove(object);
         if !read_through {
             // A written copy past its TTL is dropped: the store answers again.
@@ -289,7 +276,11 @@ impl Cluster for CachedCluster {
                     w => w.cloned(),
                 }
             };
-            let cached = self.stores.lookup(object);
+            let cached = if own {
+                self.stores.lookup_own(object)
+            } else {
+                self.stores.lookup(object)
+            };
             match (written, cached) {
                 (Some(Written { object: None, .. }), _) => return Ok(None),
                 (
@@ -320,6 +311,42 @@ impl Cluster for CachedCluster {
             self.remember(object.clone(), found.clone());
         }
         Ok(found)
+    }
+
+    fn on_error<T>(
+        &self,
+        object: &ObjectRef,
+        result: Result<T, ClusterError>,
+    ) -> Result<T, ClusterError> {
+        if let Err(ClusterError::Conflict { .. }) = &result {
+            lock(&self.stale).insert(object.clone());
+        }
+        result
+    }
+}
+
+/// Whether `mine` is newer than `seen` by resourceVersion; unknown (not integers, or
+/// missing) counts as newer, so the written copy wins until the TTL.
+fn newer(mine: &Value, seen: &Value) -> bool {
+    let parse = |v: &Value| v.resource_version().and_then(|rv| rv.parse::<u64>().ok());
+    match (parse(mine), parse(seen)) {
+        (Some(mine), Some(seen)) => mine > seen,
+        _ => mine.resource_version() != seen.resource_version(),
+    }
+}
+
+#[async_trait]
+impl Cluster for CachedCluster {
+    async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+        self.live.scope(type_ref).await
+    }
+
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.get_with(object, false).await
+    }
+
+    async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.get_with(object, true).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -414,7 +441,7 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let (b, _) = cm("b", "1");
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
-        stores.declare(&a.type_ref(), false);
+        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
         assert_eq!(
@@ -429,7 +456,18 @@ mod tests {
             "namespace not watched"
         );
 
-        stores.declare(&a.type_ref(), true);
+        assert_eq!(
+            stores.lookup_own(&b),
+            Cached::Absent,
+            "about to write it: no labelled object of that name exists"
+        );
+        stores.declare(&a.type_ref(), Some("app=other"));
+        assert_eq!(
+            stores.lookup_own(&b),
+            Cached::Unknown,
+            "another selector cannot tell"
+        );
+        stores.declare(&a.type_ref(), None);
         assert_eq!(stores.lookup(&b), Cached::Absent, "a complete watch knows");
     }
 

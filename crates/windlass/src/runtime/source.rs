@@ -70,7 +70,7 @@ pub async fn run(
     events: mpsc::Sender<SourceEvent>,
     observer: Arc<dyn WatchObserver>,
 ) {
-    stores.declare(&watch.type_ref, watch.labels.is_none());
+    stores.declare(&watch.type_ref, watch.labels.as_deref());
     // Discovery itself may fail (the CRD is not installed yet): retry like the watch.
     let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
     let api = loop {

@@ -147,6 +147,25 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
     assert_eq!(counts.verb(Verb::List), 0, "{counts}");
     assert_eq!(counts.mutating(), 0, "a steady reconcile writes:\n{counts}");
 
+    // A new CR, once the watches are warm: its objects + 1 writes and no read at all.
+    admin
+        .apply(&widget(ns.name(), "w2", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the new CR is reconciled to Done", || async {
+        finished.of("w2").iter().any(|(_, o)| *o == Outcome::Done)
+    })
+    .await;
+    let counts = counter.take();
+    println!("a new CR under warm watches:\n{counts}");
+    assert_eq!(
+        counts.verb(Verb::Get),
+        0,
+        "reads outside the watches:\n{counts}"
+    );
+    assert_eq!(counts.of(Verb::Apply, "configmaps"), 3, "{counts}");
+    assert_eq!(counts.of(Verb::Update, "widgets/status"), 1, "{counts}");
+
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
