@@ -346,3 +346,59 @@ async fn an_extra_watch_reconciles_the_cr_its_mapping_names() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+/// One manager, two controllers (a namespaced and a cluster-scoped kind): each has its own
+/// watches and queue, and both converge (oper8's `start_all`, F160).
+#[tokio::test]
+async fn one_manager_runs_two_controllers() {
+    use windlass::testing::Gadget;
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-two").await.unwrap();
+    let finished = Finished::default();
+    let gadgets = DummyController::<Gadget>::of_kind().component(
+        DummyComponent::new("box").with_object(
+            "cm",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "{cr}-box", "namespace": ns.name()}, "data": {}}),
+        ),
+        &[],
+    );
+    let manager = Manager::new(env.client().unwrap(), LibraryConfig::default())
+        .controller(three_configmaps())
+        .controller(gadgets)
+        .with_observer(Arc::new(finished.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    admin
+        .apply(&widget(ns.name(), "w", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    let gadget_name = format!("{}-g", ns.name());
+    admin
+        .apply(
+            &json!({"apiVersion": "test.windlass.dev/v1", "kind": "Gadget",
+                "metadata": {"name": gadget_name}, "spec": {}}),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("both CRs are reconciled to Done", || async {
+        [("w"), gadget_name.as_str()]
+            .iter()
+            .all(|name| finished.of(name).iter().any(|(_, o)| *o == Outcome::Done))
+    })
+    .await;
+    let boxed = ObjectRef::new(
+        "v1",
+        "ConfigMap",
+        Some(ns.name()),
+        format!("{gadget_name}-box"),
+    );
+    assert!(admin.get(&boxed).await.unwrap().is_some());
+    let gadget = ObjectRef::new("test.windlass.dev/v1", "Gadget", None, &gadget_name);
+    admin.delete(&gadget, None).await.unwrap();
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
