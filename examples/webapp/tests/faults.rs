@@ -11,74 +11,24 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
-use webapp_operator::WebApp;
 use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
-use windlass::object::{ObjectRef, TypeRef};
+use windlass::object::ObjectRef;
 use windlass_testenv::{ControlPlaneProcess, TestEnv};
+
+mod support;
+use support::{LONG, Operator, eventually, install_crd, ready};
 
 /// The lock timing of the election test: a lease of 4 s renewed (and watched) every second.
 const LEASE: Duration = Duration::from_secs(4);
 const POLL: Duration = Duration::from_secs(1);
 
-/// The operator process, its log lines collected as they come.
-struct Operator {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    /// Where it serves `/metrics`, `/healthz` and `/readyz`.
-    address: String,
-    name: String,
-}
-
 impl Operator {
-    fn start(env: &TestEnv, name: &str, namespace: &str, extra: &[&str]) -> Operator {
-        let address = {
-            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            free.local_addr().unwrap().to_string()
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
-            .args([
-                "run",
-                "--watch_namespace",
-                namespace,
-                "--metrics_bind_address",
-                &address,
-                "--log_level",
-                "debug",
-                "--log_json",
-            ])
-            .args(extra)
-            .env("KUBECONFIG", env.kubeconfig_path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the operator binary starts");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
-        Operator {
-            child,
-            log,
-            address,
-            name: name.to_string(),
-        }
-    }
-
     /// A replica with Lease election in `namespace`, its identity `name`.
     fn replica(env: &TestEnv, name: &str, namespace: &str) -> Operator {
         let (lease, poll) = (
@@ -106,34 +56,6 @@ impl Operator {
         )
     }
 
-    /// GET `path` from the operator's HTTP server: the status code and the body.
-    fn http(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.address).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let code = response.split(' ').nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_string();
-        Some((code, body))
-    }
-
-    fn readyz(&self) -> Option<u16> {
-        self.http("/readyz").map(|(code, _)| code)
-    }
-
-    fn metrics(&self) -> String {
-        self.http("/metrics")
-            .map(|(_, body)| body)
-            .unwrap_or_default()
-    }
-
     /// The `windlass_leader` gauge: `Some(true)` while this replica leads.
     fn leads(&self) -> Option<bool> {
         sample(&self.metrics(), "windlass_leader").map(|v| v == 1.0)
@@ -142,25 +64,6 @@ impl Operator {
     /// Mutating requests this replica sent, by resource, except to Leases (the lock).
     fn writes(&self) -> BTreeMap<String, f64> {
         writes(&self.metrics())
-    }
-
-    fn still_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn dump(&self) -> String {
-        format!(
-            "--- {} ---\n{}",
-            self.name,
-            self.log.lock().unwrap().join("\n")
-        )
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -221,54 +124,11 @@ fn writes(metrics: &str) -> BTreeMap<String, f64> {
     by_resource
 }
 
-/// Wait until `check` holds, failing with the operators' logs after `limit`.
-async fn eventually<F, Fut>(what: &str, limit: Duration, logs: &[&Operator], check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}; operator logs:\n{}",
-            logs.iter().map(|o| o.dump()).collect::<Vec<_>>().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-const LONG: Duration = Duration::from_secs(120);
-
-/// Ready=True for the CR's current generation.
-fn ready(cr: &Value) -> bool {
-    cr["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["type"] == "Ready"
-                && c["status"] == "True"
-                && c["observedGeneration"] == cr["metadata"]["generation"]
-        })
-}
-
 fn webapp(namespace: &str, name: &str, replicas: i64) -> Value {
     json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"version": "1.4.0", "image": format!("ghcr.io/example/{name}"),
                  "replicas": replicas}})
-}
-
-async fn install_crd(cluster: &LiveCluster) {
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while cluster.scope(&kind).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "CRD never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Whether every WebApp called one of `names` in `namespace` is Ready at its generation.

@@ -12,29 +12,17 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
-use webapp_operator::{WebApp, WebAppController};
+use webapp_operator::WebAppController;
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
 use windlass::config::LibraryConfig;
-use windlass::object::{ManifestExt, ObjectRef, TypeRef};
+use windlass::object::{ManifestExt, ObjectRef};
 use windlass::progress::Event;
 use windlass::reconcile::{Outcome, Reconciler};
 use windlass::testing::{EventLog, assert_condition};
 use windlass_testenv::TestEnv;
 
-/// Install the WebApp CRD and wait (up to 30 s) until the server serves the kind.
-async fn install_crd(cluster: &LiveCluster) {
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while cluster.scope(&kind).await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the WebApp CRD is never served"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+mod support;
+use support::install_crd;
 
 #[tokio::test]
 async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {

@@ -5,134 +5,17 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use webapp_operator::WebApp;
+use serde_json::json;
 use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
-use windlass::object::{ManifestExt, ObjectRef, TypeRef};
+use windlass::object::{ManifestExt, ObjectRef};
 use windlass_testenv::TestEnv;
 
-/// The operator process, its log lines collected as they come.
-struct Operator {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    /// Where it serves `/metrics`, `/healthz` and `/readyz`.
-    address: String,
-}
-
-impl Operator {
-    fn start(env: &TestEnv, namespace: &str) -> Operator {
-        let address = {
-            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            free.local_addr().unwrap().to_string()
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
-            .args([
-                "run",
-                "--watch_namespace",
-                namespace,
-                "--metrics_bind_address",
-                &address,
-                "--log_level",
-                "debug",
-                "--log_json",
-            ])
-            .env("KUBECONFIG", env.kubeconfig_path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the operator binary starts");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
-        Operator {
-            child,
-            log,
-            address,
-        }
-    }
-
-    /// GET `path` from the operator's HTTP server: the status code and the body.
-    fn http(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.address).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let code = response.split(' ').nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_string();
-        Some((code, body))
-    }
-
-    /// How many reconciles of the CR named `name` have started.
-    fn reconciles(&self, name: &str) -> usize {
-        let needle = format!("\"resource_name\":\"{name}\"");
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains("reconcile started") && l.contains(&needle))
-            .count()
-    }
-
-    fn dump(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, operator: &Operator, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}; operator log:\n{}",
-            operator.dump()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Ready=True for the CR's current generation.
-fn ready(cr: &Value) -> bool {
-    cr["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["type"] == "Ready"
-                && c["status"] == "True"
-                && c["observedGeneration"] == cr["metadata"]["generation"]
-        })
-}
+mod support;
+use support::{LONG, Operator, eventually, install_crd, ready};
 
 #[tokio::test]
 async fn the_operator_process_converges_crs_and_follows_their_changes() {
@@ -141,16 +24,9 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
         .expect("the control plane starts (see scripts/provision-control-plane.sh)");
     let ns = env.namespace("operator").await.unwrap();
     let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while cluster.scope(&kind).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "CRD never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    install_crd(&cluster).await;
 
-    let operator = Operator::start(env, ns.name());
+    let operator = Operator::start(env, "operator", ns.name(), &[]);
     let shop = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
         "metadata": {"name": "shop", "namespace": ns.name()},
         "spec": {"version": "1.4.0", "image": "ghcr.io/example/shop"}});
@@ -160,12 +36,12 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
         let cluster = cluster.clone();
         async move { cluster.get(&r).await.unwrap() }
     };
-    eventually("the WebApp is Ready", &operator, || async {
+    eventually("the WebApp is Ready", LONG, &[&operator], || async {
         get(cr.clone()).await.is_some_and(|cr| ready(&cr))
     })
     .await;
     // Ready to serve once its watches have listed; its metrics count what it did.
-    eventually("/readyz answers 200", &operator, || async {
+    eventually("/readyz answers 200", LONG, &[&operator], || async {
         operator
             .http("/readyz")
             .is_some_and(|(code, _)| code == 200)
@@ -185,7 +61,8 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
     cluster.delete(&web, None).await.unwrap();
     eventually(
         "the deleted Deployment is re-created",
-        &operator,
+        LONG,
+        &[&operator],
         || async {
             get(web.clone())
                 .await
@@ -193,7 +70,7 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
         },
     )
     .await;
-    eventually("the WebApp is Ready again", &operator, || async {
+    eventually("the WebApp is Ready again", LONG, &[&operator], || async {
         get(cr.clone()).await.is_some_and(|cr| ready(&cr))
     })
     .await;
@@ -216,9 +93,12 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
         .apply(&probe("probe-a"), WriteMethod::Update)
         .await
         .unwrap();
-    eventually("the first probe is reconciled", &operator, || async {
-        operator.reconciles("probe-a") > 0
-    })
+    eventually(
+        "the first probe is reconciled",
+        LONG,
+        &[&operator],
+        || async { operator.reconciles("probe-a") > 0 },
+    )
     .await;
     assert_eq!(
         operator.reconciles("shop"),
@@ -238,9 +118,12 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
         .apply(&probe("probe-b"), WriteMethod::Update)
         .await
         .unwrap();
-    eventually("the second probe is reconciled", &operator, || async {
-        operator.reconciles("probe-b") > 0
-    })
+    eventually(
+        "the second probe is reconciled",
+        LONG,
+        &[&operator],
+        || async { operator.reconciles("probe-b") > 0 },
+    )
     .await;
     let deployment_replicas = || async {
         get(web.clone()).await.unwrap()["spec"]["replicas"]
@@ -257,13 +140,15 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
     cluster.apply(&unpause, WriteMethod::Update).await.unwrap();
     eventually(
         "the spec change rolls out after unpausing",
-        &operator,
+        LONG,
+        &[&operator],
         || async { deployment_replicas().await == 3 },
     )
     .await;
     eventually(
         "the WebApp is Ready at the new generation",
-        &operator,
+        LONG,
+        &[&operator],
         || async { get(cr.clone()).await.is_some_and(|cr| ready(&cr)) },
     )
     .await;
