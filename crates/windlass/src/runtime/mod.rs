@@ -44,10 +44,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::cluster::RequestCounter;
-use crate::cluster::{Cluster, LiveCluster, Scope};
-use crate::config::LibraryConfig;
-use crate::config::LockKind;
+use crate::cluster::{Cluster, LiveCluster, RequestCounter, Scope};
+use crate::config::{LibraryConfig, LockKind};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::events::LiveEventSink;
@@ -302,7 +300,7 @@ impl<C: Controller> Start for Pending<C> {
         ))
         .filter(|p| !p.is_zero());
         let filters = controller.watch_filters();
-        let extra = controller.watches();
+        let controller_watches = controller.watches();
         let (kinds_tx, kinds_rx) = mpsc::unbounded_channel();
         let reconciler = Reconciler::new(
             controller,
@@ -321,16 +319,14 @@ impl<C: Controller> Start for Pending<C> {
             context.cluster.clone(),
             context.global.clone(),
             filters,
-            extra.clone(),
+            controller_watches,
         );
         let router = tokio::spawn(route_events(
             router,
-            primary,
             Sources {
                 live: context.live.clone(),
                 stores: context.cluster.stores().clone(),
                 namespaces: library.watch_namespaces(),
-                extra,
                 observer: context.watches.clone(),
             },
             kinds_rx,
@@ -357,21 +353,20 @@ impl<C: Controller> Start for Pending<C> {
     }
 }
 
-/// Start the primary watches, then route every event; start a label-scoped watch for
-/// each kind the controller's reconciles deploy, as they appear.
 /// What one controller's watches are made of.
 struct Sources {
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
     /// Empty: every namespace.
     namespaces: Vec<String>,
-    extra: Vec<source::ExtraWatch>,
     observer: Arc<dyn WatchObserver>,
 }
 
+/// Start the primary kind's and the controller's extra watches, then route every event;
+/// start a label-scoped watch for each kind the controller's reconciles deploy, as they
+/// appear.
 async fn route_events(
     mut router: route::Router,
-    primary: TypeRef,
     sources: Sources,
     mut kinds: mpsc::UnboundedReceiver<TypeRef>,
 ) {
@@ -379,7 +374,6 @@ async fn route_events(
         live,
         stores,
         namespaces,
-        extra,
         observer,
     } = sources;
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
@@ -414,21 +408,20 @@ async fn route_events(
             ));
         }
     };
-    let primary_scope = live.scope(&primary).await;
+    let primary = router.primary().clone();
     start(
         &mut watches,
         &primary,
-        matches!(primary_scope, Ok(Scope::Cluster)),
+        cluster_scoped(&live, &primary).await,
         None,
     );
-    for watch in &extra {
-        let cluster_scoped = matches!(live.scope(&watch.type_ref).await, Ok(Scope::Cluster));
-        start(
-            &mut watches,
-            &watch.type_ref,
-            cluster_scoped,
-            watch.labels.clone(),
-        );
+    let extra: Vec<(TypeRef, Option<String>)> = router
+        .extra_watches()
+        .map(|w| (w.type_ref.clone(), w.labels.clone()))
+        .collect();
+    for (kind, labels) in extra {
+        let scoped = cluster_scoped(&live, &kind).await;
+        start(&mut watches, &kind, scoped, labels);
     }
     let owned = crate::annotations::OWNER_UID.to_string();
     loop {
@@ -440,13 +433,19 @@ async fn route_events(
                 if router.watches_extra(&kind) {
                     continue;
                 }
-                let cluster_scoped = matches!(live.scope(&kind).await, Ok(Scope::Cluster));
+                let scoped = cluster_scoped(&live, &kind).await;
                 tracing::info!(%kind, "watching the kind the controller deploys");
-                start(&mut watches, &kind, cluster_scoped, Some(owned.clone()));
+                start(&mut watches, &kind, scoped, Some(owned.clone()));
             }
             else => break,
         }
     }
+}
+
+/// Whether `kind` is cluster-scoped (one watch for it, whatever the namespaces); a kind
+/// discovery cannot find yet is watched per namespace and retried by its watch.
+async fn cluster_scoped(live: &LiveCluster, kind: &TypeRef) -> bool {
+    matches!(live.scope(kind).await, Ok(Scope::Cluster))
 }
 
 /// Tells the router about each kind a reconcile deployed, once.

@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 
 use super::cache::CachedCluster;
 use super::filter::{
@@ -92,27 +93,48 @@ impl Router {
         self.extra.contains_key(kind)
     }
 
+    /// The controller's extra watches.
+    pub fn extra_watches(&self) -> impl Iterator<Item = &ExtraWatch> {
+        self.extra.values()
+    }
+
+    /// The controller's primary kind.
+    pub fn primary(&self) -> &TypeRef {
+        &self.primary
+    }
+
     /// Route one event; returns the CRs it queued.
     pub fn route(&mut self, event: &SourceEvent) -> Vec<ObjectRef> {
-        let meta: ObjectMeta = match serde_json::from_value(event.object["metadata"].clone()) {
+        let meta = match ObjectMeta::deserialize(&event.object["metadata"]) {
             Ok(meta) => meta,
             Err(e) => {
                 tracing::warn!(object = %event.reference, error = %e, "event without valid metadata");
                 return Vec::new();
             }
         };
+        let primary = event.reference.type_ref() == self.primary;
         // The watch tells added from modified for events; a relist reports everything as
         // added, which the filter state corrects.
         let kind = match event.kind {
             EventKind::Deleted => EventKind::Deleted,
-            _ if event.reference.type_ref() == self.primary => self.crs.apply_kind(&meta),
+            _ if primary => self.crs.apply_kind(&meta),
             _ => self.owned.apply_kind(&meta),
         };
+        // Whether this is the version windlass itself wrote, asked before the cache hears
+        // that the watch delivered it.
+        let echo = kind != EventKind::Deleted
+            && self
+                .cluster
+                .is_own_write(&event.reference, meta.resource_version.as_deref());
+        self.cluster.observed(
+            &event.reference,
+            (kind != EventKind::Deleted).then_some(event.object.as_ref()),
+        );
         let watch_event = WatchEvent::new(kind, &meta).with_body(&event.object);
-        if event.reference.type_ref() == self.primary {
+        if primary {
             self.route_primary(event, &meta, watch_event)
         } else {
-            self.route_owned(event, &meta, watch_event)
+            self.route_owned(event, &meta, watch_event, echo)
         }
     }
 
@@ -133,10 +155,6 @@ impl Router {
         let cr = event.reference.clone();
         let spec = self.spec(&self.primary.clone());
         let admitted = self.crs.admit(watch_event, [(cr.clone(), &spec)]);
-        self.cluster.observed(
-            &cr,
-            (watch_event.kind != EventKind::Deleted).then_some(event.object.as_ref()),
-        );
         if watch_event.kind == EventKind::Deleted {
             if let Some(uid) = &meta.uid {
                 self.by_uid.remove(uid);
@@ -159,6 +177,7 @@ impl Router {
         event: &SourceEvent,
         meta: &ObjectMeta,
         watch_event: WatchEvent<'_>,
+        echo: bool,
     ) -> Vec<ObjectRef> {
         let mut concerned: Vec<ObjectRef> = event
             .object
@@ -184,14 +203,6 @@ impl Router {
         let admitted = self
             .owned
             .admit(watch_event, concerned.into_iter().map(|cr| (cr, &spec)));
-        let echo = watch_event.kind != EventKind::Deleted
-            && self
-                .cluster
-                .is_own_write(&event.reference, meta.resource_version.as_deref());
-        self.cluster.observed(
-            &event.reference,
-            (watch_event.kind != EventKind::Deleted).then_some(event.object.as_ref()),
-        );
         tracing::debug!(
             object = %event.reference,
             kind = ?watch_event.kind,
