@@ -278,11 +278,7 @@ impl<C: Controller> Reconciler<C> {
                     ..Default::default()
                 };
                 let next = |status: &Value| {
-                    let started = match &start {
-                        Some(start) => self.updated(status, &cr.kind, start.clone()),
-                        None => status.clone(),
-                    };
-                    self.updated(&started, &cr.kind, update.clone())
+                    self.after_start(status, &cr.kind, start.as_ref(), |_| update.clone())
                 };
                 if let Err(e) = self.write_status(cr, current, next).await {
                     tracing::warn!(error = %e, "cannot write the error status");
@@ -467,12 +463,12 @@ impl<C: Controller> Reconciler<C> {
         }
         if library.manage_status {
             let inventory = ledger.inventory();
-            let start = start.clone().unwrap_or_default();
+            let start = start.as_ref();
             let next = |status: &Value| {
-                let started = self.updated(status, &cr.kind, start.clone());
-                let mut update = completion_status(&session, &state, &started);
-                update.inventory = Some(inventory.clone());
-                self.updated(&started, &cr.kind, update)
+                self.after_start(status, &cr.kind, start, |started| StatusUpdate {
+                    inventory: Some(inventory.clone()),
+                    ..completion_status(&session, &state, started)
+                })
             };
             match self.write_status(cr, current, next).await? {
                 Some(written) => {
@@ -616,6 +612,23 @@ impl<C: Controller> Reconciler<C> {
             patches.push(patch);
         }
         Ok(patches)
+    }
+
+    /// `status` with the start status of this reconcile (if it got that far) and then
+    /// `then` (computed from the started status) applied: the two land in one write.
+    fn after_start(
+        &self,
+        status: &Value,
+        kind: &str,
+        start: Option<&StatusUpdate>,
+        then: impl FnOnce(&Value) -> StatusUpdate,
+    ) -> Value {
+        let started = match start {
+            Some(start) => self.updated(status, kind, start.clone()),
+            None => status.clone(),
+        };
+        let update = then(&started);
+        self.updated(&started, kind, update)
     }
 
     /// The status after `update`, starting from `status` (F151), stamped now.
