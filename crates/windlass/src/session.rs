@@ -98,6 +98,21 @@ impl Recorded {
         Arc::new(Recorded { inner, ledger })
     }
 
+    /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
+    /// [`Cluster::get_own`]) of the inner cluster, remembered.
+    async fn read(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
+        if let Some(seen) = self.ledger.seen(object) {
+            return Ok(seen);
+        }
+        let found = if own {
+            self.inner.get_own(object).await?
+        } else {
+            self.inner.get(object).await?
+        };
+        self.ledger.remember(object.clone(), found.clone());
+        Ok(found)
+    }
+
     fn remember(&self, stored: &Value) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
             self.ledger.remember(reference, Some(stored.clone()));
@@ -112,21 +127,11 @@ impl Cluster for Recorded {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        if let Some(seen) = self.ledger.seen(object) {
-            return Ok(seen);
-        }
-        let found = self.inner.get(object).await?;
-        self.ledger.remember(object.clone(), found.clone());
-        Ok(found)
+        self.read(object, false).await
     }
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        if let Some(seen) = self.ledger.seen(object) {
-            return Ok(seen);
-        }
-        let found = self.inner.get_own(object).await?;
-        self.ledger.remember(object.clone(), found.clone());
-        Ok(found)
+        self.read(object, true).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
