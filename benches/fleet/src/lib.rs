@@ -53,8 +53,10 @@ pub struct FleetController;
 #[async_trait]
 impl Controller for FleetController {
     type Resource = Fleet;
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
 
-    fn components(&self, _: &Session<Fleet>) -> Result<Components<Fleet>> {
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         let config = graph.add(Part::new("config", Kind::ConfigMap))?;
         let secret = graph.add(Part::new("secret", Kind::Secret))?;
@@ -91,12 +93,14 @@ impl Part {
 }
 
 #[async_trait]
-impl Component<Fleet> for Part {
+impl<C: windlass::controller::Controller<Resource = Fleet>> windlass::component::Component<C>
+    for Part
+{
     fn name(&self) -> &str {
         self.name
     }
 
-    async fn render(&self, session: &Session<Fleet>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         let message = session.cr().spec.message.clone();
         let metadata = ObjectMeta {
             name: Some(session.scoped_name(self.name)),

@@ -25,11 +25,13 @@ use windlass::testing::{TEST_NAMESPACE, Widget, cr_manifest};
 struct Leaf(String);
 
 #[async_trait]
-impl Component<Widget> for Leaf {
+impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+    for Leaf
+{
     fn name(&self) -> &str {
         &self.0
     }
-    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -46,7 +48,9 @@ struct Tree(usize);
 #[async_trait]
 impl Controller for Tree {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         let ids: Vec<_> = (0..self.0)
             .map(|i| graph.add(Leaf(format!("c{i:03}"))))

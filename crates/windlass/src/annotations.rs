@@ -76,3 +76,39 @@ pub fn passthrough(manifest: &serde_json::Value) -> std::collections::BTreeMap<S
 pub fn is_true(value: Option<&str>) -> bool {
     value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
+
+/// The recommended labels (`app.kubernetes.io/…`) windlass puts on every object it applies,
+/// next to its own [`OWNER_UID`] and [`COMPONENT`]. A label the component set itself is
+/// kept.
+pub mod labels {
+    use std::collections::BTreeMap;
+
+    /// The application: the primary kind in lower case (`webapp`).
+    pub const NAME: &str = "app.kubernetes.io/name";
+    /// The CR's name.
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    /// The component that rendered the object.
+    pub const COMPONENT: &str = "app.kubernetes.io/component";
+    /// `windlass`.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// The value of [`MANAGED_BY`].
+    pub const MANAGER: &str = "windlass";
+
+    /// The labels that select the pods of one component of one CR: name, instance and
+    /// component. Stable for the life of the CR, so fit for a Deployment's immutable
+    /// selector.
+    pub fn selector(app: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (NAME.to_string(), crate::object::label_value(app)),
+            (INSTANCE.to_string(), crate::object::label_value(instance)),
+            (COMPONENT.to_string(), crate::object::label_value(component)),
+        ])
+    }
+
+    /// [`selector`] plus `managed-by`: what windlass stamps on every object it applies.
+    pub fn standard(app: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+        let mut labels = selector(app, instance, component);
+        labels.insert(MANAGED_BY.to_string(), MANAGER.to_string());
+        labels
+    }
+}

@@ -21,7 +21,9 @@
 //! # struct MyController;
 //! # #[windlass::async_trait] impl windlass::controller::Controller for MyController {
 //! #   type Resource = windlass::testing::Widget;
-//! #   fn components(&self, _: &windlass::session::Session<Self::Resource>) -> windlass::Result<windlass::controller::Components<Self::Resource>> { Ok(Default::default()) }
+//! #   type Config = windlass::controller::NoConfig;
+//! #   type Status = windlass::status::Status;
+//! #   fn components(&self, _: &windlass::session::Session<Self>) -> windlass::Result<windlass::controller::Components<Self>> { Ok(Default::default()) }
 //! # }
 //! fn main() -> std::process::ExitCode {
 //!     windlass::cli::main(MyController)
@@ -47,6 +49,7 @@ use crate::dryrun::DryRun;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::{Outcome, Reconciler};
+use crate::resource::Crd;
 
 const SUBCOMMANDS: [&str; 6] = [
     "run",
@@ -101,7 +104,22 @@ impl Write for SharedBuffer {
 }
 
 /// Parse the process's arguments and run the subcommand on a new tokio runtime.
-pub fn main<C: Controller>(controller: C) -> ExitCode {
+pub fn main<C>(controller: C) -> ExitCode
+where
+    C: Controller,
+    C::Resource: CustomResourceExt,
+{
+    main_with(controller, Some(C::Resource::crd()))
+}
+
+/// [`main`] for a controller whose primary kind is not this operator's CRD (a built-in
+/// kind such as `Namespace`, or another operator's CRD): `crds` prints nothing and
+/// `manifests` installs no CRD.
+pub fn main_without_crd<C: Controller>(controller: C) -> ExitCode {
+    main_with(controller, None)
+}
+
+fn main_with<C: Controller>(controller: C, crd: Crd) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -112,11 +130,27 @@ pub fn main<C: Controller>(controller: C) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(controller, std::env::args_os(), Output::stdout()))
+    runtime.block_on(run_with(
+        controller,
+        crd,
+        std::env::args_os(),
+        Output::stdout(),
+    ))
 }
 
 /// Run the command line `args` (the first being the program name), writing to `out`.
 pub async fn run<C, I, T>(controller: C, args: I, out: Output) -> ExitCode
+where
+    C: Controller,
+    C::Resource: CustomResourceExt,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    run_with(controller, Some(C::Resource::crd()), args, out).await
+}
+
+/// [`run`] given the primary kind's CRD, or none (see [`main_without_crd`]).
+pub async fn run_with<C, I, T>(controller: C, crd: Crd, args: I, out: Output) -> ExitCode
 where
     C: Controller,
     I: IntoIterator<Item = T>,
@@ -152,12 +186,13 @@ where
     };
     crate::logging::init(&config);
     match matches.subcommand() {
-        Some(("run", sub)) => run_command(controller, config, sub, out).await,
-        Some(("graph", sub)) => graph_command(controller, config, sub, out).await,
-        Some(("rbac", sub)) => rbac_command(controller, config, sub, out).await,
+        Some(("run", sub)) => run_command(controller, crd, config, sub, out).await,
+        Some(("graph", sub)) => graph_command(controller, crd, config, sub, out).await,
+        Some(("rbac", sub)) => rbac_command(controller, crd, config, sub, out).await,
         Some(("check-heartbeat", sub)) => check_heartbeat_command(&config, sub, out),
-        Some(("manifests", sub)) => manifests_command(controller, config, sub, out).await,
-        Some(("crds", _)) => match serde_saphyr::to_string(&C::Resource::crd()) {
+        Some(("manifests", sub)) => manifests_command(controller, crd, config, sub, out).await,
+        Some(("crds", _)) if crd.is_none() => ExitCode::SUCCESS,
+        Some(("crds", _)) => match serde_saphyr::to_string(&crd) {
             Ok(yaml) => {
                 out.line(format!("---\n{}", yaml.trim_end()));
                 ExitCode::SUCCESS
@@ -330,6 +365,7 @@ async fn shutdown_signal() {
 
 async fn run_command<C: Controller>(
     controller: C,
+    crd: Crd,
     config: LibraryConfig,
     matches: &ArgMatches,
     out: Output,
@@ -358,9 +394,10 @@ async fn run_command<C: Controller>(
         );
     }
     let memory = Arc::new(MemoryCluster::new());
-    let crd = C::Resource::crd();
-    memory.register_crd(&crd);
-    if let Ok(crd) = serde_json::to_value(&crd)
+    if let Some(crd) = &crd {
+        memory.register_crd(crd);
+    }
+    if let Some(Ok(crd)) = crd.as_ref().map(serde_json::to_value)
         && let Err(e) = memory.load([crd])
     {
         eprintln!("cannot install the CRD in the in-memory cluster: {e}");
@@ -521,6 +558,7 @@ fn read_manifests(path: &Path, must_be_dir: bool) -> Result<Vec<(PathBuf, Value)
 
 async fn graph_command<C: Controller>(
     controller: C,
+    crd: Crd,
     config: LibraryConfig,
     matches: &ArgMatches,
     out: Output,
@@ -529,7 +567,9 @@ async fn graph_command<C: Controller>(
         return ExitCode::from(2);
     };
     let memory = Arc::new(MemoryCluster::new());
-    memory.register_crd(&C::Resource::crd());
+    if let Some(crd) = &crd {
+        memory.register_crd(crd);
+    }
     let doc = match read_manifests(Path::new(path), false).map(|d| d.into_iter().next()) {
         Ok(Some((_, doc))) => doc,
         Ok(None) => {
@@ -599,6 +639,7 @@ fn cr_documents(matches: &ArgMatches, usage: &str) -> Result<Vec<Value>, ExitCod
 
 async fn rbac_command<C: Controller>(
     controller: C,
+    crd: Crd,
     config: LibraryConfig,
     matches: &ArgMatches,
     out: Output,
@@ -616,7 +657,7 @@ async fn rbac_command<C: Controller>(
     }
     options.namespaced = matches.get_flag("namespaced");
     let lock = config.python_watch_manager.lock.kind;
-    let yaml = match crate::rbac::discover(controller, config, docs).await {
+    let yaml = match crate::rbac::discover_with(controller, crd, config, docs).await {
         Ok(access) => crate::rbac::manifests(&access, &options).and_then(|mut m| {
             m.rules_mut().extend(crate::rbac::lock_rules(lock));
             m.to_yaml()
@@ -637,6 +678,7 @@ async fn rbac_command<C: Controller>(
 
 async fn manifests_command<C: Controller>(
     controller: C,
+    crd: Crd,
     config: LibraryConfig,
     matches: &ArgMatches,
     out: Output,
@@ -660,7 +702,7 @@ async fn manifests_command<C: Controller>(
     if let Some(replicas) = matches.get_one::<i32>("replicas") {
         options.replicas = *replicas;
     }
-    let yaml = crate::install::manifests(controller, &config, docs, &options)
+    let yaml = crate::install::manifests_with(controller, crd, &config, docs, &options)
         .await
         .and_then(|objects| crate::install::to_yaml(&objects));
     match yaml {

@@ -12,18 +12,26 @@
 //! # #[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
 //! # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
 //! # struct AppSpec { greeting: String }
+//! # struct AppController;
+//! # #[async_trait] impl Controller for AppController {
+//! #     type Resource = App; type Config = NoConfig; type Status = Status;
+//! #     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> { Ok(Components::new()) }
+//! # }
+//!
+//! /// `<app>-settings`, named once.
+//! const SETTINGS: Ref<ConfigMap> = Ref::new("settings");
 //!
 //! struct Settings;
 //!
 //! #[async_trait]
-//! impl Component<App> for Settings {
+//! impl Component<AppController> for Settings {
 //!     fn name(&self) -> &str {
 //!         "settings"
 //!     }
 //!
-//!     async fn render(&self, session: &Session<App>, out: &mut Resources) -> Result<()> {
+//!     async fn render(&self, session: &Session<AppController>, out: &mut Resources) -> Result<()> {
 //!         out.add("config", &ConfigMap {
-//!             metadata: ObjectMeta { name: Some(session.scoped_name("settings")), ..Default::default() },
+//!             metadata: session.meta(SETTINGS),
 //!             data: Some([("greeting".to_string(), session.cr().spec.greeting.clone())].into()),
 //!             ..Default::default()
 //!         })?;
@@ -32,14 +40,18 @@
 //! }
 //! ```
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::controller::Controller;
 use crate::dag::{Graph, NodeId};
 use crate::error::{Error, Result};
 use crate::object::{ManifestExt, to_manifest};
-use crate::resource::PrimaryResource;
 use crate::session::Session;
 
 pub use crate::managed::{ManagedObject, ResourceOptions, VerifyFn};
@@ -50,20 +62,22 @@ pub use crate::managed::{ManagedObject, ResourceOptions, VerifyFn};
 /// [`Component::verify`] checks every rendered object with [`crate::verify`]'s per-kind
 /// rules (Deployments available, Jobs complete, …) or its own verify function.
 #[async_trait]
-pub trait Component<K: PrimaryResource>: Send + Sync {
+pub trait Component<C: Controller>: Send + Sync {
     /// The component's name, unique in the controller's graph. Rendered objects get the
     /// internal name `<component>.<resource>`.
     fn name(&self) -> &str;
 
     /// Add this component's objects to `out`. Called once per rollout; the verify phase
     /// reuses the result (a render that failed is tried again there).
-    async fn render(&self, session: &Session<K>, out: &mut Resources) -> Result<()>;
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()>;
 
-    /// Whether the deployed objects are ready. In dry-run the default passes without
+    /// Whether the deployed objects are ready: `Ok(())`, or [`Error::not_yet`] with what
+    /// is not. The default checks each object by its kind's rule or its own verify
+    /// function, naming the first one that is not ready; in dry-run it passes without
     /// looking (F82).
-    async fn verify(&self, session: &Session<K>, objects: &[ManagedObject]) -> Result<bool> {
+    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<()> {
         if session.dry_run() {
-            return Ok(true);
+            return Ok(());
         }
         crate::verify::verify_objects(session.cluster(), objects).await
     }
@@ -71,7 +85,7 @@ pub trait Component<K: PrimaryResource>: Send + Sync {
     /// A last chance to edit each rendered manifest, after patches and annotations (F76).
     fn update_object_definition(
         &self,
-        _session: &Session<K>,
+        _session: &Session<C>,
         _internal_name: &str,
         manifest: Value,
     ) -> Result<Value> {
@@ -83,19 +97,53 @@ pub trait Component<K: PrimaryResource>: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceId(NodeId);
 
-/// The objects a component renders, with their order (F74, F75).
+/// The objects a component renders, with their order (F74, F75), and the labels of this
+/// component's pods.
 pub struct Resources {
     component: String,
     namespace: String,
+    /// The primary kind in lower case and the CR's name, for the standard labels.
+    app: String,
+    instance: String,
     graph: Graph<(Value, ResourceOptions)>,
 }
 
 impl Resources {
-    pub(crate) fn new(component: &str, namespace: &str) -> Self {
+    /// The resources of `component` of the CR `instance` of kind `app` (lower case), in
+    /// `namespace`.
+    pub(crate) fn new(component: &str, namespace: &str, app: &str, instance: &str) -> Self {
         Resources {
             component: component.to_string(),
             namespace: namespace.to_string(),
+            app: app.to_string(),
+            instance: instance.to_string(),
             graph: Graph::new(),
+        }
+    }
+
+    /// The labels of this component's pods: `app.kubernetes.io/name`, `instance` and
+    /// `component` (see [`crate::annotations::labels`]). A Service selects with them.
+    pub fn pod_labels(&self) -> BTreeMap<String, String> {
+        crate::annotations::labels::selector(&self.app, &self.instance, &self.component)
+    }
+
+    /// The label selector of this component's pods, for a Deployment, StatefulSet or
+    /// DaemonSet; pair it with [`Resources::pod_template`].
+    pub fn selector(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(self.pod_labels()),
+            ..Default::default()
+        }
+    }
+
+    /// A pod template carrying this component's pod labels.
+    pub fn pod_template(&self, spec: PodSpec) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(self.pod_labels()),
+                ..Default::default()
+            }),
+            spec: Some(spec),
         }
     }
 
@@ -182,7 +230,7 @@ mod tests {
 
     #[test]
     fn resources_default_the_namespace_and_drop_nulls() {
-        let mut r = Resources::new("web", "shop");
+        let mut r = Resources::new("web", "shop", "app", "a");
         r.add(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": null}}),
@@ -198,7 +246,7 @@ mod tests {
 
     #[test]
     fn typed_objects_get_their_type_meta() {
-        let mut r = Resources::new("web", "shop");
+        let mut r = Resources::new("web", "shop", "app", "a");
         let cm = ConfigMap {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some("a".into()),
@@ -214,7 +262,7 @@ mod tests {
 
     #[test]
     fn bad_resources_are_config_errors_naming_the_component() {
-        let mut r = Resources::new("web", "shop");
+        let mut r = Resources::new("web", "shop", "app", "a");
         let err = r.add("x", &json!({"kind": "ConfigMap"})).unwrap_err();
         assert!(matches!(err, Error::Config(_)));
         assert!(
@@ -235,7 +283,7 @@ mod tests {
 
     #[test]
     fn resource_order_follows_dependencies_then_names() {
-        let mut r = Resources::new("db", "ns");
+        let mut r = Resources::new("db", "ns", "app", "a");
         let cm =
             |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
         let a = r.add("a", &cm("a")).unwrap();

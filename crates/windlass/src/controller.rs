@@ -8,24 +8,27 @@
 //! # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
 //! # struct AppSpec { cache: bool }
 //! # struct Database; struct Web; struct Cache;
-//! # #[async_trait] impl Component<App> for Database { fn name(&self) -> &str { "database" }
-//! #   async fn render(&self, _: &Session<App>, _: &mut Resources) -> Result<()> { Ok(()) } }
-//! # #[async_trait] impl Component<App> for Web { fn name(&self) -> &str { "web" }
-//! #   async fn render(&self, _: &Session<App>, _: &mut Resources) -> Result<()> { Ok(()) } }
-//! # #[async_trait] impl Component<App> for Cache { fn name(&self) -> &str { "cache" }
-//! #   async fn render(&self, _: &Session<App>, _: &mut Resources) -> Result<()> { Ok(()) } }
+//! # #[async_trait] impl Component<AppController> for Database { fn name(&self) -> &str { "database" }
+//! #   async fn render(&self, _: &Session<AppController>, _: &mut Resources) -> Result<()> { Ok(()) } }
+//! # #[async_trait] impl Component<AppController> for Web { fn name(&self) -> &str { "web" }
+//! #   async fn render(&self, _: &Session<AppController>, _: &mut Resources) -> Result<()> { Ok(()) } }
+//! # #[async_trait] impl Component<AppController> for Cache { fn name(&self) -> &str { "cache" }
+//! #   async fn render(&self, _: &Session<AppController>, _: &mut Resources) -> Result<()> { Ok(()) } }
 //!
 //! struct AppController;
 //!
 //! #[async_trait]
 //! impl Controller for AppController {
 //!     type Resource = App;
+//!     type Config = NoConfig;
+//!     type Status = Status;
 //!
-//!     fn components(&self, session: &Session<App>) -> Result<Components<App>> {
+//!     fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
 //!         let mut graph = Components::new();
 //!         let db = graph.add(Database)?;
 //!         let web = graph.add(Web)?;
-//!         graph.depends_on(web, db)?;
+//!         // The web tier is deployed once the database is ready, not merely applied.
+//!         graph.depends_on_ready(web, db)?;
 //!         // Switched on and off by the spec: when off, its objects are deleted.
 //!         let cache = graph.add_enabled(Cache, session.cr().spec.cache)?;
 //!         if session.cr().spec.cache {
@@ -36,10 +39,14 @@
 //! }
 //! ```
 
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::component::Component;
@@ -50,16 +57,30 @@ use crate::session::Session;
 
 /// A CR kind, the components it owns, and the hooks around its rollouts.
 ///
-/// Only [`Controller::components`] is required. The hooks return `Ok(false)` for "not
-/// yet" (the rollout is incomplete but not failed, F70) and `Err` for errors.
+/// Only the three types and [`Controller::components`] are required. Everything that can
+/// be "not yet" (rendering, verifying, the hooks, conditions on edges) says so by
+/// returning [`Error::not_yet`] with the reason, which lands in the CR's status message.
 #[async_trait]
-pub trait Controller: Send + Sync + 'static {
-    /// The CR type this controller reconciles.
+pub trait Controller: Send + Sync + Sized + 'static {
+    /// The primary resource this controller reconciles: usually the CR type
+    /// `#[derive(CustomResource)]` made, but any kind will do (see [`crate::status::Unmanaged`]).
     type Resource: PrimaryResource;
+
+    /// The backend config, layered: `Config::default()` ← the config-defaults ConfigMap ←
+    /// the CR's `spec.configOverrides` (F117); a key of the wrong type is a config error
+    /// naming it. [`NoConfig`] when the operator has none. Read it with
+    /// [`Session::config`].
+    type Config: Serialize + DeserializeOwned + Default + JsonSchema + Send + Sync + 'static;
+
+    /// The CR's status: [`crate::status::Status`] (windlass's part alone), the author's own
+    /// struct embedding it with `#[serde(flatten)]`, or [`crate::status::Unmanaged`] when
+    /// the status is not windlass's to write (a built-in kind, another operator's CRD).
+    /// Components set the author's fields with [`Session::update_status`].
+    type Status: Serialize + DeserializeOwned + Default + Clone + Send + Sync + 'static;
 
     /// Build the component graph for one reconcile of the CR (F69). Return
     /// [`Error::Config`] for a CR that cannot be rolled out.
-    fn components(&self, session: &Session<Self::Resource>) -> Result<Components<Self::Resource>>;
+    fn components(&self, session: &Session<Self>) -> Result<Components<Self>>;
 
     /// The finalizer this controller puts on its CRs, or `None` for no finalizer (F66).
     /// When set, [`Controller::finalize_components`] runs when a CR is deleted, and the
@@ -71,10 +92,7 @@ pub trait Controller: Send + Sync + 'static {
 
     /// The graph rolled out when a CR with this controller's finalizer is being deleted.
     /// By default: no components, so the finalizer is simply removed.
-    fn finalize_components(
-        &self,
-        _session: &Session<Self::Resource>,
-    ) -> Result<Components<Self::Resource>> {
+    fn finalize_components(&self, _session: &Session<Self>) -> Result<Components<Self>> {
         Ok(Components::new())
     }
 
@@ -95,7 +113,9 @@ pub trait Controller: Send + Sync + 'static {
     /// #[async_trait]
     /// impl Controller for AppController {
     ///     type Resource = App;
-    ///     fn components(&self, _: &Session<App>) -> Result<Components<App>> {
+    ///     type Config = NoConfig;
+    ///     type Status = Status;
+    ///     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
     ///         Ok(Components::new())
     ///     }
     ///     // Only reconcile Apps labelled for this shard.
@@ -118,42 +138,37 @@ pub trait Controller: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Backend config defaults, the base of the config layering (F68, F117).
-    fn config_defaults(&self) -> Value {
-        Value::Object(Map::new())
-    }
-
     /// Defaults merged under the CR before it is parsed: the CR wins (F68, F119).
     fn cr_defaults(&self) -> Value {
         Value::Object(Map::new())
     }
 
     /// After every component deployed and verified its deploy step (F70, F106).
-    async fn after_deploy(&self, _session: &Session<Self::Resource>) -> Result<bool> {
-        Ok(true)
+    async fn after_deploy(&self, _session: &Session<Self>) -> Result<()> {
+        Ok(())
     }
 
     /// After a deploy phase that did not complete; `failed` tells whether it failed.
     async fn after_deploy_unsuccessful(
         &self,
-        _session: &Session<Self::Resource>,
+        _session: &Session<Self>,
         _failed: bool,
-    ) -> Result<bool> {
-        Ok(true)
+    ) -> Result<()> {
+        Ok(())
     }
 
     /// After every component verified (F70, F108).
-    async fn after_verify(&self, _session: &Session<Self::Resource>) -> Result<bool> {
-        Ok(true)
+    async fn after_verify(&self, _session: &Session<Self>) -> Result<()> {
+        Ok(())
     }
 
     /// After a verify phase that did not complete; `failed` tells whether it failed.
     async fn after_verify_unsuccessful(
         &self,
-        _session: &Session<Self::Resource>,
+        _session: &Session<Self>,
         _failed: bool,
-    ) -> Result<bool> {
-        Ok(true)
+    ) -> Result<()> {
+        Ok(())
     }
 
     /// Whether to reconcile again, given what the rollout achieved. The default re-reads
@@ -162,12 +177,17 @@ pub trait Controller: Send + Sync + 'static {
     /// [`crate::status::default_should_requeue`].
     async fn should_requeue(
         &self,
-        session: &Session<Self::Resource>,
+        session: &Session<Self>,
         state: &crate::dag::CompletionState,
     ) -> Result<Requeue> {
         crate::status::default_should_requeue(session, state).await
     }
 }
+
+/// The [`Controller::Config`] of an operator without backend config: any keys are accepted
+/// and ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
+pub struct NoConfig {}
 
 /// `<group>/<lowercase kind>-finalizer`, e.g. `example.com/webapp-finalizer`.
 ///
@@ -192,32 +212,45 @@ pub fn controller_display<C: Controller>() -> String {
     )
 }
 
-/// A condition on an edge of the component graph: the dependent starts only once it
-/// returns `Ok(true)` (F89, rule 4 of [`crate::dag`]).
-pub type EdgeCondition<K> =
-    Arc<dyn for<'a> Fn(&'a Session<K>) -> BoxFuture<'a, Result<bool>> + Send + Sync>;
+/// A condition on an edge of the component graph: the dependent starts only once it holds
+/// (F89, rule 4 of [`crate::dag`]). Conditions are skipped in dry-run (F104).
+pub(crate) enum EdgeCondition<C: Controller> {
+    /// The upstream component's own verify passes.
+    UpstreamReady,
+    /// The author's check: `Ok(())` holds, [`Error::not_yet`] waits with a reason.
+    Check(Arc<dyn Fn(Session<C>) -> BoxFuture<'static, Result<()>> + Send + Sync>),
+}
+
+impl<C: Controller> Clone for EdgeCondition<C> {
+    fn clone(&self) -> Self {
+        match self {
+            EdgeCondition::UpstreamReady => EdgeCondition::UpstreamReady,
+            EdgeCondition::Check(check) => EdgeCondition::Check(check.clone()),
+        }
+    }
+}
 
 /// A component in a [`Components`] graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ComponentId(pub(crate) NodeId);
 
-pub(crate) struct ComponentEntry<K: PrimaryResource> {
-    pub(crate) component: Box<dyn Component<K>>,
+pub(crate) struct ComponentEntry<C: Controller> {
+    pub(crate) component: Box<dyn Component<C>>,
     pub(crate) disabled: bool,
 }
 
 /// The graph of components one reconcile rolls out (oper8's session graph, F88–F90).
-pub struct Components<K: PrimaryResource> {
-    pub(crate) graph: Graph<ComponentEntry<K>, Option<EdgeCondition<K>>>,
+pub struct Components<C: Controller> {
+    pub(crate) graph: Graph<ComponentEntry<C>, Option<EdgeCondition<C>>>,
 }
 
-impl<K: PrimaryResource> Default for Components<K> {
+impl<C: Controller> Default for Components<C> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: PrimaryResource> Components<K> {
+impl<C: Controller> Components<C> {
     /// An empty graph.
     pub fn new() -> Self {
         Components {
@@ -226,19 +259,19 @@ impl<K: PrimaryResource> Components<K> {
     }
 
     /// Add an enabled component. Names must be unique and non-empty.
-    pub fn add(&mut self, component: impl Component<K> + 'static) -> Result<ComponentId> {
+    pub fn add(&mut self, component: impl Component<C> + 'static) -> Result<ComponentId> {
         self.add_enabled(component, true)
     }
 
     /// Add a component that is disabled: its objects are rendered and deleted (F81, F103).
-    pub fn add_disabled(&mut self, component: impl Component<K> + 'static) -> Result<ComponentId> {
+    pub fn add_disabled(&mut self, component: impl Component<C> + 'static) -> Result<ComponentId> {
         self.add_enabled(component, false)
     }
 
     /// Add a component, enabled or not, e.g. from a switch in the CR's spec.
     pub fn add_enabled(
         &mut self,
-        component: impl Component<K> + 'static,
+        component: impl Component<C> + 'static,
         enabled: bool,
     ) -> Result<ComponentId> {
         let name = component.name().to_string();
@@ -260,25 +293,56 @@ impl<K: PrimaryResource> Components<K> {
         self.add_edge(component, upstream, None)
     }
 
+    /// Like [`Components::depends_on`], and `component` is not even deployed until
+    /// `upstream` is ready by its own [`Component::verify`] (a database that accepts
+    /// connections, a migration Job that completed), judged by the same per-kind rules.
+    pub fn depends_on_ready(
+        &mut self,
+        component: ComponentId,
+        upstream: ComponentId,
+    ) -> Result<()> {
+        self.add_edge(component, upstream, Some(EdgeCondition::UpstreamReady))
+    }
+
     /// Like [`Components::depends_on`], and `component` also waits until `condition`
-    /// holds. Conditions are skipped in dry-run (F104).
-    pub fn depends_on_when<F>(
+    /// holds: it gets the session (a cheap handle) and returns `Ok(())` when the edge holds
+    /// or [`Error::not_yet`] with the reason it waits.
+    ///
+    /// ```
+    /// # use windlass::prelude::*;
+    /// # use k8s_openapi::api::core::v1::Secret;
+    /// # fn edge<C: Controller>(graph: &mut Components<C>, web: ComponentId, db: ComponentId) -> Result<()> {
+    /// graph.depends_on_when(web, db, |session| async move {
+    ///     match session.get::<Secret>("external-db").await? {
+    ///         Some(_) => Ok(()),
+    ///         None => Err(Error::not_yet("Secret external-db does not exist yet")),
+    ///     }
+    /// })
+    /// # }
+    /// ```
+    pub fn depends_on_when<F, Fut>(
         &mut self,
         component: ComponentId,
         upstream: ComponentId,
         condition: F,
     ) -> Result<()>
     where
-        F: for<'a> Fn(&'a Session<K>) -> BoxFuture<'a, Result<bool>> + Send + Sync + 'static,
+        F: Fn(Session<C>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        self.add_edge(component, upstream, Some(Arc::new(condition)))
+        let check = Arc::new(
+            move |session: Session<C>| -> BoxFuture<'static, Result<()>> {
+                Box::pin(condition(session))
+            },
+        );
+        self.add_edge(component, upstream, Some(EdgeCondition::Check(check)))
     }
 
     fn add_edge(
         &mut self,
         component: ComponentId,
         upstream: ComponentId,
-        condition: Option<EdgeCondition<K>>,
+        condition: Option<EdgeCondition<C>>,
     ) -> Result<()> {
         for id in [component, upstream] {
             if self.graph.data(id.0).disabled {

@@ -5,14 +5,14 @@
 //! <cr name>-<component>.k8s.yaml` (the first segment lower-cased), one YAML document per
 //! object.
 
+use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::managed::ManagedObject;
-use crate::resource::PrimaryResource;
 use crate::session::Session;
 
 /// Write the component's rendered objects below `working_dir`, if it is set.
-pub(crate) fn dump_component<K: PrimaryResource>(
-    session: &Session<K>,
+pub(crate) fn dump_component<C: Controller>(
+    session: &Session<C>,
     component: &str,
     disabled: bool,
     objects: &[ManagedObject],

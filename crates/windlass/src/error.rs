@@ -176,6 +176,28 @@ impl Error {
     pub fn rollout(message: impl Into<String>) -> Self {
         Error::Rollout(message.into())
     }
+    /// "Not yet": the one way render, verify, the hooks and edge conditions say that
+    /// something is not ready, with the reason, which becomes the status message. The
+    /// rollout is incomplete, not failed, and the CR is requeued. Raised while verifying it
+    /// reads as [`Error::Verification`] (`Updating=VerifyWait`), elsewhere as
+    /// [`Error::Precondition`] (`Updating=PreconditionWait`).
+    ///
+    /// ```
+    /// let e = windlass::Error::not_yet("the database has no endpoint yet");
+    /// assert!(!e.is_fatal());
+    /// assert!(e.to_string().contains("the database has no endpoint yet"));
+    /// ```
+    pub fn not_yet(reason: impl Into<String>) -> Self {
+        Error::Precondition(reason.into())
+    }
+    /// This error as seen from the verify phase: a "not yet" there is a verification that
+    /// has not passed.
+    pub(crate) fn in_verify(self) -> Self {
+        match self {
+            Error::Precondition(reason) => Error::Verification(reason),
+            other => other,
+        }
+    }
     /// A [`Error::Precondition`] with the given message.
     pub fn precondition(message: impl Into<String>) -> Self {
         Error::Precondition(message.into())

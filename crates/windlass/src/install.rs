@@ -319,13 +319,29 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
 /// # Errors
 /// [`InstallError`] if the RBAC cannot be derived (no CR, a failing dry run), the options
 /// or the address are unusable.
-pub async fn manifests<C: Controller>(
+pub async fn manifests<C>(
     controller: C,
     config: &LibraryConfig,
     crs: Vec<Value>,
     options: &InstallOptions,
-) -> Result<Vec<Value>, InstallError> {
+) -> Result<Vec<Value>, InstallError>
+where
+    C: Controller,
+    C::Resource: kube::CustomResourceExt,
+{
     use kube::CustomResourceExt;
+    manifests_with(controller, Some(C::Resource::crd()), config, crs, options).await
+}
+
+/// [`manifests`] for a primary kind given its CRD, or none for a kind the cluster already
+/// serves: then no CRD is installed.
+pub async fn manifests_with<C: Controller>(
+    controller: C,
+    crd: crate::resource::Crd,
+    config: &LibraryConfig,
+    crs: Vec<Value>,
+    options: &InstallOptions,
+) -> Result<Vec<Value>, InstallError> {
     if options.image.trim().is_empty() {
         return Err(InstallError::Options("--image must not be empty".into()));
     }
@@ -338,10 +354,11 @@ pub async fn manifests<C: Controller>(
     let deployed = operator_config(config, options);
     // Fails early, before the dry run, on an unusable address.
     let deployment = deployment(options, &deployed)?;
-    let access = rbac::discover(controller, config.clone(), crs).await?;
-    let crd =
-        serde_json::to_value(C::Resource::crd()).map_err(|e| InstallError::Yaml(e.to_string()))?;
-    let mut objects = vec![crd];
+    let mut objects = Vec::new();
+    if let Some(crd) = &crd {
+        objects.push(serde_json::to_value(crd).map_err(|e| InstallError::Yaml(e.to_string()))?);
+    }
+    let access = rbac::discover_with(controller, crd, config.clone(), crs).await?;
     if options.namespace != "default" {
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
     }

@@ -39,6 +39,7 @@ pub mod patch;
 pub mod progress;
 pub mod rbac;
 pub mod reconcile;
+pub mod reference;
 pub mod resource;
 pub mod rollout;
 pub mod runtime;
@@ -63,9 +64,11 @@ pub mod prelude {
     pub use crate::cluster::{Cluster, MemoryCluster, WriteMethod};
     pub use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
     pub use crate::controller::{
-        ComponentId, Components, Controller, PrimaryResource, Requeue, default_finalizer,
+        ComponentId, Components, Controller, NoConfig, PrimaryResource, Requeue, default_finalizer,
     };
     pub use crate::error::{Error, Result};
+    pub use crate::reference::Ref;
     pub use crate::session::Session;
+    pub use crate::status::{Status, Unmanaged};
     pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 }

@@ -19,6 +19,7 @@ pub struct ResourceOptions {
     pub(crate) verify: Option<VerifyFn>,
     pub(crate) method: WriteMethod,
     pub(crate) recreate: bool,
+    pub(crate) create_only: bool,
 }
 
 impl ResourceOptions {
@@ -34,6 +35,14 @@ impl ResourceOptions {
     /// Write with `method` instead of server-side apply.
     pub fn method(mut self, method: WriteMethod) -> Self {
         self.method = method;
+        self
+    }
+    /// Create the object when it does not exist, and never write it again: what it holds
+    /// once created stays, whatever later renders say. For what is generated once — a
+    /// Secret with a random password — render it with a fresh value every time; only the
+    /// first is kept, and other components refer to it by name without reading it back.
+    pub fn create_only(mut self) -> Self {
+        self.create_only = true;
         self
     }
     /// When the server refuses a change because a field cannot change after creation (a
@@ -53,6 +62,7 @@ impl fmt::Debug for ResourceOptions {
             .field("verify", &self.verify.as_ref().map(|_| "fn"))
             .field("method", &self.method)
             .field("recreate", &self.recreate)
+            .field("create_only", &self.create_only)
             .finish()
     }
 }
@@ -72,6 +82,8 @@ pub struct ManagedObject {
     pub method: WriteMethod,
     /// Whether a refused change of an immutable field deletes and recreates the object.
     pub recreate: bool,
+    /// Whether the object is only created, never updated.
+    pub create_only: bool,
 }
 
 impl ManagedObject {

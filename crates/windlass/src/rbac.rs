@@ -135,16 +135,15 @@ impl Access {
     /// The access of controller `C` to its CR kind alone, before anything is discovered.
     pub fn of_primary<C: Controller>() -> Self {
         use kube::Resource as _;
-        let crd = C::Resource::crd();
-        let scope = if crd.spec.scope == "Cluster" {
-            Scope::Cluster
-        } else {
+        let scope = if crate::resource::is_namespaced::<C::Resource>() {
             Scope::Namespaced
+        } else {
+            Scope::Cluster
         };
         Access {
             primary: KindAccess {
                 type_ref: TypeRef::new(C::Resource::api_version(&()), C::Resource::kind(&())),
-                plural: crd.spec.names.plural,
+                plural: C::Resource::plural(&()).into_owned(),
                 scope,
                 writes: false,
             },
@@ -165,24 +164,40 @@ impl Access {
 /// reconciled, with every CR their rollouts create, and then deleted so that the
 /// finalizer rollout runs too. CRDs among the manifests teach the plurals of other
 /// custom kinds.
-pub async fn discover<C: Controller>(
+pub async fn discover<C>(
     controller: C,
+    library: LibraryConfig,
+    manifests: impl IntoIterator<Item = Value>,
+) -> Result<Access, RbacError>
+where
+    C: Controller,
+    C::Resource: CustomResourceExt,
+{
+    discover_with(controller, Some(C::Resource::crd()), library, manifests).await
+}
+
+/// [`discover`] for a primary kind given its CRD, or none for a kind the cluster already
+/// serves (a built-in kind).
+pub async fn discover_with<C: Controller>(
+    controller: C,
+    crd: crate::resource::Crd,
     library: LibraryConfig,
     manifests: impl IntoIterator<Item = Value>,
 ) -> Result<Access, RbacError> {
     let mut access = Access::of_primary::<C>();
     let primary = access.primary.type_ref.clone();
     let memory = Arc::new(MemoryCluster::new());
-    let crd = C::Resource::crd();
-    memory.register_crd(&crd);
-    let stored_crd = serde_json::to_value(&crd)
-        .map_err(|e| e.to_string())
-        .and_then(|crd| memory.load([crd]).map_err(|e| e.to_string()));
-    if let Err(message) = stored_crd {
-        return Err(RbacError::Manifest {
-            source_name: format!("the CRD of {primary}"),
-            message,
-        });
+    if let Some(crd) = crd {
+        memory.register_crd(&crd);
+        let stored_crd = serde_json::to_value(&crd)
+            .map_err(|e| e.to_string())
+            .and_then(|crd| memory.load([crd]).map_err(|e| e.to_string()));
+        if let Err(message) = stored_crd {
+            return Err(RbacError::Manifest {
+                source_name: format!("the CRD of {primary}"),
+                message,
+            });
+        }
     }
 
     let mut crs = Vec::new();

@@ -45,13 +45,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use crate::annotations;
 use crate::cluster::Cluster;
 use crate::config::LibraryConfig;
-use crate::controller::{Components, Controller, PrimaryResource, Requeue};
+use crate::controller::{Components, Controller, Requeue};
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
@@ -60,7 +60,7 @@ use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef};
 use crate::patch::DEFAULT_PATCH_KIND;
 use crate::progress::{Event, Observer, Quiet, emit};
-use crate::session::{Ledger, Session, manifest_version};
+use crate::session::{Ledger, Parts, Session, manifest_version};
 use crate::status::{
     self, ReadyReason, StatusUpdate, UpdatingReason, condition, reasons_for_error,
     reconciled_version,
@@ -247,8 +247,11 @@ impl<C: Controller> Reconciler<C> {
             // The start status (step 4), not written on its own: the end of the reconcile
             // writes it together with the outcome, one status write per reconcile.
             let mut start = None;
+            // The session, once made: the error status carries its author's changes too.
+            let mut made = None;
             let run =
-                AssertUnwindSafe(self.run(&id, cr, &manifest, &ledger, &mut start)).catch_unwind();
+                AssertUnwindSafe(self.run(&id, cr, &manifest, &ledger, &mut start, &mut made))
+                    .catch_unwind();
             let failure = match run.await {
                 Ok(Ok((outcome, state))) => return report(outcome, state, None),
                 Ok(Err(failure)) => failure,
@@ -264,9 +267,10 @@ impl<C: Controller> Reconciler<C> {
             }
             // The CR as the last write of this reconcile left it.
             let current = ledger.seen(cr).flatten();
-            if self.library.manage_status
+            if status::is_managed::<C>(&self.library)
                 && let Some(current) = current
             {
+                let author = made.as_ref().and_then(Session::status_changes);
                 let (ready, updating) = reasons_for_error(&failure.error);
                 let message = failure.error.to_string();
                 let update = StatusUpdate {
@@ -278,7 +282,9 @@ impl<C: Controller> Reconciler<C> {
                     ..Default::default()
                 };
                 let next = |status: &Value| {
-                    self.after_start(status, &cr.kind, start.as_ref(), |_| update.clone())
+                    self.after_start(status, &cr.kind, start.as_ref(), author.as_ref(), |_| {
+                        update.clone()
+                    })
                 };
                 if let Err(e) = self.write_status(cr, current, next).await {
                     tracing::warn!(error = %e, "cannot write the error status");
@@ -297,7 +303,7 @@ impl<C: Controller> Reconciler<C> {
         cr: &ObjectRef,
         manifest: &Value,
         ledger: Arc<Ledger>,
-    ) -> Result<Session<C::Resource>> {
+    ) -> Result<Session<C>> {
         let library = &self.library;
         // A CR being deleted must be able to finish: what only shapes a rollout is
         // skipped, with a warning, when it fails.
@@ -334,11 +340,23 @@ impl<C: Controller> Reconciler<C> {
                 )));
             }
         }
-        let config = lenient(
+        let config_value = lenient(
             finalizing,
             self.backend_config(cr, manifest).await,
             "the backend config",
-            self.controller.config_defaults(),
+            config_defaults::<C>()?,
+        )?;
+        let config: C::Config = lenient(
+            finalizing,
+            serde_path_to_error::deserialize(&config_value).map_err(|e| {
+                Error::config(format!(
+                    "backend config (spec.configOverrides or the config-defaults ConfigMap): {}: {}",
+                    e.path(),
+                    e.inner()
+                ))
+            }),
+            "the backend config",
+            C::Config::default(),
         )?;
         let temporary_patches = lenient(
             finalizing,
@@ -348,24 +366,38 @@ impl<C: Controller> Reconciler<C> {
         )?;
         let status = manifest.get("status").cloned().unwrap_or(Value::Null);
         let current_version = reconciled_version(&status).map(str::to_string);
-        Ok(Session {
+        let typed_status = match &status {
+            Value::Null => C::Status::default(),
+            stored => serde_path_to_error::deserialize(stored).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "the stored status does not parse ({}: {}); starting from the default",
+                    e.path(),
+                    e.inner()
+                );
+                C::Status::default()
+            }),
+        };
+        Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
             manifest: merged,
             config,
+            config_value,
             library: library.clone(),
             cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
             temporary_patches,
             status,
+            typed_status,
+            status_changes: std::sync::Mutex::new(None),
             version,
             current_version,
             observer: self.observer.clone(),
             ledger,
-        })
+        }))
     }
 
     /// The component graph the controller would roll out for the CR now, e.g. to draw it.
-    pub async fn components(&self, cr: &ObjectRef) -> Result<Components<C::Resource>> {
+    pub async fn components(&self, cr: &ObjectRef) -> Result<Components<C>> {
         let manifest = self
             .cluster
             .get(cr)
@@ -387,6 +419,7 @@ impl<C: Controller> Reconciler<C> {
         manifest: &Value,
         ledger: &Arc<Ledger>,
         start: &mut Option<StatusUpdate>,
+        made: &mut Option<Session<C>>,
     ) -> std::result::Result<(Outcome, Option<CompletionState>), Failure> {
         let controller = self.controller.as_ref();
         let library = &self.library;
@@ -406,6 +439,8 @@ impl<C: Controller> Reconciler<C> {
             return Ok((Outcome::Done, None));
         }
         let session = self.session(id, cr, manifest, ledger.clone()).await?;
+        *made = Some(session.clone());
+        let manage_status = status::is_managed::<C>(library);
         // The CR as stored now: every write below returns the next copy.
         let mut current = manifest.clone();
 
@@ -428,7 +463,7 @@ impl<C: Controller> Reconciler<C> {
         // Whether this generation was already announced as rolled out.
         let rolled_out =
             this_generation && crate::verify::condition_is(manifest, status::READY, true, None);
-        if library.manage_status {
+        if manage_status {
             *start = Some(start_status(&session, &manifest["status"]));
         }
         let components = if finalizing {
@@ -461,13 +496,16 @@ impl<C: Controller> Reconciler<C> {
         if let Some(Some(newer)) = ledger.seen(cr) {
             current = newer;
         }
-        if library.manage_status {
+        if manage_status {
             let inventory = ledger.inventory();
             let start = start.as_ref();
+            let author = session.status_changes();
             let next = |status: &Value| {
-                self.after_start(status, &cr.kind, start, |started| StatusUpdate {
-                    inventory: Some(inventory.clone()),
-                    ..completion_status(&session, &state, started)
+                self.after_start(status, &cr.kind, start, author.as_ref(), |started| {
+                    StatusUpdate {
+                        inventory: Some(inventory.clone()),
+                        ..completion_status(&session, &state, started)
+                    }
                 })
             };
             match self.write_status(cr, current, next).await? {
@@ -540,7 +578,7 @@ impl<C: Controller> Reconciler<C> {
     /// `spec.configOverrides` (F117). oper8 read `configOverrides` from the CR's top level
     /// (quirk Q3), where a structural CRD schema prunes it; windlass reads it from `spec`.
     async fn backend_config(&self, cr: &ObjectRef, manifest: &Value) -> Result<Value> {
-        let mut config = self.controller.config_defaults();
+        let mut config = config_defaults::<C>()?;
         if let Some(name) = manifest.annotation(annotations::CONFIG_DEFAULTS) {
             let name = name.split('/').next().unwrap_or_default();
             let reference = ObjectRef::new("v1", "ConfigMap", cr.namespace.as_deref(), name);
@@ -614,18 +652,34 @@ impl<C: Controller> Reconciler<C> {
         Ok(patches)
     }
 
-    /// `status` with the start status of this reconcile (if it got that far) and then
-    /// `then` (computed from the started status) applied: the two land in one write.
+    /// `status` with the author's changes (see [`Session::update_status`]), the start
+    /// status of this reconcile (if it got that far) and then `then` (computed from the
+    /// started status) applied: all land in one write.
     fn after_start(
         &self,
         status: &Value,
         kind: &str,
         start: Option<&StatusUpdate>,
+        author: Option<&Map<String, Value>>,
         then: impl FnOnce(&Value) -> StatusUpdate,
     ) -> Value {
+        let mut status = status.clone();
+        if let Some(changes) = author {
+            if !status.is_object() {
+                status = Value::Object(Map::new());
+            }
+            if let Some(map) = status.as_object_mut() {
+                for (key, value) in changes {
+                    match value {
+                        Value::Null => map.remove(key),
+                        value => map.insert(key.clone(), value.clone()),
+                    };
+                }
+            }
+        }
         let started = match start {
-            Some(start) => self.updated(status, kind, start.clone()),
-            None => status.clone(),
+            Some(start) => self.updated(&status, kind, start.clone()),
+            None => status,
         };
         let update = then(&started);
         self.updated(&started, kind, update)
@@ -708,7 +762,7 @@ pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 /// A CR without a version has no `versions.reconciled` to wait for: its `Ready` reason
 /// simply carries over (oper8 reset it to `Initializing` on every reconcile, flapping the
 /// condition). Dropping the version from a CR is not a version change.
-fn start_status<K: PrimaryResource>(session: &Session<K>, current: &Value) -> StatusUpdate {
+fn start_status<C: Controller>(session: &Session<C>, current: &Value) -> StatusUpdate {
     let ready = condition(current, status::READY).ok().flatten();
     let first_rollout_pending = session.version().is_some() && session.current_version().is_none();
     let mut reason = ready
@@ -740,8 +794,8 @@ fn start_status<K: PrimaryResource>(session: &Session<K>, current: &Value) -> St
 }
 
 /// The status after a rollout that raised no error (F122).
-fn completion_status<K: PrimaryResource>(
-    session: &Session<K>,
+fn completion_status<C: Controller>(
+    session: &Session<C>,
     state: &CompletionState,
     current: &Value,
 ) -> StatusUpdate {
@@ -760,12 +814,22 @@ fn completion_status<K: PrimaryResource>(
         if !initializing {
             update.ready = Some((ReadyReason::InProgress, "Verify InProgress".into()));
         }
-        update.updating = Some((
-            UpdatingReason::VerifyWait,
-            "Component verification incomplete".into(),
-        ));
+        let mut message = String::from("Component verification incomplete");
+        if !state.waiting().is_empty() {
+            message = format!("{message}: {}", state.waiting().join("; "));
+        }
+        update.updating = Some((UpdatingReason::VerifyWait, message));
     }
     update
+}
+
+/// The base layer of the backend config: [`Controller::Config`]'s default, as JSON.
+fn config_defaults<C: Controller>() -> Result<Value> {
+    serde_json::to_value(C::Config::default()).map_err(|e| {
+        Error::rollout(format!(
+            "the default backend config does not serialize: {e}"
+        ))
+    })
 }
 
 /// A random reconcile id: 22 characters of base32 (F112).

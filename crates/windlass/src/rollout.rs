@@ -21,7 +21,7 @@
 //! unverified = everything else that deployed; unstarted = what phase 1 never started;
 //! error = the first of the deploy, after-deploy, verify and after-verify errors.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use crate::annotations;
 use crate::cluster::{Deletion, Scope};
 use crate::component::{ManagedObject, Resources};
-use crate::controller::{Components, Controller, EdgeCondition, PrimaryResource};
+use crate::controller::{Components, Controller, EdgeCondition};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
@@ -43,25 +43,40 @@ use crate::session::Session;
 /// Roll out `components` for the session's CR and report what was achieved.
 pub async fn run<C: Controller>(
     controller: &C,
-    session: &Session<C::Resource>,
-    components: &Components<C::Resource>,
+    session: &Session<C>,
+    components: &Components<C>,
 ) -> CompletionState {
     let rollout = Rollout {
         session,
         components,
         rendered: Mutex::new(HashMap::new()),
+        waiting: Mutex::new(BTreeMap::new()),
     };
     let graph = &components.graph;
     let (deploy_threads, verify_threads) = session.library().rollout_threads();
     let check_conditions = !session.dry_run();
-    // An edge condition that errs or panics halts the component it gates, with the reason.
-    let condition = |node: NodeId, _: NodeId, edge: &Option<EdgeCondition<C::Resource>>| {
+    // An edge condition that says "not yet" keeps the component it gates waiting (the
+    // runner checks it again), its reason kept for the status; one that errs or panics
+    // fails the component.
+    let rollout = &rollout;
+    let condition = |node: NodeId, upstream: NodeId, edge: &Option<EdgeCondition<C>>| {
         let edge = edge.clone();
         let component = graph.name(node).to_string();
         async move {
-            let Some(check) = edge else { return Ok(true) };
-            match AssertUnwindSafe(check(session)).catch_unwind().await {
-                Ok(Ok(passed)) => Ok(passed),
+            let check = match edge {
+                None => return Ok(true),
+                Some(EdgeCondition::UpstreamReady) => rollout.upstream_ready(upstream).boxed(),
+                Some(EdgeCondition::Check(check)) => check(session.clone()),
+            };
+            match AssertUnwindSafe(check).catch_unwind().await {
+                Ok(Ok(())) => {
+                    rollout.waiting_for(&component, None);
+                    Ok(true)
+                }
+                Ok(Err(Error::Precondition(reason) | Error::Verification(reason))) => {
+                    rollout.waiting_for(&component, Some(reason));
+                    Ok(false)
+                }
                 Ok(Err(e)) => Err(Halt {
                     failure: e.is_fatal(),
                     error: Some(e),
@@ -157,6 +172,10 @@ pub async fn run<C: Controller>(
             p4_error.or(hook_verdict(session, "after_verify", result, "After-verify failed").err());
     }
 
+    let waiting = std::mem::take(&mut *lock(&rollout.waiting))
+        .into_iter()
+        .map(|(component, reason)| format!("{component}: {reason}"))
+        .collect();
     combine(
         &deploy,
         &verify,
@@ -167,6 +186,7 @@ pub async fn run<C: Controller>(
             p4_error,
         ],
     )
+    .with_waiting(waiting)
 }
 
 /// The final state of a rollout from its two phases (F109).
@@ -211,37 +231,56 @@ fn combine(
     })
 }
 
-/// A hook's result as the rollout sees it: `false` becomes a non-fatal verification error.
-fn hook_verdict<K: PrimaryResource>(
-    session: &Session<K>,
+/// A hook's result as the rollout sees it: its "not yet" is a verification that has not
+/// passed, named after the hook.
+fn hook_verdict<C: Controller>(
+    session: &Session<C>,
     name: &'static str,
-    result: Result<bool>,
+    result: Result<()>,
     message: &str,
 ) -> Result<()> {
-    let passed = matches!(result, Ok(true));
-    session.emit(Event::Hook { name, passed });
-    match result {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Error::verification(message)),
-        Err(e) => Err(e),
-    }
+    session.emit(Event::Hook {
+        name,
+        passed: result.is_ok(),
+    });
+    result.map_err(|e| match e {
+        Error::Precondition(reason) | Error::Verification(reason) => {
+            Error::verification(format!("{message}: {reason}"))
+        }
+        other => other,
+    })
 }
 
-struct Rollout<'a, K: PrimaryResource> {
-    session: &'a Session<K>,
-    components: &'a Components<K>,
+struct Rollout<'a, C: Controller> {
+    session: &'a Session<C>,
+    components: &'a Components<C>,
     /// Rendering happens once per component per rollout (F76); the verify phase reuses it.
     rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
+    /// Why each component that is not ready (or not started) yet waits, by component.
+    waiting: Mutex<BTreeMap<String, String>>,
 }
 
-impl<K: PrimaryResource> Rollout<'_, K> {
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<C: Controller> Rollout<'_, C> {
     fn name(&self, id: NodeId) -> &str {
         self.components.graph.name(id)
     }
 
+    /// Note why `component` waits, or that it no longer does.
+    fn waiting_for(&self, component: &str, reason: Option<String>) {
+        let mut waiting = lock(&self.waiting);
+        match reason {
+            Some(reason) => waiting.insert(component.to_string(), reason),
+            None => waiting.remove(component),
+        };
+    }
+
     async fn deploy_node(&self, id: NodeId) -> std::result::Result<(), Halt> {
         let disabled = self.components.graph.data(id).disabled;
-        self.guard(id, Phase::Deploy, true, async {
+        self.guard(id, Phase::Deploy, async {
             let objects = self.render(id).await?;
             if disabled {
                 self.disable(id, &objects).await?;
@@ -253,39 +292,78 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         .await
     }
 
+    /// A component that is not ready yet stays unverified, not failed; why is kept for
+    /// the status message.
     async fn verify_node(&self, id: NodeId) -> std::result::Result<(), Halt> {
-        let entry = self.components.graph.data(id);
-        self.guard(id, Phase::Verify, false, async {
-            let objects = self.render(id).await?;
-            let ok = if entry.disabled {
-                self.all_gone(id)
-            } else {
-                entry.component.verify(self.session, &objects).await?
-            };
+        self.guard(id, Phase::Verify, async {
+            let verdict = self.check_ready(id).await;
             self.session.emit(Event::Verified {
                 component: self.name(id).to_string(),
-                ok,
+                ok: verdict.is_ok(),
             });
-            Ok(ok)
+            match verdict {
+                Ok(()) => {
+                    self.waiting_for(self.name(id), None);
+                    Ok(true)
+                }
+                Err(Error::Verification(reason)) => {
+                    self.waiting_for(self.name(id), Some(reason));
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            }
         })
         .await
     }
 
+    /// Whether the component is ready: an enabled one by its own verify, a disabled one
+    /// once its objects are gone. A "not yet" reads as a verification in waiting.
+    async fn check_ready(&self, id: NodeId) -> Result<()> {
+        let entry = self.components.graph.data(id);
+        let objects = self.render(id).await?;
+        if entry.disabled {
+            return match self.all_gone(id) {
+                true => Ok(()),
+                false => Err(Error::verification(format!(
+                    "the objects of disabled component \"{}\" are not gone yet",
+                    self.name(id)
+                ))),
+            };
+        }
+        entry
+            .component
+            .verify(self.session, &objects)
+            .await
+            .map_err(Error::in_verify)
+    }
+
+    /// The condition of a [`Components::depends_on_ready`] edge: the upstream component,
+    /// deployed already, verifies.
+    async fn upstream_ready(&self, upstream: NodeId) -> Result<()> {
+        self.check_ready(upstream).await.map_err(|e| match e {
+            Error::Verification(reason) | Error::Precondition(reason) => Error::not_yet(format!(
+                "waiting for \"{}\" to be ready: {reason}",
+                self.name(upstream)
+            )),
+            other => other,
+        })
+    }
+
     /// Run one node's work and map its outcome to the runner's (F102): `true` succeeds,
-    /// `false` halts (a failure only in the deploy phase), an error halts and is a failure
-    /// iff fatal, and a panic is caught and becomes a fatal error naming the component.
+    /// `false` (a component not verified yet) halts without failing, an error halts and is
+    /// a failure iff fatal ("not yet" is not), and a panic is caught and becomes a fatal
+    /// error naming the component.
     async fn guard(
         &self,
         id: NodeId,
         phase: Phase,
-        false_is_failure: bool,
         work: impl Future<Output = Result<bool>>,
     ) -> std::result::Result<(), Halt> {
         let component = self.name(id).to_string();
         let outcome = match AssertUnwindSafe(work).catch_unwind().await {
             Ok(Ok(true)) => return Ok(()),
             Ok(Ok(false)) => Halt {
-                failure: false_is_failure,
+                failure: false,
                 error: None,
             },
             Ok(Err(e)) => Halt {
@@ -315,7 +393,8 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         let session = self.session;
         let entry = self.components.graph.data(id);
         let name = self.name(id);
-        let mut resources = Resources::new(name, session.namespace());
+        let app = <C::Resource as kube::Resource>::kind(&()).to_ascii_lowercase();
+        let mut resources = Resources::new(name, session.namespace(), &app, session.name());
         entry.component.render(session, &mut resources).await?;
         let mut objects = Vec::with_capacity(resources.len());
         for (internal_name, manifest, options) in resources.into_ordered() {
@@ -357,6 +436,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
                 verify: options.verify,
                 method: options.method,
                 recreate: options.recreate,
+                create_only: options.create_only,
             });
         }
         crate::dump::dump_component(session, name, entry.disabled, &objects)?;
@@ -392,7 +472,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         let rendered: BTreeSet<&ObjectRef> = objects.iter().map(|o| &o.reference).collect();
         let leftovers = self
             .session
-            .ledger
+            .ledger()
             .inventory()
             .of(component)
             .into_iter()
@@ -431,6 +511,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         add_owner_reference(&mut manifest, cr);
         if !itself {
             stamp_ownership(&mut manifest, cr, component);
+            stamp_standard_labels(&mut manifest, session.kind(), session.name(), component);
         }
         crate::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
@@ -440,12 +521,16 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         {
             refuse_foreign(&reference, live, cr)?;
         }
-        let drift = crate::drift::drift(
-            &manifest,
-            live.as_ref(),
-            object.method,
-            crate::FIELD_MANAGER,
-        );
+        let drift = match (&live, object.create_only) {
+            // Created once; what it holds now is what it keeps.
+            (Some(_), true) => crate::drift::Drift::InSync,
+            _ => crate::drift::drift(
+                &manifest,
+                live.as_ref(),
+                object.method,
+                crate::FIELD_MANAGER,
+            ),
+        };
         let stored = if drift.needs_write() {
             tracing::debug!(object = %reference, ?drift, "writing");
             if !itself && !crate::finalizer::collected_with(reference.namespace.as_deref(), cr) {
@@ -457,7 +542,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
         };
         if let Some(uid) = stored.uid() {
             session
-                .ledger
+                .ledger()
                 .inventory_mut(|i| i.record(component, reference.clone(), uid));
         }
         Ok((reference, drift.needs_write()))
@@ -498,7 +583,7 @@ impl<K: PrimaryResource> Rollout<'_, K> {
     /// and that are still there. Nothing is sent once they are gone.
     async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
-        let recorded = self.session.ledger.inventory().of(component);
+        let recorded = self.session.ledger().inventory().of(component);
         // Rendered order reversed first, then whatever else was recorded.
         let position = |r: &ObjectRef| objects.iter().position(|o| o.reference == *r);
         let mut ordered = recorded;
@@ -513,21 +598,27 @@ impl<K: PrimaryResource> Rollout<'_, K> {
 
     /// Whether a disabled component's objects are all gone.
     fn all_gone(&self, id: NodeId) -> bool {
-        self.session.dry_run() || self.session.ledger.inventory().of(self.name(id)).is_empty()
+        self.session.dry_run()
+            || self
+                .session
+                .ledger()
+                .inventory()
+                .of(self.name(id))
+                .is_empty()
     }
 }
 
 /// Delete what the inventory holds for components that are no longer in the graph at all.
-pub(crate) async fn prune_removed_components<K: PrimaryResource>(
-    session: &Session<K>,
-    components: &Components<K>,
+pub(crate) async fn prune_removed_components<C: Controller>(
+    session: &Session<C>,
+    components: &Components<C>,
 ) -> Result<()> {
     let known: BTreeSet<&str> = components
         .names(false)
         .into_iter()
         .chain(components.names(true))
         .collect();
-    let inventory = session.ledger.inventory();
+    let inventory = session.ledger().inventory();
     for component in inventory.components() {
         if !known.contains(component.as_str()) {
             let deleted = delete_recorded(session, &component, inventory.of(&component)).await?;
@@ -539,8 +630,8 @@ pub(crate) async fn prune_removed_components<K: PrimaryResource>(
 
 /// Delete recorded objects of `component`, each only if it is still the object
 /// windlass applied (its uid); forget those that are gone. Returns what was deleted.
-async fn delete_recorded<K: PrimaryResource>(
-    session: &Session<K>,
+async fn delete_recorded<C: Controller>(
+    session: &Session<C>,
     component: &str,
     objects: Vec<(ObjectRef, String)>,
 ) -> Result<Vec<ObjectRef>> {
@@ -554,7 +645,7 @@ async fn delete_recorded<K: PrimaryResource>(
         match outcome {
             Deletion::Deleted => {
                 session
-                    .ledger
+                    .ledger()
                     .inventory_mut(|i| i.forget(component, &reference));
                 deleted.push(reference);
             }
@@ -562,7 +653,7 @@ async fn delete_recorded<K: PrimaryResource>(
             Deletion::Terminating => deleted.push(reference),
             Deletion::NotFound => {
                 session
-                    .ledger
+                    .ledger()
                     .inventory_mut(|i| i.forget(component, &reference));
             }
         }
@@ -596,6 +687,18 @@ fn stamp_ownership(manifest: &mut Value, cr: &Value, component: &str) {
             annotations::COMPONENT.into(),
             json!(crate::object::label_value(component)),
         );
+    }
+}
+
+/// The recommended `app.kubernetes.io/…` labels, where the component did not set them.
+fn stamp_standard_labels(manifest: &mut Value, kind: &str, instance: &str, component: &str) {
+    let standard = annotations::labels::standard(&kind.to_ascii_lowercase(), instance, component);
+    let metadata = manifest.metadata_mut();
+    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+    if let Some(map) = labels.as_object_mut() {
+        for (key, value) in standard {
+            map.entry(key).or_insert(Value::String(value));
+        }
     }
 }
 

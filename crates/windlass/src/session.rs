@@ -11,26 +11,48 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::config::LibraryConfig;
+use crate::controller::Controller;
 use crate::error::{ClusterError, Error, Result};
 use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
-use crate::resource::PrimaryResource;
+use crate::reference::{ObjectName, Ref};
 
 /// Everything a component may know about the reconcile it is part of.
-pub struct Session<K> {
+///
+/// A session is a cheap handle (an `Arc` inside): clone it into a spawned task or an edge
+/// condition's future.
+pub struct Session<C: Controller> {
+    inner: Arc<Parts<C>>,
+}
+
+impl<C: Controller> Clone for Session<C> {
+    fn clone(&self) -> Self {
+        Session {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// What a session is made of; [`crate::reconcile`] builds it.
+pub(crate) struct Parts<C: Controller> {
     pub(crate) id: String,
-    pub(crate) cr: K,
+    pub(crate) cr: C::Resource,
     pub(crate) manifest: Value,
-    pub(crate) config: Value,
+    pub(crate) config: C::Config,
+    pub(crate) config_value: Value,
     pub(crate) library: Arc<LibraryConfig>,
     pub(crate) cluster: Arc<dyn Cluster>,
     pub(crate) temporary_patches: Vec<Value>,
+    /// The status as read, and typed (the type's default when it does not parse).
     pub(crate) status: Value,
+    pub(crate) typed_status: C::Status,
+    /// The author's changes to the status, once [`Session::update_status`] was called.
+    pub(crate) status_changes: Mutex<Option<C::Status>>,
     pub(crate) version: Option<String>,
     pub(crate) current_version: Option<String>,
     pub(crate) observer: Arc<dyn Observer>,
@@ -183,13 +205,23 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl<K: PrimaryResource> Session<K> {
+impl<C: Controller> Session<C> {
+    pub(crate) fn new(parts: Parts<C>) -> Self {
+        Session {
+            inner: Arc::new(parts),
+        }
+    }
+
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.inner.ledger
+    }
+
     /// Make sure the CR carries [`crate::finalizer::CLEANUP_FINALIZER`] before an object
     /// the garbage collector cannot reach from it is written (no request once it does).
     /// A CR already being deleted can take no new finalizer; its cleanup already runs.
     pub(crate) async fn hold_for_cleanup(&self) -> Result<()> {
         use crate::finalizer::{CLEANUP_FINALIZER, add};
-        let _guard = self.ledger.finalizers.lock().await;
+        let _guard = self.inner.ledger.finalizers.lock().await;
         let cr = self.cr_ref();
         let Some(current) = self.get_object(&cr).await? else {
             return Ok(());
@@ -197,87 +229,124 @@ impl<K: PrimaryResource> Session<K> {
         if current.is_terminating() || current.finalizers().contains(&CLEANUP_FINALIZER) {
             return Ok(());
         }
-        add(self.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
+        add(self.inner.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
         Ok(())
     }
 
     /// The reconcile id that tags every log line of this reconcile.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.inner.id
     }
     /// The CR, typed (after the controller's CR defaults were merged in, F119).
-    pub fn cr(&self) -> &K {
-        &self.cr
+    pub fn cr(&self) -> &C::Resource {
+        &self.inner.cr
     }
     /// The CR as JSON, as read from the cluster (plus defaults).
     pub fn manifest(&self) -> &Value {
-        &self.manifest
+        &self.inner.manifest
     }
     /// The CR's name.
     pub fn name(&self) -> &str {
-        self.manifest.name().unwrap_or_default()
+        self.inner.manifest.name().unwrap_or_default()
     }
     /// The CR's namespace; rendered objects of namespaced kinds default to it. For a
     /// cluster-scoped CR this is `default`, so its components should name namespaces.
     pub fn namespace(&self) -> &str {
-        self.manifest.namespace().unwrap_or("default")
+        self.inner.manifest.namespace().unwrap_or("default")
     }
     /// The CR's kind.
     pub fn kind(&self) -> &str {
-        self.manifest.kind().unwrap_or_default()
+        self.inner.manifest.kind().unwrap_or_default()
     }
     /// The CR's apiVersion.
     pub fn api_version(&self) -> &str {
-        self.manifest.api_version().unwrap_or_default()
+        self.inner.manifest.api_version().unwrap_or_default()
     }
     /// A reference to the CR.
     pub fn cr_ref(&self) -> ObjectRef {
         ObjectRef::new(
             self.api_version(),
             self.kind(),
-            self.manifest.namespace(),
+            self.inner.manifest.namespace(),
             self.name(),
         )
     }
-    /// The backend config: controller defaults ← ConfigMap defaults ← the CR's
-    /// `spec.configOverrides` (F117).
-    pub fn config(&self) -> &Value {
-        &self.config
+    /// The backend config: [`Controller::Config`]'s defaults ← the config-defaults
+    /// ConfigMap ← the CR's `spec.configOverrides` (F117), parsed once per reconcile.
+    pub fn config(&self) -> &C::Config {
+        &self.inner.config
     }
-    /// The backend config read into a typed struct; a [`Error::Config`] names the bad key.
-    pub fn config_as<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_path_to_error::deserialize(&self.config)
-            .map_err(|e| Error::config(format!("backend config: {}: {}", e.path(), e.inner())))
+    /// The backend config as JSON, as layered before it was parsed.
+    pub fn config_value(&self) -> &Value {
+        &self.inner.config_value
     }
     /// The library configuration.
     pub fn library(&self) -> &LibraryConfig {
-        &self.library
+        &self.inner.library
     }
     /// The cluster this reconcile reads and writes. Within one reconcile an object is read
     /// at most once: later reads get the copy read first or the one a write returned.
     pub fn cluster(&self) -> &dyn Cluster {
-        self.cluster.as_ref()
+        self.inner.cluster.as_ref()
     }
-    /// The CR's status when the reconcile began.
-    pub fn status(&self) -> &Value {
-        &self.status
+    /// The CR's status when the reconcile began, typed. A stored status that does not
+    /// parse as [`Controller::Status`] reads as its default (and is logged).
+    pub fn status(&self) -> &C::Status {
+        &self.inner.typed_status
+    }
+    /// The CR's status when the reconcile began, as JSON.
+    pub fn status_value(&self) -> &Value {
+        &self.inner.status
+    }
+    /// Change the author's fields of the status, e.g. an URL a component learned. The
+    /// changes are written with windlass's own part, in the one status write at the end of
+    /// the reconcile (also when the rollout fails or waits); calls add up.
+    ///
+    /// ```ignore
+    /// session.update_status(|status| status.url = Some(format!("http://{host}")));
+    /// ```
+    pub fn update_status(&self, change: impl FnOnce(&mut C::Status)) {
+        let mut changes = lock(&self.inner.status_changes);
+        change(changes.get_or_insert_with(|| self.inner.typed_status.clone()));
+    }
+    /// The author's status changes as one JSON merge over the status (keys that changed,
+    /// `null` for keys that went away), if any were made.
+    pub(crate) fn status_changes(&self) -> Option<Map<String, Value>> {
+        let changed = lock(&self.inner.status_changes).clone()?;
+        let before = serde_json::to_value(&self.inner.typed_status).ok()?;
+        let after = serde_json::to_value(&changed).ok()?;
+        let (Value::Object(before), Value::Object(after)) = (before, after) else {
+            return None;
+        };
+        let mut merge = Map::new();
+        for (key, value) in &after {
+            if before.get(key) != Some(value) {
+                merge.insert(key.clone(), value.clone());
+            }
+        }
+        for key in before.keys() {
+            if !after.contains_key(key) {
+                merge.insert(key.clone(), Value::Null);
+            }
+        }
+        Some(merge)
     }
     /// The version the CR asks for (`vcs.version_override`, else the `vcs.field` path,
     /// `spec.version` by default), if any.
     pub fn version(&self) -> Option<&str> {
-        self.version.as_deref()
+        self.inner.version.as_deref()
     }
     /// The last version fully rolled out (`status.versions.reconciled`), if any.
     pub fn current_version(&self) -> Option<&str> {
-        self.current_version.as_deref()
+        self.inner.current_version.as_deref()
     }
     /// The temporary patch objects in force, oldest first (F118).
     pub fn temporary_patches(&self) -> &[Value] {
-        &self.temporary_patches
+        &self.inner.temporary_patches
     }
     /// Whether this reconcile runs on the in-memory cluster without verification.
     pub fn dry_run(&self) -> bool {
-        self.library.dry_run
+        self.inner.library.dry_run
     }
     /// `<cr name>-<name>`, truncated to a valid object name (F87).
     pub fn scoped_name(&self, name: &str) -> String {
@@ -288,17 +357,37 @@ impl<K: PrimaryResource> Session<K> {
         truncated_name(name)
     }
 
-    /// A typed object from the CR's namespace (F91), `None` if it does not exist.
+    /// The full name of an object the CR owns: `<cr name>-<local name>`.
+    pub fn name_of<K>(&self, object: Ref<K>) -> String {
+        object.name_for(self.name())
+    }
+
+    /// Metadata naming the object `object`; windlass adds the namespace, the owner
+    /// reference and the standard labels when it applies it.
+    pub fn meta<K>(
+        &self,
+        object: Ref<K>,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(self.name_of(object)),
+            ..Default::default()
+        }
+    }
+
+    /// A typed object from the CR's namespace (F91), `None` if it does not exist: by
+    /// [`Ref`], or by full name.
     ///
     /// ```ignore
-    /// let secret: Option<Secret> = session.get("shop-credentials").await?;
+    /// let db: Option<StatefulSet> = session.get(DATABASE).await?;
+    /// let secret: Option<Secret> = session.get("external-credentials").await?;
     /// ```
-    pub async fn get<T>(&self, name: &str) -> Result<Option<T>>
+    pub async fn get<T>(&self, name: impl ObjectName<T>) -> Result<Option<T>>
     where
         T: k8s_openapi::Resource + DeserializeOwned,
     {
+        let name = name.resolve(self.name());
         let namespace = self.namespace_for::<T>().await?;
-        self.get_object(&ObjectRef::of::<T>(namespace.as_deref(), name))
+        self.get_object(&ObjectRef::of::<T>(namespace.as_deref(), &name))
             .await?
             .map(|v| typed(v, T::KIND))
             .transpose()
@@ -310,7 +399,7 @@ impl<K: PrimaryResource> Session<K> {
     /// own deploy and verify steps, get the copy read first or the one a write returned.
     /// The next reconcile reads afresh.
     pub async fn get_object(&self, object: &ObjectRef) -> Result<Option<Value>> {
-        Ok(self.cluster.get(object).await?)
+        Ok(self.inner.cluster.get(object).await?)
     }
 
     /// Typed objects in the CR's namespace matching a label selector (`""` for all).
@@ -323,7 +412,8 @@ impl<K: PrimaryResource> Session<K> {
         if !label_selector.is_empty() {
             query = query.labels(label_selector);
         }
-        self.cluster
+        self.inner
+            .cluster
             .list(&query)
             .await?
             .into_iter()
@@ -332,14 +422,14 @@ impl<K: PrimaryResource> Session<K> {
     }
 
     async fn namespace_for<T: k8s_openapi::Resource>(&self) -> Result<Option<String>> {
-        Ok(match self.cluster.scope(&TypeRef::of::<T>()).await? {
+        Ok(match self.inner.cluster.scope(&TypeRef::of::<T>()).await? {
             crate::cluster::Scope::Namespaced => Some(self.namespace().to_string()),
             crate::cluster::Scope::Cluster => None,
         })
     }
 
     pub(crate) fn emit(&self, event: Event) {
-        emit(self.observer.as_ref(), event);
+        emit(self.inner.observer.as_ref(), event);
     }
 }
 

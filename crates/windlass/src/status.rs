@@ -24,41 +24,109 @@ use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error};
-use crate::resource::{PrimaryResource, Requeue};
+use crate::resource::Requeue;
 use crate::session::Session;
 
-/// The status type of a windlass-managed CR: `#[kube(status = "windlass::status::Status")]`.
-///
-/// windlass writes the status as JSON, so this type only has to carry it and to tell the
-/// CRD schema that its fields are windlass's to choose (`x-kubernetes-preserve-unknown-fields`).
+/// windlass's part of a CR's status, typed: `#[kube(status = "windlass::status::Status")]`,
+/// or embedded in the operator's own status struct with `#[serde(flatten)]`:
 ///
 /// ```
 /// # use serde_json::json;
-/// let status: windlass::status::Status = serde_json::from_value(json!({
-///     "conditions": [{"type": "Ready", "status": "True", "reason": "Stable"}],
+/// #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, Default, schemars::JsonSchema)]
+/// struct WebAppStatus {
+///     #[serde(flatten)]
+///     windlass: windlass::status::Status,
+///     /// Where the application answers.
+///     url: Option<String>,
+/// }
+///
+/// let status: WebAppStatus = serde_json::from_value(json!({
+///     "url": "http://shop",
+///     "conditions": [{"type": "Ready", "status": "True", "reason": "Stable", "message": "",
+///                     "lastTransitionTime": "2026-01-01T00:00:00Z"}],
 ///     "versions": {"reconciled": "1.0"}})).unwrap();
-/// assert!(status.is_ready());
-/// assert_eq!(status.reconciled_version(), Some("1.0"));
+/// assert!(status.windlass.is_ready());
+/// assert_eq!(status.windlass.reconciled_version(), Some("1.0"));
 /// ```
+///
+/// windlass computes its part from the stored JSON, so a field this type does not know
+/// (an older windlass's, `<kind>Status`) is kept in `other`. Conditions are Kubernetes'
+/// `metav1.Condition`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Status(pub Map<String, Value>);
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// `Ready` and `Updating` (see [`ReadyReason`], [`UpdatingReason`]), then anyone
+    /// else's conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation of the spec the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A summary of the last rollout (see [`component_status`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component_status: Option<ComponentStatus>,
+    /// The versions rolled out and supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Versions>,
+    /// Everything else windlass writes (`<kind>Status`, `operatorVersion`, the inventory).
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// A Kubernetes `metav1.Condition`.
+pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// `status.componentStatus`: which components of the last rollout got how far (F148).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    /// Every component of the graph.
+    #[serde(default)]
+    pub all_components: Vec<String>,
+    /// Those that were deployed.
+    #[serde(default)]
+    pub deployed_components: Vec<String>,
+    /// Those that verified.
+    #[serde(default)]
+    pub verified_components: Vec<String>,
+    /// Those deployed but not verified yet.
+    #[serde(default)]
+    pub unverified_components: Vec<String>,
+    /// Those that failed.
+    #[serde(default)]
+    pub failed_components: Vec<String>,
+    /// `deployed/all`.
+    #[serde(default)]
+    pub deployed: String,
+    /// `verified/all`.
+    #[serde(default)]
+    pub verified: String,
+}
+
+/// `status.versions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Versions {
+    /// The last version fully rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciled: Option<String>,
+    /// The versions this operator supports: `{versions: [{name}]}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<Value>,
+}
 
 impl Status {
     /// Whether the `Ready` condition is true.
     pub fn is_ready(&self) -> bool {
-        self.condition(READY).is_some_and(|c| c["status"] == "True")
+        self.condition(READY).is_some_and(|c| c.status == "True")
     }
-    /// The condition of a type; `None` if absent or present more than once (see
-    /// [`condition`]).
-    pub fn condition(&self, condition_type: &str) -> Option<&Value> {
-        find_condition(self.0.get("conditions"), condition_type)
-            .ok()
-            .flatten()
+    /// The condition of a type, if present.
+    pub fn condition(&self, condition_type: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == condition_type)
     }
     /// `versions.reconciled`.
     pub fn reconciled_version(&self) -> Option<&str> {
-        self.0.get("versions")?.get("reconciled")?.as_str()
+        self.versions.as_ref()?.reconciled.as_deref()
     }
 }
 
@@ -66,16 +134,41 @@ impl schemars::JsonSchema for Status {
     fn schema_name() -> Cow<'static, str> {
         "WindlassStatus".into()
     }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // Written out rather than derived: the flattened `other` map would derive to
+        // `additionalProperties`, which a structural CRD schema cannot combine with
+        // `properties`; windlass's other fields are kept with preserve-unknown-fields.
+        let condition = generator.subschema_for::<Condition>();
+        let components = generator.subschema_for::<ComponentStatus>();
+        let versions = generator.subschema_for::<Versions>();
         schemars::json_schema!({
             "type": "object",
             "description": "Written by windlass: Ready and Updating conditions, componentStatus, versions.",
+            "properties": {
+                "conditions": {"type": "array", "items": condition},
+                "observedGeneration": {"type": "integer", "format": "int64"},
+                "componentStatus": components,
+                "versions": versions,
+            },
             "x-kubernetes-preserve-unknown-fields": true
         })
     }
+}
+
+/// The [`Controller::Status`](crate::controller::Controller::Status) of a primary whose
+/// status is not windlass's to write: a built-in kind (`Namespace`) or another operator's
+/// CRD. windlass then writes no status at all; the outcome of each rollout goes to Events
+/// on the primary, and the default requeue policy follows the rollout itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unmanaged {}
+
+/// Whether windlass writes the status of the controller's primary: its status type is
+/// not [`Unmanaged`], and the library config's `manage_status` is on.
+pub fn is_managed<C: crate::controller::Controller>(
+    library: &crate::config::LibraryConfig,
+) -> bool {
+    library.manage_status
+        && std::any::TypeId::of::<C::Status>() != std::any::TypeId::of::<Unmanaged>()
 }
 
 /// The `Ready` condition type.
@@ -258,6 +351,9 @@ pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &st
     if let Some(state) = &update.components {
         status.insert("componentStatus".into(), component_status(state));
     }
+    if let Some(generation) = update.observed_generation {
+        status.insert("observedGeneration".into(), json!(generation));
+    }
     let versions = status
         .entry("versions")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -422,14 +518,15 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
 /// The default of [`crate::controller::Controller::should_requeue`] (F71): requeue after
 /// `requeue_after_seconds` until the CR's status, read back, shows it done: `Ready`,
 /// not `Updating`, and the requested version reconciled (a CR without a version needs
-/// only the conditions). Without `manage_status` there is no status to read, so the
+/// only the conditions). Without a managed status (`manage_status` off, or an
+/// [`Unmanaged`] status type) there is no status to read, so the
 /// rollout's own outcome decides.
-pub async fn default_should_requeue<K: PrimaryResource>(
-    session: &Session<K>,
+pub async fn default_should_requeue<C: crate::controller::Controller>(
+    session: &Session<C>,
     state: &CompletionState,
 ) -> crate::error::Result<Requeue> {
     let again = Requeue::After(session.library().requeue_after());
-    if !session.library().manage_status {
+    if !is_managed::<C>(session.library()) {
         return Ok(if state.verify_completed() {
             Requeue::No
         } else {

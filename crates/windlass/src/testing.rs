@@ -137,12 +137,18 @@ pub struct TestEnv<C: Controller> {
 impl<C: Controller> TestEnv<C> {
     /// A test environment with the default library config (verification on: tests drive
     /// object status themselves, e.g. with [`TestEnv::set_status`]).
-    pub async fn new(controller: C) -> Self {
+    pub async fn new(controller: C) -> Self
+    where
+        C::Resource: CustomResourceExt,
+    {
         Self::with_config(controller, LibraryConfig::default()).await
     }
 
     /// A test environment in dry-run mode: verification passes without looking.
-    pub async fn dry_run(controller: C) -> Self {
+    pub async fn dry_run(controller: C) -> Self
+    where
+        C::Resource: CustomResourceExt,
+    {
         let config = LibraryConfig {
             dry_run: true,
             ..LibraryConfig::default()
@@ -151,7 +157,10 @@ impl<C: Controller> TestEnv<C> {
     }
 
     /// A test environment with the given library config.
-    pub async fn with_config(controller: C, config: LibraryConfig) -> Self {
+    pub async fn with_config(controller: C, config: LibraryConfig) -> Self
+    where
+        C::Resource: CustomResourceExt,
+    {
         let memory = Arc::new(MemoryCluster::new());
         Self::on_cluster(controller, config, memory.clone(), memory)
     }
@@ -163,8 +172,31 @@ impl<C: Controller> TestEnv<C> {
         config: LibraryConfig,
         memory: Arc<MemoryCluster>,
         cluster: Arc<dyn Cluster>,
+    ) -> Self
+    where
+        C::Resource: CustomResourceExt,
+    {
+        Self::with_crd(
+            controller,
+            Some(C::Resource::crd()),
+            config,
+            memory,
+            cluster,
+        )
+    }
+
+    /// [`TestEnv::on_cluster`] for a primary kind given its CRD, or none for a kind the
+    /// in-memory cluster serves already (`Namespace`, `ConfigMap`, …).
+    pub fn with_crd(
+        controller: C,
+        crd: crate::resource::Crd,
+        config: LibraryConfig,
+        memory: Arc<MemoryCluster>,
+        cluster: Arc<dyn Cluster>,
     ) -> Self {
-        memory.register_crd(&C::Resource::crd());
+        if let Some(crd) = &crd {
+            memory.register_crd(crd);
+        }
         memory
             .create_namespace(TEST_NAMESPACE)
             .expect("the test namespace name is valid");
@@ -456,7 +488,7 @@ pub enum Behaviour {
     RenderError(Error),
     /// `render` panics.
     RenderPanic,
-    /// `verify` returns `Ok(false)`.
+    /// `verify` says "not yet".
     NeverVerifies,
     /// `verify` returns this error.
     VerifyError(Error),
@@ -512,12 +544,12 @@ impl DummyComponent {
 }
 
 #[async_trait]
-impl<K: PrimaryResource> Component<K> for DummyComponent {
+impl<C: Controller> Component<C> for DummyComponent {
     fn name(&self) -> &str {
         &self.name
     }
 
-    async fn render(&self, session: &Session<K>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         match &self.behaviour {
             Behaviour::RenderError(e) => return Err(e.clone()),
             Behaviour::RenderPanic => {
@@ -534,11 +566,13 @@ impl<K: PrimaryResource> Component<K> for DummyComponent {
         Ok(())
     }
 
-    async fn verify(&self, session: &Session<K>, objects: &[ManagedObject]) -> Result<bool> {
+    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<()> {
         match &self.behaviour {
-            Behaviour::NeverVerifies => Ok(false),
+            Behaviour::NeverVerifies => {
+                Err(Error::not_yet(format!("{} never verifies", self.name)))
+            }
             Behaviour::VerifyError(e) => Err(e.clone()),
-            _ if session.dry_run() => Ok(true),
+            _ if session.dry_run() => Ok(()),
             _ => crate::verify::verify_objects(session.cluster(), objects).await,
         }
     }
@@ -548,22 +582,22 @@ impl<K: PrimaryResource> Component<K> for DummyComponent {
 #[derive(Debug, Clone)]
 pub struct Hooks {
     /// `after_deploy`.
-    pub after_deploy: Result<bool>,
+    pub after_deploy: Result<()>,
     /// `after_deploy_unsuccessful`.
-    pub after_deploy_unsuccessful: Result<bool>,
+    pub after_deploy_unsuccessful: Result<()>,
     /// `after_verify`.
-    pub after_verify: Result<bool>,
+    pub after_verify: Result<()>,
     /// `after_verify_unsuccessful`.
-    pub after_verify_unsuccessful: Result<bool>,
+    pub after_verify_unsuccessful: Result<()>,
 }
 
 impl Default for Hooks {
     fn default() -> Self {
         Hooks {
-            after_deploy: Ok(true),
-            after_deploy_unsuccessful: Ok(true),
-            after_verify: Ok(true),
-            after_verify_unsuccessful: Ok(true),
+            after_deploy: Ok(()),
+            after_deploy_unsuccessful: Ok(()),
+            after_verify: Ok(()),
+            after_verify_unsuccessful: Ok(()),
         }
     }
 }
@@ -643,7 +677,7 @@ impl<K: PrimaryResource> DummyController<K> {
         self.calls.clone()
     }
 
-    fn record(&self, hook: &str, result: &Result<bool>) -> Result<bool> {
+    fn record(&self, hook: &str, result: &Result<()>) -> Result<()> {
         if let Ok(mut calls) = self.calls.lock() {
             calls.push(hook.to_string());
         }
@@ -654,8 +688,10 @@ impl<K: PrimaryResource> DummyController<K> {
 #[async_trait]
 impl<K: PrimaryResource> Controller for DummyController<K> {
     type Resource = K;
+    type Config = crate::controller::NoConfig;
+    type Status = crate::status::Status;
 
-    fn components(&self, session: &Session<K>) -> Result<Components<K>> {
+    fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         for (component, _, switch) in &self.components {
             let enabled = switch
@@ -679,7 +715,7 @@ impl<K: PrimaryResource> Controller for DummyController<K> {
         self.finalizer.clone()
     }
 
-    fn finalize_components(&self, _session: &Session<K>) -> Result<Components<K>> {
+    fn finalize_components(&self, _session: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         for component in &self.finalize {
             graph.add(component.clone())?;
@@ -687,19 +723,19 @@ impl<K: PrimaryResource> Controller for DummyController<K> {
         Ok(graph)
     }
 
-    async fn after_deploy(&self, _: &Session<K>) -> Result<bool> {
+    async fn after_deploy(&self, _: &Session<Self>) -> Result<()> {
         self.record("after_deploy", &self.hooks.after_deploy)
     }
-    async fn after_deploy_unsuccessful(&self, _: &Session<K>, failed: bool) -> Result<bool> {
+    async fn after_deploy_unsuccessful(&self, _: &Session<Self>, failed: bool) -> Result<()> {
         self.record(
             &format!("after_deploy_unsuccessful(failed={failed})"),
             &self.hooks.after_deploy_unsuccessful,
         )
     }
-    async fn after_verify(&self, _: &Session<K>) -> Result<bool> {
+    async fn after_verify(&self, _: &Session<Self>) -> Result<()> {
         self.record("after_verify", &self.hooks.after_verify)
     }
-    async fn after_verify_unsuccessful(&self, _: &Session<K>, failed: bool) -> Result<bool> {
+    async fn after_verify_unsuccessful(&self, _: &Session<Self>, failed: bool) -> Result<()> {
         self.record(
             &format!("after_verify_unsuccessful(failed={failed})"),
             &self.hooks.after_verify_unsuccessful,

@@ -21,10 +21,13 @@ use crate::object::ManifestExt;
 /// Pass the session's cluster ([`crate::session::Session::cluster`]): it answers with the
 /// copies the reconcile already holds (read or returned by a write in the deploy phase),
 /// so verifying costs no request.
-pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) -> Result<bool> {
+pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) -> Result<()> {
     for object in objects {
         let Some(live) = cluster.get(&object.reference).await? else {
-            return Ok(false);
+            return Err(Error::not_yet(format!(
+                "{} does not exist",
+                object.reference
+            )));
         };
         if let Some(why) = failure(&live) {
             return Err(Error::rollout(format!(
@@ -37,10 +40,10 @@ pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) ->
             None => verify_object(&live),
         };
         if !ok {
-            return Ok(false);
+            return Err(Error::not_yet(format!("{} is not ready", object.reference)));
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Whether a live object is ready by its kind's rule (F156); kinds without a rule are

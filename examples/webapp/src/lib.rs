@@ -15,12 +15,14 @@
 //!
 //! windlass applies each component after the ones it depends on, verifies that it became
 //! ready (the StatefulSet's pods, the Job's completion, the Deployment's rollout), writes
-//! `Ready`/`Updating` conditions into the WebApp's status, and deletes the cache's objects
-//! when `spec.cache.enabled` is switched off.
+//! `Ready`/`Updating` conditions and the application's URL into the WebApp's status, and
+//! deletes the cache's objects when `spec.cache.enabled` is switched off.
+//!
+//! Every object name is declared once, as a typed [`Ref`] below; the standard
+//! `app.kubernetes.io/*` labels and owner references are windlass's to stamp.
 
 use std::collections::BTreeMap;
 
-use futures::FutureExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -31,11 +33,11 @@ use k8s_openapi::api::core::v1::{
     VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use windlass::config::ConfigOverrides;
 use windlass::prelude::*;
 
 // ─── The custom resource ────────────────────────────────────────────────────────────────
@@ -49,7 +51,7 @@ use windlass::prelude::*;
     version = "v1alpha1",
     kind = "WebApp",
     namespaced,
-    status = "windlass::status::Status",
+    status = "WebAppStatus",
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.webAppStatus"}"#
 )]
@@ -78,6 +80,41 @@ pub struct WebAppSpec {
     /// Extra labels for the migration's pods.
     #[serde(default)]
     pub migration_labels: BTreeMap<String, String>,
+    /// Per-WebApp changes to the operator's [`WebAppConfig`].
+    #[serde(default, skip_serializing_if = "ConfigOverrides::is_empty")]
+    pub config_overrides: ConfigOverrides,
+}
+
+/// The WebApp's status: windlass's conditions and rollout summary, and where the
+/// application answers.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+pub struct WebAppStatus {
+    /// Ready and Updating conditions, componentStatus, versions: written by windlass.
+    #[serde(flatten)]
+    pub windlass: windlass::status::Status,
+    /// The web tier's in-cluster URL, once its Service is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// The operator's backend config: these defaults, then the ConfigMap named by the
+/// `windlass.dev/config-defaults` annotation, then `spec.configOverrides`.
+#[derive(Serialize, Deserialize, Clone, Debug, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WebAppConfig {
+    /// The cache's image.
+    pub cache_image: String,
+    /// How often the migration Job retries before it fails.
+    pub migration_backoff_limit: i32,
+}
+
+impl Default for WebAppConfig {
+    fn default() -> Self {
+        WebAppConfig {
+            cache_image: "redis:7".into(),
+            migration_backoff_limit: 3,
+        }
+    }
 }
 
 fn default_replicas() -> i32 {
@@ -119,6 +156,21 @@ pub struct CacheSpec {
     pub enabled: bool,
 }
 
+// ─── The objects, each named once ───────────────────────────────────────────────────────
+
+/// The generated database password: `<webapp>-db-credentials`.
+const CREDENTIALS: Ref<Secret> = Ref::new("db-credentials");
+/// The database and its governing Service: `<webapp>-db`.
+const DATABASE: Ref<StatefulSet> = Ref::new("db");
+const DATABASE_SERVICE: Ref<Service> = DATABASE.cast();
+/// The web tier, its settings and its Service: `<webapp>-web`.
+const WEB: Ref<Deployment> = Ref::new("web");
+const WEB_SETTINGS: Ref<ConfigMap> = WEB.cast();
+const WEB_SERVICE: Ref<Service> = WEB.cast();
+/// The cache and its Service: `<webapp>-cache`.
+const CACHE: Ref<Deployment> = Ref::new("cache");
+const CACHE_SERVICE: Ref<Service> = CACHE.cast();
+
 // ─── The controller: which components, in which order ───────────────────────────────────
 
 /// The WebApp controller.
@@ -127,8 +179,10 @@ pub struct WebAppController;
 #[async_trait]
 impl Controller for WebAppController {
     type Resource = WebApp;
+    type Config = WebAppConfig;
+    type Status = WebAppStatus;
 
-    fn components(&self, session: &Session<WebApp>) -> Result<Components<WebApp>> {
+    fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
         let spec = &session.cr().spec;
         if spec.replicas < 0 {
             return Err(Error::config("spec.replicas must not be negative"));
@@ -144,14 +198,10 @@ impl Controller for WebAppController {
 
         graph.depends_on(database, credentials)?;
         // The migration needs a database that accepts connections, not just one that was
-        // applied: it waits until the StatefulSet reports its pod ready. Likewise the new
-        // web version waits until its migration has completed.
-        graph.depends_on_when(migration, database, |s| {
-            is_ready::<StatefulSet>(s, s.scoped_name("db")).boxed()
-        })?;
-        graph.depends_on_when(web, migration, |s| {
-            is_ready::<Job>(s, migration_name(s)).boxed()
-        })?;
+        // applied: it waits until the database component verifies (its StatefulSet's pod
+        // is ready). Likewise the new web version waits until its migration completed.
+        graph.depends_on_ready(migration, database)?;
+        graph.depends_on_ready(web, migration)?;
         if spec.cache.enabled {
             graph.depends_on(web, cache)?;
         }
@@ -162,79 +212,18 @@ impl Controller for WebAppController {
     // status says Ready at the requested version.
 }
 
-/// Whether the live object of kind `K` and this name is ready by windlass's per-kind rule
-/// (a StatefulSet's pods ready, a Job complete, …). Conditions on graph edges use it.
-async fn is_ready<K>(session: &Session<WebApp>, name: String) -> Result<bool>
-where
-    K: k8s_openapi::Resource + serde::de::DeserializeOwned + Serialize,
-{
-    let live: Option<K> = session.get(&name).await?;
-    Ok(live
-        .and_then(|object| windlass::object::to_manifest(&object).ok())
-        .is_some_and(|manifest| windlass::verify::verify_object(&manifest)))
-}
-
-/// The migration Job of the requested version: `<cr>-migrate-<version>`, with the version
-/// made a valid name (lower case, `-` for anything else). Jobs are immutable, so each
-/// version gets its own.
-fn migration_name(session: &Session<WebApp>) -> String {
-    let version: String = session
-        .cr()
-        .spec
-        .version
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    session.scoped_name(&format!("migrate-{}", version.trim_matches('-')))
-}
-
-/// Labels shared by every object of one component of one WebApp.
-fn labels(session: &Session<WebApp>, component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".into(), "webapp".into()),
-        ("app.kubernetes.io/instance".into(), session.name().into()),
-        ("app.kubernetes.io/component".into(), component.into()),
-        ("app.kubernetes.io/managed-by".into(), "windlass".into()),
-    ])
-}
-
-fn meta(session: &Session<WebApp>, name: &str, component: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(session.scoped_name(name)),
-        labels: Some(labels(session, component)),
-        ..Default::default()
-    }
-}
-
-fn pod_template(session: &Session<WebApp>, component: &str, spec: PodSpec) -> PodTemplateSpec {
-    PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels(session, component)),
-            ..Default::default()
-        }),
-        spec: Some(spec),
-    }
-}
-
-fn selector(session: &Session<WebApp>, component: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(labels(session, component)),
-        ..Default::default()
-    }
-}
-
+/// A Service in front of the component's pods.
 fn service(
-    session: &Session<WebApp>,
-    name: &str,
-    component: &str,
+    session: &Session<WebAppController>,
+    out: &Resources,
+    name: Ref<Service>,
     port: i32,
     target: i32,
 ) -> Service {
     Service {
-        metadata: meta(session, name, component),
+        metadata: session.meta(name),
         spec: Some(ServiceSpec {
-            selector: Some(labels(session, component)),
+            selector: Some(out.pod_labels()),
             ports: Some(vec![ServicePort {
                 port,
                 target_port: Some(IntOrString::Int(target)),
@@ -250,12 +239,12 @@ fn service(
 }
 
 /// The database password, from the generated Secret.
-fn password_env(session: &Session<WebApp>, var: &str) -> EnvVar {
+fn password_env(session: &Session<WebAppController>, var: &str) -> EnvVar {
     EnvVar {
         name: var.into(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
-                name: session.scoped_name("db-credentials"),
+                name: session.name_of(CREDENTIALS),
                 key: "password".into(),
                 ..Default::default()
             }),
@@ -271,29 +260,24 @@ fn password_env(session: &Session<WebApp>, var: &str) -> EnvVar {
 struct Credentials;
 
 #[async_trait]
-impl Component<WebApp> for Credentials {
+impl Component<WebAppController> for Credentials {
     fn name(&self) -> &str {
         "credentials"
     }
 
-    async fn render(&self, session: &Session<WebApp>, out: &mut Resources) -> Result<()> {
-        let name = session.scoped_name("db-credentials");
-        // Read the live Secret first: rendering must be repeatable, so a password that
-        // exists is kept rather than regenerated on every reconcile.
-        let existing: Option<Secret> = session.get(&name).await?;
-        let password = existing
-            .and_then(|s| s.data)
-            .and_then(|data| data.get("password").cloned())
-            .unwrap_or_else(|| ByteString(generate_password().into_bytes()));
-        out.add(
+    async fn render(&self, session: &Session<WebAppController>, out: &mut Resources) -> Result<()> {
+        // Create-only: a fresh password is rendered every time, and only the first one
+        // is ever written. Nothing reads it back.
+        let password = ByteString(generate_password().into_bytes());
+        out.add_with(
             "secret",
             &Secret {
-                metadata: meta(session, "db-credentials", "credentials"),
-                // `data`, not `stringData`: the API server turns stringData into data, so
-                // a manifest with stringData would never look applied.
+                metadata: session.meta(CREDENTIALS),
+                // `data`, not `stringData`: the API server turns stringData into data.
                 data: Some(BTreeMap::from([("password".to_string(), password)])),
                 ..Default::default()
             },
+            ResourceOptions::new().create_only(),
         )?;
         Ok(())
     }
@@ -310,12 +294,12 @@ fn generate_password() -> String {
 struct Database;
 
 #[async_trait]
-impl Component<WebApp> for Database {
+impl Component<WebAppController> for Database {
     fn name(&self) -> &str {
         "database"
     }
 
-    async fn render(&self, session: &Session<WebApp>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<WebAppController>, out: &mut Resources) -> Result<()> {
         let db = &session.cr().spec.database;
         let storage = PersistentVolumeClaim {
             metadata: ObjectMeta {
@@ -351,23 +335,22 @@ impl Component<WebApp> for Database {
             }]),
             ..Default::default()
         };
-        let service = out.add("service", &service(session, "db", "database", 5432, 5432))?;
+        let service = out.add(
+            "service",
+            &service(session, out, DATABASE_SERVICE, 5432, 5432),
+        )?;
         let statefulset = out.add(
             "statefulset",
             &StatefulSet {
-                metadata: meta(session, "db", "database"),
+                metadata: session.meta(DATABASE),
                 spec: StatefulSetSpec {
                     replicas: Some(1),
-                    service_name: Some(session.scoped_name("db")),
-                    selector: selector(session, "database"),
-                    template: pod_template(
-                        session,
-                        "database",
-                        PodSpec {
-                            containers: vec![container],
-                            ..Default::default()
-                        },
-                    ),
+                    service_name: Some(session.name_of(DATABASE_SERVICE)),
+                    selector: out.selector(),
+                    template: out.pod_template(PodSpec {
+                        containers: vec![container],
+                        ..Default::default()
+                    }),
                     volume_claim_templates: Some(vec![storage]),
                     ..Default::default()
                 },
@@ -380,27 +363,35 @@ impl Component<WebApp> for Database {
     }
 }
 
-/// The schema migration of this version, as a Job (see [`migration_name`]).
+/// The schema migration of this version, as a Job: `<webapp>-migrate-<version>`, the
+/// version made a valid name. Jobs are immutable, so each version gets its own.
 struct Migration;
 
 #[async_trait]
-impl Component<WebApp> for Migration {
+impl Component<WebAppController> for Migration {
     fn name(&self) -> &str {
         "migration"
     }
 
-    async fn render(&self, session: &Session<WebApp>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<WebAppController>, out: &mut Resources) -> Result<()> {
         let spec = &session.cr().spec;
+        let version: String = spec
+            .version
+            .to_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
         out.add(
             "job",
             &Job {
                 metadata: ObjectMeta {
-                    name: Some(migration_name(session)),
-                    labels: Some(labels(session, "migration")),
+                    name: Some(
+                        session.scoped_name(&format!("migrate-{}", version.trim_matches('-'))),
+                    ),
                     ..Default::default()
                 },
                 spec: Some(JobSpec {
-                    backoff_limit: Some(3),
+                    backoff_limit: Some(session.config().migration_backoff_limit),
                     template: PodTemplateSpec {
                         metadata: Some(ObjectMeta {
                             labels: Some(spec.migration_labels.clone()),
@@ -415,7 +406,7 @@ impl Component<WebApp> for Migration {
                                 env: Some(vec![
                                     EnvVar {
                                         name: "DATABASE_HOST".into(),
-                                        value: Some(session.scoped_name("db")),
+                                        value: Some(session.name_of(DATABASE_SERVICE)),
                                         ..Default::default()
                                     },
                                     password_env(session, "DATABASE_PASSWORD"),
@@ -438,27 +429,30 @@ impl Component<WebApp> for Migration {
 struct Web;
 
 #[async_trait]
-impl Component<WebApp> for Web {
+impl Component<WebAppController> for Web {
     fn name(&self) -> &str {
         "web"
     }
 
-    async fn render(&self, session: &Session<WebApp>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<WebAppController>, out: &mut Resources) -> Result<()> {
         let spec = &session.cr().spec;
         let mut settings = BTreeMap::from([
-            ("DATABASE_HOST".to_string(), session.scoped_name("db")),
+            (
+                "DATABASE_HOST".to_string(),
+                session.name_of(DATABASE_SERVICE),
+            ),
             ("APP_VERSION".to_string(), spec.version.clone()),
         ]);
         if spec.cache.enabled {
             settings.insert(
                 "CACHE_URL".into(),
-                format!("redis://{}:6379", session.scoped_name("cache")),
+                format!("redis://{}:6379", session.name_of(CACHE_SERVICE)),
             );
         }
         let config = out.add(
             "config",
             &ConfigMap {
-                metadata: meta(session, "web", "web"),
+                metadata: session.meta(WEB_SETTINGS),
                 data: Some(settings),
                 ..Default::default()
             },
@@ -468,7 +462,7 @@ impl Component<WebApp> for Web {
             image: Some(format!("{}:{}", spec.image, spec.version)),
             env_from: Some(vec![EnvFromSource {
                 config_map_ref: Some(ConfigMapEnvSource {
-                    name: session.scoped_name("web"),
+                    name: session.name_of(WEB_SETTINGS),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -499,30 +493,32 @@ impl Component<WebApp> for Web {
         let deployment = out.add(
             "deployment",
             &Deployment {
-                metadata: meta(session, "web", "web"),
+                metadata: session.meta(WEB),
                 spec: DeploymentSpec {
                     replicas: Some(spec.replicas),
-                    selector: selector(session, "web"),
-                    template: pod_template(
-                        session,
-                        "web",
-                        PodSpec {
-                            containers: vec![container],
-                            volumes: Some(vec![Volume {
-                                name: "tmp".into(),
-                                empty_dir: Some(EmptyDirVolumeSource::default()),
-                                ..Default::default()
-                            }]),
+                    selector: out.selector(),
+                    template: out.pod_template(PodSpec {
+                        containers: vec![container],
+                        volumes: Some(vec![Volume {
+                            name: "tmp".into(),
+                            empty_dir: Some(EmptyDirVolumeSource::default()),
                             ..Default::default()
-                        },
-                    ),
+                        }]),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
                 ..Default::default()
             },
         )?;
         out.depends_on(deployment, config)?;
-        out.add("service", &service(session, "web", "web", 80, 8080))?;
+        out.add("service", &service(session, out, WEB_SERVICE, 80, 8080))?;
+        let url = format!(
+            "http://{}.{}.svc",
+            session.name_of(WEB_SERVICE),
+            session.namespace()
+        );
+        session.update_status(|status| status.url = Some(url));
         Ok(())
     }
 }
@@ -531,41 +527,37 @@ impl Component<WebApp> for Web {
 struct Cache;
 
 #[async_trait]
-impl Component<WebApp> for Cache {
+impl Component<WebAppController> for Cache {
     fn name(&self) -> &str {
         "cache"
     }
 
-    async fn render(&self, session: &Session<WebApp>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<WebAppController>, out: &mut Resources) -> Result<()> {
         out.add(
             "deployment",
             &Deployment {
-                metadata: meta(session, "cache", "cache"),
+                metadata: session.meta(CACHE),
                 spec: DeploymentSpec {
                     replicas: Some(1),
-                    selector: selector(session, "cache"),
-                    template: pod_template(
-                        session,
-                        "cache",
-                        PodSpec {
-                            containers: vec![Container {
-                                name: "redis".into(),
-                                image: Some("redis:7".into()),
-                                ports: Some(vec![ContainerPort {
-                                    container_port: 6379,
-                                    ..Default::default()
-                                }]),
+                    selector: out.selector(),
+                    template: out.pod_template(PodSpec {
+                        containers: vec![Container {
+                            name: "redis".into(),
+                            image: Some(session.config().cache_image.clone()),
+                            ports: Some(vec![ContainerPort {
+                                container_port: 6379,
                                 ..Default::default()
-                            }],
+                            }]),
                             ..Default::default()
-                        },
-                    ),
+                        }],
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
                 ..Default::default()
             },
         )?;
-        out.add("service", &service(session, "cache", "cache", 6379, 6379))?;
+        out.add("service", &service(session, out, CACHE_SERVICE, 6379, 6379))?;
         Ok(())
     }
 }

@@ -38,7 +38,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::{Value, json};
+use serde_json::json;
 use windlass_testenv::TestEnv;
 
 /// Writes per CR a rollout should need: each object once, and the status.
@@ -297,15 +297,8 @@ fn is_ready(cr: &Fleet) -> bool {
     let generation = cr.metadata.generation;
     cr.status
         .as_ref()
-        .and_then(|s| s.0.get("conditions"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["type"] == "Ready"
-                && c["status"] == "True"
-                && c["observedGeneration"].as_i64() == generation
-        })
+        .and_then(|s| s.condition("Ready"))
+        .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
 }
 
 /// Watch the namespace's CRs; send the moment all `n` are Ready.

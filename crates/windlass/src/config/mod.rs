@@ -544,3 +544,46 @@ mod tests {
         assert!(c.watch_namespaces().is_empty());
     }
 }
+
+/// The CR's `spec.configOverrides`: per-CR changes to the backend config
+/// ([`Controller::Config`](crate::controller::Controller::Config)), the last of its layers.
+/// Add it to a spec to let users override the operator's defaults per CR:
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, schemars::JsonSchema)]
+/// #[serde(rename_all = "camelCase")]
+/// struct AppSpec {
+///     #[serde(default, skip_serializing_if = "windlass::config::ConfigOverrides::is_empty")]
+///     config_overrides: windlass::config::ConfigOverrides,
+/// }
+/// ```
+///
+/// Its schema accepts any object: the keys are checked when the layered config is parsed
+/// into the controller's config type, and a wrong one becomes a config error in the CR's
+/// status that names it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ConfigOverrides(pub serde_json::Map<String, serde_json::Value>);
+
+impl ConfigOverrides {
+    /// Whether no key is overridden.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl schemars::JsonSchema for ConfigOverrides {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ConfigOverrides".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "Per-CR overrides of the operator's backend config.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}

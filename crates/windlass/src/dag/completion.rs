@@ -24,6 +24,7 @@ pub struct CompletionState {
     failed: BTreeSet<String>,
     unstarted: BTreeSet<String>,
     error: Option<Error>,
+    waiting: Vec<String>,
 }
 
 impl CompletionState {
@@ -42,6 +43,7 @@ impl CompletionState {
             failed: failed.into_iter().map(Into::into).collect(),
             unstarted: unstarted.into_iter().map(Into::into).collect(),
             error,
+            waiting: Vec::new(),
         };
         let sets = [
             &state.verified,
@@ -59,6 +61,17 @@ impl CompletionState {
             }
         }
         Ok(state)
+    }
+
+    /// This state, with why the unverified nodes are not ready yet (`<node>: <reason>`).
+    pub fn with_waiting(mut self, waiting: Vec<String>) -> Self {
+        self.waiting = waiting;
+        self
+    }
+    /// Why the unverified nodes are not ready yet, `<node>: <reason>` each, as their
+    /// verify said.
+    pub fn waiting(&self) -> &[String] {
+        &self.waiting
     }
 
     /// Nodes whose action succeeded.

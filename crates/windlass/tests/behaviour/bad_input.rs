@@ -23,11 +23,13 @@ struct ShopController(Arc<AtomicU8>);
 struct Front(Arc<AtomicU8>);
 
 #[async_trait]
-impl Component<Shop> for Front {
+impl<C: windlass::controller::Controller<Resource = Shop>> windlass::component::Component<C>
+    for Front
+{
     fn name(&self) -> &str {
         "front"
     }
-    async fn render(&self, session: &Session<Shop>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         if self.0.load(Ordering::SeqCst) == PANIC_IN_RENDER {
             panic!("index out of bounds: the len is 0 but the index is 3");
         }
@@ -41,11 +43,13 @@ impl Component<Shop> for Front {
 struct Back;
 
 #[async_trait]
-impl Component<Shop> for Back {
+impl<C: windlass::controller::Controller<Resource = Shop>> windlass::component::Component<C>
+    for Back
+{
     fn name(&self) -> &str {
         "back"
     }
-    async fn render(&self, _: &Session<Shop>, _: &mut Resources) -> Result<()> {
+    async fn render(&self, _: &Session<C>, _: &mut Resources) -> Result<()> {
         Ok(())
     }
 }
@@ -53,7 +57,9 @@ impl Component<Shop> for Back {
 #[async_trait]
 impl Controller for ShopController {
     type Resource = Shop;
-    fn components(&self, _: &Session<Shop>) -> Result<Components<Shop>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mode = self.0.load(Ordering::SeqCst);
         if mode == PANIC_IN_COMPONENTS {
             panic!("components() is buggy");

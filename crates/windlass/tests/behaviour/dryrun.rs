@@ -17,11 +17,13 @@ struct Family;
 struct Children;
 
 #[async_trait]
-impl Component<Widget> for Children {
+impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+    for Children
+{
     fn name(&self) -> &str {
         "children"
     }
-    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add("config", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
         let n = session
             .cr()
@@ -44,7 +46,9 @@ impl Component<Widget> for Children {
 #[async_trait]
 impl Controller for Family {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Children)?;
         Ok(g)
@@ -96,11 +100,13 @@ struct Restless;
 struct Bump;
 
 #[async_trait]
-impl Component<Widget> for Bump {
+impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+    for Bump
+{
     fn name(&self) -> &str {
         "bump"
     }
-    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         let n = session
             .cr()
             .spec
@@ -117,7 +123,9 @@ impl Component<Widget> for Bump {
 #[async_trait]
 impl Controller for Restless {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Bump)?;
         Ok(g)

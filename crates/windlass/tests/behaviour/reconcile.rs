@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use futures::FutureExt;
 use serde_json::{Value, json};
 use windlass::ClusterError;
 use windlass::cluster::MemoryCluster;
@@ -251,11 +250,13 @@ struct ConfigEcho;
 struct Echo;
 
 #[async_trait]
-impl Component<Widget> for Echo {
+impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+    for Echo
+{
     fn name(&self) -> &str {
         "echo"
     }
-    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -268,13 +269,31 @@ impl Component<Widget> for Echo {
 #[async_trait]
 impl Controller for ConfigEcho {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = EchoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Echo)?;
         Ok(g)
     }
-    fn config_defaults(&self) -> Value {
-        json!({"a": "default", "b": "default", "c": "default"})
+}
+
+/// The backend config of [`ConfigEcho`]: three keys, each `"default"` by default.
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct EchoConfig {
+    a: String,
+    b: String,
+    c: String,
+}
+
+impl Default for EchoConfig {
+    fn default() -> Self {
+        let default = || "default".to_string();
+        EchoConfig {
+            a: default(),
+            b: default(),
+            c: default(),
+        }
     }
 }
 
@@ -417,11 +436,15 @@ struct Gated;
 #[async_trait]
 impl Controller for Gated {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         let db = g.add(DummyComponent::new("db").with_configmap("db"))?;
         let web = g.add(DummyComponent::new("web").with_configmap("web"))?;
-        g.depends_on_when(web, db, |_| async { Ok(false) }.boxed())?;
+        g.depends_on_when(web, db, |_| async {
+            Err(Error::not_yet("the gate is shut"))
+        })?;
         Ok(g)
     }
 }
@@ -536,21 +559,20 @@ struct BrokenCondition(bool);
 #[async_trait]
 impl Controller for BrokenCondition {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         let db = g.add(DummyComponent::new("db").with_configmap("db"))?;
         let web = g.add(DummyComponent::new("web").with_configmap("web"))?;
         let panics = self.0;
-        g.depends_on_when(web, db, move |_| {
-            async move {
-                if panics {
-                    panic!("condition bug");
-                }
-                Err(Error::Cluster(windlass::ClusterError::Forbidden(
-                    "statefulsets is forbidden".into(),
-                )))
+        g.depends_on_when(web, db, move |_| async move {
+            if panics {
+                panic!("condition bug");
             }
-            .boxed()
+            Err(Error::Cluster(windlass::ClusterError::Forbidden(
+                "statefulsets is forbidden".into(),
+            )))
         })?;
         Ok(g)
     }

@@ -15,11 +15,13 @@ use crate::support::cm_ref;
 struct Recording(Arc<Mutex<Vec<Value>>>);
 
 #[async_trait]
-impl Component<Widget> for Recording {
+impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+    for Recording
+{
     fn name(&self) -> &str {
         "web"
     }
-    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -30,7 +32,7 @@ impl Component<Widget> for Recording {
     }
     fn update_object_definition(
         &self,
-        _: &Session<Widget>,
+        _: &Session<C>,
         internal_name: &str,
         mut manifest: Value,
     ) -> Result<Value> {
@@ -46,7 +48,9 @@ struct One(Arc<Mutex<Vec<Value>>>);
 #[async_trait]
 impl Controller for One {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Recording(self.0.clone()))?;
         Ok(g)
@@ -123,11 +127,13 @@ struct Mixed;
 struct Rbac;
 
 #[async_trait]
-impl Component<Widget> for Rbac {
+impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+    for Rbac
+{
     fn name(&self) -> &str {
         "rbac"
     }
-    async fn render(&self, session: &Session<Widget>, out: &mut Resources) -> Result<()> {
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add(
             "role",
             &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -141,7 +147,9 @@ impl Component<Widget> for Rbac {
 #[async_trait]
 impl Controller for Mixed {
     type Resource = Widget;
-    fn components(&self, _: &Session<Widget>) -> Result<Components<Widget>> {
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Rbac)?;
         Ok(g)

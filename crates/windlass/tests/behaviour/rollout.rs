@@ -133,7 +133,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let controller = DummyController::new()
         .component(DummyComponent::new("db").with_configmap("db"), &[])
         .hooks(Hooks {
-            after_deploy: Ok(false),
+            after_deploy: Err(Error::not_yet("after_deploy waits")),
             ..Hooks::default()
         });
     let calls = controller.calls();
@@ -143,11 +143,11 @@ async fn hooks_run_in_their_phase_combinations() {
 }
 
 #[tokio::test]
-async fn a_hook_returning_false_is_incomplete_but_not_failed() {
+async fn a_hook_saying_not_yet_is_incomplete_but_not_failed() {
     let controller = DummyController::new()
         .component(DummyComponent::new("db").with_configmap("db"), &[])
         .hooks(Hooks {
-            after_verify: Ok(false),
+            after_verify: Err(Error::not_yet("after_verify waits")),
             ..Hooks::default()
         });
     let env = TestEnv::new(controller).await;
@@ -159,13 +159,16 @@ async fn a_hook_returning_false_is_incomplete_but_not_failed() {
     assert!(!state.verify_completed());
     assert_eq!(
         report.error,
-        Some(Error::verification("After-verify failed"))
+        Some(Error::verification(
+            "After-verify failed: after_verify waits"
+        ))
     );
     let status = env.status(&cr).await;
     assert_condition(&status, "Updating", true, "VerifyWait");
     assert_eq!(
         status["conditions"][1]["message"],
-        "verification incomplete: After-verify failed"
+        "verification incomplete: After-verify failed: after_verify waits",
+        "the hook's reason lands in the status message"
     );
     assert_eq!(
         status["versions"].get("reconciled"),

@@ -253,13 +253,15 @@ struct Copier;
 struct Copy;
 
 #[windlass::async_trait]
-impl windlass::component::Component<windlass::testing::Widget> for Copy {
+impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
+    windlass::component::Component<C> for Copy
+{
     fn name(&self) -> &str {
         "copy"
     }
     async fn render(
         &self,
-        session: &windlass::session::Session<windlass::testing::Widget>,
+        session: &windlass::session::Session<C>,
         out: &mut windlass::component::Resources,
     ) -> windlass::Result<()> {
         use k8s_openapi::api::core::v1::ConfigMap;
@@ -280,10 +282,12 @@ impl windlass::component::Component<windlass::testing::Widget> for Copy {
 #[windlass::async_trait]
 impl windlass::controller::Controller for Copier {
     type Resource = windlass::testing::Widget;
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
     fn components(
         &self,
-        _: &windlass::session::Session<windlass::testing::Widget>,
-    ) -> windlass::Result<windlass::controller::Components<windlass::testing::Widget>> {
+        _: &windlass::session::Session<Self>,
+    ) -> windlass::Result<windlass::controller::Components<Self>> {
         let mut graph = windlass::controller::Components::new();
         graph.add(Copy)?;
         Ok(graph)

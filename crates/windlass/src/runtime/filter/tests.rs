@@ -1121,7 +1121,9 @@ fn controllers_declare_no_filters_by_default() {
     #[async_trait]
     impl Controller for Things {
         type Resource = Thing;
-        fn components(&self, _: &Session<Thing>) -> Result<Components<Thing>> {
+        type Config = crate::controller::NoConfig;
+        type Status = crate::status::Status;
+        fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
             Ok(Components::new())
         }
     }
