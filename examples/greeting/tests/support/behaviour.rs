@@ -3,9 +3,11 @@
 //! only — with its own view of the Greeting kind — so the kube-rs fixture and the windlass
 //! example are held to exactly the same checks.
 //!
-//! Waiting is always on a condition with a deadline (watches, not sleeps); the only fixed
-//! durations are the windows in which [`steady_state_writes_nothing`] asserts that nothing
-//! happens.
+//! Waiting is always on a condition with a deadline (watches, not sleeps). The only durations
+//! that are not deadlines are quiet windows, because from outside an operator, "it has nothing
+//! left to do" can only be seen as "it wrote nothing for a while": [`steady_state_writes_nothing`]
+//! asserts that nothing happens in them, and [`settle`] waits for one before a test disturbs a
+//! converged Greeting.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -33,6 +35,9 @@ pub const COLLECT: Duration = Duration::from_secs(120);
 
 /// How long a converged operator is watched for writes it should not make.
 pub const QUIET: Duration = Duration::from_secs(5);
+
+/// How long without a write counts as settled, before a test disturbs a converged Greeting.
+pub const SETTLE: Duration = Duration::from_secs(2);
 
 /// The test's own view of the Greeting kind: what the contract says, nothing more (no schema:
 /// each operator installs its own CRD).
@@ -570,6 +575,9 @@ pub async fn deleted_child_is_recreated(client: &Client, namespace: &str) -> any
     let name = "resilient";
     create_greeting(&greetings, name, "Back again").await?;
     let ready = wait_ready(&greetings, name, "True").await?;
+    // Reporting Ready may itself make the operator reconcile once more; a deletion in that
+    // moment would be undone without the operator watching its ConfigMaps.
+    settle(client, namespace, &ready).await?;
     let [_, shout_cm, _] = children(name);
     let old_uid = config_maps.get(&shout_cm).await?.uid();
     config_maps
@@ -629,8 +637,7 @@ pub async fn steady_state_writes_nothing(client: &Client, namespace: &str) -> an
     // From the version at which it was seen Ready on, nothing of it may change.
     let since = ready.resource_version().context("no resourceVersion")?;
     let mut writes = writes_since(client, namespace, &since).await?;
-    let mut ours = children(name).map(|cm| format!("ConfigMap {cm}")).to_vec();
-    ours.push(format!("Greeting {name}"));
+    let ours = objects_of(name);
 
     let unexpected = quiet_for(&mut writes, &ours, None).await?;
     ensure!(
@@ -651,6 +658,44 @@ pub async fn steady_state_writes_nothing(client: &Client, namespace: &str) -> an
         unexpected.join("\n  ")
     );
     Ok(())
+}
+
+/// Waits until nothing has been written to `greeting` or its ConfigMaps for [`SETTLE`], for at
+/// most [`CONVERGE`]: until the operator has nothing left in flight for it.
+pub async fn settle(client: &Client, namespace: &str, greeting: &Greeting) -> anyhow::Result<()> {
+    let since = greeting.resource_version().context("no resourceVersion")?;
+    let mut writes = writes_since(client, namespace, &since).await?;
+    let objects = objects_of(&greeting.name_any());
+    let give_up = Instant::now() + CONVERGE;
+    let mut seen = Vec::new();
+    loop {
+        let quiet_until = Instant::now() + SETTLE;
+        if quiet_until > give_up {
+            bail!(
+                "Greeting {} never went {SETTLE:?} without a write within {CONVERGE:?}; writes:\n  {}",
+                greeting.name_any(),
+                seen.join("\n  ")
+            );
+        }
+        loop {
+            match next_write(&mut writes, quiet_until).await? {
+                None => return Ok(()),
+                Some(write) if objects.contains(&write.object()) => {
+                    seen.push(write.describe());
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// `Greeting <name>` and `ConfigMap <child>` for each of its ConfigMaps, as [`Written::object`]
+/// names them.
+fn objects_of(name: &str) -> Vec<String> {
+    let mut objects = children(name).map(|cm| format!("ConfigMap {cm}")).to_vec();
+    objects.push(format!("Greeting {name}"));
+    objects
 }
 
 /// Watches `writes` for [`QUIET`]; returns the writes to `objects` seen, except the one at
