@@ -124,10 +124,11 @@ pub async fn create_greeting(
 /// Creates the Greeting `name` with an empty message — or, where the API server cannot store
 /// an empty string in a custom resource, a blank one (`" "`).
 ///
-/// The Kubernetes 1.20.2 that `scripts/provision-control-plane.sh` builds (Go 1.19, patched
-/// vendored reflect2) reads every `""` in a custom resource's body as `null`, so `message: ""`
-/// is refused with "spec.message in body must be of type string: \"null\"". A real 1.20 server
-/// stores it; both are exercised by the same test, and operators treat a blank message as empty.
+/// The Kubernetes 1.20.2 that `scripts/provision-control-plane.sh` builds (from source, with Go
+/// 1.19 and a patched vendored reflect2) reads every `""` in a custom resource's body as `null`
+/// — ConfigMaps and metadata are not affected — so `message: ""` is refused with "spec.message
+/// in body must be of type string: \"null\"". Where the server stores `""`, the test uses it;
+/// here it falls back to `" "`, so operators must treat a blank message as an empty one.
 pub async fn create_empty_greeting(api: &Api<Greeting>, name: &str) -> anyhow::Result<Greeting> {
     match create_greeting(api, name, "").await {
         Err(e) if format!("{e:#}").contains("must be of type string: \"null\"") => {

@@ -7,7 +7,7 @@
 //! a `fn(&'static TestEnv, kube::Client, &str) -> G` that starts the operator for a namespace
 //! and returns a guard `G` that stops it when dropped.
 
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code)] // Not every test binary uses every helper.
 
 pub mod behaviour;
 
