@@ -93,6 +93,28 @@ pub trait Component<C: Controller>: Send + Sync {
     }
 }
 
+/// A component whose render is a plain function: what
+/// [`Components::add_fn`](crate::controller::Components::add_fn) adds.
+pub(crate) struct FnComponent<F> {
+    pub(crate) name: String,
+    pub(crate) render: F,
+}
+
+#[async_trait]
+impl<C, F> Component<C> for FnComponent<F>
+where
+    C: Controller,
+    F: Fn(&Session<C>, &mut Resources) -> Result<()> + Send + Sync,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
+        (self.render)(session, out)
+    }
+}
+
 /// A resource added to [`Resources`], for declaring order between resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceId(NodeId);

@@ -263,6 +263,33 @@ impl<C: Controller> Components<C> {
         self.add_enabled(component, true)
     }
 
+    /// Add a component whose render is a function of the session: for the many
+    /// components that only turn the spec into objects, without a type of their own. It
+    /// verifies by the per-kind rules.
+    ///
+    /// ```
+    /// # use windlass::prelude::*;
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn graph<C: Controller>() -> Result<Components<C>> {
+    /// const SETTINGS: Ref<ConfigMap> = Ref::new("settings");
+    /// let mut graph = Components::new();
+    /// graph.add_fn("settings", |session, out| {
+    ///     out.add("config", &ConfigMap { metadata: session.meta(SETTINGS), ..Default::default() })?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok(graph)
+    /// # }
+    /// ```
+    pub fn add_fn<F>(&mut self, name: &str, render: F) -> Result<ComponentId>
+    where
+        F: Fn(&Session<C>, &mut crate::component::Resources) -> Result<()> + Send + Sync + 'static,
+    {
+        self.add(crate::component::FnComponent {
+            name: name.to_string(),
+            render,
+        })
+    }
+
     /// Add a component that is disabled: its objects are rendered and deleted (F81, F103).
     pub fn add_disabled(&mut self, component: impl Component<C> + 'static) -> Result<ComponentId> {
         self.add_enabled(component, false)

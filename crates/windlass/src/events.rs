@@ -82,6 +82,9 @@ pub enum Reason {
     RolloutCompleted,
     /// A rollout failed.
     RolloutFailed,
+    /// A rollout waits for something ("not yet"); published only for a primary whose
+    /// status windlass does not write, where no condition can say so.
+    RolloutWaiting,
     /// A component failed to deploy or verify.
     ComponentFailed,
 }
@@ -93,6 +96,7 @@ impl Reason {
             Reason::RolloutStarted => "RolloutStarted",
             Reason::RolloutCompleted => "RolloutCompleted",
             Reason::RolloutFailed => "RolloutFailed",
+            Reason::RolloutWaiting => "RolloutWaiting",
             Reason::ComponentFailed => "ComponentFailed",
         }
     }
@@ -139,6 +143,16 @@ impl CrEvent {
             Reason::RolloutFailed,
             "Rollout",
             error.to_string(),
+        )
+    }
+
+    /// The rollout is not done yet, for `reason`.
+    pub fn rollout_waiting(reason: impl Into<String>) -> Self {
+        Self::new(
+            EventType::Normal,
+            Reason::RolloutWaiting,
+            "Rollout",
+            reason.into(),
         )
     }
 

@@ -264,6 +264,13 @@ impl<C: Controller> Reconciler<C> {
                     .await;
             } else {
                 tracing::info!(reason = %failure.error, "not yet");
+                if !status::is_managed::<C>(&self.library) {
+                    self.publish(
+                        &manifest,
+                        CrEvent::rollout_waiting(failure.error.to_string()),
+                    )
+                    .await;
+                }
             }
             // The CR as the last write of this reconcile left it.
             let current = ledger.seen(cr).flatten();
@@ -456,7 +463,9 @@ impl<C: Controller> Reconciler<C> {
         let ready_before = condition(&manifest["status"], status::READY).ok().flatten();
         let this_generation =
             ready_before.map(|c| c["observedGeneration"].as_i64()) == Some(manifest.generation());
-        if !this_generation {
+        // Without a status of its own, every reconcile would look like a new generation:
+        // such a primary only hears the outcome.
+        if !this_generation && manage_status {
             self.publish(manifest, CrEvent::rollout_started(session.version()))
                 .await;
         }
@@ -519,6 +528,12 @@ impl<C: Controller> Reconciler<C> {
         if state.verify_completed() && !rolled_out && !finalizing {
             self.publish(&current, CrEvent::rollout_completed(session.version()))
                 .await;
+        } else if !state.verify_completed() && !manage_status {
+            let waiting = completion_status(&session, &state, &Value::Null).updating;
+            if let Some((_, message)) = waiting {
+                self.publish(&current, CrEvent::rollout_waiting(message))
+                    .await;
+            }
         }
         let requeue = controller.should_requeue(&session, &state).await?;
         if requeue == Requeue::No && finalizing {

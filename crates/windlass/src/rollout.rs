@@ -705,8 +705,8 @@ fn stamp_standard_labels(manifest: &mut Value, kind: &str, instance: &str, compo
 /// Make the CR an owner of the object, so deleting the CR garbage-collects it (F137).
 /// A namespaced CR owns objects in its own namespace only (Kubernetes forbids owners in
 /// another namespace and cluster-scoped dependents of namespaced owners); a cluster-scoped
-/// CR owns everything it renders. Never the CR itself; `blockOwnerDeletion` but not
-/// `controller`.
+/// CR owns everything it renders. Never the CR itself; `blockOwnerDeletion`, and the
+/// controller reference unless the component set one.
 fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     let (Some(uid), Some(name), Some(kind), Some(api_version)) =
         (owner.uid(), owner.name(), owner.kind(), owner.api_version())
@@ -719,9 +719,14 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     if same_object || !crate::finalizer::collected_with(manifest.namespace(), owner) {
         return;
     }
+    // The CR is the object's controller, as `kubectl` and other controllers expect,
+    // unless the component named another one (there can be only one).
+    let controlled = manifest["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
     let reference = json!({
         "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "blockOwnerDeletion": true,
+        "blockOwnerDeletion": true, "controller": !controlled,
     });
     let metadata = manifest.metadata_mut();
     let refs = metadata
@@ -746,8 +751,14 @@ mod tests {
         add_owner_reference(&mut child, &owner);
         assert_eq!(
             child["metadata"]["ownerReferences"],
-            json!([{"apiVersion": "x.io/v1", "kind": "App", "name": "a", "uid": "u1", "blockOwnerDeletion": true}])
+            json!([{"apiVersion": "x.io/v1", "kind": "App", "name": "a", "uid": "u1",
+                     "blockOwnerDeletion": true, "controller": true}])
         );
+        // A component that named another controller keeps it; the CR only owns.
+        let mut adopted = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u0", "controller": true}]}});
+        add_owner_reference(&mut adopted, &owner);
+        assert_eq!(adopted["metadata"]["ownerReferences"][1]["controller"], false);
         let mut elsewhere = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}});
         add_owner_reference(&mut elsewhere, &owner);
         assert!(elsewhere["metadata"].get("ownerReferences").is_none());

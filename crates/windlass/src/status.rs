@@ -77,7 +77,7 @@ pub struct Status {
 pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// `status.componentStatus`: which components of the last rollout got how far (F148).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentStatus {
     /// Every component of the graph.
@@ -104,7 +104,7 @@ pub struct ComponentStatus {
 }
 
 /// `status.versions`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Versions {
     /// The last version fully rolled out.
@@ -137,10 +137,19 @@ impl schemars::JsonSchema for Status {
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         // Written out rather than derived: the flattened `other` map would derive to
         // `additionalProperties`, which a structural CRD schema cannot combine with
-        // `properties`; windlass's other fields are kept with preserve-unknown-fields.
+        // `properties`; windlass's other fields are kept with preserve-unknown-fields. The
+        // summaries windlass alone writes are open objects: a derived schema would carry
+        // `default`s, which servers before 1.22 refuse in places.
         let condition = generator.subschema_for::<Condition>();
-        let components = generator.subschema_for::<ComponentStatus>();
-        let versions = generator.subschema_for::<Versions>();
+        let open = |description: &str| {
+            schemars::json_schema!({
+                "type": "object",
+                "description": description,
+                "x-kubernetes-preserve-unknown-fields": true
+            })
+        };
+        let components = open("Which components of the last rollout got how far.");
+        let versions = open("The version last rolled out (`reconciled`) and the ones supported.");
         schemars::json_schema!({
             "type": "object",
             "description": "Written by windlass: Ready and Updating conditions, componentStatus, versions.",

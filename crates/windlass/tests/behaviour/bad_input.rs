@@ -23,8 +23,8 @@ struct ShopController(Arc<AtomicU8>);
 struct Front(Arc<AtomicU8>);
 
 #[async_trait]
-impl<C: windlass::controller::Controller<Resource = Shop>> windlass::component::Component<C>
-    for Front
+impl<C: windlass::controller::Controller<Resource = Shop, Config = ShopConfig>>
+    windlass::component::Component<C> for Front
 {
     fn name(&self) -> &str {
         "front"
@@ -35,7 +35,8 @@ impl<C: windlass::controller::Controller<Resource = Shop>> windlass::component::
         }
         out.add("config", &json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": session.scoped_name("front")},
-            "data": {"title": session.cr().spec.title, "replicas": session.cr().spec.replicas.to_string()}}))?;
+            "data": {"title": session.cr().spec.title, "replicas": session.cr().spec.replicas.to_string(),
+                     "maxItems": session.config().max_items.to_string()}}))?;
         Ok(())
     }
 }
@@ -57,7 +58,7 @@ impl<C: windlass::controller::Controller<Resource = Shop>> windlass::component::
 #[async_trait]
 impl Controller for ShopController {
     type Resource = Shop;
-    type Config = windlass::controller::NoConfig;
+    type Config = ShopConfig;
     type Status = windlass::status::Status;
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mode = self.0.load(Ordering::SeqCst);
@@ -72,6 +73,19 @@ impl Controller for ShopController {
             g.depends_on(back, front)?;
         }
         Ok(g)
+    }
+}
+
+/// The shop's backend config: `spec.configOverrides` may change it per CR.
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+struct ShopConfig {
+    max_items: u32,
+}
+
+impl Default for ShopConfig {
+    fn default() -> Self {
+        ShopConfig { max_items: 100 }
     }
 }
 
@@ -230,5 +244,40 @@ async fn malformed_annotations_and_overrides_are_reported() {
             .unwrap()
             .contains("windlass.dev/temporary-patches: not JSON"),
         "{status:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_config_override_of_the_wrong_type_is_a_config_error_naming_the_key() {
+    let (env, _) = env().await;
+    let bad = env
+        .apply_cr(
+            "bad",
+            json!({"replicas": 1, "title": "t", "configOverrides": {"maxItems": "lots"}}),
+        )
+        .await;
+    let good = env
+        .apply_cr(
+            "good",
+            json!({"replicas": 1, "title": "t", "configOverrides": {"maxItems": 7}}),
+        )
+        .await;
+    let report = env.reconcile(&bad).await;
+    assert_eq!(report.outcome, Outcome::Done, "only a spec change can help");
+    let status = env.status(&bad).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("maxItems") && message.contains("invalid type"),
+        "{message}"
+    );
+    assert!(env.get(&cm_ref("bad-front")).await.is_none());
+
+    env.reconcile(&good).await;
+    assert_condition(&env.status(&good).await, "Ready", true, "Stable");
+    let front = env.get(&cm_ref("good-front")).await.unwrap();
+    assert_eq!(
+        front["data"]["maxItems"], "7",
+        "the override is layered on the default"
     );
 }

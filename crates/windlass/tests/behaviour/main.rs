@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod any_kind;
 mod bad_input;
 mod dryrun;
 mod events;
@@ -13,3 +14,4 @@ mod render;
 mod rollout;
 mod status;
 mod support;
+mod typed_status;

@@ -236,7 +236,7 @@ async fn children_are_owned_by_the_cr() {
     let child = env.get(&cm_ref("a-web")).await.unwrap();
     assert_eq!(
         child["metadata"]["ownerReferences"],
-        json!([{"apiVersion": "test.windlass.dev/v1", "kind": "Widget", "name": "a", "uid": cr_uid, "blockOwnerDeletion": true}])
+        json!([{"apiVersion": "test.windlass.dev/v1", "kind": "Widget", "name": "a", "uid": cr_uid, "blockOwnerDeletion": true, "controller": true}])
     );
     assert_eq!(
         child.annotation("windlass.dev/internal-name"),

@@ -406,3 +406,100 @@ async fn one_manager_runs_two_controllers() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+/// A controller of a built-in kind: every Namespace labelled for it gets a ConfigMap; its
+/// status, Kubernetes' own, is left alone.
+struct TenantDefaults;
+
+#[windlass::async_trait]
+impl windlass::controller::Controller for TenantDefaults {
+    type Resource = k8s_openapi::api::core::v1::Namespace;
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Unmanaged;
+    fn components(
+        &self,
+        _: &windlass::session::Session<Self>,
+    ) -> windlass::Result<windlass::controller::Components<Self>> {
+        let mut graph = windlass::controller::Components::new();
+        graph.add_fn("defaults", |session, out| {
+            out.add(
+                "config",
+                &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "tenant-defaults", "namespace": session.name()},
+                    "data": {"tenant": session.name()}}),
+            )?;
+            Ok(())
+        })?;
+        Ok(graph)
+    }
+    fn watch_filters(&self) -> windlass::runtime::filter::WatchFilters {
+        use windlass::runtime::filter::{LabelSelector, WatchFilters};
+        WatchFilters::new().kind_of::<k8s_openapi::api::core::v1::Namespace>(LabelSelector::new([
+            ("windlass.dev/test-tenant", "yes"),
+        ]))
+    }
+}
+
+#[tokio::test]
+async fn a_controller_of_namespaces_provisions_them_and_leaves_their_status_alone() {
+    let (admin, env) = live().await;
+    let finished = Finished::default();
+    let manager = Manager::new(env.client().unwrap(), LibraryConfig::default())
+        .controller(TenantDefaults)
+        .with_observer(Arc::new(finished.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let ns = env.namespace("tenant").await.unwrap();
+    admin
+        .apply(
+            &json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns.name(), "labels": {"windlass.dev/test-tenant": "yes"}}}),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    let defaults = ObjectRef::new("v1", "ConfigMap", Some(ns.name()), "tenant-defaults");
+    eventually("the labelled namespace gets its ConfigMap", || async {
+        admin.get(&defaults).await.unwrap().is_some()
+    })
+    .await;
+    let config = admin.get(&defaults).await.unwrap().unwrap();
+    assert_eq!(
+        config["metadata"]["ownerReferences"][0]["kind"], "Namespace",
+        "owned by its namespace"
+    );
+    assert_eq!(config["data"]["tenant"], ns.name());
+    eventually("the reconcile ends Done", || async {
+        finished
+            .of(ns.name())
+            .iter()
+            .any(|(_, o)| *o == Outcome::Done)
+    })
+    .await;
+    let namespace = admin
+        .get(&ObjectRef::new("v1", "Namespace", None, ns.name()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        namespace["status"],
+        json!({"phase": "Active"}),
+        "Kubernetes' own status, untouched"
+    );
+
+    // Deleting its ConfigMap re-creates it: the owned watch maps it to the namespace.
+    let first = config["metadata"]["uid"].clone();
+    admin.delete(&defaults, None).await.unwrap();
+    eventually("the ConfigMap is back, a new one", || async {
+        admin
+            .get(&defaults)
+            .await
+            .unwrap()
+            .is_some_and(|cm| cm["metadata"]["uid"] != first)
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
