@@ -21,11 +21,14 @@
 //! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
+//! - [`echo`]: windlass's own writes, in flight and landed, so the router can tell their
+//!   echoes from changes by others.
 //! - [`metrics`]: what `/metrics` exports.
 //! - [`heartbeat`]: the heartbeat file and its check, for exec liveness probes.
 //! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
 
 pub mod cache;
+pub mod echo;
 pub mod filter;
 pub mod health;
 pub mod heartbeat;
