@@ -19,7 +19,10 @@
 //! 3. **A conflict reads through.** After a write of an object fails with a conflict, the
 //!    next `get` of it goes to the API server: the store may be what is stale.
 //!
-//! `list`, `scope` and every write go to the API server unchanged.
+//! `list`, `scope` and every write go to the API server unchanged. Every write of an
+//! object (but a delete) is also entered in an [`OwnWrites`] ledger, in flight and then
+//! landed, so that the router can tell the watch's echo of it from a change by someone
+//! else (see [`super::echo`]).
 //!
 //! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
@@ -33,6 +36,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::echo::OwnWrites;
 use crate::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
 use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
@@ -189,6 +193,7 @@ pub struct CachedCluster {
     stores: Arc<Stores>,
     written: Mutex<HashMap<ObjectRef, Written>>,
     stale: Mutex<HashSet<ObjectRef>>,
+    own: OwnWrites,
 }
 
 impl CachedCluster {
@@ -199,6 +204,7 @@ impl CachedCluster {
             stores,
             written: Mutex::default(),
             stale: Mutex::default(),
+            own: OwnWrites::new(),
         }
     }
 
@@ -207,25 +213,26 @@ impl CachedCluster {
         &self.stores
     }
 
-    /// Whether `object` at `resource_version` is a version this process wrote itself and
-    /// the watch has not delivered yet (the runtime does not reconcile on the echo of its
-    /// own writes).
+    /// This process's writes: in flight, or landed and not yet delivered by the watch.
+    pub fn own_writes(&self) -> &OwnWrites {
+        &self.own
+    }
+
+    /// Whether `object` at `resource_version` is a version this process wrote itself (or
+    /// an older one) and the watch has not delivered yet: the runtime does not reconcile
+    /// on the echo of its own writes. A write still in flight is not known here yet: see
+    /// [`OwnWrites::landing`].
     pub fn is_own_write(&self, object: &ObjectRef, resource_version: Option<&str>) -> bool {
-        let written = lock(&self.written);
-        match (written.get(object), resource_version) {
-            (
-                Some(Written {
-                    object: Some(w), ..
-                }),
-                Some(rv),
-            ) => w.resource_version() == Some(rv),
-            _ => false,
-        }
+        self.own.is_own(object, resource_version)
     }
 
     /// The watch delivered `object` (`None`: a deletion of `reference`): drop the written
-    /// copy it makes obsolete.
+    /// copy it makes obsolete, and the landed version whose echo it is.
     pub fn observed(&self, reference: &ObjectRef, object: Option<&Value>) {
+        self.own.observed(
+            reference,
+            object.map(|o| o.resource_version().unwrap_or_default()),
+        );
         let mut written = lock(&self.written);
         let Some(entry) = written.get(reference) else {
             return;
@@ -328,10 +335,16 @@ impl CachedCluster {
 /// Whether `mine` is newer than `seen` by resourceVersion; unknown (not integers, or
 /// missing) counts as newer, so the written copy wins until the TTL.
 fn newer(mine: &Value, seen: &Value) -> bool {
-    let parse = |v: &Value| v.resource_version().and_then(|rv| rv.parse::<u64>().ok());
+    newer_version(mine.resource_version(), seen.resource_version())
+}
+
+/// Whether resourceVersion `mine` is newer than `seen`, compared as the integers etcd
+/// makes them; versions that are not integers (or missing) are newer when different.
+pub(crate) fn newer_version(mine: Option<&str>, seen: Option<&str>) -> bool {
+    let parse = |rv: Option<&str>| rv.and_then(|rv| rv.parse::<u64>().ok());
     match (parse(mine), parse(seen)) {
         (Some(mine), Some(seen)) => mine > seen,
-        _ => mine.resource_version() != seen.resource_version(),
+        _ => mine != seen,
     }
 }
 
@@ -358,8 +371,10 @@ impl Cluster for CachedCluster {
             object: "manifest".into(),
             message: e.to_string(),
         })?;
+        let write = self.own.begin(&reference);
         let stored = self.on_error(&reference, self.live.apply(manifest, method).await)?;
         self.remember(reference, Some(stored.clone()));
+        write.landed(stored.resource_version());
         Ok(stored)
     }
 
@@ -386,6 +401,7 @@ impl Cluster for CachedCluster {
         status: &Value,
         resource_version: Option<&str>,
     ) -> Result<Option<Value>, ClusterError> {
+        let write = self.own.begin(object);
         let stored = self.on_error(
             object,
             self.live
@@ -393,6 +409,7 @@ impl Cluster for CachedCluster {
                 .await,
         )?;
         self.remember(object.clone(), stored.clone());
+        write.landed(stored.as_ref().and_then(|s| s.resource_version()));
         Ok(stored)
     }
 
@@ -401,6 +418,7 @@ impl Cluster for CachedCluster {
         object: &ObjectRef,
         patch: &json_patch::Patch,
     ) -> Result<Value, ClusterError> {
+        let write = self.own.begin(object);
         let result = self.live.patch(object, patch).await;
         // A failed `test` (422) means the copy the patch was computed from is stale.
         if let Err(ClusterError::Invalid { .. }) = &result {
@@ -408,6 +426,7 @@ impl Cluster for CachedCluster {
         }
         let stored = self.on_error(object, result)?;
         self.remember(object.clone(), Some(stored.clone()));
+        write.landed(stored.resource_version());
         Ok(stored)
     }
 }

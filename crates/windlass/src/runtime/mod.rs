@@ -21,14 +21,19 @@
 //! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
+//! - [`echo`]: windlass's own writes, in flight and landed, so the router can tell their
+//!   echoes from changes by others; [`held`]: the events it holds until such a write
+//!   lands.
 //! - [`metrics`]: what `/metrics` exports.
 //! - [`heartbeat`]: the heartbeat file and its check, for exec liveness probes.
 //! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
 
 pub mod cache;
+pub mod echo;
 pub mod filter;
 pub mod health;
 pub mod heartbeat;
+pub mod held;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
@@ -428,6 +433,9 @@ async fn route_events(
         tokio::select! {
             Some(event) = events.recv() => {
                 router.route(&event);
+            }
+            Some(released) = router.released() => {
+                router.release(released);
             }
             Some(kind) = kinds.recv() => {
                 if router.watches_extra(&kind) {

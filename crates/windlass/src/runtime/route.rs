@@ -2,19 +2,18 @@
 //! CR it concerns, and put that CR in the queue.
 //!
 //! - An event of the **primary kind** concerns the CR itself. It passes the configured
-//!   global filter ([`GlobalFilter`]) and the controller's filter for its kind, so a
-//!   status-only change (windlass's own status write among them) starts nothing. A CR
-//!   that passes is queued with [`ReconcileQueue::enqueue_preempting`]: a user's change
-//!   may be the fix a failing CR waits for, so it does not wait out the back-off. A
-//!   deleted CR leaves the queue.
+//!   global filter ([`GlobalFilter`](super::filter::GlobalFilter)) and the controller's
+//!   filter for its kind, so a status-only change (windlass's own status write among
+//!   them) starts nothing. A CR that passes is queued with
+//!   [`ReconcileQueue::enqueue_preempting`]: a user's change may be the fix a failing CR
+//!   waits for, so it does not wait out the back-off. A deleted CR leaves the queue.
 //! - An event of an **owned kind** concerns the CR named by its ownership label
 //!   ([`crate::annotations::OWNER_UID`]), looked up among the primary objects the watch
 //!   has seen. It passes a deletion or a version not seen before ([`ResourceVersion`]: no
 //!   replays) and the controller's filters for the kind ([`WatchFilters::for_kind`]),
-//!   unless it is the echo of windlass's own write of that very version
+//!   unless it is the echo of windlass's own write of that very version (or an older one)
 //!   ([`CachedCluster::is_own_write`]). It is queued with a plain enqueue, which keeps a
 //!   failing CR's back-off.
-//!
 //! - An event of a kind the controller asked to watch ([`ExtraWatch`]) concerns the CRs its
 //!   mapping names (and its owner, if windlass applied it), with the same filters.
 //!
@@ -23,8 +22,16 @@
 //!   `DependentWatchFilter`). windlass does not: a kind's watch starts after the first
 //!   reconcile created objects of it, so its first list reports as "added" an object that
 //!   may already have changed since (a Job that completed meanwhile), and refusing it would
-//!   leave the CR waiting for its periodic requeue. The echo check refuses exactly the
-//!   versions windlass wrote itself, and nothing else.
+//!   leave the CR waiting for its periodic requeue. The echo check refuses only the
+//!   versions windlass's own writes made (or superseded), and nothing else.
+//!
+//! - An event of an object windlass is **writing right now** cannot be judged yet: the
+//!   watch often delivers a write before its response is back, and only the response
+//!   tells which version is windlass's own ([`super::echo`]). The router holds it
+//!   ([`Held`]), routes the other events meanwhile, and judges it once the write has
+//!   landed: its echo is dropped, a newer version is someone else's change and is queued.
+//!   A failed write, or one slower than [`super::held::HOLD_LIMIT`], lets the held events
+//!   through as they are.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +44,7 @@ use super::filter::{
     CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
     WatchFilters,
 };
+use super::held::{Held, Released, Woken};
 use super::queue::ReconcileQueue;
 use super::source::{ExtraWatch, SourceEvent};
 use crate::annotations;
@@ -58,6 +66,8 @@ pub struct Router {
     specs: HashMap<TypeRef, FilterSpec>,
     /// The controller's extra watches, by kind.
     extra: HashMap<TypeRef, ExtraWatch>,
+    /// Events waiting for windlass's writes of their objects to land.
+    held: Held,
 }
 
 impl Router {
@@ -85,6 +95,7 @@ impl Router {
             by_uid: HashMap::new(),
             specs: HashMap::new(),
             extra: extra.into_iter().map(|w| (w.type_ref.clone(), w)).collect(),
+            held: Held::default(),
         }
     }
 
@@ -103,8 +114,62 @@ impl Router {
         &self.primary
     }
 
-    /// Route one event; returns the CRs it queued.
+    /// Route one event; returns the CRs it queued. An event of an object windlass is
+    /// writing is held instead, and comes out of [`Router::released`] later.
     pub fn route(&mut self, event: &SourceEvent) -> Vec<ObjectRef> {
+        // The primary kind's events need no echo check (the filters drop windlass's status
+        // writes), so they are never held.
+        if event.reference.type_ref() != self.primary {
+            if self.held.queue_behind(event) {
+                return Vec::new();
+            }
+            if let Some(landing) = self.cluster.own_writes().landing(&event.reference) {
+                tracing::debug!(object = %event.reference, "held until windlass's write of it lands");
+                self.held
+                    .hold(event.reference.clone(), vec![event.clone()], landing, None);
+                return Vec::new();
+            }
+        }
+        self.deliver(event)
+    }
+
+    /// The next held events that may go on: their object's writes have landed, or they
+    /// waited long enough. `None` at once when no event is held. Cancel-safe.
+    pub async fn released(&mut self) -> Option<Released> {
+        self.held.next().await
+    }
+
+    /// Route held events that came out of [`Router::released`]; returns the CRs queued.
+    pub fn release(&mut self, released: Released) -> Vec<ObjectRef> {
+        let Released {
+            object,
+            events,
+            woken,
+            deadline,
+        } = released;
+        let mut queued = Vec::new();
+        let mut events = events.into_iter();
+        while let Some(event) = events.next() {
+            if woken == Woken::Landed
+                && let Some(landing) = self.cluster.own_writes().landing(&object)
+            {
+                // Another write of the object went out meanwhile: the rest may be its echo.
+                let rest = std::iter::once(event).chain(events).collect();
+                self.held.hold(object, rest, landing, Some(deadline));
+                break;
+            }
+            queued.extend(self.deliver(&event));
+        }
+        queued
+    }
+
+    /// Whether no event is held.
+    pub fn holds_nothing(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Route one event now.
+    fn deliver(&mut self, event: &SourceEvent) -> Vec<ObjectRef> {
         let meta = match ObjectMeta::deserialize(&event.object["metadata"]) {
             Ok(meta) => meta,
             Err(e) => {
@@ -217,5 +282,153 @@ impl Router {
             self.queue.enqueue(cr.clone());
         }
         admitted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::LiveCluster;
+    use crate::runtime::cache::Stores;
+    use crate::runtime::filter::GlobalFilter;
+    use crate::runtime::held::HOLD_LIMIT;
+    use crate::runtime::queue;
+    use serde_json::{Value, json};
+    use tokio::time::Instant;
+
+    /// A router of Widgets that has seen the Widget `w`, over a cluster that never gets
+    /// a request (the writes here are only entered in its ledger).
+    fn router() -> (Router, Arc<CachedCluster>, ObjectRef) {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = LiveCluster::new(kube::Client::try_from(config).unwrap());
+        let cluster = Arc::new(CachedCluster::new(Arc::new(live), Arc::new(Stores::new())));
+        let cr = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "ns", "uid": "w-uid",
+                "resourceVersion": "1", "generation": 1}});
+        let mut router = Router::new(
+            TypeRef::new("test.windlass.dev/v1", "Widget"),
+            queue::new_queue(1, Default::default()).unwrap(),
+            cluster.clone(),
+            GlobalFilter::Default.spec(),
+            WatchFilters::new(),
+            Vec::new(),
+        );
+        let queued = router.route(&event(cr));
+        assert_eq!(queued.len(), 1, "the new CR");
+        (router, cluster, queued[0].clone())
+    }
+
+    fn event(object: Value) -> SourceEvent {
+        SourceEvent {
+            kind: EventKind::Modified,
+            reference: ObjectRef::from_manifest(&object).unwrap(),
+            object: Arc::new(object),
+        }
+    }
+
+    /// The watch's event of the ConfigMap `name` of the Widget `w` at `rv`.
+    fn child(name: &str, rv: &str) -> SourceEvent {
+        event(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                "resourceVersion": rv, "labels": {annotations::OWNER_UID: "w-uid"}}}))
+    }
+
+    fn reference(name: &str) -> ObjectRef {
+        ObjectRef::new("v1", "ConfigMap", Some("ns"), name)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_echo_that_outruns_its_write_is_held_then_dropped() {
+        let (mut router, cluster, cr) = router();
+        let write = cluster.own_writes().begin(&reference("a"));
+        assert!(router.route(&child("a", "10")).is_empty(), "held");
+        assert!(!router.holds_nothing());
+        // Meanwhile the other objects' events go on.
+        assert_eq!(router.route(&child("b", "11")), vec![cr]);
+
+        write.landed(Some("10"));
+        let released = router.released().await.unwrap();
+        assert!(router.release(released).is_empty(), "windlass's own echo");
+        assert!(router.holds_nothing());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_echo_that_comes_after_its_write_is_dropped_at_once() {
+        let (mut router, cluster, _) = router();
+        cluster
+            .own_writes()
+            .begin(&reference("a"))
+            .landed(Some("10"));
+        assert!(router.route(&child("a", "10")).is_empty());
+        assert!(router.holds_nothing());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_by_someone_else_during_a_write_is_queued_once_it_lands() {
+        let (mut router, cluster, cr) = router();
+        let write = cluster.own_writes().begin(&reference("a"));
+        assert!(router.route(&child("a", "10")).is_empty());
+        assert!(
+            router.route(&child("a", "12")).is_empty(),
+            "behind the first"
+        );
+        write.landed(Some("10"));
+        let released = router.released().await.unwrap();
+        assert_eq!(released.events.len(), 2);
+        assert_eq!(router.release(released), vec![cr], "12 is someone else's");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_write_lets_its_held_event_through() {
+        let (mut router, cluster, cr) = router();
+        let write = cluster.own_writes().begin(&reference("a"));
+        assert!(router.route(&child("a", "10")).is_empty());
+        drop(write);
+        let released = router.released().await.unwrap();
+        assert_eq!(router.release(released), vec![cr]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_slower_than_the_limit_lets_its_held_event_through() {
+        let (mut router, cluster, cr) = router();
+        let write = cluster.own_writes().begin(&reference("a"));
+        let held_at = Instant::now();
+        assert!(router.route(&child("a", "10")).is_empty());
+        let released = router.released().await.unwrap();
+        assert_eq!(held_at.elapsed(), HOLD_LIMIT);
+        assert_eq!(router.release(released), vec![cr]);
+        write.landed(Some("10"));
+        assert!(router.holds_nothing());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_held_for_a_write_wait_for_the_next_one_too_within_their_limit() {
+        let (mut router, cluster, cr) = router();
+        let first = cluster.own_writes().begin(&reference("a"));
+        assert!(router.route(&child("a", "10")).is_empty());
+        assert!(router.route(&child("a", "11")).is_empty());
+        // The first lands, and a second write goes out before the router looks.
+        first.landed(Some("10"));
+        let second = cluster.own_writes().begin(&reference("a"));
+        let released = router.released().await.unwrap();
+        assert!(router.release(released).is_empty(), "held for the second");
+        second.landed(Some("11"));
+        let released = router.released().await.unwrap();
+        assert_eq!(released.events.len(), 2);
+        assert!(router.release(released).is_empty(), "both echoes");
+
+        // Held again, events keep their first deadline.
+        let third = cluster.own_writes().begin(&reference("a"));
+        let held_at = Instant::now();
+        assert!(router.route(&child("a", "12")).is_empty());
+        tokio::time::advance(HOLD_LIMIT / 2).await;
+        drop(third);
+        let _fourth = cluster.own_writes().begin(&reference("a"));
+        let released = router.released().await.unwrap();
+        assert!(router.release(released).is_empty(), "held for the fourth");
+        let released = router.released().await.unwrap();
+        assert_eq!(released.woken, Woken::TimedOut);
+        assert_eq!(held_at.elapsed(), HOLD_LIMIT);
+        assert_eq!(router.release(released), vec![cr]);
     }
 }
