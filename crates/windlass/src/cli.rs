@@ -4,6 +4,7 @@
 //! <kind>-operator run --dry-run [PATH…] [-r DIR]   reconcile CR manifests on the in-memory cluster
 //! <kind>-operator graph CR.yaml [--format dot]      draw the component graph (Mermaid or DOT)
 //! <kind>-operator crds                              print the CRD as YAML
+//! <kind>-operator config-schema                     print the backend config's JSON schema
 //! <kind>-operator rbac CR.yaml… [--name N] [--namespace NS] [--namespaced]
 //!                                                   print least-privilege RBAC (see crate::rbac)
 //! <kind>-operator manifests CR.yaml… --image IMG [--namespace NS] [--replicas N] [--name N]
@@ -51,10 +52,11 @@ use crate::progress::{Event, Observer};
 use crate::reconcile::{Outcome, Reconciler};
 use crate::resource::Crd;
 
-const SUBCOMMANDS: [&str; 6] = [
+const SUBCOMMANDS: [&str; 7] = [
     "run",
     "graph",
     "crds",
+    "config-schema",
     "rbac",
     "check-heartbeat",
     "manifests",
@@ -191,6 +193,18 @@ where
         Some(("rbac", sub)) => rbac_command(controller, crd, config, sub, out).await,
         Some(("check-heartbeat", sub)) => check_heartbeat_command(&config, sub, out),
         Some(("manifests", sub)) => manifests_command(controller, crd, config, sub, out).await,
+        Some(("config-schema", _)) => {
+            match serde_saphyr::to_string(&schemars::schema_for!(C::Config)) {
+                Ok(yaml) => {
+                    out.line(yaml.trim_end());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("cannot render the config schema: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some(("crds", _)) if crd.is_none() => ExitCode::SUCCESS,
         Some(("crds", _)) => match serde_saphyr::to_string(&crd) {
             Ok(yaml) => {
@@ -234,6 +248,9 @@ fn command<C: Controller>() -> Command {
                 .arg(Arg::new("format").long("format").value_parser(["mermaid", "dot"]).default_value("mermaid")),
         )
         .subcommand(Command::new("crds").about("Print the CustomResourceDefinition as YAML"))
+        .subcommand(Command::new("config-schema").about(
+            "Print the JSON schema of the backend config (the config-defaults ConfigMap's data and spec.configOverrides) as YAML",
+        ))
         .subcommand(
             Command::new("rbac")
                 .about("Print a ServiceAccount and the least-privilege ClusterRole (or Role) and binding the controller needs for these CRs, found by a dry run")

@@ -758,7 +758,10 @@ mod tests {
         let mut adopted = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns",
             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u0", "controller": true}]}});
         add_owner_reference(&mut adopted, &owner);
-        assert_eq!(adopted["metadata"]["ownerReferences"][1]["controller"], false);
+        assert_eq!(
+            adopted["metadata"]["ownerReferences"][1]["controller"],
+            false
+        );
         let mut elsewhere = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}});
         add_owner_reference(&mut elsewhere, &owner);
         assert!(elsewhere["metadata"].get("ownerReferences").is_none());

@@ -281,3 +281,22 @@ async fn a_config_override_of_the_wrong_type_is_a_config_error_naming_the_key() 
         "the override is layered on the default"
     );
 }
+
+#[tokio::test]
+async fn the_cli_prints_the_schema_of_the_backend_config() {
+    let (out, buffer) = windlass::cli::Output::buffer();
+    let code = windlass::cli::run(
+        ShopController::default(),
+        ["shop-operator", "config-schema"],
+        out,
+    )
+    .await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    let yaml = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let schema: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+    assert_eq!(
+        schema["properties"]["maxItems"]["type"], "integer",
+        "{yaml}"
+    );
+    assert_eq!(schema["properties"]["maxItems"]["default"], 100, "{yaml}");
+}
