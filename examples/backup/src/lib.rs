@@ -23,8 +23,8 @@
 //! - **The volume** holds the backups. It verifies with a check of its own
 //!   ([`ResourceOptions::verify`]): a claim whose volume is `Lost` holds the schedule back.
 //! - **The source Secret** is the user's, not the operator's: the schedule also waits until
-//!   it exists with both keys ([`Components::depends_on_when`]). Until then the Backup's
-//!   status says `Updating=PreconditionWait` with a message naming the Secret. The operator
+//!   it exists with both keys ([`Components::depends_on_when`]). Until then the Backup is
+//!   not Ready and its `Updating` condition's message names the Secret. The operator
 //!   watches Secrets ([`Controller::watches`]), so the Backup rolls on as soon as the Secret
 //!   appears, not at its next periodic requeue.
 //! - **The CronJob** runs `backup.sh` from the ConfigMap: `pg_dump | gzip | openssl enc`
