@@ -556,7 +556,7 @@ async fn secrets_and_backup_jobs_wake_the_backups_they_concern() {
     );
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     env.reconcile(&cr).await;
-    assert_eq!(map("Secret", &secret), [cr.clone()]);
+    assert_eq!(map("Secret", &secret), vec![cr.clone()]);
     let mut elsewhere = secret.clone();
     elsewhere["metadata"]["namespace"] = json!("other");
     assert!(map("Secret", &elsewhere).is_empty());
