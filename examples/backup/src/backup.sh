@@ -7,6 +7,8 @@ set -euo pipefail
 
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 file="${BACKUP_DIR}/${BACKUP_NAME}-${stamp}.sql.gz.enc"
+# A failed dump leaves nothing behind; a finished one is renamed into place.
+trap 'rm -f -- "${file}.partial"' EXIT
 
 PGPASSWORD="${DB_PASSWORD}" pg_dump --host "${DB_HOST}" --port "${DB_PORT}" \
     --username "${DB_USER}" --no-password "${DB_NAME}" \
