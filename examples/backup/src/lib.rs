@@ -53,6 +53,22 @@
 //! `app.kubernetes.io/*` labels and owner references are windlass's to stamp, so deleting
 //! a Backup garbage-collects everything it made. The backups themselves go with the
 //! volume: copy them elsewhere, or keep the claim, before deleting a Backup.
+//!
+//! ## Try it
+//!
+//! ```text
+//! cargo run -p backup-operator -- run --dry-run examples/backup/nightly.yaml   # the rollout, in memory
+//! cargo run -p backup-operator -- graph examples/backup/nightly.yaml           # the graph above, as Mermaid
+//! cargo run -p backup-operator -- crds                                        # the Backup CRD
+//! cargo run -p backup-operator -- rbac examples/backup/nightly.yaml           # what it may do
+//! cargo test -p backup-operator                                               # all its tests
+//! ```
+//!
+//! `tests/dry_run.rs` reconciles Backups on the in-memory cluster; `tests/script.rs` runs
+//! `backup.sh` with a stand-in `pg_dump`; `tests/live.rs` runs `backup-operator run` as a
+//! separate process against a real control plane (`windlass-testenv`), where
+//! kube-controller-manager's CronJob controller really starts the backups and the node
+//! simulator completes their pods.
 
 pub mod cron;
 
@@ -324,6 +340,12 @@ impl Controller for BackupController {
     /// Secret appears or changes; and the backup Jobs, also the ones the CronJob makes
     /// (windlass watches only the objects it applies itself), so that a finished backup
     /// reaches the status at once.
+    ///
+    /// The Secret watch cannot be label-scoped (the user's Secret carries no label of
+    /// ours), so the operator keeps the Secrets of the namespaces it watches in memory;
+    /// `--watch_namespace` bounds that. A watch of a kind the components also render
+    /// replaces windlass's own watch of it, so the Job watch's selector must also match
+    /// the one-off Job windlass applies.
     fn watches(&self) -> Vec<ExtraWatch> {
         let sources = self.sources.clone();
         let secrets = ExtraWatch::new(TypeRef::of::<Secret>(), move |secret| {
