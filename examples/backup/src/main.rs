@@ -1,0 +1,5 @@
+//! The backup operator's binary: everything is in the library; windlass gives it its CLI.
+
+fn main() -> std::process::ExitCode {
+    windlass::cli::main(backup_operator::BackupController::default())
+}
