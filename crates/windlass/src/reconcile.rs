@@ -829,11 +829,31 @@ fn completion_status<C: Controller>(
         if !initializing {
             update.ready = Some((ReadyReason::InProgress, "Verify InProgress".into()));
         }
-        let mut message = String::from("Component verification incomplete");
-        if !state.waiting().is_empty() {
-            message = format!("{message}: {}", state.waiting().join("; "));
-        }
-        update.updating = Some((UpdatingReason::VerifyWait, message));
+        // A component whose edge condition said "not yet" has not started: it waits for
+        // a precondition, not for verification.
+        let gated: Vec<String> = state
+            .waiting()
+            .iter()
+            .filter(|(component, _)| state.unstarted().contains(component))
+            .map(|(component, reason)| format!("{component}: {reason}"))
+            .collect();
+        update.updating = Some(if gated.is_empty() {
+            let reasons: Vec<String> = state
+                .waiting()
+                .iter()
+                .map(|(component, reason)| format!("{component}: {reason}"))
+                .collect();
+            let mut message = String::from("Component verification incomplete");
+            if !reasons.is_empty() {
+                message = format!("{message}: {}", reasons.join("; "));
+            }
+            (UpdatingReason::VerifyWait, message)
+        } else {
+            (
+                UpdatingReason::PreconditionWait,
+                format!("Waiting: {}", gated.join("; ")),
+            )
+        });
     }
     update
 }

@@ -174,7 +174,6 @@ pub async fn run<C: Controller>(
 
     let waiting = std::mem::take(&mut *lock(&rollout.waiting))
         .into_iter()
-        .map(|(component, reason)| format!("{component}: {reason}"))
         .collect();
     combine(
         &deploy,

@@ -164,7 +164,6 @@ fn default_port() -> i32 {
 /// did.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = structural_versions)]
 pub struct BackupStatus {
     /// Ready and Updating conditions, componentStatus, versions: written by windlass.
     #[serde(flatten)]
@@ -185,33 +184,6 @@ pub struct BackupStatus {
     /// The Job that made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_successful_job: Option<String>,
-}
-
-/// Makes windlass's part of the status schema one that Kubernetes 1.20 takes: it gives
-/// `versions.available` a type (windlass's schema leaves it without one, as it holds any
-/// JSON, and a structural schema refuses that: `properties[versions].properties[available]
-/// .type: Required value`), and drops the `default: ""` of `componentStatus.deployed` and
-/// `.verified` (1.20 reads an empty default as null and refuses it: `default: Invalid
-/// value: "null"`). A workaround until windlass's `status::Status` schema does this itself.
-fn structural_versions(schema: &mut schemars::Schema) {
-    if let Some(Value::Object(available)) =
-        schema.pointer_mut("/properties/versions/properties/available")
-        && !available.contains_key("type")
-    {
-        available.insert("type".into(), Value::from("object"));
-        available.insert(
-            "x-kubernetes-preserve-unknown-fields".into(),
-            Value::Bool(true),
-        );
-    }
-    for field in ["deployed", "verified"] {
-        let pointer = format!("/properties/componentStatus/properties/{field}");
-        if let Some(Value::Object(property)) = schema.pointer_mut(&pointer)
-            && property.get("default") == Some(&Value::from(""))
-        {
-            property.remove("default");
-        }
-    }
 }
 
 /// The operator's backend config: these defaults, then the ConfigMap named by the

@@ -262,10 +262,10 @@ async fn the_schedule_waits_for_the_source_secret_and_the_status_says_why() {
         report.outcome
     );
     let status = env.status(&cr).await;
-    // windlass reports a rollout whose edge condition waits like one whose components
-    // are not verified yet (`VerifyWait`), with the condition's reason in the message.
+    // The schedule has not started: it waits for a precondition, and the edge
+    // condition's reason is the message.
     assert_condition(&status, "Ready", false, "Initializing");
-    assert_condition(&status, "Updating", true, "VerifyWait");
+    assert_condition(&status, "Updating", true, "PreconditionWait");
     assert!(
         message(&status, "Updating").contains(
             "schedule: waiting for Secret shop-db-credentials (spec.source.credentialsSecret) with the database's username and password"
@@ -281,7 +281,7 @@ async fn the_schedule_waits_for_the_source_secret_and_the_status_says_why() {
         .await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
-    assert_condition(&status, "Updating", true, "VerifyWait");
+    assert_condition(&status, "Updating", true, "PreconditionWait");
     assert!(
         message(&status, "Updating").contains(
             "Secret shop-db-credentials (spec.source.credentialsSecret) has no key `password`"

@@ -24,7 +24,7 @@ pub struct CompletionState {
     failed: BTreeSet<String>,
     unstarted: BTreeSet<String>,
     error: Option<Error>,
-    waiting: Vec<String>,
+    waiting: Vec<(String, String)>,
 }
 
 impl CompletionState {
@@ -63,14 +63,14 @@ impl CompletionState {
         Ok(state)
     }
 
-    /// This state, with why the unverified nodes are not ready yet (`<node>: <reason>`).
-    pub fn with_waiting(mut self, waiting: Vec<String>) -> Self {
+    /// This state, with why nodes wait: `(node, reason)` for the unverified ones whose
+    /// verify said "not yet", and the unstarted ones whose edge condition did.
+    pub fn with_waiting(mut self, waiting: Vec<(String, String)>) -> Self {
         self.waiting = waiting;
         self
     }
-    /// Why the unverified nodes are not ready yet, `<node>: <reason>` each, as their
-    /// verify said.
-    pub fn waiting(&self) -> &[String] {
+    /// Why nodes wait, `(node, reason)`, in node order (see [`CompletionState::with_waiting`]).
+    pub fn waiting(&self) -> &[(String, String)] {
         &self.waiting
     }
 

@@ -663,3 +663,15 @@ async fn a_cr_whose_objects_are_all_in_its_namespace_gets_no_cleanup_finalizer()
     env.reconcile(&cr).await;
     assert!(env.get(&cr).await.unwrap().finalizers().is_empty());
 }
+
+#[tokio::test]
+async fn a_component_held_by_its_edge_waits_for_a_precondition_and_says_why() {
+    let env = TestEnv::new(Gated).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(matches!(report.outcome, Outcome::RequeueAfter(_)));
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", true, "PreconditionWait");
+    let message = status["conditions"][1]["message"].as_str().unwrap();
+    assert_eq!(message, "Waiting: web: the gate is shut", "{status:#}");
+}
