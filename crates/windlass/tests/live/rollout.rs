@@ -203,7 +203,7 @@ async fn a_cluster_scoped_cr_owns_its_namespaced_children_and_their_collection()
         assert_eq!(
             live["metadata"]["ownerReferences"],
             json!([{"apiVersion": "test.windlass.dev/v1", "kind": "Gadget", "name": name,
-                    "uid": stored.uid(), "blockOwnerDeletion": true}]),
+                    "uid": stored.uid(), "blockOwnerDeletion": true, "controller": true}]),
             "{child}"
         );
     }
