@@ -28,6 +28,8 @@ pub mod drift;
 pub mod dryrun;
 mod dump;
 pub mod error;
+#[cfg(doctest)]
+mod guide;
 pub mod events;
 pub mod finalizer;
 pub mod install;

@@ -1,0 +1,12 @@
+//! The guide in `docs/`, compiled: every Rust code block of every chapter is a doctest of
+//! one of these modules, so `cargo test -p windlass --doc` builds and runs the guide's
+//! code as it builds and runs the crate's own examples. A chapter whose code no longer
+//! compiles, or whose assertions no longer hold, fails the test suite instead of rotting.
+//!
+//! Only for doctests: nothing here is part of the crate's API.
+
+#[doc = include_str!("../../../docs/README.md")]
+mod contents {}
+
+#[doc = include_str!("../../../docs/01-first-operator.md")]
+mod first_operator {}
