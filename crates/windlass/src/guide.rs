@@ -10,3 +10,6 @@ mod contents {}
 
 #[doc = include_str!("../../../docs/01-first-operator.md")]
 mod first_operator {}
+
+#[doc = include_str!("../../../docs/02-dag.md")]
+mod dag {}
