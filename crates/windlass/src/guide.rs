@@ -13,3 +13,6 @@ mod first_operator {}
 
 #[doc = include_str!("../../../docs/02-dag.md")]
 mod dag {}
+
+#[doc = include_str!("../../../docs/03-status.md")]
+mod status {}
