@@ -16,3 +16,6 @@ mod dag {}
 
 #[doc = include_str!("../../../docs/03-status.md")]
 mod status {}
+
+#[doc = include_str!("../../../docs/04-dry-run.md")]
+mod dry_run {}
