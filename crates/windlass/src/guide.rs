@@ -19,3 +19,6 @@ mod status {}
 
 #[doc = include_str!("../../../docs/04-dry-run.md")]
 mod dry_run {}
+
+#[doc = include_str!("../../../docs/05-testing.md")]
+mod testing {}
