@@ -22,3 +22,6 @@ mod dry_run {}
 
 #[doc = include_str!("../../../docs/05-testing.md")]
 mod testing {}
+
+#[doc = include_str!("../../../docs/06-running.md")]
+mod running {}
