@@ -25,3 +25,6 @@ mod testing {}
 
 #[doc = include_str!("../../../docs/06-running.md")]
 mod running {}
+
+#[doc = include_str!("../../../docs/07-from-oper8.md")]
+mod from_oper8 {}
