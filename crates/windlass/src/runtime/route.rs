@@ -2,11 +2,11 @@
 //! CR it concerns, and put that CR in the queue.
 //!
 //! - An event of the **primary kind** concerns the CR itself. It passes the configured
-//!   global filter ([`GlobalFilter`]) and the controller's filter for its kind, so a
-//!   status-only change (windlass's own status write among them) starts nothing. A CR
-//!   that passes is queued with [`ReconcileQueue::enqueue_preempting`]: a user's change
-//!   may be the fix a failing CR waits for, so it does not wait out the back-off. A
-//!   deleted CR leaves the queue.
+//!   global filter ([`GlobalFilter`](super::filter::GlobalFilter)) and the controller's
+//!   filter for its kind, so a status-only change (windlass's own status write among them)
+//!   starts nothing. A CR that passes is queued with
+//!   [`ReconcileQueue::enqueue_preempting`]: a user's change may be the fix a failing CR
+//!   waits for, so it does not wait out the back-off. A deleted CR leaves the queue.
 //! - An event of an **owned kind** concerns the CR named by its ownership label
 //!   ([`crate::annotations::OWNER_UID`]), looked up among the primary objects the watch
 //!   has seen. It passes a deletion or a version not seen before ([`ResourceVersion`]: no
