@@ -28,10 +28,10 @@ pub mod drift;
 pub mod dryrun;
 mod dump;
 pub mod error;
-#[cfg(doctest)]
-mod guide;
 pub mod events;
 pub mod finalizer;
+#[cfg(doctest)]
+mod guide;
 pub mod install;
 pub mod inventory;
 pub mod logging;
