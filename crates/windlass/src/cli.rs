@@ -106,6 +106,45 @@ impl Write for SharedBuffer {
 }
 
 /// Parse the process's arguments and run the subcommand on a new tokio runtime.
+///
+/// The whole of an operator's `main`. It is [`run`] with the process's arguments and
+/// standard output, so a test can drive the same command line:
+///
+/// ```
+/// # use windlass::prelude::*;
+/// # struct MyController;
+/// # #[async_trait]
+/// # impl Controller for MyController {
+/// #     type Resource = windlass::testing::Widget;
+/// #     type Config = NoConfig;
+/// #     type Status = Status;
+/// #     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> { Ok(Components::new()) }
+/// # }
+/// # mod binary {
+/// # use super::MyController;
+/// // src/main.rs
+/// fn main() -> std::process::ExitCode {
+///     windlass::cli::main(MyController)
+/// }
+/// # }
+/// # fn main() {
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+///
+/// // A test: `my-operator crds`, its output captured.
+/// use windlass::cli::{Output, run};
+///
+/// let (out, buffer) = Output::buffer();
+/// let code = run(MyController, ["my-operator", "crds"], out).await;
+/// assert_eq!(code, std::process::ExitCode::SUCCESS);
+/// let crd = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+/// assert!(crd.contains("name: widgets.test.windlass.dev"));
+/// # });
+/// # }
+/// ```
+///
+/// Exit codes: 0 on success, 1 when the command failed (a CR that did not roll out in a dry
+/// run, a cluster that cannot be reached), 2 for a command line or configuration that is
+/// not valid.
 pub fn main<C>(controller: C) -> ExitCode
 where
     C: Controller,

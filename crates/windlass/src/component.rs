@@ -121,6 +121,111 @@ pub struct ResourceId(NodeId);
 
 /// The objects a component renders, with their order (F74, F75), and the labels of this
 /// component's pods.
+///
+/// [`Component::render`] fills it. Objects are applied in the order their dependencies
+/// ([`Resources::depends_on`]) and then their resource names give; the first that fails
+/// stops the component.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use k8s_openapi::ByteString;
+/// use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+/// use k8s_openapi::api::core::v1::{Container, PodSpec, Secret, Service, ServiceSpec};
+/// use windlass::prelude::*;
+/// # use windlass::testing::Widget;
+/// # struct App;
+/// # #[async_trait]
+/// # impl Controller for App {
+/// #     type Resource = Widget;
+/// #     type Config = NoConfig;
+/// #     type Status = Status;
+/// #     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+/// #         let mut graph = Components::new();
+/// #         graph.add(Cache)?;
+/// #         Ok(graph)
+/// #     }
+/// # }
+/// # fn random_password() -> String { format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()) }
+///
+/// const CACHE: Ref<Deployment> = Ref::new("cache");
+/// const CACHE_PASSWORD: Ref<Secret> = CACHE.cast();
+/// const CACHE_SERVICE: Ref<Service> = CACHE.cast();
+///
+/// struct Cache;
+///
+/// #[async_trait]
+/// impl Component<App> for Cache {
+///     fn name(&self) -> &str {
+///         "cache"
+///     }
+///
+///     async fn render(&self, session: &Session<App>, out: &mut Resources) -> Result<()> {
+///         // Generated on the first reconcile and never overwritten: a fresh value is
+///         // rendered every time, only the first one is written.
+///         let password = out.add_with(
+///             "password",
+///             &Secret {
+///                 metadata: session.meta(CACHE_PASSWORD),
+///                 data: Some(BTreeMap::from([(
+///                     "password".to_string(),
+///                     ByteString(random_password().into_bytes()),
+///                 )])),
+///                 ..Default::default()
+///             },
+///             ResourceOptions::new().create_only(),
+///         )?;
+///         // The pods of this component, selected by its own labels.
+///         let deployment = out.add("deployment", &Deployment {
+///             metadata: session.meta(CACHE),
+///             spec: DeploymentSpec {
+///                 selector: out.selector(),
+///                 template: out.pod_template(PodSpec {
+///                     containers: vec![Container { name: "redis".into(), ..Default::default() }],
+///                     ..Default::default()
+///                 }),
+///                 ..Default::default()
+///             },
+///             ..Default::default()
+///         })?;
+///         out.add("service", &Service {
+///             metadata: session.meta(CACHE_SERVICE),
+///             spec: Some(ServiceSpec {
+///                 selector: Some(out.pod_labels()),
+///                 ..Default::default()
+///             }),
+///             ..Default::default()
+///         })?;
+///         // The pods read the Secret: it goes first.
+///         out.depends_on(deployment, password)?;
+///         Ok(())
+///     }
+/// }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use serde_json::json;
+/// use windlass::object::ObjectRef;
+/// use windlass::testing::TestEnv;
+///
+/// let env = TestEnv::dry_run(App).await;
+/// let cr = env.apply_cr("shop", json!({})).await;
+/// env.reconcile(&cr).await;
+/// let applied: Vec<String> = env.log.applied().into_iter().map(|o| o.name).collect();
+/// assert_eq!(applied, ["shop-cache", "shop-cache", "shop-cache"]);
+/// let kinds: Vec<String> = env.log.applied().into_iter().map(|o| o.kind).collect();
+/// assert_eq!(kinds, ["Secret", "Deployment", "Service"]);
+///
+/// let secret = ObjectRef::new("v1", "Secret", Some("test"), "shop-cache");
+/// let password = env.get(&secret).await.unwrap()["data"]["password"].clone();
+/// env.log.clear();
+/// env.reconcile(&cr).await;
+/// assert!(env.log.applied().is_empty(), "nothing changed: nothing written");
+/// assert_eq!(env.get(&secret).await.unwrap()["data"]["password"], password);
+///
+/// // The Service selects exactly the pods of the Deployment.
+/// let service = env.get(&ObjectRef::new("v1", "Service", Some("test"), "shop-cache")).await.unwrap();
+/// let deployment = env.get(&ObjectRef::new("apps/v1", "Deployment", Some("test"), "shop-cache")).await.unwrap();
+/// assert_eq!(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"]);
+/// # });
+/// ```
 pub struct Resources {
     component: String,
     namespace: String,

@@ -240,6 +240,62 @@ pub(crate) struct ComponentEntry<C: Controller> {
 }
 
 /// The graph of components one reconcile rolls out (oper8's session graph, F88–F90).
+///
+/// [`Controller::components`] builds one for each reconcile, so it may depend on the spec.
+/// Edges say "waits for": [`depends_on`](Components::depends_on) waits until the upstream
+/// component was applied, [`depends_on_ready`](Components::depends_on_ready) until it is
+/// also ready. Independent components deploy concurrently. The rules are in
+/// [`crate::dag`].
+///
+/// ```
+/// use windlass::prelude::*;
+/// # use windlass::testing::Widget;
+/// # struct App;
+/// # #[async_trait]
+/// # impl Controller for App {
+/// #     type Resource = Widget;
+/// #     type Config = NoConfig;
+/// #     type Status = Status;
+/// #     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> { Ok(Components::new()) }
+/// # }
+/// # macro_rules! components {
+/// #     ($($component:ident = $name:literal),*) => {$(
+/// #         struct $component;
+/// #         #[async_trait]
+/// #         impl Component<App> for $component {
+/// #             fn name(&self) -> &str { $name }
+/// #             async fn render(&self, _: &Session<App>, _: &mut Resources) -> Result<()> { Ok(()) }
+/// #         }
+/// #     )*};
+/// # }
+/// # components!(Credentials = "credentials", Database = "database", Web = "web", Cache = "cache");
+/// # fn main() -> Result<()> {
+/// let cache_enabled = false; // e.g. from session.cr().spec
+///
+/// let mut graph = Components::<App>::new();
+/// let credentials = graph.add(Credentials)?;
+/// let database = graph.add(Database)?;
+/// let web = graph.add(Web)?;
+/// // Switched off: rendered, and what it applied before is deleted.
+/// let cache = graph.add_enabled(Cache, cache_enabled)?;
+///
+/// // The database needs its password Secret to exist.
+/// graph.depends_on(database, credentials)?;
+/// // The web tier needs a database that accepts connections, not one just applied.
+/// graph.depends_on_ready(web, database)?;
+/// // A disabled component takes part in no edge: add this one only when it is on.
+/// if cache_enabled {
+///     graph.depends_on(web, cache)?;
+/// }
+///
+/// assert_eq!(graph.names(false), ["credentials", "database", "web"]);
+/// assert_eq!(graph.names(true), ["cache"]);
+/// assert_eq!(graph.dependencies(web), [database]);
+/// assert!(graph.depends_on(web, cache).is_err());
+/// assert!(graph.depends_on(credentials, web).is_err(), "cycles are refused");
+/// # Ok(())
+/// # }
+/// ```
 pub struct Components<C: Controller> {
     pub(crate) graph: Graph<ComponentEntry<C>, Option<EdgeCondition<C>>>,
 }

@@ -30,6 +30,8 @@ mod dump;
 pub mod error;
 pub mod events;
 pub mod finalizer;
+#[cfg(doctest)]
+mod guide;
 pub mod install;
 pub mod inventory;
 pub mod logging;

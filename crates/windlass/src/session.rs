@@ -3,7 +3,7 @@
 //! as they were when the reconcile began. Components render from it; what it describes
 //! never changes while the rollout runs.
 //!
-//! A session also keeps the reconcile's [`Ledger`]: the freshest copy of every object the
+//! A session also keeps the reconcile's ledger: the freshest copy of every object the
 //! reconcile read or wrote (the object a write returns is the freshest there is), so that
 //! one reconcile reads each object at most once, and the inventory of what it applied.
 
@@ -26,6 +26,90 @@ use crate::reference::{ObjectName, Ref};
 ///
 /// A session is a cheap handle (an `Arc` inside): clone it into a spawned task or an edge
 /// condition's future.
+///
+/// What a component reads from it, and how it reports back: the CR and the backend config,
+/// typed; names of the CR's objects from [`Ref`]s; reads of the cluster; the status as the
+/// reconcile began, and changes to the author's part of it.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+/// use windlass::prelude::*;
+/// # use kube::CustomResource;
+/// # use schemars::JsonSchema;
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+/// # #[kube(group = "example.com", version = "v1", kind = "App", namespaced, status = "AppStatus")]
+/// # pub struct AppSpec { greeting: String }
+/// # #[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+/// # pub struct AppStatus {
+/// #     #[serde(flatten)] windlass: Status,
+/// #     #[serde(default, skip_serializing_if = "Option::is_none")] greeting: Option<String>,
+/// # }
+/// # #[derive(Serialize, Deserialize, Clone, Debug, JsonSchema)]
+/// # pub struct AppConfig { suffix: String }
+/// # impl Default for AppConfig { fn default() -> Self { AppConfig { suffix: "!".into() } } }
+/// # struct AppController;
+/// # #[async_trait]
+/// # impl Controller for AppController {
+/// #     type Resource = App;
+/// #     type Config = AppConfig;
+/// #     type Status = AppStatus;
+/// #     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+/// #         let mut graph = Components::new();
+/// #         graph.add(Greeting)?;
+/// #         Ok(graph)
+/// #     }
+/// # }
+///
+/// /// `<cr name>-greeting`.
+/// const GREETING: Ref<ConfigMap> = Ref::new("greeting");
+///
+/// struct Greeting;
+///
+/// #[async_trait]
+/// impl Component<AppController> for Greeting {
+///     fn name(&self) -> &str {
+///         "greeting"
+///     }
+///
+///     async fn render(&self, session: &Session<AppController>, out: &mut Resources) -> Result<()> {
+///         // The CR and the layered backend config, both typed.
+///         let text = format!("{}{}", session.cr().spec.greeting, session.config().suffix);
+///         // A typed read, by full name: `None` when it does not exist.
+///         if session.get::<Secret>("api-token").await?.is_none() {
+///             return Err(Error::not_yet("Secret api-token does not exist yet"));
+///         }
+///         out.add("configmap", &ConfigMap {
+///             metadata: session.meta(GREETING),
+///             data: Some([("text".to_string(), text)].into()),
+///             ..Default::default()
+///         })?;
+///         // The status as the reconcile began; the change lands in the reconcile's one
+///         // status write.
+///         let name = session.name_of(GREETING);
+///         if session.status().greeting.as_ref() != Some(&name) {
+///             session.update_status(|status| status.greeting = Some(name));
+///         }
+///         Ok(())
+///     }
+/// }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use serde_json::json;
+/// use windlass::testing::{TestEnv, assert_condition};
+///
+/// let env = TestEnv::dry_run(AppController).await;
+/// let cr = env.apply_cr("hello", json!({"greeting": "Hello"})).await;
+/// env.reconcile(&cr).await;
+/// assert_condition(&env.status(&cr).await, "Updating", true, "PreconditionWait");
+///
+/// env.apply(&json!({"apiVersion": "v1", "kind": "Secret",
+///     "metadata": {"name": "api-token", "namespace": "test"}})).await;
+/// env.reconcile(&cr).await;
+/// let status = env.status(&cr).await;
+/// assert_condition(&status, "Ready", true, "Stable");
+/// assert_eq!(status["greeting"], "hello-greeting");
+/// # });
+/// ```
 pub struct Session<C: Controller> {
     inner: Arc<Parts<C>>,
 }
@@ -302,8 +386,13 @@ impl<C: Controller> Session<C> {
     /// changes are written with windlass's own part, in the one status write at the end of
     /// the reconcile (also when the rollout fails or waits); calls add up.
     ///
-    /// ```ignore
+    /// ```
+    /// # use windlass::prelude::*;
+    /// # #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+    /// # struct WebStatus { url: Option<String> }
+    /// # fn report<C: Controller<Status = WebStatus>>(session: &Session<C>, host: &str) {
     /// session.update_status(|status| status.url = Some(format!("http://{host}")));
+    /// # }
     /// ```
     pub fn update_status(&self, change: impl FnOnce(&mut C::Status)) {
         let mut changes = lock(&self.inner.status_changes);
@@ -377,9 +466,16 @@ impl<C: Controller> Session<C> {
     /// A typed object from the CR's namespace (F91), `None` if it does not exist: by
     /// [`Ref`], or by full name.
     ///
-    /// ```ignore
+    /// ```
+    /// # use k8s_openapi::api::apps::v1::StatefulSet;
+    /// # use k8s_openapi::api::core::v1::Secret;
+    /// # use windlass::prelude::*;
+    /// # const DATABASE: Ref<StatefulSet> = Ref::new("db");
+    /// # async fn read<C: Controller>(session: &Session<C>) -> Result<()> {
     /// let db: Option<StatefulSet> = session.get(DATABASE).await?;
     /// let secret: Option<Secret> = session.get("external-credentials").await?;
+    /// # Ok(())
+    /// # }
     /// ```
     pub async fn get<T>(&self, name: impl ObjectName<T>) -> Result<Option<T>>
     where
