@@ -12,7 +12,7 @@
 //! ```
 //! use windlass::Error;
 //!
-//! let not_yet = Error::precondition("the database has no endpoint yet");
+//! let not_yet = Error::not_yet("the database has no endpoint yet");
 //! assert!(!not_yet.is_fatal());
 //! let broken = Error::config("spec.replicas must be at least 1");
 //! assert!(broken.is_fatal());
@@ -198,7 +198,9 @@ impl Error {
             other => other,
         }
     }
-    /// A [`Error::Precondition`] with the given message.
+    /// A [`Error::Precondition`] with the given message. Prefer [`Error::not_yet`], which
+    /// picks the variant by where it is raised; this and [`Error::verification`] remain
+    /// for code ported from oper8.
     pub fn precondition(message: impl Into<String>) -> Self {
         Error::Precondition(message.into())
     }
