@@ -1,179 +1,18 @@
 //! What the example's live tests share: the operator run as a separate process, the CRD,
-//! waiting with a deadline.
+//! waiting with a deadline (`examples/support/operator.rs`, shared with the other examples).
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+#[path = "../../../support/operator.rs"]
+mod operator;
 
-use serde_json::Value;
-use webapp_operator::WebApp;
-use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
-use windlass::object::TypeRef;
-use windlass_testenv::TestEnv;
+pub use operator::*;
+use windlass::cluster::LiveCluster;
 
-/// The operator process, its log lines collected as they come.
-pub struct Operator {
-    /// The process.
-    pub child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    /// Where it serves `/metrics`, `/healthz` and `/readyz`.
-    address: String,
-    /// Its name in logs (its identity, for a replica).
-    pub name: String,
-}
-
-impl Operator {
-    /// Start `webapp-operator run` for `namespace` (`name` tells it apart in logs), with
-    /// the extra arguments `extra`, against `env`'s control plane.
-    pub fn start(env: &TestEnv, name: &str, namespace: &str, extra: &[&str]) -> Operator {
-        let address = {
-            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            free.local_addr().unwrap().to_string()
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
-            .args([
-                "run",
-                "--watch_namespace",
-                namespace,
-                "--metrics_bind_address",
-                &address,
-                "--log_level",
-                "debug",
-                "--log_json",
-            ])
-            .args(extra)
-            .env("KUBECONFIG", env.kubeconfig_path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the operator binary starts");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
-        Operator {
-            child,
-            log,
-            address,
-            name: name.to_string(),
-        }
-    }
-
-    /// GET `path` from the operator's HTTP server: the status code and the body.
-    pub fn http(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.address).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let code = response.split(' ').nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_string();
-        Some((code, body))
-    }
-
-    /// The status code of `/readyz`.
-    pub fn readyz(&self) -> Option<u16> {
-        self.http("/readyz").map(|(code, _)| code)
-    }
-
-    /// A scrape of `/metrics` (empty when it cannot be read).
-    pub fn metrics(&self) -> String {
-        self.http("/metrics")
-            .map(|(_, body)| body)
-            .unwrap_or_default()
-    }
-
-    /// Whether the process still runs.
-    pub fn still_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// How many reconciles of the CR named `name` have started, by its log.
-    pub fn reconciles(&self, name: &str) -> usize {
-        let needle = format!("\"resource_name\":\"{name}\"");
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains("reconcile started") && l.contains(&needle))
-            .count()
-    }
-
-    /// Its log, for failure messages.
-    pub fn dump(&self) -> String {
-        format!(
-            "--- {} ---\n{}",
-            self.name,
-            self.log.lock().unwrap().join("\n")
-        )
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Wait until `check` holds, failing with the operators' logs after `limit`.
-pub async fn eventually<F, Fut>(what: &str, limit: Duration, logs: &[&Operator], check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}; operator logs:\n{}",
-            logs.iter().map(|o| o.dump()).collect::<Vec<_>>().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// How long a test waits for the operator to converge.
-pub const LONG: Duration = Duration::from_secs(120);
-
-/// Ready=True for the CR's current generation.
-pub fn ready(cr: &Value) -> bool {
-    cr["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["type"] == "Ready"
-                && c["status"] == "True"
-                && c["observedGeneration"] == cr["metadata"]["generation"]
-        })
-}
+/// The operator binary the tests run.
+const BINARY: &str = env!("CARGO_BIN_EXE_webapp-operator");
 
 /// Install the WebApp CRD and wait (up to 30 s) until the server serves the kind.
 pub async fn install_crd(cluster: &LiveCluster) {
-    let crd = serde_json::to_value(<WebApp as kube::CustomResourceExt>::crd()).unwrap();
-    cluster.apply(&crd, WriteMethod::Apply).await.unwrap();
-    let kind = TypeRef::new("example.windlass.dev/v1alpha1", "WebApp");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while cluster.scope(&kind).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "CRD never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    install_crd_of::<webapp_operator::WebApp>(cluster).await;
 }
