@@ -94,20 +94,23 @@ pub mod labels {
     /// The value of [`MANAGED_BY`].
     pub const MANAGER: &str = "windlass";
 
-    /// The labels that select the pods of one component of one CR: name, instance and
-    /// component. Stable for the life of the CR, so fit for a Deployment's immutable
-    /// selector.
-    pub fn selector(app: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+    /// The labels that select the pods of one component of the CR `instance` of kind
+    /// `kind`: name (the kind in lower case), instance and component. Stable for the life
+    /// of the CR, so fit for a Deployment's immutable selector.
+    pub fn selector(kind: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
         BTreeMap::from([
-            (NAME.to_string(), crate::object::label_value(app)),
+            (
+                NAME.to_string(),
+                crate::object::label_value(&kind.to_ascii_lowercase()),
+            ),
             (INSTANCE.to_string(), crate::object::label_value(instance)),
             (COMPONENT.to_string(), crate::object::label_value(component)),
         ])
     }
 
     /// [`selector`] plus `managed-by`: what windlass stamps on every object it applies.
-    pub fn standard(app: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
-        let mut labels = selector(app, instance, component);
+    pub fn standard(kind: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+        let mut labels = selector(kind, instance, component);
         labels.insert(MANAGED_BY.to_string(), MANAGER.to_string());
         labels
     }

@@ -229,20 +229,19 @@ pub struct ResourceId(NodeId);
 pub struct Resources {
     component: String,
     namespace: String,
-    /// The primary kind in lower case and the CR's name, for the standard labels.
-    app: String,
+    /// The primary's kind and the CR's name, for the standard labels.
+    kind: String,
     instance: String,
     graph: Graph<(Value, ResourceOptions)>,
 }
 
 impl Resources {
-    /// The resources of `component` of the CR `instance` of kind `app` (lower case), in
-    /// `namespace`.
-    pub(crate) fn new(component: &str, namespace: &str, app: &str, instance: &str) -> Self {
+    /// The resources of `component` of the CR `instance` of kind `kind`, in `namespace`.
+    pub(crate) fn new(component: &str, namespace: &str, kind: &str, instance: &str) -> Self {
         Resources {
             component: component.to_string(),
             namespace: namespace.to_string(),
-            app: app.to_string(),
+            kind: kind.to_string(),
             instance: instance.to_string(),
             graph: Graph::new(),
         }
@@ -251,7 +250,7 @@ impl Resources {
     /// The labels of this component's pods: `app.kubernetes.io/name`, `instance` and
     /// `component` (see [`crate::annotations::labels`]). A Service selects with them.
     pub fn pod_labels(&self) -> BTreeMap<String, String> {
-        crate::annotations::labels::selector(&self.app, &self.instance, &self.component)
+        crate::annotations::labels::selector(&self.kind, &self.instance, &self.component)
     }
 
     /// The label selector of this component's pods, for a Deployment, StatefulSet or

@@ -831,31 +831,36 @@ fn completion_status<C: Controller>(
         }
         // A component whose edge condition said "not yet" has not started: it waits for
         // a precondition, not for verification.
-        let gated: Vec<String> = state
+        let unstarted = state
             .waiting()
             .iter()
-            .filter(|(component, _)| state.unstarted().contains(component))
-            .map(|(component, reason)| format!("{component}: {reason}"))
-            .collect();
-        update.updating = Some(if gated.is_empty() {
-            let reasons: Vec<String> = state
-                .waiting()
-                .iter()
-                .map(|(component, reason)| format!("{component}: {reason}"))
-                .collect();
-            let mut message = String::from("Component verification incomplete");
-            if !reasons.is_empty() {
-                message = format!("{message}: {}", reasons.join("; "));
-            }
-            (UpdatingReason::VerifyWait, message)
-        } else {
-            (
+            .filter(|(c, _)| state.unstarted().contains(c));
+        let gated = waiting_message(unstarted);
+        let all = waiting_message(state.waiting().iter());
+        update.updating = Some(match (gated.is_empty(), all.is_empty()) {
+            (false, _) => (
                 UpdatingReason::PreconditionWait,
-                format!("Waiting: {}", gated.join("; ")),
-            )
+                format!("Waiting: {gated}"),
+            ),
+            (true, true) => (
+                UpdatingReason::VerifyWait,
+                "Component verification incomplete".into(),
+            ),
+            (true, false) => (
+                UpdatingReason::VerifyWait,
+                format!("Component verification incomplete: {all}"),
+            ),
         });
     }
     update
+}
+
+/// `<component>: <reason>; …` of components that wait.
+fn waiting_message<'a>(waiting: impl Iterator<Item = &'a (String, String)>) -> String {
+    let reasons: Vec<String> = waiting
+        .map(|(component, reason)| format!("{component}: {reason}"))
+        .collect();
+    reasons.join("; ")
 }
 
 /// The base layer of the backend config: [`Controller::Config`]'s default, as JSON.

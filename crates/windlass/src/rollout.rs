@@ -392,8 +392,8 @@ impl<C: Controller> Rollout<'_, C> {
         let session = self.session;
         let entry = self.components.graph.data(id);
         let name = self.name(id);
-        let app = <C::Resource as kube::Resource>::kind(&()).to_ascii_lowercase();
-        let mut resources = Resources::new(name, session.namespace(), &app, session.name());
+        let mut resources =
+            Resources::new(name, session.namespace(), session.kind(), session.name());
         entry.component.render(session, &mut resources).await?;
         let mut objects = Vec::with_capacity(resources.len());
         for (internal_name, manifest, options) in resources.into_ordered() {
@@ -509,8 +509,7 @@ impl<C: Controller> Rollout<'_, C> {
         let itself = reference == session.cr_ref();
         add_owner_reference(&mut manifest, cr);
         if !itself {
-            stamp_ownership(&mut manifest, cr, component);
-            stamp_standard_labels(&mut manifest, session.kind(), session.name(), component);
+            stamp_labels(&mut manifest, cr, component);
         }
         crate::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
@@ -673,31 +672,28 @@ fn refuse_foreign(reference: &ObjectRef, live: &Value, cr: &Value) -> Result<()>
     }
 }
 
-/// Label an object with the CR it was rendered for and the component that rendered it.
-fn stamp_ownership(manifest: &mut Value, cr: &Value, component: &str) {
-    let Some(uid) = cr.uid() else {
-        return;
-    };
+/// Label an object with the CR it was rendered for and the component that rendered it,
+/// and with the recommended `app.kubernetes.io/…` labels, where the component did not set them.
+fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
+    let standard = annotations::labels::standard(
+        cr.kind().unwrap_or_default(),
+        cr.name().unwrap_or_default(),
+        component,
+    );
     let metadata = manifest.metadata_mut();
     let labels = metadata.entry("labels").or_insert_with(|| json!({}));
-    if let Some(map) = labels.as_object_mut() {
+    let Some(map) = labels.as_object_mut() else {
+        return;
+    };
+    if let Some(uid) = cr.uid() {
         map.insert(annotations::OWNER_UID.into(), json!(uid));
         map.insert(
             annotations::COMPONENT.into(),
             json!(crate::object::label_value(component)),
         );
     }
-}
-
-/// The recommended `app.kubernetes.io/…` labels, where the component did not set them.
-fn stamp_standard_labels(manifest: &mut Value, kind: &str, instance: &str, component: &str) {
-    let standard = annotations::labels::standard(&kind.to_ascii_lowercase(), instance, component);
-    let metadata = manifest.metadata_mut();
-    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
-    if let Some(map) = labels.as_object_mut() {
-        for (key, value) in standard {
-            map.entry(key).or_insert(Value::String(value));
-        }
+    for (key, value) in standard {
+        map.entry(key).or_insert(Value::String(value));
     }
 }
 
