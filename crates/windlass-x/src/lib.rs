@@ -1,0 +1,10 @@
+//! Extensions for windlass operators, each behind a feature (oper8's `oper8.x`, F228–F240):
+//!
+//! - `postgres`, `redis`, `cos`: connections to the datastores a CR points at or the
+//!   operator deploys, read from the CR's `spec.datastores` and the Secrets it names;
+//! - `tls`: keys and certificates issued by an internal CA the operator keeps in a Secret,
+//!   behind a registry so another source of TLS material can be plugged in;
+//! - replica counts that keep an autoscaler's choice.
+//!
+//! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
+//! use it with one option.
