@@ -45,7 +45,6 @@ use tokio::sync::broadcast;
 
 use super::validation::{KINDS_WITH_GENERATION, builtin_kinds, check_metadata, normalize};
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
-use crate::cluster::selector::{FieldSelector, LabelSelector};
 use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, api_group};
 
@@ -471,8 +470,7 @@ impl Cluster for MemoryCluster {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
-        let labels: LabelSelector = parse_selector(query, query.label_selector.as_deref())?;
-        let fields: FieldSelector = parse_selector(query, query.field_selector.as_deref())?;
+        let (labels, fields) = query.selectors()?;
         let state = self.lock();
         let scope = state.scope(&query.type_ref)?;
         let group = query.type_ref.group();
@@ -616,18 +614,6 @@ impl Cluster for MemoryCluster {
 }
 
 /// A selector of a list query; an invalid one is the server's 422.
-fn parse_selector<S>(query: &ListQuery, text: Option<&str>) -> Result<S, ClusterError>
-where
-    S: std::str::FromStr<Err = crate::cluster::SelectorError>,
-{
-    text.unwrap_or("")
-        .parse()
-        .map_err(|e: crate::cluster::SelectorError| ClusterError::Invalid {
-            object: query.type_ref.to_string(),
-            message: e.to_string(),
-        })
-}
-
 fn apply_locked(
     state: &mut State,
     manifest: &Value,

@@ -96,6 +96,26 @@ impl ListQuery {
         self.field_selector = Some(selector.into());
         self
     }
+
+    /// The query's label and field selectors, parsed; a malformed one is
+    /// [`ClusterError::Invalid`], as the API server answers it.
+    pub(crate) fn selectors(&self) -> Result<(LabelSelector, FieldSelector), ClusterError> {
+        fn parse<S: std::str::FromStr<Err = SelectorError>>(
+            query: &ListQuery,
+            text: Option<&str>,
+        ) -> Result<S, ClusterError> {
+            text.unwrap_or("")
+                .parse()
+                .map_err(|e: SelectorError| ClusterError::Invalid {
+                    object: query.type_ref.to_string(),
+                    message: e.to_string(),
+                })
+        }
+        Ok((
+            parse(self, self.label_selector.as_deref())?,
+            parse(self, self.field_selector.as_deref())?,
+        ))
+    }
 }
 
 /// The operations a rollout needs from a Kubernetes API server.

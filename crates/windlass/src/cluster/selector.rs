@@ -40,6 +40,17 @@ enum Requirement {
 }
 
 impl Requirement {
+    fn key(&self) -> &str {
+        match self {
+            Requirement::Equals(k, _)
+            | Requirement::NotEquals(k, _)
+            | Requirement::In(k, _)
+            | Requirement::NotIn(k, _)
+            | Requirement::Exists(k)
+            | Requirement::NotExists(k) => k,
+        }
+    }
+
     fn matches(&self, lookup: impl Fn(&str) -> Option<String>) -> bool {
         match self {
             Requirement::Equals(k, v) => lookup(k).as_deref() == Some(v),
@@ -117,6 +128,14 @@ impl LabelSelector {
 }
 
 impl FieldSelector {
+    /// Whether every field the selector names is one the API server lets every kind be
+    /// selected by (`metadata.name`, `metadata.namespace`); other fields are per kind.
+    pub(crate) fn is_universal(&self) -> bool {
+        self.0
+            .iter()
+            .all(|r| matches!(r.key(), "metadata.name" | "metadata.namespace"))
+    }
+
     /// Whether the manifest's fields, read by dotted path, satisfy every requirement.
     pub fn matches(&self, manifest: &Value) -> bool {
         self.0.iter().all(|r| {

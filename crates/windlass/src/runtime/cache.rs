@@ -19,7 +19,10 @@
 //! 3. **A conflict reads through.** After a write of an object fails with a conflict, the
 //!    next `get` of it goes to the API server: the store may be what is stale.
 //!
-//! `list`, `scope` and every write go to the API server unchanged. Every write of an
+//! A `list` is answered from a store whose watch sees every object of the kind in the
+//! namespace asked (the primary kind, a kind watched without a label selector), with the
+//! same read-your-writes rule, and otherwise goes to the API server; `scope` and every
+//! write go to the API server unchanged. Every write of an
 //! object (but a delete) is also entered in an [`OwnWrites`] ledger, in flight and then
 //! landed, so that the router can tell the watch's echo of it from a change by someone
 //! else (see [`super::echo`]).
@@ -119,6 +122,27 @@ impl Stores {
             .get(type_ref)
             .map(|s| s.objects.values().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The objects of `query.type_ref` in `query.namespace` (`None`: every namespace)
+    /// when a watch sees every object of the kind there and has listed it; `None` when
+    /// the store cannot tell. Selectors are not applied here.
+    fn list(&self, query: &ListQuery) -> Option<Vec<(ObjectRef, Arc<Value>)>> {
+        let kinds = read(&self.kinds);
+        let store = kinds.get(&query.type_ref)?;
+        let covered = store.synced.contains(&None)
+            || (query.namespace.is_some() && store.synced.contains(&query.namespace));
+        if !store.complete || !covered {
+            return None;
+        }
+        Some(
+            store
+                .objects
+                .iter()
+                .filter(|(r, _)| in_namespace(r, query.namespace.as_deref()))
+                .map(|(r, o)| (r.clone(), o.clone()))
+                .collect(),
+        )
     }
 
     /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
@@ -363,7 +387,43 @@ impl Cluster for CachedCluster {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
-        self.live.list(query).await
+        let (labels, fields) = query.selectors()?;
+        // A field the server selects by for some kinds only (e.g. a Pod's spec.nodeName)
+        // is the server's to judge, errors included.
+        let cached = fields
+            .is_universal()
+            .then(|| self.stores.list(query))
+            .flatten();
+        let Some(cached) = cached else {
+            return self.live.list(query).await;
+        };
+        // Read your writes (rule 2): a written copy or a tombstone newer than the store's.
+        let mut objects: std::collections::BTreeMap<ObjectRef, Value> = cached
+            .into_iter()
+            .map(|(r, o)| (r, o.as_ref().clone()))
+            .collect();
+        for (reference, written) in lock(&self.written).iter() {
+            if reference.type_ref() != query.type_ref
+                || !in_namespace(reference, query.namespace.as_deref())
+                || written.at.elapsed() > WRITTEN_TTL
+            {
+                continue;
+            }
+            match (&written.object, objects.get(reference)) {
+                (None, _) => {
+                    objects.remove(reference);
+                }
+                (Some(mine), Some(seen)) if !newer(mine, seen) => {}
+                (Some(mine), _) => {
+                    objects.insert(reference.clone(), mine.clone());
+                }
+            }
+        }
+        // In the API server's order: by namespace, then name.
+        Ok(objects
+            .into_values()
+            .filter(|o| labels.matches(o) && fields.matches(o))
+            .collect())
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
@@ -429,6 +489,12 @@ impl Cluster for CachedCluster {
         write.landed(stored.resource_version());
         Ok(stored)
     }
+}
+
+/// Whether `object` is in `namespace` (`None`: any); a cluster-scoped object is in every
+/// namespace a query names, as the API server ignores the namespace for such kinds.
+fn in_namespace(object: &ObjectRef, namespace: Option<&str>) -> bool {
+    namespace.is_none() || object.namespace.is_none() || object.namespace.as_deref() == namespace
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -508,6 +574,33 @@ mod tests {
             stores.objects(&a.type_ref()).len() == 2,
             "b and the other namespace's c"
         );
+    }
+
+    #[test]
+    fn a_store_lists_only_what_a_complete_watch_has_listed() {
+        let stores = Stores::new();
+        let (a, a_obj) = cm("a", "1");
+        let query = ListQuery::new(a.type_ref(), Some("ns"));
+        assert!(stores.list(&query).is_none(), "no watch yet");
+        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
+        stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
+        assert!(
+            stores.list(&query).is_none(),
+            "label-scoped: objects without the label exist too"
+        );
+        stores.declare(&a.type_ref(), None);
+        assert_eq!(stores.list(&query).map(|l| l.len()), Some(1));
+        let everywhere = ListQuery::new(a.type_ref(), None);
+        assert!(
+            stores.list(&everywhere).is_none(),
+            "only one namespace is listed"
+        );
+        let other = ListQuery::new(a.type_ref(), Some("other"));
+        assert!(stores.list(&other).is_none(), "namespace not watched");
+
+        stores.replace(&a.type_ref(), None, vec![(a.clone(), a_obj)]);
+        assert_eq!(stores.list(&other).map(|l| l.len()), Some(0));
+        assert_eq!(stores.list(&everywhere).map(|l| l.len()), Some(1));
     }
 
     #[test]

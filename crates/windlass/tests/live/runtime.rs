@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, RequestCounter, Verb, WriteMethod};
+use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod};
 use windlass::config::LibraryConfig;
 use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
@@ -166,6 +166,82 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
     );
     assert_eq!(counts.of(Verb::Apply, "configmaps"), 3, "{counts}");
     assert_eq!(counts.of(Verb::Update, "widgets/status"), 1, "{counts}");
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_list_of_a_kind_watched_whole_is_answered_from_the_watch_with_its_own_writes() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-lists").await.unwrap();
+    let counter = RequestCounter::new();
+    let client = counter.client(env.kube_config()).unwrap();
+    let finished = Finished::default();
+    let (stop, task, cache) = start(client, ns.name(), finished.clone());
+    for name in ["b", "a"] {
+        admin
+            .apply(&widget(ns.name(), name, json!({})), WriteMethod::Update)
+            .await
+            .unwrap();
+    }
+    let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
+    eventually("both CRs are in the primary watch", || async {
+        cache.stores().objects(&widgets).len() == 2
+    })
+    .await;
+
+    counter.take();
+    let names = |objects: Vec<Value>| -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let all = ListQuery::new(widgets.clone(), Some(ns.name()));
+    assert_eq!(
+        names(cache.list(&all).await.unwrap()),
+        ["a", "b"],
+        "sorted by name"
+    );
+    let one = ListQuery::new(widgets.clone(), Some(ns.name())).fields("metadata.name=b");
+    assert_eq!(names(cache.list(&one).await.unwrap()), ["b"]);
+    let none = ListQuery::new(widgets.clone(), Some(ns.name())).labels("tier=web");
+    assert!(cache.list(&none).await.unwrap().is_empty());
+    // What this process just wrote is listed, whether or not the watch has it yet.
+    cache
+        .apply(&widget(ns.name(), "c", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    assert_eq!(names(cache.list(&all).await.unwrap()), ["a", "b", "c"]);
+    let counts = counter.take();
+    assert_eq!(
+        counts.verb(Verb::List),
+        0,
+        "lists of the primary kind:\n{counts}"
+    );
+
+    // ConfigMaps are watched by windlass's label only: one without it exists too.
+    admin
+        .apply(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "users", "namespace": ns.name()}}),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    counter.take();
+    let configmaps = ListQuery::new(TypeRef::new("v1", "ConfigMap"), Some(ns.name()));
+    assert!(
+        names(cache.list(&configmaps).await.unwrap()).contains(&"users".to_string()),
+        "an object outside the label-scoped watch is listed"
+    );
+    assert_eq!(counter.take().verb(Verb::List), 1);
 
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
