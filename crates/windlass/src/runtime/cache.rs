@@ -22,10 +22,9 @@
 //! A `list` is answered from a store whose watch sees every object of the kind in the
 //! namespace asked (the primary kind, a kind watched without a label selector), with the
 //! same read-your-writes rule, and otherwise goes to the API server; `scope` and every
-//! write go to the API server unchanged. Every write of an
-//! object (but a delete) is also entered in an [`OwnWrites`] ledger, in flight and then
-//! landed, so that the router can tell the watch's echo of it from a change by someone
-//! else (see [`super::echo`]).
+//! write go to the API server unchanged. Every write of an object, a delete too, is also
+//! entered in an [`OwnWrites`] ledger, in flight and then landed, so that the router can
+//! tell the watch's echo of it from a change by someone else (see [`super::echo`]).
 //!
 //! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
@@ -443,9 +442,13 @@ impl Cluster for CachedCluster {
         object: &ObjectRef,
         uid: Option<&str>,
     ) -> Result<Deletion, ClusterError> {
+        let write = self.own.begin(object);
         let deletion = self.on_error(object, self.live.delete(object, uid).await)?;
         match deletion {
-            Deletion::Deleted | Deletion::NotFound => self.remember(object.clone(), None),
+            Deletion::Deleted | Deletion::NotFound => {
+                self.remember(object.clone(), None);
+                write.deleted();
+            }
             // Still there, with a deletionTimestamp: the watch tells.
             Deletion::Terminating => {
                 lock(&self.written).remove(object);

@@ -15,7 +15,9 @@
 //!
 //! An event is an echo when its version is the one windlass wrote or an older one: an
 //! older version is superseded by windlass's write, which the reconcile that made it
-//! carries on from. Anything newer is someone else's change.
+//! carries on from. Anything newer is someone else's change. A deletion windlass made
+//! (a disabled component's object, one recreated because it is immutable) is an echo
+//! too, until the watch delivers it: the reconcile that deleted it knows it is gone.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -45,15 +47,19 @@ struct Entry {
     waiters: Vec<oneshot::Sender<()>>,
     /// The newest version a write returned that the watch has not delivered yet, and when.
     landed: Option<(String, Instant)>,
+    /// When a delete of windlass's removed the object, until the watch delivers that.
+    deleted: Option<Instant>,
     /// The newest version the watch delivered while writes were in flight (for events
     /// that were not held: the primary kind's, or held past the limit), so a write that
     /// lands after its own echo leaves nothing behind.
     seen: Option<String>,
+    /// Whether the watch delivered the object's deletion while writes were in flight.
+    seen_deleted: bool,
 }
 
 impl Entry {
     fn is_empty(&self) -> bool {
-        self.in_flight == 0 && self.landed.is_none()
+        self.in_flight == 0 && self.landed.is_none() && self.deleted.is_none()
     }
 }
 
@@ -100,13 +106,25 @@ impl OwnWrites {
         }
     }
 
+    /// Whether windlass's own delete removed `object` and the watch has not delivered
+    /// the deletion yet.
+    pub fn is_own_delete(&self, object: &ObjectRef) -> bool {
+        lock(&self.objects)
+            .get(object)
+            .is_some_and(|e| e.deleted.is_some())
+    }
+
     /// The watch delivered `object` at `resource_version` (`None`: deleted): a landed
-    /// version it reaches has had its echo.
+    /// version it reaches has had its echo, and so has a deletion.
     pub fn observed(&self, object: &ObjectRef, resource_version: Option<&str>) {
         let mut objects = lock(&self.objects);
         let Some(entry) = objects.get_mut(object) else {
             return;
         };
+        if resource_version.is_none() {
+            entry.deleted = None;
+            entry.seen_deleted = entry.in_flight > 0;
+        }
         if let Some((mine, _)) = &entry.landed
             && (resource_version.is_none() || !newer_version(Some(mine), resource_version))
         {
@@ -123,9 +141,11 @@ impl OwnWrites {
         }
     }
 
-    fn finish(&self, object: &ObjectRef, returned: Option<&str>) {
+    /// A write of `object` returned `returned` (`Landed::Deleted`: the object is gone).
+    fn finish(&self, object: &ObjectRef, returned: Landed<'_>) {
         let mut objects = lock(&self.objects);
-        // A landed version whose echo never comes (a kind no router watches) goes in time.
+        // A landed version or a deletion whose echo never comes (a kind no router
+        // watches) goes in time.
         objects.retain(|_, e| {
             if e.landed
                 .as_ref()
@@ -133,12 +153,23 @@ impl OwnWrites {
             {
                 e.landed = None;
             }
+            if e.deleted.is_some_and(|at| at.elapsed() > WRITTEN_TTL) {
+                e.deleted = None;
+            }
             !e.is_empty()
         });
         let Some(entry) = objects.get_mut(object) else {
             return;
         };
         entry.in_flight = entry.in_flight.saturating_sub(1);
+        let returned = match returned {
+            Landed::Version(rv) => rv,
+            Landed::Deleted => {
+                entry.landed = None;
+                entry.deleted = Some(Instant::now());
+                None
+            }
+        };
         if let Some(rv) = returned
             && entry
                 .landed
@@ -157,6 +188,10 @@ impl OwnWrites {
             // Its echo went by while it was in flight.
             entry.landed = None;
         }
+        if entry.deleted.is_some() && entry.seen_deleted {
+            entry.deleted = None;
+        }
+        entry.seen_deleted = false;
         entry.seen = None;
         for waiter in entry.waiters.drain(..) {
             let _ = waiter.send(());
@@ -180,16 +215,31 @@ impl Write<'_> {
     /// to compare, which counts as a failure).
     pub fn landed(mut self, resource_version: Option<&str>) {
         self.told = true;
-        self.ledger.finish(&self.object, resource_version);
+        self.ledger
+            .finish(&self.object, Landed::Version(resource_version));
+    }
+
+    /// The write was a delete, and the object is gone.
+    pub fn deleted(mut self) {
+        self.told = true;
+        self.ledger.finish(&self.object, Landed::Deleted);
     }
 }
 
 impl Drop for Write<'_> {
     fn drop(&mut self) {
         if !self.told {
-            self.ledger.finish(&self.object, None);
+            self.ledger.finish(&self.object, Landed::Version(None));
         }
     }
+}
+
+/// What a write returned.
+enum Landed<'a> {
+    /// The object at this version (`None`: nothing to compare).
+    Version(Option<&'a str>),
+    /// The object is gone.
+    Deleted,
 }
 
 /// Resolves once the writes of an object in flight when it was made have landed or
@@ -262,6 +312,29 @@ mod tests {
         ledger.observed(&a, Some("10"));
         write.landed(Some("10"));
         assert!(lock(&ledger.objects).is_empty());
+    }
+
+    #[test]
+    fn a_deletion_is_own_until_the_watch_delivers_it() {
+        let ledger = OwnWrites::new();
+        let a = cm("a");
+        ledger.begin(&a).landed(Some("10"));
+        ledger.begin(&a).deleted();
+        assert!(ledger.is_own_delete(&a));
+        assert!(
+            !ledger.is_own(&a, Some("10")),
+            "the version is gone with it"
+        );
+        assert!(!ledger.is_own_delete(&cm("b")));
+        ledger.observed(&a, None);
+        assert!(!ledger.is_own_delete(&a));
+        assert!(lock(&ledger.objects).is_empty());
+
+        // The watch delivers the deletion before the delete's response is back.
+        let delete = ledger.begin(&a);
+        ledger.observed(&a, None);
+        delete.deleted();
+        assert!(lock(&ledger.objects).is_empty(), "nothing left behind");
     }
 
     #[test]

@@ -185,12 +185,14 @@ impl Router {
             _ if primary => self.crs.apply_kind(&meta),
             _ => self.owned.apply_kind(&meta),
         };
-        // Whether this is the version windlass itself wrote, asked before the cache hears
-        // that the watch delivered it.
-        let echo = kind != EventKind::Deleted
-            && self
-                .cluster
-                .is_own_write(&event.reference, meta.resource_version.as_deref());
+        // Whether this is the version (or the deletion) windlass itself wrote, asked
+        // before the cache hears that the watch delivered it.
+        let echo = if kind == EventKind::Deleted {
+            self.cluster.own_writes().is_own_delete(&event.reference)
+        } else {
+            self.cluster
+                .is_own_write(&event.reference, meta.resource_version.as_deref())
+        };
         self.cluster.observed(
             &event.reference,
             (kind != EventKind::Deleted).then_some(event.object.as_ref()),
@@ -376,6 +378,25 @@ mod tests {
         let released = router.released().await.unwrap();
         assert_eq!(released.events.len(), 2);
         assert_eq!(router.release(released), vec![cr], "12 is someone else's");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn windlass_deleting_a_child_is_an_echo_and_someone_else_deleting_it_is_not() {
+        let (mut router, cluster, cr) = router();
+        let deleted = |name: &str| SourceEvent {
+            kind: EventKind::Deleted,
+            ..child(name, "20")
+        };
+        let delete = cluster.own_writes().begin(&reference("a"));
+        assert!(router.route(&deleted("a")).is_empty(), "held");
+        delete.deleted();
+        let released = router.released().await.unwrap();
+        assert!(router.release(released).is_empty(), "windlass's own delete");
+        assert_eq!(
+            router.route(&deleted("b")),
+            vec![cr],
+            "a child deleted by hand is put back"
+        );
     }
 
     #[tokio::test(start_paused = true)]
