@@ -10,8 +10,16 @@
 //!   watch has synced (listed its kind into the cache; a watch that lost its stream and
 //!   relists is not synced until the relist is done) and, where leader election is on,
 //!   once this replica knows whether it leads (a standby that knows it is a standby is
-//!   ready: it is what the rollout of a Deployment waits for). Otherwise 503, with a short
-//!   text body saying what is missing, so `kubectl describe pod` tells why.
+//!   ready: it is what the rollout of a Deployment waits for), and the API server says it
+//!   is ready itself. Otherwise 503, with a short text body saying what is missing, so
+//!   `kubectl describe pod` tells why.
+//!
+//! Why ask the API server: with etcd gone, kube-apiserver keeps the watches open (its
+//! watch cache simply stops sending), so every watch still looks synced while no write
+//! can succeed. The API server's own `/readyz` checks etcd. It is asked only when
+//! `/readyz` is (so an operator nobody probes sends nothing), at most once per
+//! [`API_PROBE_TTL`] however many probers ask, and an answer slower than
+//! [`API_PROBE_TIMEOUT`] counts as not ready.
 //!
 //! [`Health`] is the state the runtime sets; [`serve`] answers from it and from
 //! [`Metrics`].
@@ -28,6 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
 
 use super::metrics::{CONTENT_TYPE, Metrics};
 use super::source::Watch;
@@ -51,6 +60,63 @@ use super::source::Watch;
 #[derive(Debug, Default)]
 pub struct Health {
     state: Mutex<Readiness>,
+    api: std::sync::OnceLock<ApiProbe>,
+}
+
+/// How long one answer of the API server's `/readyz` is reused.
+pub const API_PROBE_TTL: Duration = Duration::from_secs(2);
+
+/// How long the API server's `/readyz` may take before it counts as not ready.
+pub const API_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The API server's readiness, asked through the operator's own client (see the
+/// [module docs](self)).
+struct ApiProbe {
+    client: kube::Client,
+    /// The last answer (`Some`: what is wrong) and when it came. A lock held across the
+    /// request, so concurrent probers share one.
+    last: tokio::sync::Mutex<Option<(Instant, Option<String>)>>,
+}
+
+impl std::fmt::Debug for ApiProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiProbe").finish_non_exhaustive()
+    }
+}
+
+impl ApiProbe {
+    /// What is wrong with the API server, if anything.
+    async fn problem(&self) -> Option<String> {
+        let mut last = self.last.lock().await;
+        if let Some((at, answer)) = &*last
+            && at.elapsed() < API_PROBE_TTL
+        {
+            return answer.clone();
+        }
+        let request = http::Request::get("/readyz").body(Vec::new());
+        let answer = match request {
+            Err(e) => Some(format!("API server: cannot build the request: {e}")),
+            Ok(request) => {
+                match tokio::time::timeout(API_PROBE_TIMEOUT, self.client.request_text(request))
+                    .await
+                {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(format!("API server not ready: {}", first_line(&e))),
+                    Err(_) => Some(format!(
+                        "API server not ready: no answer within {API_PROBE_TIMEOUT:?}"
+                    )),
+                }
+            }
+        };
+        *last = Some((Instant::now(), answer.clone()));
+        answer
+    }
+}
+
+/// The first line of an error: the API server's readiness report is one line per check.
+fn first_line(error: &kube::Error) -> String {
+    let text = error.to_string();
+    text.lines().next().unwrap_or_default().to_string()
 }
 
 #[derive(Debug, Default)]
@@ -129,6 +195,31 @@ impl Health {
         while leadership.changed().await.is_ok() {
             let leader = *leadership.borrow_and_update();
             self.set_leader(leader);
+        }
+    }
+
+    /// Readiness also asks the API server behind `client` whether it is ready (see the
+    /// [module docs](self)). Set once; later calls are ignored.
+    pub fn probe_api(&self, client: kube::Client) {
+        let _ = self.api.set(ApiProbe {
+            client,
+            last: tokio::sync::Mutex::new(None),
+        });
+    }
+
+    /// [`readiness`](Self::readiness), and the API server's own where
+    /// [`probe_api`](Self::probe_api) set it up.
+    pub async fn readiness_with_api(&self) -> Result<(), Vec<String>> {
+        let mut missing = self.readiness().err().unwrap_or_default();
+        if let Some(probe) = self.api.get()
+            && let Some(problem) = probe.problem().await
+        {
+            missing.push(problem);
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing)
         }
     }
 
@@ -238,7 +329,7 @@ async fn alive() -> Response {
 }
 
 async fn ready(extract::State(endpoints): extract::State<Endpoints>) -> Response {
-    match endpoints.health.readiness() {
+    match endpoints.health.readiness_with_api().await {
         Ok(()) => ([(header::CONTENT_TYPE, TEXT)], "ok\n".to_string()).into_response(),
         Err(missing) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -463,5 +554,60 @@ mod tests {
         let (_tx, rx) = watch::channel(true);
         let _ = tokio::time::timeout(Duration::from_millis(1), health.follow_leadership(rx)).await;
         assert_eq!(health.state().leadership, Leadership::Known(true));
+    }
+
+    /// A stand-in for kube-apiserver's `/readyz`: answers `status`, counts the requests.
+    async fn fake_api(
+        status: Arc<std::sync::atomic::AtomicU16>,
+        hits: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> kube::Client {
+        use std::sync::atomic::Ordering;
+        let app = Router::new().route(
+            "/readyz",
+            axum::routing::get(move || {
+                let (status, hits) = (status.clone(), hits.clone());
+                async move {
+                    hits.fetch_add(1, Ordering::SeqCst);
+                    let code = StatusCode::from_u16(status.load(Ordering::SeqCst)).unwrap();
+                    (code, "[-]etcd failed: reason withheld\n")
+                }
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn readiness_asks_the_api_server_once_for_concurrent_probers() {
+        use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+        let status = Arc::new(AtomicU16::new(500));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let health = Health::new();
+        assert_eq!(health.readiness_with_api().await, Ok(()), "no probe set up");
+        health.probe_api(fake_api(status.clone(), hits.clone()).await);
+
+        let (a, b) = tokio::join!(health.readiness_with_api(), health.readiness_with_api());
+        for answer in [a, b] {
+            let missing = answer.unwrap_err();
+            assert_eq!(missing.len(), 1, "{missing:?}");
+            assert!(
+                missing[0].starts_with("API server not ready"),
+                "{missing:?}"
+            );
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 1, "one request for both");
+        assert!(health.readiness().is_ok(), "the local part alone is ready");
+
+        // The API server recovers: ready again once the last answer is old enough.
+        status.store(200, Ordering::SeqCst);
+        let deadline = Instant::now() + API_PROBE_TTL * 3;
+        while health.readiness_with_api().await.is_err() {
+            assert!(Instant::now() < deadline, "still not ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(hits.load(Ordering::SeqCst) >= 2);
     }
 }

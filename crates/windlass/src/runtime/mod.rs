@@ -192,6 +192,7 @@ impl Manager {
             self.metrics.clone(),
         ));
         if let Some(address) = self.library.metrics_address() {
+            self.health.probe_api(self.client.clone());
             let mut stopped = stop.clone();
             let (metrics, health) = (self.metrics.clone(), self.health.clone());
             background.spawn(async move {
