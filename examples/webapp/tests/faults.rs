@@ -4,6 +4,9 @@
 //! - two replicas with Lease election: one leads and only it writes; SIGKILL it and the
 //!   other takes over within the lease duration (plus a poll); every CR converges and
 //!   nothing is written twice or re-created;
+//! - two replicas with the annotation lock (F182), active-active: each CR is locked and
+//!   rolled out by one of them, no child is written twice, and the CRs of a replica that
+//!   is SIGKILLed are taken over by the other once their locks expire;
 //! - kube-apiserver, and separately etcd, stopped and started again under a running
 //!   operator: it rides the outage out, `/readyz` says so, and afterwards it converges CRs
 //!   created or changed after the restart, with nothing lost, re-created or owned twice.
@@ -44,6 +47,31 @@ impl Operator {
                 "leader-with-lease",
                 "--python_watch_manager.lock.namespace",
                 namespace,
+                "--python_watch_manager.lock.duration",
+                &lease,
+                "--python_watch_manager.lock.poll_time",
+                &poll,
+                "--operator_name",
+                "webapp-operator",
+                "--pod_name",
+                name,
+            ],
+        )
+    }
+
+    /// A replica with the per-CR annotation lock, its identity `name`.
+    fn active(env: &TestEnv, name: &str, namespace: &str) -> Operator {
+        let (lease, poll) = (
+            format!("{}s", LEASE.as_secs()),
+            format!("{}s", POLL.as_secs()),
+        );
+        Operator::start(
+            env,
+            name,
+            namespace,
+            &[
+                "--python_watch_manager.lock.type",
+                "annotation",
                 "--python_watch_manager.lock.duration",
                 &lease,
                 "--python_watch_manager.lock.poll_time",
@@ -403,6 +431,140 @@ async fn two_replicas_one_leads_and_the_other_takes_over_after_sigkill() {
     eprintln!(
         "election: takeover after {takeover:?}; the leader wrote {leader_writes:?}; the new \
          leader wrote {survivor_writes:?}; {:?} in all",
+        started.elapsed()
+    );
+}
+
+/// The holder named in the lock annotation of each WebApp called one of `names`.
+async fn lock_holders(cluster: &LiveCluster, namespace: &str, names: &[String]) -> Vec<String> {
+    let mut holders = Vec::new();
+    for name in names {
+        let cr = ObjectRef::new(
+            "example.windlass.dev/v1alpha1",
+            "WebApp",
+            Some(namespace),
+            name,
+        );
+        let cr = cluster.get(&cr).await.unwrap().unwrap();
+        holders.push(
+            cr["metadata"]["annotations"][windlass::annotations::LEASE_NAME]
+                .as_str()
+                .unwrap_or("(none)")
+                .to_string(),
+        );
+    }
+    holders
+}
+
+#[tokio::test]
+async fn two_active_replicas_share_the_crs_by_annotation_lock() {
+    let started = Instant::now();
+    let env = TestEnv::shared()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace("annotation-lock").await.unwrap();
+    let client = env.client().unwrap();
+    let cluster = Arc::new(LiveCluster::new(client.clone()));
+    install_crd(&cluster).await;
+    let replicas = [
+        Operator::active(env, "active-a", ns.name()),
+        Operator::active(env, "active-b", ns.name()),
+    ];
+    let [a, b] = &replicas;
+    eventually("both replicas are ready", LONG, &[a, b], || async {
+        a.readyz() == Some(200) && b.readyz() == Some(200)
+    })
+    .await;
+
+    let names: Vec<String> = (0..8).map(|i| format!("app{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    for name in &names {
+        cluster
+            .apply(&webapp(ns.name(), name, 2), WriteMethod::Update)
+            .await
+            .unwrap();
+    }
+    eventually("every WebApp is Ready", LONG, &[a, b], || async {
+        all_ready(&cluster, ns.name(), &refs).await
+    })
+    .await;
+    let holders = lock_holders(&cluster, ns.name(), &names).await;
+    assert!(
+        holders.iter().all(|h| h == "active-a" || h == "active-b"),
+        "every CR is locked by one replica: {holders:?}"
+    );
+    // Each child was applied once, by one replica: the two replicas' child writes add up
+    // to the number of children.
+    let child_writes = |operator: &Operator| -> f64 {
+        operator
+            .writes()
+            .iter()
+            .filter(|(resource, _)| *resource != "events" && !resource.starts_with("webapps"))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let before = children(&client, ns.name()).await;
+    let (a_writes, b_writes) = (child_writes(a), child_writes(b));
+    assert_eq!(
+        a_writes + b_writes,
+        before.len() as f64,
+        "children written: a {:?}, b {:?}; {} children",
+        a.writes(),
+        b.writes(),
+        before.len()
+    );
+    assert_one_owner(&before);
+
+    // SIGKILL the holder of app0: its locks expire, and the other replica takes its CRs
+    // when they change.
+    let victim = usize::from(holders[0] == "active-b");
+    let survivor_name = replicas[1 - victim].name.clone();
+    let mut replicas = replicas;
+    let pid = replicas[victim].child.id();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let _ = replicas[victim].child.wait();
+    for name in &names {
+        cluster
+            .apply(&webapp(ns.name(), name, 3), WriteMethod::Update)
+            .await
+            .unwrap();
+    }
+    eventually(
+        "every WebApp is rolled out again by the survivor",
+        LONG,
+        &[&replicas[1 - victim]],
+        || async {
+            all_ready(&cluster, ns.name(), &refs).await
+                && lock_holders(&cluster, ns.name(), &names)
+                    .await
+                    .iter()
+                    .all(|h| *h == survivor_name)
+        },
+    )
+    .await;
+    let after = children(&client, ns.name()).await;
+    let (before_uids, after_uids) = (uids(&before), uids(&after));
+    assert_eq!(before_uids, after_uids, "nothing re-created or lost");
+    for name in &names {
+        let web = ObjectRef::new(
+            "apps/v1",
+            "Deployment",
+            Some(ns.name()),
+            &format!("{name}-web"),
+        );
+        let web = cluster.get(&web).await.unwrap().unwrap();
+        assert_eq!(web["spec"]["replicas"], 3, "{name}'s change rolled out");
+    }
+    assert_one_owner(&after);
+    eprintln!(
+        "annotation lock: CRs held {holders:?}; child writes a {a_writes}, b {b_writes}; \
+         {:?} in all",
         started.elapsed()
     );
 }
