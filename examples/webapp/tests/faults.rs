@@ -556,7 +556,7 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
             "apps/v1",
             "Deployment",
             Some(ns.name()),
-            &format!("{name}-web"),
+            format!("{name}-web"),
         );
         let web = cluster.get(&web).await.unwrap().unwrap();
         assert_eq!(web["spec"]["replicas"], 3, "{name}'s change rolled out");
