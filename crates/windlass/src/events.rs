@@ -18,7 +18,7 @@
 //!
 //! | event                             | when                                                                 |
 //! |-----------------------------------|----------------------------------------------------------------------|
-//! | [`CrEvent::rollout_started`]      | a reconcile starts rolling out a spec or version not yet rolled out (the start status turns `Updating` on), not on every requeue |
+//! | [`CrEvent::rollout_started`]      | a reconcile starts rolling out a spec or version not yet rolled out (the start status turns `Updating` on) and does not complete it, not on every requeue; a rollout done in one reconcile gets only its RolloutCompleted |
 //! | [`CrEvent::rollout_completed`]    | the completion status turns `Ready` true                             |
 //! | [`CrEvent::rollout_failed`]       | a reconcile ends in a fatal [`Error`] ([`Error::is_fatal`])           |
 //! | [`CrEvent::component_failed`]     | a component fails ([`Event::Halted`] with `failure`; see [`CrEvent::from_progress`]) |

@@ -95,6 +95,14 @@ pub struct Report {
     pub error: Option<Error>,
 }
 
+/// What a reconcile got to, for its error path: the start status, the session, and the
+/// RolloutStarted event not published yet.
+struct Progress<'a, C: Controller> {
+    start: &'a mut Option<StatusUpdate>,
+    made: &'a mut Option<Session<C>>,
+    starting: &'a mut Option<CrEvent>,
+}
+
 /// An error of the reconcile together with the rollout state it carries (F72).
 struct Failure {
     error: Error,
@@ -249,9 +257,20 @@ impl<C: Controller> Reconciler<C> {
             let mut start = None;
             // The session, once made: the error status carries its author's changes too.
             let mut made = None;
-            let run =
-                AssertUnwindSafe(self.run(&id, cr, &manifest, &ledger, &mut start, &mut made))
-                    .catch_unwind();
+            // A rollout that starts and does not complete in this reconcile is announced.
+            let mut starting = None;
+            let run = AssertUnwindSafe(self.run(
+                &id,
+                cr,
+                &manifest,
+                &ledger,
+                Progress {
+                    start: &mut start,
+                    made: &mut made,
+                    starting: &mut starting,
+                },
+            ))
+            .catch_unwind();
             let failure = match run.await {
                 Ok(Ok((outcome, state))) => return report(outcome, state, None),
                 Ok(Err(failure)) => failure,
@@ -264,6 +283,9 @@ impl<C: Controller> Reconciler<C> {
                     .await;
             } else {
                 tracing::info!(reason = %failure.error, "not yet");
+                if let Some(started) = starting {
+                    self.publish(&manifest, started).await;
+                }
                 if !status::is_managed::<C>(&self.library) {
                     self.publish(
                         &manifest,
@@ -419,15 +441,21 @@ impl<C: Controller> Reconciler<C> {
         }
     }
 
+    /// One reconcile (see the module docs); what it got to is left in `progress` for the
+    /// error path.
     async fn run(
         &self,
         id: &str,
         cr: &ObjectRef,
         manifest: &Value,
         ledger: &Arc<Ledger>,
-        start: &mut Option<StatusUpdate>,
-        made: &mut Option<Session<C>>,
+        progress: Progress<'_, C>,
     ) -> std::result::Result<(Outcome, Option<CompletionState>), Failure> {
+        let Progress {
+            start,
+            made,
+            starting,
+        } = progress;
         let controller = self.controller.as_ref();
         let library = &self.library;
         let finalizing = manifest.is_terminating();
@@ -464,10 +492,10 @@ impl<C: Controller> Reconciler<C> {
         let this_generation =
             ready_before.map(|c| c["observedGeneration"].as_i64()) == Some(manifest.generation());
         // Without a status of its own, every reconcile would look like a new generation:
-        // such a primary only hears the outcome.
+        // such a primary only hears the outcome. Announced only if this reconcile does not
+        // complete it: one that does says so with a single RolloutCompleted.
         if !this_generation && manage_status {
-            self.publish(manifest, CrEvent::rollout_started(session.version()))
-                .await;
+            *starting = Some(CrEvent::rollout_started(session.version()));
         }
         // Whether this generation was already announced as rolled out.
         let rolled_out =
@@ -525,10 +553,14 @@ impl<C: Controller> Reconciler<C> {
                 None => return Ok((Outcome::Done, Some(state))),
             }
         }
+        let started = starting.take();
         if state.verify_completed() && !rolled_out && !finalizing {
             self.publish(&current, CrEvent::rollout_completed(session.version()))
                 .await;
-        } else if !state.verify_completed() && !manage_status {
+        } else if let Some(started) = started {
+            self.publish(manifest, started).await;
+        }
+        if !state.verify_completed() && !manage_status {
             let waiting = completion_status(&session, &state, &Value::Null).updating;
             if let Some((_, message)) = waiting {
                 self.publish(&current, CrEvent::rollout_waiting(message))

@@ -17,7 +17,7 @@ fn reasons(sink: &MemoryEventSink) -> Vec<(Reason, u32)> {
 }
 
 #[tokio::test]
-async fn a_rollout_is_announced_once_when_it_starts_and_once_when_it_completes() {
+async fn a_rollout_done_in_one_reconcile_is_announced_once_when_it_completes() {
     let controller =
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
     // The environment only provides the cluster with the CRD; the reconciler under test
@@ -28,27 +28,49 @@ async fn a_rollout_is_announced_once_when_it_starts_and_once_when_it_completes()
         .with_events(sink.clone());
     let cr = env.apply_cr("a", json!({})).await;
     assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
-    assert_eq!(
-        reasons(&sink),
-        [(Reason::RolloutStarted, 1), (Reason::RolloutCompleted, 1)]
-    );
+    assert_eq!(reasons(&sink), [(Reason::RolloutCompleted, 1)]);
     // Steady state: nothing new to say.
     assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
-    assert_eq!(
-        reasons(&sink),
-        [(Reason::RolloutStarted, 1), (Reason::RolloutCompleted, 1)]
-    );
+    assert_eq!(reasons(&sink), [(Reason::RolloutCompleted, 1)]);
     // A spec change is a new rollout.
     env.apply_cr("a", json!({"size": 2})).await;
     reconciler.reconcile(&cr).await;
     let events = sink.events();
     assert_eq!(
         events.len(),
-        2,
+        1,
         "same reasons and notes are a series: {events:?}"
     );
     assert_eq!(events[0].count, 2);
-    assert_eq!(events[1].count, 2);
+}
+
+#[tokio::test]
+async fn a_rollout_that_waits_is_announced_when_it_starts_and_when_it_completes() {
+    let web = DummyComponent::new("web").with_configmap("web");
+    let env = TestEnv::new(DummyController::new()).await;
+    let sink = Arc::new(MemoryEventSink::new());
+    let reconciler = |web: DummyComponent| {
+        Reconciler::new(
+            DummyController::new().component(web, &[]),
+            env.memory.clone(),
+            LibraryConfig::default(),
+        )
+        .with_events(sink.clone())
+    };
+    let cr = env.apply_cr("a", json!({})).await;
+    // Deployed, not ready yet: the rollout has started.
+    let waiting = reconciler(web.clone().behave(Behaviour::NeverVerifies));
+    waiting.reconcile(&cr).await;
+    assert_eq!(reasons(&sink), [(Reason::RolloutStarted, 1)]);
+    // Still waiting: already announced.
+    waiting.reconcile(&cr).await;
+    assert_eq!(reasons(&sink), [(Reason::RolloutStarted, 1)]);
+    // Ready now: the same rollout completes.
+    assert_eq!(reconciler(web).reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(
+        reasons(&sink),
+        [(Reason::RolloutStarted, 1), (Reason::RolloutCompleted, 1)]
+    );
 }
 
 #[tokio::test]
