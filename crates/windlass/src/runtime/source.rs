@@ -198,9 +198,9 @@ async fn follow(
             }
             Event::Apply(object) => match entry(live, &watch.type_ref, object) {
                 Some((reference, object)) => {
-                    let before = stores.upsert(reference.clone(), object.clone());
+                    let replaced = stores.upsert(reference.clone(), &object);
                     vec![SourceEvent {
-                        kind: if before.is_some() {
+                        kind: if replaced {
                             EventKind::Modified
                         } else {
                             EventKind::Added
