@@ -395,7 +395,7 @@ impl CertificateAuthority {
         }
         // A throwaway certificate proves the issuer re-created from the constant subject
         // matches this certificate, and that it really can sign.
-        let probe = ca.issue_with(
+        let probe = ca.issue_valid_for(
             &CertRequest::new().dns_names(["probe.windlass.invalid"]),
             KeyAlgorithm::EcdsaP256,
             Duration::from_secs(3600),
@@ -427,10 +427,12 @@ impl CertificateAuthority {
         request: &CertRequest,
         algorithm: KeyAlgorithm,
     ) -> Result<KeyCertPair, TlsError> {
-        self.issue_with(request, algorithm, CERT_VALIDITY)
+        self.issue_valid_for(request, algorithm, CERT_VALIDITY)
     }
 
-    fn issue_with(
+    /// [`CertificateAuthority::issue`] with another validity than [`CERT_VALIDITY`], e.g.
+    /// short-lived certificates for tests.
+    pub fn issue_valid_for(
         &self,
         request: &CertRequest,
         algorithm: KeyAlgorithm,
