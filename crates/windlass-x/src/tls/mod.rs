@@ -78,7 +78,7 @@
 //!             .ok_or_else(|| Error::config("no TLS pair was requested for db"))?;
 //!         out.add("deployment", &Deployment {
 //!             metadata: session.meta(Ref::<Deployment>::new("db")),
-//!             spec: Some(DeploymentSpec {
+//!             spec: DeploymentSpec {
 //!                 selector: out.selector(),
 //!                 template: out.pod_template(PodSpec {
 //!                     containers: vec![Container {
@@ -101,7 +101,7 @@
 //!                     ..Default::default()
 //!                 }),
 //!                 ..Default::default()
-//!             }),
+//!             },
 //!             ..Default::default()
 //!         })?;
 //!         // ... and clients get the CA certificate (never the key) in PEM.

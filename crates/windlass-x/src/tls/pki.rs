@@ -9,8 +9,8 @@
 //!
 //! Choices, and why they differ from oper8's:
 //!
-//! - **ECDSA P-256 keys by default**: generated in microseconds (RSA-2048 takes a noticeable
-//!   fraction of a second even optimised, seconds in a debug build), small, and accepted by
+//! - **ECDSA P-256 keys by default**: generated in microseconds (an RSA-2048 key takes about
+//!   0.1 s optimised and up to a second unoptimised, with a random spread), small, and accepted by
 //!   every TLS stack an operator deploys (OpenSSL-based Postgres and Redis, Go, Java, rustls).
 //!   RSA-2048, oper8's only choice, stays available with the `tls-rsa` feature for clients
 //!   that cannot do ECDSA.

@@ -1,4 +1,4 @@
-//! Which [`TlsContext`] a CR gets (oper8 F239): a registry of context factories keyed by
+//! Which [`TlsContext`](super::TlsContext) a CR gets (oper8 F239): a registry of context factories keyed by
 //! `tls.type` in the backend config.
 //!
 //! oper8 kept one context per session in a process-wide singleton, found by a class
