@@ -241,6 +241,31 @@ async fn the_server_component_waits_for_the_ca_component() {
 }
 
 #[tokio::test]
+async fn a_disabled_server_still_renders_and_its_pair_secret_is_pruned() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let mut spec = tls_spec("internal");
+    let cr = env.apply_cr("w", spec.clone()).await;
+    env.reconcile(&cr).await;
+    assert!(env.get(&secret("w-web-tls")).await.is_some());
+    let ca_before = get(&env, &secret("w-infra-tls-ca")).await;
+
+    spec["webDisabled"] = json!(true);
+    env.apply_cr("w", spec).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(
+        env.get(&secret("w-web-tls")).await.is_none(),
+        "the pair is pruned"
+    );
+    assert!(env.get(&configmap("w-web-cert")).await.is_none());
+    assert_eq!(
+        get(&env, &secret("w-infra-tls-ca")).await["data"],
+        ca_before["data"],
+        "the CA stays"
+    );
+}
+
+#[tokio::test]
 async fn a_repeated_request_is_ignored() {
     let mut controller = TlsController::new();
     controller.repeat_request = true;

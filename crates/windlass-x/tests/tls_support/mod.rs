@@ -20,7 +20,7 @@ pub const SERVER: &str = "web";
 
 /// A controller of Widgets with one server component, `web`, whose pair is requested
 /// with the DNS names in `spec.dnsNames` (default `web.test.svc`) and the IPs in
-/// `spec.ips` (default `127.0.0.1`). `web` renders a ConfigMap `<cr>-web-cert` with the
+/// `spec.ips` (default `127.0.0.1`); `spec.webDisabled: true` disables `web`. `web` renders a ConfigMap `<cr>-web-cert` with the
 /// certificate it got (never the key) and the CA, so tests can see what render saw.
 pub struct TlsController {
     pub registry: TlsRegistry<Self>,
@@ -59,8 +59,9 @@ impl Controller for TlsController {
     fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         let tls = self.registry.context(session, &mut graph)?;
-        let web = graph.add(Server { tls: tls.clone() })?;
         let spec = &session.manifest()["spec"];
+        let enabled = spec["webDisabled"] != Value::Bool(true);
+        let web = graph.add_enabled(Server { tls: tls.clone() }, enabled)?;
         let ips = strings(spec, "ips", "127.0.0.1")
             .into_iter()
             .map(|ip| {
