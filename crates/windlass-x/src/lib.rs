@@ -8,3 +8,6 @@
 //!
 //! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
 //! use it with one option.
+
+#[cfg(feature = "tls")]
+pub mod tls;
