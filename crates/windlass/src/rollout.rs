@@ -502,9 +502,11 @@ impl<C: Controller> Rollout<'_, C> {
                     &sources,
                 )
                 .await?;
-                // What carries this CR's ownership label reconciles it through that label.
+                // What this rollout renders (a create-only Secret read back), or what
+                // carries this CR's ownership label, reconciles it through that label.
                 external.extend(
                     read.into_iter()
+                        .filter(|(reference, _)| !sources.iter().any(|s| s.reference == reference))
                         .filter(|(_, found)| {
                             found.as_ref().and_then(|f| f.label(annotations::OWNER_UID)) != uid
                                 || uid.is_none()
