@@ -133,6 +133,11 @@ impl Stores {
     pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>) {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
+        if labels.is_none() && !store.complete {
+            // A whole watch replaces a label-scoped one: until it has listed, what the
+            // store lacks may exist.
+            store.synced.clear();
+        }
         store.complete = labels.is_none();
         store.owned = labels.is_none() || labels == Some(crate::annotations::OWNER_UID);
     }
@@ -462,7 +467,7 @@ mod tests {
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
         stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
-        assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
+        assert_eq!(stores.lookup(&a), Cached::Present(a_obj.clone()));
         assert_eq!(
             stores.lookup(&b),
             Cached::Unknown,
@@ -486,8 +491,13 @@ mod tests {
             Cached::Unknown,
             "another selector cannot tell"
         );
+        // A whole watch replaces the label-scoped one: it knows once it has listed.
         stores.declare(&a.type_ref(), None);
+        assert_eq!(stores.lookup(&b), Cached::Unknown, "not listed yet");
+        assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
+        stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&b), Cached::Absent, "a complete watch knows");
+        assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
     }
 
     #[test]
