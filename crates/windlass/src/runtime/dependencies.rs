@@ -8,7 +8,7 @@
 //!
 //! To see changes of objects that carry no label of windlass's, the kind is watched whole
 //! in the watched namespaces from the first report of a dependency of that kind on (see
-//! [`super::route_events`]): one list and one watch per kind and namespace, and every
+//! the runtime's event routing): one list and one watch per kind and namespace, and every
 //! later read of such an object is answered from memory. The price is the memory of every
 //! Secret (or ConfigMap) of those namespaces and `list`/`watch` access to them, which
 //! the operator's reads of them need anyway. Watching each dependency by name

@@ -5,6 +5,7 @@
 //! not; a reconcile with nothing changed writes nothing; and the operator's requests are
 //! counted.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ use crate::{eventually, live};
 
 /// The Widget's component `web`: the Secret `<cr>-settings` from `spec.greeting`, and a
 /// one-replica Deployment `<cr>-web` with the option, whose pods read that Secret
-/// (env), the user's Secret `credentials` (a volume) and the optional ConfigMap `tuning`.
+/// (env) and, unless `spec.external` is `false`, the user's Secret `credentials` (a
+/// volume) and the optional ConfigMap `tuning`.
 struct Web;
 
 #[async_trait]
@@ -44,17 +46,22 @@ impl Controller for Web {
                     "data": {"greeting": encode(greeting.unwrap_or(""))}}),
             )?;
             let name = session.scoped_name("web");
+            let external = session.cr().spec.extra.get("external") != Some(&json!(false));
+            let mut deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                        "containers": [{"name": "main", "image": "busybox",
+                            "env": [{"name": "GREETING", "valueFrom": {"secretKeyRef":
+                                {"name": settings, "key": "greeting"}}}]}]}}}});
+            if external {
+                let pod = &mut deployment["spec"]["template"]["spec"];
+                pod["volumes"] = json!([{"name": "credentials", "secret": {"secretName": "credentials"}}]);
+                pod["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "tuning", "optional": true}}]);
+                pod["containers"][0]["volumeMounts"] = json!([{"name": "credentials", "mountPath": "/credentials"}]);
+            }
             out.add_with(
                 "deployment",
-                &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                        "template": {"metadata": {"labels": {"app": name}}, "spec": {
-                            "volumes": [{"name": "credentials", "secret": {"secretName": "credentials"}}],
-                            "containers": [{"name": "main", "image": "busybox",
-                                "env": [{"name": "GREETING", "valueFrom": {"secretKeyRef":
-                                    {"name": settings, "key": "greeting"}}}],
-                                "envFrom": [{"configMapRef": {"name": "tuning", "optional": true}}],
-                                "volumeMounts": [{"name": "credentials", "mountPath": "/credentials"}]}]}}}}),
+                &deployment,
                 ResourceOptions::new().restart_on_dependency_change(),
             )?;
             Ok(())
@@ -67,13 +74,16 @@ fn encode(text: &str) -> Value {
     serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap()
 }
 
-/// How many reconciles of the CR ended `Done`.
+/// How many reconciles of each CR ended `Done`.
 #[derive(Default, Clone)]
-struct Done(Arc<Mutex<usize>>);
+struct Done(Arc<Mutex<HashMap<String, usize>>>);
 
 impl Done {
     fn count(&self) -> usize {
-        *self.0.lock().unwrap()
+        self.0.lock().unwrap().values().sum()
+    }
+    fn of(&self, name: &str) -> usize {
+        self.0.lock().unwrap().get(name).copied().unwrap_or(0)
     }
 }
 
@@ -81,7 +91,12 @@ impl ReconcileObserver for Done {
     fn started(&self, _: &str, _: Duration) {}
     fn finished(&self, _: &str, report: &Report, _: Duration) {
         if report.outcome == Outcome::Done {
-            *self.0.lock().unwrap() += 1;
+            *self
+                .0
+                .lock()
+                .unwrap()
+                .entry(report.cr.name.clone())
+                .or_default() += 1;
         }
     }
 }
@@ -261,6 +276,114 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
     assert_eq!(counts.verb(Verb::Get), 0, "{counts}");
     assert_eq!(template_hash(&admin, &deployment).await, Some(third));
     assert_eq!(replica_sets(&admin_client, ns).await, 3);
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// The first CR reads only the Secret it renders, so Secrets are watched label-scoped; a
+/// second CR reads the user's Secret, and the Secret watch becomes a watch of all of them
+/// (the label-scoped one stopped first). The user's edit then rolls the second CR's
+/// Deployment only, and the first CR's Secret is still served from memory.
+#[tokio::test]
+async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_it_does_not_own() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("dependency-watch").await.unwrap();
+    let ns = ns.name();
+    let credentials = |password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials", "namespace": ns},
+            "data": {"password": encode(password)}})
+    };
+    admin
+        .apply(&credentials("one"), WriteMethod::Update)
+        .await
+        .unwrap();
+    let counter = RequestCounter::new();
+    let library = LibraryConfig {
+        watch_namespace: ns.to_string(),
+        ..LibraryConfig::default()
+    };
+    let done = Done::default();
+    let manager = Manager::new(counter.client(env.kube_config()).unwrap(), library)
+        .controller(Web)
+        .with_observer(Arc::new(done.clone()));
+    let cache = manager.cluster().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let widget = |name: &str, spec: Value| {
+        json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    let secrets = TypeRef::new("v1", "Secret");
+    let user_secret = ObjectRef::new("v1", "Secret", Some(ns), "credentials");
+    let own_secret = ObjectRef::new("v1", "Secret", Some(ns), "inside-settings");
+    let served = |object: &ObjectRef| {
+        matches!(
+            cache.stores().lookup(object),
+            windlass::runtime::cache::Cached::Present(_)
+        )
+    };
+
+    admin
+        .apply(
+            &widget("inside", json!({"greeting": "hi", "external": false})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the first CR is Done", || async { done.of("inside") > 0 }).await;
+    eventually("the label-scoped Secret watch has listed", || async {
+        cache.stores().is_synced(&secrets, Some(ns))
+    })
+    .await;
+    assert!(served(&own_secret));
+    assert!(
+        !served(&user_secret),
+        "not labelled: not in the label-scoped watch"
+    );
+
+    admin
+        .apply(
+            &widget("outside", json!({"greeting": "hi"})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the second CR is Done", || async { done.of("outside") > 0 }).await;
+    eventually(
+        "the whole Secret watch has listed the user's Secret",
+        || async { served(&user_secret) },
+    )
+    .await;
+    assert!(served(&own_secret), "and still the CR's own");
+
+    let inside = ObjectRef::new("apps/v1", "Deployment", Some(ns), "inside-web");
+    let outside = ObjectRef::new("apps/v1", "Deployment", Some(ns), "outside-web");
+    let (inside_hash, outside_hash) = (
+        template_hash(&admin, &inside).await.unwrap(),
+        template_hash(&admin, &outside).await.unwrap(),
+    );
+    counter.take();
+    let before = done.of("outside");
+    admin
+        .apply(&credentials("two"), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the second CR's pods roll", || async {
+        template_hash(&admin, &outside).await.as_deref() != Some(outside_hash.as_str())
+    })
+    .await;
+    eventually("and it is Done again", || async {
+        done.of("outside") > before
+    })
+    .await;
+    assert_eq!(template_hash(&admin, &inside).await, Some(inside_hash));
+    let counts = counter.take();
+    println!("an edit of the user's Secret, with a retired watch:\n{counts}");
+    assert_eq!(counts.of(Verb::Apply, "deployments"), 1, "{counts}");
+    assert_eq!(counts.verb(Verb::Get), 0, "{counts}");
 
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
