@@ -38,9 +38,15 @@
 //!   metadata. The same data gives the same hash, so a steady state writes nothing. Only
 //!   names and a digest leave this module: no data is logged.
 //!
-//! The runtime reconciles a CR when a dependency it read from the cluster changes (see
-//! [`crate::runtime`]): the rollout reports them with
-//! [`Event::Dependencies`](crate::progress::Event::Dependencies).
+//! The runtime reconciles a CR when a dependency it read from the cluster changes: the
+//! rollout reports them with [`Event::Dependencies`](crate::progress::Event::Dependencies),
+//! and from the first such report of a kind on, the runtime watches every object of that
+//! kind in its namespaces (see [`crate::runtime::dependencies`]), so those reads are
+//! served from memory too. The operator needs `list` and `watch` on Secrets (and
+//! ConfigMaps) for that; `windlass rbac` grants them, as it does for every kind a rollout
+//! reads. A controller that watches the kind itself with a label selector
+//! ([`Controller::watches`](crate::controller::Controller::watches)) keeps its own watch:
+//! a dependency outside that selector is then read, but its changes are not seen.
 
 use std::collections::BTreeMap;
 
