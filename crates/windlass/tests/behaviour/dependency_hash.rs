@@ -15,8 +15,9 @@ fn secret_ref(name: &str) -> ObjectRef {
     ObjectRef::new("v1", "Secret", Some(TEST_NAMESPACE), name)
 }
 
-/// With `data`: windlass would write a Secret rendered with `stringData` on every
-/// reconcile (the server folds it into `data`, so windlass never owns it).
+/// With `data`: the in-memory cluster folds `stringData` into `data` without recording
+/// that windlass's apply owns it, so windlass would write such a Secret on every reconcile
+/// there (a real 1.20 server does not: checked live).
 fn secret(name: &str, value: &str) -> Value {
     let value = serde_json::to_value(k8s_openapi::ByteString(value.as_bytes().to_vec())).unwrap();
     json!({"apiVersion": "v1", "kind": "Secret",
