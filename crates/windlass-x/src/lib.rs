@@ -9,5 +9,6 @@
 //! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
 //! use it with one option.
 
+pub mod replicas;
 #[cfg(feature = "tls")]
 pub mod tls;

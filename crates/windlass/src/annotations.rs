@@ -18,6 +18,12 @@ pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
 /// [`crate::drift`]).
 pub const APPLIED_HASH: &str = "windlass.dev/applied-hash";
 
+/// On the pod template of a workload rendered with
+/// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change):
+/// SHA-256 of the Secrets and ConfigMaps its pods read, so that a change of their data rolls
+/// the pods (F236, see [`crate::dependency_hash`]).
+pub const DEPENDENCY_HASH: &str = "windlass.dev/dependency-hash";
+
 /// The annotation lock (F182): the identity (pod name) of the replica that holds the lock
 /// on this CR.
 pub const LEASE_NAME: &str = "windlass.dev/lease-name";

@@ -877,7 +877,7 @@ impl Observer for Printer {
                 passed: false,
             } => format!("  hook {name} did not pass"),
             // Rendering is not news: what was applied or deleted follows.
-            Event::Hook { .. } | Event::Rendered { .. } => return,
+            Event::Hook { .. } | Event::Rendered { .. } | Event::Dependencies { .. } => return,
             Event::Status {
                 ready,
                 updating,

@@ -24,6 +24,7 @@ pub mod component;
 pub mod config;
 pub mod controller;
 pub mod dag;
+pub mod dependency_hash;
 pub mod drift;
 pub mod dryrun;
 mod dump;

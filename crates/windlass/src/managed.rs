@@ -20,6 +20,7 @@ pub struct ResourceOptions {
     pub(crate) method: WriteMethod,
     pub(crate) recreate: bool,
     pub(crate) create_only: bool,
+    pub(crate) restart_on_dependency_change: bool,
 }
 
 impl ResourceOptions {
@@ -45,6 +46,17 @@ impl ResourceOptions {
         self.create_only = true;
         self
     }
+    /// Roll the pods of this object when a Secret or ConfigMap they read changes: its pod
+    /// template (a Pod: its metadata) gets the annotation
+    /// [`DEPENDENCY_HASH`](crate::annotations::DEPENDENCY_HASH), a hash of their data, so new
+    /// data makes a new template. For a Deployment, ReplicaSet, StatefulSet, DaemonSet or
+    /// Pod; other kinds are left alone. Under the runtime, a change of a Secret or
+    /// ConfigMap the CR does not render (credentials a user provides, a certificate
+    /// cert-manager renews) reconciles the CR too. See [`crate::dependency_hash`].
+    pub fn restart_on_dependency_change(mut self) -> Self {
+        self.restart_on_dependency_change = true;
+        self
+    }
     /// When the server refuses a change because a field cannot change after creation (a
     /// Job's pod template, a StatefulSet's volumeClaimTemplates or selector, a Service's
     /// clusterIP), delete the object and create it anew instead of failing. Only for
@@ -63,6 +75,10 @@ impl fmt::Debug for ResourceOptions {
             .field("method", &self.method)
             .field("recreate", &self.recreate)
             .field("create_only", &self.create_only)
+            .field(
+                "restart_on_dependency_change",
+                &self.restart_on_dependency_change,
+            )
             .finish()
     }
 }

@@ -44,6 +44,18 @@ pub enum Event {
         /// The objects, in apply order.
         objects: Vec<ObjectRef>,
     },
+    /// The Secrets and ConfigMaps the pods of an enabled component read (see
+    /// [`crate::dependency_hash`]) that its rollout took from the cluster, not from what it
+    /// renders: a change of one of them concerns the CR. Empty when there are none, so
+    /// that what a component stopped reading is forgotten.
+    Dependencies {
+        /// The CR.
+        cr: ObjectRef,
+        /// The component.
+        component: String,
+        /// The dependencies, sorted.
+        objects: Vec<ObjectRef>,
+    },
     /// A component's objects were applied; `unchanged` ones needed no write.
     Deployed {
         /// The component.
@@ -124,6 +136,16 @@ pub(crate) fn emit(observer: &dyn Observer, event: Event) {
             disabled,
             objects = objects.len(),
             "component rendered"
+        ),
+        Event::Dependencies {
+            cr,
+            component,
+            objects,
+        } => tracing::trace!(
+            %cr,
+            component,
+            dependencies = objects.len(),
+            "component reads dependencies"
         ),
         Event::Deployed {
             component,

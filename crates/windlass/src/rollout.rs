@@ -396,6 +396,7 @@ impl<C: Controller> Rollout<'_, C> {
             Resources::new(name, session.namespace(), session.kind(), session.name());
         entry.component.render(session, &mut resources).await?;
         let mut objects = Vec::with_capacity(resources.len());
+        let mut restart_on_change = Vec::with_capacity(resources.len());
         for (internal_name, manifest, options) in resources.into_ordered() {
             let mut manifest =
                 crate::patch::apply_patches(&internal_name, manifest, session.temporary_patches())?;
@@ -428,6 +429,7 @@ impl<C: Controller> Rollout<'_, C> {
                 Err(ClusterError::UnknownKind { .. }) if entry.disabled => continue,
                 Err(e) => return Err(e.into()),
             }
+            restart_on_change.push(options.restart_on_dependency_change);
             objects.push(ManagedObject {
                 internal_name,
                 reference,
@@ -438,6 +440,10 @@ impl<C: Controller> Rollout<'_, C> {
                 create_only: options.create_only,
             });
         }
+        if !entry.disabled {
+            self.stamp_dependency_hashes(id, &mut objects, &restart_on_change)
+                .await?;
+        }
         crate::dump::dump_component(session, name, entry.disabled, &objects)?;
         session.emit(Event::Rendered {
             component: name.to_string(),
@@ -447,6 +453,74 @@ impl<C: Controller> Rollout<'_, C> {
         let objects = Arc::new(objects);
         self.lock_rendered().insert(id, objects.clone());
         Ok(objects)
+    }
+
+    /// Stamp the dependency hash on the objects rendered with
+    /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change)
+    /// (see [`crate::dependency_hash`]), from this component's Secrets and ConfigMaps and
+    /// those of the enabled components rendered before it, else from the cluster; report
+    /// what came from the cluster and is not the CR's own (the runtime watches it).
+    async fn stamp_dependency_hashes(
+        &self,
+        id: NodeId,
+        objects: &mut [ManagedObject],
+        restart_on_change: &[bool],
+    ) -> Result<()> {
+        let session = self.session;
+        let mut external = BTreeSet::new();
+        if restart_on_change.contains(&true) {
+            let is_data = |o: &&ManagedObject| {
+                o.reference.api_version == "v1"
+                    && matches!(o.reference.kind.as_str(), "Secret" | "ConfigMap")
+            };
+            let earlier: Vec<Arc<Vec<ManagedObject>>> = self
+                .lock_rendered()
+                .iter()
+                .filter(|(other, _)| **other != id && !self.components.graph.data(**other).disabled)
+                .map(|(_, rendered)| rendered.clone())
+                .collect();
+            // Secrets and ConfigMaps are never targets: a copy of them serves every target.
+            let own: Vec<ManagedObject> = objects.iter().filter(is_data).cloned().collect();
+            let sources: Vec<crate::dependency_hash::Rendered<'_>> = own
+                .iter()
+                .chain(earlier.iter().flat_map(|r| r.iter().filter(is_data)))
+                .map(|o| crate::dependency_hash::Rendered {
+                    reference: &o.reference,
+                    manifest: &o.manifest,
+                    create_only: o.create_only,
+                })
+                .collect();
+            let uid = session.manifest().uid();
+            for (object, _) in objects
+                .iter_mut()
+                .zip(restart_on_change)
+                .filter(|(_, restart)| **restart)
+            {
+                let read = crate::dependency_hash::annotate(
+                    session.cluster(),
+                    &mut object.manifest,
+                    &sources,
+                )
+                .await?;
+                // What this rollout renders (a create-only Secret read back), or what
+                // carries this CR's ownership label, reconciles it through that label.
+                external.extend(
+                    read.into_iter()
+                        .filter(|(reference, _)| !sources.iter().any(|s| s.reference == reference))
+                        .filter(|(_, found)| {
+                            found.as_ref().and_then(|f| f.label(annotations::OWNER_UID)) != uid
+                                || uid.is_none()
+                        })
+                        .map(|(reference, _)| reference),
+                );
+            }
+        }
+        session.emit(Event::Dependencies {
+            cr: session.cr_ref(),
+            component: self.name(id).to_string(),
+            objects: external.into_iter().collect(),
+        });
+        Ok(())
     }
 
     fn lock_rendered(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Arc<Vec<ManagedObject>>>> {

@@ -177,6 +177,11 @@ impl Stores {
     pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>) {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
+        if labels.is_none() && !store.complete {
+            // A whole watch replaces a label-scoped one: until it has listed, what the
+            // store lacks may exist.
+            store.synced.clear();
+        }
         store.complete = labels.is_none();
         store.owned = labels.is_none() || labels == Some(crate::annotations::OWNER_UID);
     }
@@ -559,7 +564,7 @@ mod tests {
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
         stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
-        assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
+        assert_eq!(stores.lookup(&a), Cached::Present(a_obj.clone()));
         assert_eq!(
             stores.lookup(&b),
             Cached::Unknown,
@@ -583,8 +588,13 @@ mod tests {
             Cached::Unknown,
             "another selector cannot tell"
         );
+        // A whole watch replaces the label-scoped one: it knows once it has listed.
         stores.declare(&a.type_ref(), None);
+        assert_eq!(stores.lookup(&b), Cached::Unknown, "not listed yet");
+        assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
+        stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&b), Cached::Absent, "a complete watch knows");
+        assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
     }
 
     #[test]
@@ -620,6 +630,11 @@ mod tests {
             "label-scoped: objects without the label exist too"
         );
         stores.declare(&a.type_ref(), None);
+        assert!(
+            stores.list(&query).is_none(),
+            "the whole watch has not listed"
+        );
+        stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.list(&query).map(|l| l.len()), Some(1));
         let everywhere = ListQuery::new(a.type_ref(), None);
         assert!(

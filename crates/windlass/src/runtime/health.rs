@@ -157,6 +157,11 @@ impl Health {
         self.state().watches.entry(describe(watch)).or_insert(false);
     }
 
+    /// Readiness no longer waits for `watch`: it was stopped for good.
+    pub fn retire_watch(&self, watch: &Watch) {
+        self.state().watches.remove(&describe(watch));
+    }
+
     /// Whether `watch`'s cache is synced: `true` once its list is in the store, `false`
     /// again while it relists after losing its stream. Declares the watch if needed.
     pub fn set_synced(&self, watch: &Watch, synced: bool) {

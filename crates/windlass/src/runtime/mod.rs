@@ -21,6 +21,8 @@
 //! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
+//! - [`dependencies`]: the Secrets and ConfigMaps CRs read without owning them, so that
+//!   their changes reconcile them (the runtime's half of [`crate::dependency_hash`]).
 //! - [`echo`]: windlass's own writes, in flight and landed, so the router can tell their
 //!   echoes from changes by others; [`held`]: the events it holds until such a write
 //!   lands.
@@ -29,6 +31,7 @@
 //! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
 
 pub mod cache;
+pub mod dependencies;
 pub mod echo;
 pub mod filter;
 pub mod health;
@@ -41,13 +44,13 @@ pub mod route;
 pub mod source;
 pub mod worker;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 use crate::cluster::{Cluster, LiveCluster, RequestCounter, Scope};
 use crate::config::{LibraryConfig, LockKind};
@@ -374,7 +377,7 @@ struct Sources {
 async fn route_events(
     mut router: route::Router,
     sources: Sources,
-    mut kinds: mpsc::UnboundedReceiver<TypeRef>,
+    mut kinds: mpsc::UnboundedReceiver<Learned>,
 ) {
     let Sources {
         live,
@@ -398,6 +401,7 @@ async fn route_events(
         } else {
             namespaces.clone()
         };
+        let mut started = Vec::new();
         for namespace in spread {
             let watch = Watch {
                 type_ref: type_ref.clone(),
@@ -405,14 +409,16 @@ async fn route_events(
                 labels: labels.clone(),
             };
             observer.declare(&watch);
-            watches.spawn(source::run(
+            let handle = watches.spawn(source::run(
                 live.clone(),
                 stores.clone(),
-                watch,
+                watch.clone(),
                 events_tx.clone(),
                 observer.clone(),
             ));
+            started.push((handle, watch));
         }
+        started
     };
     let primary = router.primary().clone();
     start(
@@ -430,6 +436,10 @@ async fn route_events(
         start(&mut watches, &kind, scoped, labels);
     }
     let owned = crate::annotations::OWNER_UID.to_string();
+    // The label-scoped watches of the kinds the controller deploys, until a kind is
+    // watched whole because CRs read objects of it they do not own.
+    let mut scoped: HashMap<TypeRef, Vec<(AbortHandle, Watch)>> = HashMap::new();
+    let mut whole: HashSet<TypeRef> = HashSet::new();
     loop {
         tokio::select! {
             Some(event) = events.recv() => {
@@ -438,17 +448,67 @@ async fn route_events(
             Some(released) = router.released() => {
                 router.release(released);
             }
-            Some(kind) = kinds.recv() => {
-                if router.watches_extra(&kind) {
-                    continue;
+            Some(learned) = kinds.recv() => match learned {
+                Learned::Deploys(kind) => {
+                    if router.watches_extra(&kind) || whole.contains(&kind) || scoped.contains_key(&kind) {
+                        continue;
+                    }
+                    let cluster = cluster_scoped(&live, &kind).await;
+                    tracing::info!(%kind, "watching the kind the controller deploys");
+                    let started = start(&mut watches, &kind, cluster, Some(owned.clone()));
+                    scoped.insert(kind, started);
                 }
-                let scoped = cluster_scoped(&live, &kind).await;
-                tracing::info!(%kind, "watching the kind the controller deploys");
-                start(&mut watches, &kind, scoped, Some(owned.clone()));
-            }
+                Learned::Reads { cr, component, objects } => {
+                    for kind in router.depend(&cr, &component, objects) {
+                        if router.watches_extra(&kind) || !whole.insert(kind.clone()) {
+                            continue;
+                        }
+                        // One watch per kind feeds its store: the label-scoped one ends
+                        // before the whole one starts, so it cannot write behind it.
+                        if let Some(old) = scoped.remove(&kind) {
+                            retire(&mut watches, &old, observer.as_ref()).await;
+                        }
+                        let cluster = cluster_scoped(&live, &kind).await;
+                        tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
+                        start(&mut watches, &kind, cluster, None);
+                    }
+                }
+            },
             else => break,
         }
     }
+}
+
+/// Stop the watches `old` and wait until they have stopped.
+async fn retire(
+    watches: &mut JoinSet<()>,
+    old: &[(AbortHandle, Watch)],
+    observer: &dyn WatchObserver,
+) {
+    let mut pending: HashSet<tokio::task::Id> = old.iter().map(|(h, _)| h.id()).collect();
+    for (handle, watch) in old {
+        handle.abort();
+        observer.retired(watch);
+    }
+    while !pending.is_empty() {
+        match watches.join_next_with_id().await {
+            Some(Ok((id, ()))) => pending.remove(&id),
+            Some(Err(e)) => pending.remove(&e.id()),
+            None => break,
+        };
+    }
+}
+
+/// What the reconciles of a controller tell its router.
+enum Learned {
+    /// A kind the controller deploys.
+    Deploys(TypeRef),
+    /// What a component of a CR reads without owning it ([`Event::Dependencies`]).
+    Reads {
+        cr: crate::object::ObjectRef,
+        component: String,
+        objects: Vec<crate::object::ObjectRef>,
+    },
 }
 
 /// Whether `kind` is cluster-scoped (one watch for it, whatever the namespaces); a kind
@@ -457,15 +517,29 @@ async fn cluster_scoped(live: &LiveCluster, kind: &TypeRef) -> bool {
     matches!(live.scope(kind).await, Ok(Scope::Cluster))
 }
 
-/// Tells the router about each kind a reconcile deployed, once.
+/// Tells the router about each kind a reconcile deployed, once, and about what the
+/// components read without owning it, every time.
 struct KindsSeen {
     primary: TypeRef,
     seen: Mutex<HashSet<TypeRef>>,
-    tx: mpsc::UnboundedSender<TypeRef>,
+    tx: mpsc::UnboundedSender<Learned>,
 }
 
 impl Observer for KindsSeen {
     fn event(&self, event: &Event) {
+        if let Event::Dependencies {
+            cr,
+            component,
+            objects,
+        } = event
+        {
+            let _ = self.tx.send(Learned::Reads {
+                cr: cr.clone(),
+                component: component.clone(),
+                objects: objects.clone(),
+            });
+            return;
+        }
         // Rendered comes before the objects are applied, so the watch starts as early as
         // it can; what it misses meanwhile its first list reports.
         let Event::Rendered {
@@ -480,7 +554,7 @@ impl Observer for KindsSeen {
         for object in objects {
             let kind = object.type_ref();
             if kind != self.primary && seen.insert(kind.clone()) {
-                let _ = self.tx.send(kind);
+                let _ = self.tx.send(Learned::Deploys(kind));
             }
         }
     }
@@ -532,6 +606,9 @@ impl WatchObserver for Telemetry {
     }
     fn failed(&self, watch: &Watch, _: &kube::runtime::watcher::Error) {
         self.metrics.watch_restarted(&watch.type_ref);
+    }
+    fn retired(&self, watch: &Watch) {
+        self.health.retire_watch(watch);
     }
 }
 

@@ -16,6 +16,9 @@
 //!   failing CR's back-off.
 //! - An event of a kind the controller asked to watch ([`ExtraWatch`]) concerns the CRs its
 //!   mapping names (and its owner, if windlass applied it), with the same filters.
+//! - An event of a Secret or ConfigMap a CR's pods read without owning it (see
+//!   [`crate::dependency_hash`]) concerns the CRs that read it ([`Dependents`]), with the
+//!   same filters.
 //!
 //!   oper8 kept a reconcile from starting on the creation of an object the reconcile
 //!   created itself with a filter that refuses every "added" event (F187's
@@ -40,6 +43,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
 use super::cache::CachedCluster;
+use super::dependencies::Dependents;
 use super::filter::{
     CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
     WatchFilters,
@@ -68,6 +72,8 @@ pub struct Router {
     extra: HashMap<TypeRef, ExtraWatch>,
     /// Events waiting for windlass's writes of their objects to land.
     held: Held,
+    /// The Secrets and ConfigMaps the CRs read without owning them.
+    dependents: Dependents,
 }
 
 impl Router {
@@ -96,7 +102,21 @@ impl Router {
             specs: HashMap::new(),
             extra: extra.into_iter().map(|w| (w.type_ref.clone(), w)).collect(),
             held: Held::default(),
+            dependents: Dependents::new(),
         }
+    }
+
+    /// `component` of `cr` now reads `objects` it does not own (see
+    /// [`Dependents::record`]). Returns the kinds reported for the first time: each needs
+    /// a watch of all its objects, unless the controller watches it already
+    /// ([`Router::watches_extra`]).
+    pub fn depend(
+        &mut self,
+        cr: &ObjectRef,
+        component: &str,
+        objects: impl IntoIterator<Item = ObjectRef>,
+    ) -> Vec<TypeRef> {
+        self.dependents.record(cr, component, objects)
     }
 
     /// Whether `kind` has an extra watch of the controller's (so it needs no other).
@@ -228,6 +248,7 @@ impl Router {
             }
             // Gone: nothing left to reconcile, whatever the filters said.
             self.queue.remove(&cr);
+            self.dependents.forget(&cr);
             return Vec::new();
         }
         if let Some(uid) = &meta.uid {
@@ -255,6 +276,11 @@ impl Router {
             .collect();
         if let Some(extra) = self.extra.get(&event.reference.type_ref()) {
             concerned.extend((extra.map)(&event.object).unwrap_or_default());
+        }
+        for cr in self.dependents.concerned(&event.reference) {
+            if !concerned.contains(&cr) {
+                concerned.push(cr);
+            }
         }
         if concerned.is_empty() {
             // Its CR is gone, or not seen yet (the primary watch lists it soon, and that
@@ -337,6 +363,35 @@ mod tests {
 
     fn reference(name: &str) -> ObjectRef {
         ObjectRef::new("v1", "ConfigMap", Some("ns"), name)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_of_a_dependency_queues_the_crs_that_read_it_and_nothing_else() {
+        let (mut router, _, cr) = router();
+        let external = |name: &str, rv: &str| {
+            event(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                    "resourceVersion": rv}}))
+        };
+        assert!(
+            router.route(&external("settings", "20")).is_empty(),
+            "not read yet"
+        );
+        let kinds = router.depend(&cr, "web", [reference("settings")]);
+        assert_eq!(
+            kinds,
+            [TypeRef::new("v1", "ConfigMap")],
+            "to be watched whole"
+        );
+        assert_eq!(router.route(&external("settings", "21")), vec![cr.clone()]);
+        assert!(
+            router.route(&external("settings", "21")).is_empty(),
+            "no replays"
+        );
+        assert!(router.route(&external("unrelated", "22")).is_empty());
+        // The component stopped reading it.
+        assert!(router.depend(&cr, "web", []).is_empty());
+        assert!(router.route(&external("settings", "23")).is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -58,6 +58,9 @@ pub trait WatchObserver: Send + Sync {
     fn synced(&self, watch: &Watch, synced: bool);
     /// The watch failed and will retry with back-off.
     fn failed(&self, watch: &Watch, error: &watcher::Error);
+    /// The watch was stopped for good (another watch of its kind replaces it):
+    /// readiness no longer waits for it.
+    fn retired(&self, _watch: &Watch) {}
 }
 
 /// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change.

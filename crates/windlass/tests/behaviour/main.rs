@@ -6,6 +6,7 @@
 
 mod any_kind;
 mod bad_input;
+mod dependency_hash;
 mod dryrun;
 mod events;
 mod quirks;

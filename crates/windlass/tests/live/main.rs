@@ -10,11 +10,13 @@
 //! - `leader`: leader election (Lease, leader-for-life, annotation lock);
 //! - `immutable`: changes of fields that cannot change: recreate, config error, PUT fallback;
 //! - `runtime`: the operator runtime: reads from the watches, back-off;
+//! - `dependency_hash`: pods rolled when a Secret they read changes, under the runtime;
 //! - `manifests`: the `manifests` command's output applied, and the access it grants.
 
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod dependency_hash;
 mod events;
 mod immutable;
 mod leader;

@@ -1,0 +1,390 @@
+//! Dependency-hash restarts (F236) end to end: an operator under the runtime, on the real
+//! control plane, where kube-controller-manager turns every new pod template into a new
+//! ReplicaSet. A user's edit of a Secret the pods read rolls the Deployment; a change of
+//! the CR's spec that changes a Secret it renders does too; an unrelated ConfigMap does
+//! not; a reconcile with nothing changed writes nothing; and the operator's requests are
+//! counted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use serde_json::{Value, json};
+use windlass::annotations::DEPENDENCY_HASH;
+use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
+use windlass::config::LibraryConfig;
+use windlass::object::{ObjectRef, TypeRef};
+use windlass::prelude::*;
+use windlass::reconcile::{Outcome, Report};
+use windlass::runtime::Manager;
+use windlass::runtime::worker::ReconcileObserver;
+use windlass::testing::Widget;
+
+use crate::{eventually, live};
+
+/// The Widget's component `web`: the Secret `<cr>-settings` from `spec.greeting`, and a
+/// one-replica Deployment `<cr>-web` with the option, whose pods read that Secret
+/// (env) and, unless `spec.external` is `false`, the user's Secret `credentials` (a
+/// volume) and the optional ConfigMap `tuning`.
+struct Web;
+
+#[async_trait]
+impl Controller for Web {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+        let mut graph = Components::new();
+        graph.add_fn("web", |session: &Session<Self>, out| {
+            let greeting = session.cr().spec.extra.get("greeting").and_then(Value::as_str);
+            let settings = session.scoped_name("settings");
+            out.add(
+                "settings",
+                &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": settings},
+                    "data": {"greeting": encode(greeting.unwrap_or(""))}}),
+            )?;
+            let name = session.scoped_name("web");
+            let external = session.cr().spec.extra.get("external") != Some(&json!(false));
+            let mut deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                        "containers": [{"name": "main", "image": "busybox",
+                            "env": [{"name": "GREETING", "valueFrom": {"secretKeyRef":
+                                {"name": settings, "key": "greeting"}}}]}]}}}});
+            if external {
+                let pod = &mut deployment["spec"]["template"]["spec"];
+                pod["volumes"] = json!([{"name": "credentials", "secret": {"secretName": "credentials"}}]);
+                pod["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "tuning", "optional": true}}]);
+                pod["containers"][0]["volumeMounts"] = json!([{"name": "credentials", "mountPath": "/credentials"}]);
+            }
+            out.add_with(
+                "deployment",
+                &deployment,
+                ResourceOptions::new().restart_on_dependency_change(),
+            )?;
+            Ok(())
+        })?;
+        Ok(graph)
+    }
+}
+
+fn encode(text: &str) -> Value {
+    serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap()
+}
+
+/// How many reconciles of each CR ended `Done`.
+#[derive(Default, Clone)]
+struct Done(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Done {
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().values().sum()
+    }
+    fn of(&self, name: &str) -> usize {
+        self.0.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+}
+
+impl ReconcileObserver for Done {
+    fn started(&self, _: &str, _: Duration) {}
+    fn finished(&self, _: &str, report: &Report, _: Duration) {
+        if report.outcome == Outcome::Done {
+            *self
+                .0
+                .lock()
+                .unwrap()
+                .entry(report.cr.name.clone())
+                .or_default() += 1;
+        }
+    }
+}
+
+async fn template_hash(cluster: &LiveCluster, deployment: &ObjectRef) -> Option<String> {
+    let live = cluster.get(deployment).await.unwrap()?;
+    live["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH]
+        .as_str()
+        .map(str::to_string)
+}
+
+async fn replica_sets(client: &kube::Client, ns: &str) -> usize {
+    kube::Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_does() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("dependency-hash").await.unwrap();
+    let ns = ns.name();
+    let admin_client = env.client().unwrap();
+    let object = |kind: &str, name: &str, data: Value| json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": ns}, "data": data});
+    // The user's credentials, and a ConfigMap nobody reads.
+    admin
+        .apply(
+            &object("Secret", "credentials", json!({"password": encode("one")})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    admin
+        .apply(
+            &object("ConfigMap", "unrelated", json!({"v": "1"})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+
+    let counter = RequestCounter::new();
+    let library = LibraryConfig {
+        watch_namespace: ns.to_string(),
+        ..LibraryConfig::default()
+    };
+    let done = Done::default();
+    let manager = Manager::new(counter.client(env.kube_config()).unwrap(), library)
+        .controller(Web)
+        .with_observer(Arc::new(done.clone()));
+    let cache = manager.cluster().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+
+    let cr = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "shop", "namespace": ns}, "spec": {"greeting": "hello"}});
+    admin.apply(&cr, WriteMethod::Update).await.unwrap();
+    let deployment = ObjectRef::new("apps/v1", "Deployment", Some(ns), "shop-web");
+    eventually("the CR is reconciled to Done", || async {
+        done.count() > 0
+    })
+    .await;
+    let first = template_hash(&admin, &deployment).await.expect("annotated");
+    eventually("the Deployment has its ReplicaSet", || async {
+        replica_sets(&admin_client, ns).await == 1
+    })
+    .await;
+    // The Secret and ConfigMap watches that serve the dependencies have listed.
+    for kind in ["Secret", "ConfigMap"] {
+        let kind = TypeRef::new("v1", kind);
+        eventually(&format!("the {} watch has listed", kind.kind), || async {
+            cache.stores().is_synced(&kind, Some(ns))
+        })
+        .await;
+    }
+    let credentials = ObjectRef::new("v1", "Secret", Some(ns), "credentials");
+    assert!(
+        matches!(
+            cache.stores().lookup(&credentials),
+            windlass::runtime::cache::Cached::Present(_)
+        ),
+        "the user's Secret is served from memory"
+    );
+
+    // A user edits the credentials: one write, the Deployment, and a new ReplicaSet.
+    counter.take();
+    let before = done.count();
+    admin
+        .apply(
+            &object("Secret", "credentials", json!({"password": encode("two")})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the pod template changes", || async {
+        template_hash(&admin, &deployment).await.as_deref() != Some(first.as_str())
+    })
+    .await;
+    eventually("a second ReplicaSet rolls the pods", || async {
+        replica_sets(&admin_client, ns).await == 2
+    })
+    .await;
+    eventually("the rollout is Done again", || async {
+        done.count() > before
+    })
+    .await;
+    let second = template_hash(&admin, &deployment).await.unwrap();
+    let counts = counter.take();
+    println!("an edit of the user's Secret:\n{counts}");
+    assert_eq!(counts.of(Verb::Apply, "deployments"), 1, "{counts}");
+    assert_eq!(counts.of(Verb::Apply, "secrets"), 0, "{counts}");
+    assert_eq!(
+        counts.verb(Verb::Get),
+        0,
+        "reads outside the watches:\n{counts}"
+    );
+
+    // The CR's spec changes the Secret it renders: Secret and Deployment in one reconcile.
+    let before = done.count();
+    let mut changed = cr.clone();
+    changed["spec"]["greeting"] = json!("bonjour");
+    admin.apply(&changed, WriteMethod::Update).await.unwrap();
+    eventually("the pod template changes again", || async {
+        template_hash(&admin, &deployment).await.as_deref() != Some(second.as_str())
+    })
+    .await;
+    eventually("a third ReplicaSet", || async {
+        replica_sets(&admin_client, ns).await == 3
+    })
+    .await;
+    eventually("Done again", || async { done.count() > before }).await;
+    let third = template_hash(&admin, &deployment).await.unwrap();
+    let counts = counter.take();
+    println!("a spec change of the rendered Secret:\n{counts}");
+    assert_eq!(counts.of(Verb::Apply, "secrets"), 1, "{counts}");
+    assert_eq!(counts.of(Verb::Apply, "deployments"), 1, "{counts}");
+    assert_eq!(counts.verb(Verb::Get), 0, "{counts}");
+
+    // An unrelated ConfigMap changes (the ConfigMap watch sees it), then a label on the
+    // CR starts a reconcile: nothing is written, nothing rolls.
+    let before = done.count();
+    let unrelated = admin
+        .apply(
+            &object("ConfigMap", "unrelated", json!({"v": "2"})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    let unrelated_ref = ObjectRef::new("v1", "ConfigMap", Some(ns), "unrelated");
+    eventually("the ConfigMap watch delivered the edit", || async {
+        match cache.stores().lookup(&unrelated_ref) {
+            windlass::runtime::cache::Cached::Present(seen) => {
+                seen["metadata"]["resourceVersion"] == unrelated["metadata"]["resourceVersion"]
+            }
+            _ => false,
+        }
+    })
+    .await;
+    let mut touched = changed.clone();
+    touched["metadata"]["labels"] = json!({"touched": "yes"});
+    admin.apply(&touched, WriteMethod::Update).await.unwrap();
+    eventually("the label change is reconciled", || async {
+        done.count() > before
+    })
+    .await;
+    let counts = counter.take();
+    println!("an unrelated ConfigMap, then a steady reconcile:\n{counts}");
+    assert_eq!(
+        counts.mutating(),
+        0,
+        "nothing changed, nothing written:\n{counts}"
+    );
+    assert_eq!(counts.verb(Verb::Get), 0, "{counts}");
+    assert_eq!(template_hash(&admin, &deployment).await, Some(third));
+    assert_eq!(replica_sets(&admin_client, ns).await, 3);
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// The first CR reads only the Secret it renders, so Secrets are watched label-scoped; a
+/// second CR reads the user's Secret, and the Secret watch becomes a watch of all of them
+/// (the label-scoped one stopped first). The user's edit then rolls the second CR's
+/// Deployment only, and the first CR's Secret is still served from memory.
+#[tokio::test]
+async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_it_does_not_own() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("dependency-watch").await.unwrap();
+    let ns = ns.name();
+    let credentials = |password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials", "namespace": ns},
+            "data": {"password": encode(password)}})
+    };
+    admin
+        .apply(&credentials("one"), WriteMethod::Update)
+        .await
+        .unwrap();
+    let counter = RequestCounter::new();
+    let library = LibraryConfig {
+        watch_namespace: ns.to_string(),
+        ..LibraryConfig::default()
+    };
+    let done = Done::default();
+    let manager = Manager::new(counter.client(env.kube_config()).unwrap(), library)
+        .controller(Web)
+        .with_observer(Arc::new(done.clone()));
+    let cache = manager.cluster().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let widget = |name: &str, spec: Value| {
+        json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    let secrets = TypeRef::new("v1", "Secret");
+    let user_secret = ObjectRef::new("v1", "Secret", Some(ns), "credentials");
+    let own_secret = ObjectRef::new("v1", "Secret", Some(ns), "inside-settings");
+    let served = |object: &ObjectRef| {
+        matches!(
+            cache.stores().lookup(object),
+            windlass::runtime::cache::Cached::Present(_)
+        )
+    };
+
+    admin
+        .apply(
+            &widget("inside", json!({"greeting": "hi", "external": false})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the first CR is Done", || async { done.of("inside") > 0 }).await;
+    eventually("the label-scoped Secret watch has listed", || async {
+        cache.stores().is_synced(&secrets, Some(ns))
+    })
+    .await;
+    assert!(served(&own_secret));
+    assert!(
+        !served(&user_secret),
+        "not labelled: not in the label-scoped watch"
+    );
+
+    admin
+        .apply(
+            &widget("outside", json!({"greeting": "hi"})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the second CR is Done", || async { done.of("outside") > 0 }).await;
+    eventually(
+        "the whole Secret watch has listed the user's Secret",
+        || async { served(&user_secret) },
+    )
+    .await;
+    assert!(served(&own_secret), "and still the CR's own");
+
+    let inside = ObjectRef::new("apps/v1", "Deployment", Some(ns), "inside-web");
+    let outside = ObjectRef::new("apps/v1", "Deployment", Some(ns), "outside-web");
+    let (inside_hash, outside_hash) = (
+        template_hash(&admin, &inside).await.unwrap(),
+        template_hash(&admin, &outside).await.unwrap(),
+    );
+    counter.take();
+    let before = done.of("outside");
+    admin
+        .apply(&credentials("two"), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the second CR's pods roll", || async {
+        template_hash(&admin, &outside).await.as_deref() != Some(outside_hash.as_str())
+    })
+    .await;
+    eventually("and it is Done again", || async {
+        done.of("outside") > before
+    })
+    .await;
+    assert_eq!(template_hash(&admin, &inside).await, Some(inside_hash));
+    let counts = counter.take();
+    println!("an edit of the user's Secret, with a retired watch:\n{counts}");
+    assert_eq!(counts.of(Verb::Apply, "deployments"), 1, "{counts}");
+    assert_eq!(counts.verb(Verb::Get), 0, "{counts}");
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
