@@ -697,6 +697,9 @@ fn apply_locked(
     for field in SYSTEM_METADATA {
         metadata.remove(field);
     }
+    // Server-side apply records the fields the writer sent (a Secret's `stringData`),
+    // not what the server stores them as.
+    let sent = desired.clone();
     normalize(kind, &mut desired);
 
     let Some(entry) = state.objects.get(&key).cloned() else {
@@ -706,7 +709,7 @@ fn apply_locked(
                 message: "the object does not exist, so no resourceVersion may be given".into(),
             });
         }
-        let applied = (method == WriteMethod::Apply).then(|| desired.clone());
+        let applied = (method == WriteMethod::Apply).then(|| sent.clone());
         if method == WriteMethod::Update {
             crate::values::prune_nulls(&mut desired);
         }
@@ -745,7 +748,7 @@ fn apply_locked(
     if status_subresource {
         keep_status(&mut next, stored);
     }
-    let applied = (method == WriteMethod::Apply).then(|| desired.clone());
+    let applied = (method == WriteMethod::Apply).then_some(sent);
     commit(state, key, next, applied.map(|a| (manager.to_string(), a)))
 }
 

@@ -434,6 +434,10 @@ async fn secret_string_data_is_stored_as_data() {
     let stored = c.apply(&secret, WriteMethod::Apply).await.unwrap();
     assert_eq!(stored["data"], json!({"a": "YQ==", "b": "YmVl"}));
     assert!(stored.get("stringData").is_none());
+    // As on a real server: the apply's managed fields are the ones sent.
+    let fields = &stored["metadata"]["managedFields"][0]["fieldsV1"];
+    assert_eq!(fields["f:stringData"], json!({"f:b": {}}), "{fields}");
+    assert_eq!(fields["f:data"], json!({"f:a": {}}), "{fields}");
 }
 
 #[tokio::test]
