@@ -59,3 +59,39 @@ where
         }
     }
 }
+
+/// How long [`eventually`] waits.
+pub const EVENTUALLY: Duration = Duration::from_secs(60);
+
+/// Polls `check` every 200 ms until it holds, for at most [`EVENTUALLY`]; panics naming
+/// `what` when time runs out. For the conditions of a test that no single object's watch
+/// can express (an operator's metrics, several objects, a store of the code under test).
+///
+/// # Panics
+/// When `check` has not held within [`EVENTUALLY`]: this is a test helper.
+pub async fn eventually<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually_within(what, EVENTUALLY, check).await;
+}
+
+/// [`eventually`] with a deadline of `limit`.
+///
+/// # Panics
+/// When `check` has not held within `limit`.
+pub async fn eventually_within<F, Fut>(what: &str, limit: Duration, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

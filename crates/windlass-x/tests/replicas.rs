@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
@@ -153,21 +152,7 @@ async fn dry_run_every_rule_through_a_reconcile() {
     assert!(status.to_string().contains("replicas.huge.web"), "{status}");
 }
 
-/// Wait up to 60 s for `check` to hold, re-checking every 200 ms.
-async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use windlass_testenv::eventually;
 
 #[tokio::test]
 async fn live_a_scale_by_another_field_manager_is_kept_until_the_size_changes() {

@@ -45,21 +45,7 @@ async fn live() -> (Arc<LiveCluster>, &'static TestEnv) {
     (cluster, env)
 }
 
-/// Wait up to 60 s for `check` to hold, re-checking every 200 ms.
-async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use windlass_testenv::eventually;
 
 /// Everything logged on this thread while the guard lives, at debug level and above.
 #[derive(Clone, Default)]

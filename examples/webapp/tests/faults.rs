@@ -34,33 +34,16 @@ const POLL: Duration = Duration::from_secs(1);
 impl Operator {
     /// A replica with Lease election in `namespace`, its identity `name`.
     fn replica(env: &TestEnv, name: &str, namespace: &str) -> Operator {
-        let (lease, poll) = (
-            format!("{}s", LEASE.as_secs()),
-            format!("{}s", POLL.as_secs()),
-        );
-        Operator::start(
-            env,
-            name,
-            namespace,
-            &[
-                "--python_watch_manager.lock.type",
-                "leader-with-lease",
-                "--python_watch_manager.lock.namespace",
-                namespace,
-                "--python_watch_manager.lock.duration",
-                &lease,
-                "--python_watch_manager.lock.poll_time",
-                &poll,
-                "--operator_name",
-                "webapp-operator",
-                "--pod_name",
-                name,
-            ],
-        )
+        Operator::locked(env, name, namespace, "leader-with-lease")
     }
 
     /// A replica with the per-CR annotation lock, its identity `name`.
     fn active(env: &TestEnv, name: &str, namespace: &str) -> Operator {
+        Operator::locked(env, name, namespace, "annotation")
+    }
+
+    /// A replica with the lock `lock` (in `namespace`, timed by [`LEASE`] and [`POLL`]).
+    fn locked(env: &TestEnv, name: &str, namespace: &str, lock: &str) -> Operator {
         let (lease, poll) = (
             format!("{}s", LEASE.as_secs()),
             format!("{}s", POLL.as_secs()),
@@ -71,7 +54,9 @@ impl Operator {
             namespace,
             &[
                 "--python_watch_manager.lock.type",
-                "annotation",
+                lock,
+                "--python_watch_manager.lock.namespace",
+                namespace,
                 "--python_watch_manager.lock.duration",
                 &lease,
                 "--python_watch_manager.lock.poll_time",

@@ -26,7 +26,6 @@ mod rollout;
 mod runtime;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
 use windlass::object::TypeRef;
@@ -57,18 +56,4 @@ async fn install_crd<K: kube::CustomResourceExt + kube::Resource<DynamicType = (
     .await;
 }
 
-/// Wait up to 60 s for `check` to hold, re-checking every 200 ms.
-pub async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+pub use windlass_testenv::eventually;
