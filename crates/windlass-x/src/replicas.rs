@@ -32,6 +32,11 @@
 //!
 //! A computed count is applied and, windlass forcing its applies, owned by windlass again.
 //!
+//! Leaving the field out works only with server-side apply, windlass's default write
+//! method: a Deployment written with `WriteMethod::Update` or `Replace` (a PUT) has no
+//! apply entry, so its count is never windlass's, and a PUT without `spec.replicas`
+//! resets it to 1. Such a component puts [`Replicas::count_or_live`] into the field.
+//!
 //! **The label.** oper8 wrote a bare `instance-size`. Unprefixed label keys are the
 //! user's; the `app.kubernetes.io/` prefix is for the labels Kubernetes recommends, and
 //! this is none of them. So it is [`INSTANCE_SIZE`], `windlass.dev/instance-size`, beside
@@ -143,6 +148,16 @@ pub enum Reason {
 }
 
 impl Replicas {
+    /// The count to write with a method other than server-side apply: [`Replicas::count`],
+    /// or the live count where that is kept by leaving the field out (see the
+    /// [module docs](self)).
+    pub fn count_or_live(&self) -> Option<i32> {
+        match self.reason {
+            Reason::Kept { live, .. } => Some(live),
+            _ => self.count,
+        }
+    }
+
     /// The labels to put on the Deployment: [`INSTANCE_SIZE`] = the size.
     pub fn labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(INSTANCE_SIZE.to_string(), self.size.clone())])
@@ -217,7 +232,16 @@ impl ReplicaPolicy {
         live: Option<&Value>,
     ) -> Result<Replicas> {
         let size = match lookup(cr, &self.size_field)? {
-            Some(Value::String(size)) if !size.is_empty() => size.clone(),
+            Some(Value::String(size)) if !size.is_empty() => {
+                // It becomes a label value: say so now, not as the API server's refusal.
+                windlass_tasks::scheduling::validate_label_value(size).map_err(|e| {
+                    Error::config(format!(
+                        "{} {size:?} cannot be the {INSTANCE_SIZE} label: {e}",
+                        self.size_field
+                    ))
+                })?;
+                size.clone()
+            }
             Some(other) if !other.is_string() => {
                 return Err(Error::config(format!(
                     "{} must be a string naming the instance size, not {other}",
@@ -369,6 +393,7 @@ mod tests {
             Some(live(7, Some("small"), false)),
         )
         .unwrap();
+        assert_eq!(r.count_or_live(), Some(7), "a PUT must carry it");
         assert_eq!(
             (r.count, r.reason),
             (
@@ -380,6 +405,15 @@ mod tests {
             ),
             "an autoscaler's count: left out"
         );
+    }
+
+    #[test]
+    fn a_size_that_cannot_be_a_label_value_is_a_config_error_naming_the_field() {
+        for size in ["x".repeat(64), "big!".to_string(), "-small".to_string()] {
+            let e = decide(json!({ "size": size }), None).unwrap_err();
+            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            assert!(e.to_string().contains("spec.size"), "{e}");
+        }
     }
 
     #[test]
