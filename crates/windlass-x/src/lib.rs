@@ -8,3 +8,5 @@
 //!
 //! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
 //! use it with one option.
+
+pub mod datastore;
