@@ -9,4 +9,5 @@
 //! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
 //! use it with one option.
 
+#[cfg(any(feature = "postgres", feature = "redis", feature = "cos"))]
 pub mod datastore;

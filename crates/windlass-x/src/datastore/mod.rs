@@ -18,55 +18,7 @@
 //! It builds one connection per (type, name) per reconcile, however many components ask,
 //! and starts afresh with the next reconcile, so a changed CR or Secret takes effect at once.
 //!
-//! ```
-//! use std::sync::Arc;
-//! use windlass::prelude::*;
-//! use windlass_x::datastore::{Datastores, postgres::PostgresConnection};
-//! # #[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
-//! # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
-//! # struct AppSpec {}
-//!
-//! struct Web {
-//!     datastores: Datastores<AppController>,
-//! }
-//!
-//! #[async_trait]
-//! impl Component<AppController> for Web {
-//!     fn name(&self) -> &str {
-//!         "web"
-//!     }
-//!     async fn render(&self, session: &Session<AppController>, out: &mut Resources) -> Result<()> {
-//!         // The CR's spec.datastores.postgres.connection, or the deployed database's.
-//!         let db: Arc<PostgresConnection> = self.datastores.connection(session, None).await?;
-//!         let env = db.env("/tls/ca.crt");
-//!         // ... a Deployment whose container gets `env`, `db.tls_volume_mounts()` and
-//!         // whose pod gets `db.tls_volumes()`.
-//!         # let _ = (env, out);
-//!         Ok(())
-//!     }
-//! }
-//!
-//! struct AppController {
-//!     datastores: Datastores<AppController>,
-//! }
-//!
-//! #[async_trait]
-//! impl Controller for AppController {
-//!     type Resource = App;
-//!     type Config = NoConfig;
-//!     type Status = Status;
-//!     fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
-//!         let mut graph = Components::new();
-//!         // Deploys the database unless the CR names one (then: None).
-//!         let db = self.datastores.add_component::<PostgresConnection>(session, &mut graph, None)?;
-//!         let web = graph.add(Web { datastores: self.datastores.clone() })?;
-//!         if let Some(db) = db {
-//!             graph.depends_on_ready(web, db)?;
-//!         }
-//!         Ok(graph)
-//!     }
-//! }
-//! ```
+//! The `postgres` module's docs show a controller and a component using it end to end.
 
 pub mod spec;
 

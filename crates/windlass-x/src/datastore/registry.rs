@@ -47,15 +47,21 @@ pub struct Datastores<C: Controller> {
     _controller: std::marker::PhantomData<fn() -> C>,
 }
 
+/// A value whose type the registry knows from the key it is stored under.
+type Erased = Box<dyn Any + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     /// (type, label) → `Arc<Build<C, K>>`.
-    builders: Mutex<HashMap<(&'static str, String), Box<dyn Any + Send + Sync>>>,
+    builders: Mutex<HashMap<(&'static str, String), Erased>>,
     /// Components built in a reconcile: (reconcile id, `Arc<dyn Datastore<C, Connection = K>>`).
-    components: Mutex<HashMap<Key, (String, Box<dyn Any + Send + Sync>)>>,
+    components: Mutex<HashMap<Key, (String, Erased)>>,
     /// Connections of a reconcile: (reconcile id, `Arc<OnceCell<Arc<K>>>`).
-    connections: Mutex<HashMap<Key, (String, Arc<dyn Any + Send + Sync>)>>,
+    connections: Mutex<HashMap<Key, (String, Shared)>>,
 }
+
+/// [`Erased`], shared with the caller.
+type Shared = Arc<dyn Any + Send + Sync>;
 
 impl<C: Controller> Clone for Datastores<C> {
     fn clone(&self) -> Self {

@@ -441,6 +441,7 @@ pub(crate) async fn locate(
 }
 
 /// `host:port` as it goes into a URL: an IPv6 address gets its brackets.
+#[cfg(any(feature = "redis", feature = "cos"))]
 pub(crate) fn host_port(hostname: &str, port: u16) -> String {
     if hostname.contains(':') && !hostname.starts_with('[') {
         format!("[{hostname}]:{port}")
@@ -641,6 +642,7 @@ mod tests {
         assert!(err.to_string().contains("has no field"), "{err}");
     }
 
+    #[cfg(any(feature = "redis", feature = "cos"))]
     #[test]
     fn ipv6_hosts_get_brackets() {
         assert_eq!(host_port("::1", 5), "[::1]:5");
