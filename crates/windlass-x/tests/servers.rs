@@ -359,3 +359,28 @@ async fn s3_puts_and_gets_with_the_crs_keys() {
     assert_eq!(status, 403, "a wrong secret key is refused: {body}");
     assert!(body.contains("SignatureDoesNotMatch"), "{body}");
 }
+
+#[test]
+fn the_s3_signer_signs_the_example_of_the_s3_documentation() {
+    // "GET Object" from AWS's Signature Version 4 examples for the Authorization header.
+    let empty = support::sigv4::sha256_hex(b"");
+    let header = support::sigv4::authorization(
+        "GET",
+        "/test.txt",
+        &[
+            ("Host", "examplebucket.s3.amazonaws.com"),
+            ("Range", "bytes=0-9"),
+            ("x-amz-content-sha256", &empty),
+            ("x-amz-date", "20130524T000000Z"),
+        ],
+        "us-east-1",
+        "AKIAIOSFODNN7EXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    );
+    assert_eq!(
+        header,
+        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, \
+         SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, \
+         Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+    );
+}
