@@ -420,6 +420,8 @@ impl Datastore<Probe<PostgresConnection>> for InClusterPostgres {
         session: &Session<Probe<PostgresConnection>>,
     ) -> Result<PostgresConnection> {
         self.asked.fetch_add(1, Ordering::SeqCst);
+        // As a real lookup would, give other reconciles a turn before answering.
+        tokio::task::yield_now().await;
         let auth = CredentialSecret {
             secret_name: session.scoped_name("postgres-auth"),
             first_field: "username".into(),
@@ -567,4 +569,39 @@ async fn a_named_deployed_instance_is_named_after_it() {
     assert!(report.error.is_none(), "{:?}", report.error);
     let status = env.status(&cr).await.to_string();
     assert!(status.contains("postgres-audit"), "{status}");
+}
+
+#[tokio::test]
+async fn concurrent_reconciles_of_two_crs_keep_their_own_connections() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let probe = deploying_probe(&asked);
+    let seen = probe.seen.clone();
+    let env = TestEnv::dry_run(probe).await;
+    let overrides =
+        json!({"configOverrides": {"postgres": {"type": "in-cluster", "size": "small"}}});
+    let shop = env.apply_cr("shop", overrides.clone()).await;
+    let blog = env.apply_cr("blog", overrides).await;
+    let (a, b) = tokio::join!(env.reconcile(&shop), env.reconcile(&blog));
+    assert!(
+        a.error.is_none() && b.error.is_none(),
+        "{:?} {:?}",
+        a.error,
+        b.error
+    );
+    let hosts: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_ref().unwrap().host.clone())
+        .collect();
+    assert_eq!(hosts.len(), 6);
+    for cr in ["shop", "blog"] {
+        let own = format!("{cr}-postgres");
+        assert_eq!(hosts.iter().filter(|h| **h == own).count(), 3, "{hosts:?}");
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "one connection per CR's reconcile"
+    );
 }

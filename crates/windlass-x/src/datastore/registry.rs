@@ -2,10 +2,13 @@
 //! datastore factories, F229–F231), as one value the controller owns and shares with its
 //! components.
 //!
-//! oper8 keeps class-level singletons invalidated when the session id changes; here the
-//! registry is an ordinary value (an `Arc` inside) and every cached component and connection
-//! carries the id of the reconcile that made it: a later reconcile replaces it. There is one
-//! entry per (type, name), so the caches stay as small as the CR's list of datastores.
+//! oper8 keeps class-level singletons invalidated when the session id changes; it reconciles
+//! one CR at a time. Here the registry is an ordinary value (an `Arc` inside) shared by
+//! reconciles of many CRs that run at once, so every cached component and connection is keyed
+//! by the CR as well as by (type, name), and carries the id of the reconcile that made it: the
+//! CR's next reconcile replaces it. A CR has one reconcile in flight at a time, so one entry
+//! per CR and datastore is enough; past [`MAX_ENTRIES`] the oldest entries (of CRs long gone,
+//! typically) are dropped, so the caches stay bounded.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -19,8 +22,11 @@ use windlass::prelude::*;
 use super::spec::ConnectionSpec;
 use super::{Connection, Datastore};
 
-/// (datastore type, instance name).
-type Key = (&'static str, Option<String>);
+/// (CR, datastore type, instance name).
+type Key = (String, &'static str, Option<String>);
+
+/// How many (CR, datastore) entries each cache keeps at most.
+pub const MAX_ENTRIES: usize = 1024;
 
 type Build<C, K> =
     dyn Fn(&InstanceConfig) -> Result<Arc<dyn Datastore<C, Connection = K>>> + Send + Sync;
@@ -54,10 +60,62 @@ type Erased = Box<dyn Any + Send + Sync>;
 struct Inner {
     /// (type, label) → `Arc<Build<C, K>>`.
     builders: Mutex<HashMap<(&'static str, String), Erased>>,
-    /// Components built in a reconcile: (reconcile id, `Arc<dyn Datastore<C, Connection = K>>`).
-    components: Mutex<HashMap<Key, (String, Erased)>>,
-    /// Connections of a reconcile: (reconcile id, `Arc<OnceCell<Arc<K>>>`).
-    connections: Mutex<HashMap<Key, (String, Shared)>>,
+    /// Components built in a reconcile: `Arc<dyn Datastore<C, Connection = K>>`.
+    components: Mutex<Cache<Erased>>,
+    /// Connections of a reconcile: `Arc<OnceCell<Arc<K>>>`.
+    connections: Mutex<Cache<Shared>>,
+}
+
+/// Per (CR, datastore): the reconcile that made the value, and the value; bounded.
+struct Cache<V> {
+    entries: HashMap<Key, Entry<V>>,
+    next: u64,
+}
+
+struct Entry<V> {
+    reconcile: String,
+    /// Insertion order, for eviction.
+    stamp: u64,
+    value: V,
+}
+
+impl<V> Default for Cache<V> {
+    fn default() -> Self {
+        Cache {
+            entries: HashMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<V> Cache<V> {
+    /// The value `reconcile` stored under `key`, if that reconcile stored one.
+    fn get(&self, key: &Key, reconcile: &str) -> Option<&V> {
+        self.entries
+            .get(key)
+            .filter(|e| e.reconcile == reconcile)
+            .map(|e| &e.value)
+    }
+
+    fn insert(&mut self, key: Key, reconcile: &str, value: V) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= MAX_ENTRIES {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.stamp)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.next += 1;
+        let entry = Entry {
+            reconcile: reconcile.to_string(),
+            stamp: self.next,
+            value,
+        };
+        self.entries.insert(key, entry);
+    }
 }
 
 /// [`Erased`], shared with the caller.
@@ -174,8 +232,9 @@ impl<C: Controller> Datastores<C> {
             None => component.name().to_string(),
         };
         lock(&self.inner.components).insert(
-            (K::TYPE, name.map(str::to_string)),
-            (session.id().to_string(), Box::new(component.clone())),
+            key::<C, K>(session, name),
+            session.id(),
+            Box::new(component.clone()),
         );
         graph
             .add(Instance {
@@ -194,12 +253,12 @@ impl<C: Controller> Datastores<C> {
         session: &Session<C>,
         name: Option<&str>,
     ) -> Result<Arc<K>> {
-        let cell = self.cell::<K>(session.id(), name);
+        let cell = self.cell::<K>(session, name);
         cell.get_or_try_init(|| async {
             if let Some(connection) = self.cr_connection::<K>(session, name).await? {
                 return Ok(connection);
             }
-            let Some(component) = self.component::<K>(session.id(), name) else {
+            let Some(component) = self.component::<K>(session, name) else {
                 let path = match name {
                     Some(name) => format!("spec.datastores.{}.{name}.connection", K::TYPE),
                     None => format!("spec.datastores.{}.connection", K::TYPE),
@@ -296,32 +355,40 @@ impl<C: Controller> Datastores<C> {
 
     fn component<K: Connection>(
         &self,
-        reconcile: &str,
+        session: &Session<C>,
         name: Option<&str>,
     ) -> Option<Arc<dyn Datastore<C, Connection = K>>> {
-        let components = lock(&self.inner.components);
-        let (id, component) = components.get(&(K::TYPE, name.map(str::to_string)))?;
-        if id != reconcile {
-            return None;
-        }
-        component
+        lock(&self.inner.components)
+            .get(&key::<C, K>(session, name), session.id())?
             .downcast_ref::<Arc<dyn Datastore<C, Connection = K>>>()
             .cloned()
     }
 
-    fn cell<K: Connection>(&self, reconcile: &str, name: Option<&str>) -> Arc<OnceCell<Arc<K>>> {
+    fn cell<K: Connection>(
+        &self,
+        session: &Session<C>,
+        name: Option<&str>,
+    ) -> Arc<OnceCell<Arc<K>>> {
         let mut connections = lock(&self.inner.connections);
-        let key = (K::TYPE, name.map(str::to_string));
-        if let Some((id, cell)) = connections.get(&key)
-            && id == reconcile
+        let key = key::<C, K>(session, name);
+        if let Some(cell) = connections.get(&key, session.id())
             && let Ok(cell) = cell.clone().downcast::<OnceCell<Arc<K>>>()
         {
             return cell;
         }
         let cell = Arc::new(OnceCell::new());
-        connections.insert(key, (reconcile.to_string(), cell.clone()));
+        connections.insert(key, session.id(), cell.clone());
         cell
     }
+}
+
+/// The cache key of the datastore `K::TYPE` (instance `name`) of the session's CR.
+fn key<C: Controller, K: Connection>(session: &Session<C>, name: Option<&str>) -> Key {
+    (
+        session.cr_ref().to_string(),
+        K::TYPE,
+        name.map(str::to_string),
+    )
 }
 
 /// A registered implementation's component in the graph, under its instance name.
@@ -352,5 +419,40 @@ impl<C: Controller, K: Connection> Component<C> for Instance<C, K> {
     ) -> Result<Value> {
         self.inner
             .update_object_definition(session, internal_name, manifest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(cr: usize) -> Key {
+        (format!("v1/Widget/test/cr-{cr}"), "postgres", None)
+    }
+
+    #[test]
+    fn the_cache_answers_only_the_reconcile_that_filled_it() {
+        let mut cache = Cache::default();
+        cache.insert(key(0), "reconcile-1", 1);
+        assert_eq!(cache.get(&key(0), "reconcile-1"), Some(&1));
+        assert_eq!(
+            cache.get(&key(0), "reconcile-2"),
+            None,
+            "a later reconcile starts afresh"
+        );
+        cache.insert(key(0), "reconcile-2", 2);
+        assert_eq!(cache.get(&key(0), "reconcile-2"), Some(&2));
+        assert_eq!(cache.entries.len(), 1, "one entry per CR and datastore");
+    }
+
+    #[test]
+    fn the_cache_drops_the_oldest_entries_past_its_bound() {
+        let mut cache = Cache::default();
+        for cr in 0..=MAX_ENTRIES {
+            cache.insert(key(cr), "r", cr);
+        }
+        assert_eq!(cache.entries.len(), MAX_ENTRIES);
+        assert_eq!(cache.get(&key(0), "r"), None, "the oldest went");
+        assert_eq!(cache.get(&key(MAX_ENTRIES), "r"), Some(&MAX_ENTRIES));
     }
 }

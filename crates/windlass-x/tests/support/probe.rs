@@ -162,6 +162,8 @@ impl<K: Resolve> Component<Probe<K>> for App<K> {
     }
 
     async fn render(&self, session: &Session<Probe<K>>, out: &mut Resources) -> Result<()> {
+        // A real render awaits other things first: let other reconciles run meanwhile.
+        tokio::task::yield_now().await;
         let resolved = async {
             let connection = self
                 .datastores
