@@ -117,7 +117,9 @@ fetch_debs() {
         if apt-get download -qq "$@" 2>&1 | grep -v 'unsandboxed' >&2; [ "${PIPESTATUS[0]}" -eq 0 ]; then
             return 0
         fi
-        [ "$attempt" -eq 1 ] && [ "$APT_UPDATED" -eq 0 ] || break
+        if [ "$attempt" -ne 1 ] || [ "$APT_UPDATED" -ne 0 ]; then
+            break
+        fi
         log "the download failed; refreshing the package lists and trying again"
         apt_update
     done

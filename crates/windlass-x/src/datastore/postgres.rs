@@ -44,7 +44,8 @@
 //!     async fn render(&self, session: &Session<AppController>, out: &mut Resources) -> Result<()> {
 //!         // The CR's spec.datastores.postgres.connection, or the deployed database's.
 //!         let db: Arc<PostgresConnection> = self.datastores.connection(session, None).await?;
-//!         let env = db.env("/tls/ca.crt");
+//!         let ca = db.tls_cert_path().unwrap_or_default();
+//!         let env = db.env(&ca);
 //!         // ... a Deployment whose container gets `env`, `db.tls_volume_mounts()` and
 //!         // whose pod gets `db.tls_volumes()`.
 //!         # let _ = (env, out);
@@ -261,6 +262,15 @@ impl PostgresConnection {
         env
     }
 
+    /// Where [`PostgresConnection::tls_volume_mounts`] puts the CA certificate by default,
+    /// `/tls/<cert field>`, for `PGSSLROOTCERT` or `sslrootcert` (`None` without TLS).
+    pub fn tls_cert_path(&self) -> Option<String> {
+        self.tls
+            .secret
+            .as_ref()
+            .map(|tls| format!("{TLS_MOUNT_PATH}/{}", tls.cert_field))
+    }
+
     /// The pod volume with the CA certificate (empty without TLS): the TLS Secret's cert field
     /// as the file of the same name, mode 0440, in the volume [`TLS_VOLUME_NAME`].
     pub fn tls_volumes(&self) -> Vec<Volume> {
@@ -450,6 +460,8 @@ mod tests {
                 "secretName": "db-ca", "defaultMode": 288,
                 "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
         );
+        assert_eq!(tls.tls_cert_path().as_deref(), Some("/tls/ca.crt"));
+        assert_eq!(plain.tls_cert_path(), None);
         let mount = &tls.tls_volume_mounts()[0];
         assert_eq!(
             (mount.name.as_str(), mount.mount_path.as_str()),
