@@ -11,7 +11,10 @@
 //! harness starts `initdb` and `postgres` in a user namespace (`unshare --user
 //! --map-user=65534`) where they are `nobody`, while the kernel still sees the files they
 //! touch as root's: the data directory is theirs, and a cache under `/root` stays readable,
-//! with no chown and no second copy of the binaries.
+//! with no chown and no second copy of the binaries. Where the kernel allows no user
+//! namespace, they run as the real `nobody` (`setpriv`) in a directory given to it; then the
+//! cache must be readable by `nobody` (not under a `/root` of mode 0700: set
+//! `WINDLASS_CACHE_DIR`). `WINDLASS_TEST_POSTGRES_USER=nobody` picks that way on purpose.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -167,16 +170,69 @@ fn write_private(path: &Path, contents: &str) {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).expect("chmod 600");
 }
 
-/// `command`, run as an unprivileged user when we are root (see the module docs).
+/// How PostgreSQL's programs run (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunAs {
+    /// We are not root: as ourselves.
+    Me,
+    /// As `nobody` in a user namespace.
+    UserNamespace,
+    /// As the real `nobody`.
+    Nobody,
+}
+
+/// `nobody`'s uid and gid on Debian.
+const NOBODY: u32 = 65534;
+
+fn run_as() -> RunAs {
+    static CHOICE: std::sync::OnceLock<RunAs> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return RunAs::Me;
+        }
+        if std::env::var("WINDLASS_TEST_POSTGRES_USER").as_deref() == Ok("nobody") {
+            return RunAs::Nobody;
+        }
+        let namespaces = Command::new("unshare")
+            .args(["--user", "--map-user=65534", "--map-group=65534", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if namespaces {
+            RunAs::UserNamespace
+        } else {
+            RunAs::Nobody
+        }
+    })
+}
+
+/// `program`, run as an unprivileged user when we are root (see the module docs).
 fn unprivileged(program: &Path) -> Command {
-    if rustix::process::geteuid().is_root() {
-        let mut command = Command::new("unshare");
-        command
-            .args(["--user", "--map-user=65534", "--map-group=65534", "--"])
-            .arg(program);
-        command
-    } else {
-        Command::new(program)
+    match run_as() {
+        RunAs::Me => Command::new(program),
+        RunAs::UserNamespace => {
+            let mut command = Command::new("unshare");
+            command
+                .args(["--user", "--map-user=65534", "--map-group=65534", "--"])
+                .arg(program);
+            command
+        }
+        RunAs::Nobody => {
+            let mut command = Command::new("setpriv");
+            command
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(program);
+            command
+        }
+    }
+}
+
+/// Hand `path` to the user PostgreSQL runs as, when that is the real `nobody`.
+fn give_to_postgres(path: &Path) {
+    if run_as() == RunAs::Nobody {
+        std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY))
+            .unwrap_or_else(|e| panic!("chown {} to nobody: {e}", path.display()));
     }
 }
 
@@ -199,6 +255,8 @@ impl Postgres {
         let data = dir.path().join("data");
         let pwfile = dir.path().join("pwfile");
         write_private(&pwfile, password);
+        give_to_postgres(dir.path());
+        give_to_postgres(&pwfile);
 
         let init_log = dir.path().join("initdb.log");
         let output = unprivileged(&home.join("bin/initdb"))
@@ -218,9 +276,11 @@ impl Postgres {
         fs::write(&init_log, [&output.stdout[..], &output.stderr[..]].concat()).ok();
         assert!(
             output.status.success(),
-            "initdb failed ({}); as root it runs in a user namespace (unshare --user), which the \
-             kernel must allow:\n{}",
+            "initdb failed ({}), run {:?} (see tests/support/servers.rs: as root, PostgreSQL runs \
+             as nobody, in a user namespace if the kernel allows one, else with setpriv, which \
+             needs the cache readable by nobody):\n{}",
             output.status,
+            run_as(),
             log_tail(&init_log)
         );
 
@@ -245,6 +305,8 @@ impl Postgres {
             let key = dir.path().join("server.key");
             write_private(&cert, &tls.cert_pem);
             write_private(&key, &tls.key_pem);
+            give_to_postgres(&cert);
+            give_to_postgres(&key);
             command
                 .args(["-c", "ssl=on"])
                 .arg("-c")
