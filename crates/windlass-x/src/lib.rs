@@ -9,6 +9,8 @@
 //! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
 //! use it with one option.
 
+#[cfg(any(feature = "postgres", feature = "redis", feature = "cos"))]
+pub mod datastore;
 pub mod replicas;
 #[cfg(feature = "tls")]
 pub mod tls;
