@@ -219,6 +219,29 @@ async fn other_names_reissue_the_pair_and_keep_the_ca() {
 }
 
 #[tokio::test]
+async fn an_absolute_dns_name_keeps_its_pair_across_reconciles() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let mut spec = tls_spec("internal");
+    spec["dnsNames"] = json!(["web.test.svc."]);
+    let cr = env.apply_cr("w", spec).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let first = get(&env, &secret("w-web-tls")).await;
+
+    env.log.clear();
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
+    assert_eq!(get(&env, &secret("w-web-tls")).await["data"], first["data"]);
+    let ca = ca_of(&get(&env, &secret("w-infra-tls-ca")).await);
+    ca.verify(
+        &pair_of(&first),
+        &request_for(&["web.test.svc"], &["127.0.0.1"]),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
 async fn the_server_component_waits_for_the_ca_component() {
     let env = TestEnv::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;

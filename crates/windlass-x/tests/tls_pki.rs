@@ -256,6 +256,42 @@ fn an_ip_given_as_a_dns_name_is_refused() {
     assert!(err.to_string().contains("not a name"), "{err}");
 }
 
+#[tokio::test]
+async fn an_absolute_dns_name_is_issued_without_its_trailing_dot_and_verifies() {
+    // webpki refuses a certificate SAN ending in a dot: written as given, such a pair
+    // would never verify and would be reissued on every reconcile.
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let absolute = CertRequest::new().dns_names(["db.shop.svc."]);
+    let pair = ca.issue(&absolute, KeyAlgorithm::EcdsaP256).unwrap();
+    ca.verify(&pair, &absolute).unwrap();
+    let der = der(pair.cert_pem());
+    let cert = parse(&der);
+    let san = cert.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        san.value.general_names,
+        [GeneralName::DNSName("db.shop.svc")]
+    );
+    let alg = KeyAlgorithm::EcdsaP256;
+    assert_eq!(
+        absolute.fingerprint(alg),
+        CertRequest::new()
+            .dns_names(["db.shop.svc"])
+            .fingerprint(alg)
+    );
+    // Clients reach it by either form.
+    for name in ["db.shop.svc.", "db.shop.svc"] {
+        assert_eq!(
+            round_trip(pair.cert_pem(), pair.key_pem(), ca.cert_pem(), name).await,
+            Ok("hello".to_string()),
+            "{name}"
+        );
+    }
+    for bad in ["db.shop.svc..", ".", ""] {
+        let err = CertRequest::new().dns_names([bad]).validate().unwrap_err();
+        assert!(matches!(err, TlsError::BadName { .. }), "{bad:?}: {err}");
+    }
+}
+
 #[test]
 fn fingerprints_ignore_order_and_repeats_but_not_content() {
     let a = CertRequest::new().dns_names(["a", "b"]);

@@ -269,7 +269,7 @@ impl CertRequest {
         self.intermediate_ca = true;
         self
     }
-    /// The DNS SANs, as given.
+    /// The DNS SANs, as given (certificates carry them without a trailing dot).
     pub fn dns(&self) -> &[String] {
         &self.dns_names
     }
@@ -291,8 +291,16 @@ impl CertRequest {
 
     /// The SANs in a canonical order without repeats: requests that differ only in order
     /// ask for the same certificate.
+    /// DNS names are written without the trailing dot of an absolute name (`db.shop.svc.`
+    /// becomes `db.shop.svc`): webpki, like most verifiers, refuses a certificate whose
+    /// SAN ends in a dot, while a client connecting to the absolute name still matches
+    /// the relative one.
     fn canonical(&self) -> (Vec<String>, Vec<IpAddr>) {
-        let mut dns = self.dns_names.clone();
+        let mut dns: Vec<String> = self
+            .dns_names
+            .iter()
+            .map(|name| relative(name).to_string())
+            .collect();
         dns.sort();
         dns.dedup();
         let mut ips = self.ip_addresses.clone();
@@ -302,7 +310,8 @@ impl CertRequest {
     }
 
     /// A stable digest of what this request asks for, with the key algorithm: equal
-    /// digests ask for interchangeable certificates.
+    /// digests ask for interchangeable certificates. Order, repeats and a DNS name's
+    /// trailing dot do not count: `db.shop.svc.` asks for the same SAN as `db.shop.svc`.
     pub fn fingerprint(&self, algorithm: KeyAlgorithm) -> String {
         use sha2::{Digest, Sha256};
         let (dns, ips) = self.canonical();
@@ -326,9 +335,18 @@ impl CertRequest {
     }
 
     /// Whether every DNS SAN is a valid DNS name (and not an IP address written as one).
+    /// One trailing dot is allowed and left out of the certificate (see
+    /// [`CertRequest::fingerprint`]).
     pub fn validate(&self) -> Result<(), TlsError> {
         for name in &self.dns_names {
-            ServerName::try_from(name.as_str())
+            let presented = relative(name);
+            if presented.ends_with('.') {
+                return Err(TlsError::BadName {
+                    name: name.clone(),
+                    reason: "it ends with more than one dot".into(),
+                });
+            }
+            ServerName::try_from(presented)
                 .map_err(|e| TlsError::BadName {
                     name: name.clone(),
                     reason: e.to_string(),
@@ -344,6 +362,11 @@ impl CertRequest {
         }
         Ok(())
     }
+}
+
+/// `name` without the trailing dot of an absolute DNS name.
+fn relative(name: &str) -> &str {
+    name.strip_suffix('.').unwrap_or(name)
 }
 
 /// A CA: its key and self-signed certificate. Its `Debug` never prints the key.
