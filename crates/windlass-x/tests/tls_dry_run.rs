@@ -7,6 +7,8 @@
 
 mod tls_support;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tls_support::{SERVER, TlsController, request_for, secret_text, tls_spec};
@@ -152,6 +154,40 @@ async fn a_partial_ca_secret_found_before_the_first_reconcile_is_replaced() {
     let stored = get(&env, &secret("w-infra-tls-ca")).await;
     assert_ne!(secret_text(&stored, "crt.ca.pem"), "left over");
     ca_of(&stored);
+}
+
+#[tokio::test]
+async fn a_ca_close_to_its_end_is_replaced_and_every_pair_reissued() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let cr = env.apply_cr("w", tls_spec("internal")).await;
+    env.reconcile(&cr).await;
+    // The stored CA now ends in 200 days: sooner than a server certificate lasts.
+    let ending = CertificateAuthority::generate_valid_for(
+        KeyAlgorithm::EcdsaP256,
+        Duration::from_secs(200 * 24 * 3600),
+    )
+    .unwrap();
+    env.apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "w-infra-tls-ca", "namespace": "test"},
+        "stringData": {"key.ca.pem": ending.key_pem(), "crt.ca.pem": ending.cert_pem()}}))
+        .await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let ca_secret = get(&env, &secret("w-infra-tls-ca")).await;
+    assert_ne!(secret_text(&ca_secret, "crt.ca.pem"), ending.cert_pem());
+    let replacement = ca_of(&ca_secret);
+    assert!(!replacement.due_for_replacement());
+    let pair_secret = get(&env, &secret("w-web-tls")).await;
+    assert_eq!(secret_text(&pair_secret, "ca.crt"), replacement.cert_pem());
+    let request = request_for(&["web.test.svc"], &["127.0.0.1"]);
+    replacement
+        .verify(&pair_of(&pair_secret), &request)
+        .unwrap();
+
+    // The new CA is then kept.
+    env.log.clear();
+    env.reconcile(&cr).await;
+    assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use tls_support::round_trip;
-use windlass_x::tls::pki::{CA_VALIDITY, CERT_VALIDITY};
+use windlass_x::tls::pki::{CA_RENEW_BEFORE, CA_VALIDITY, CERT_VALIDITY, RENEW_BEFORE};
 use windlass_x::tls::{
     CertRequest, CertificateAuthority, KeyAlgorithm, KeyCertPair, PrivateKey, TlsError,
     certificate_public_key_pem,
@@ -420,4 +420,91 @@ fn a_certificate_expiring_within_the_renewal_window_is_not_reused() {
         .unwrap();
     let err = ca.verify(&short, &request()).unwrap_err();
     assert!(err.to_string().contains("Expired"), "{err}");
+}
+
+#[test]
+fn the_cas_not_after_is_read_from_its_certificate_in_either_time_encoding() {
+    // Up to 2049 X.509 writes UTCTime, from 2050 GeneralizedTime.
+    for validity in [CA_VALIDITY, Duration::from_secs(40 * 365 * 24 * 3600)] {
+        let ca =
+            CertificateAuthority::generate_valid_for(KeyAlgorithm::EcdsaP256, validity).unwrap();
+        let der = der(ca.cert_pem());
+        let expected = parse(&der).validity().not_after.timestamp();
+        assert_eq!(unix(ca.not_after()), expected);
+        let loaded = CertificateAuthority::from_pem(ca.key_pem(), ca.cert_pem()).unwrap();
+        assert_eq!(unix(loaded.not_after()), expected);
+        assert!(!loaded.due_for_replacement());
+    }
+}
+
+#[test]
+fn certificates_never_outlive_their_ca_and_a_ca_near_its_end_is_due_for_replacement() {
+    let short = Duration::from_secs(200 * 24 * 3600);
+    assert!(short < CA_RENEW_BEFORE);
+    let ca = CertificateAuthority::generate_valid_for(KeyAlgorithm::EcdsaP256, short).unwrap();
+    assert!(ca.due_for_replacement());
+    for request in [request(), request().intermediate_ca()] {
+        let pair = ca.issue(&request, KeyAlgorithm::EcdsaP256).unwrap();
+        let der = der(pair.cert_pem());
+        assert_eq!(
+            parse(&der).validity().not_after.timestamp(),
+            unix(ca.not_after()),
+            "capped at the CA's notAfter, not a year"
+        );
+        ca.verify(&pair, &request).unwrap();
+    }
+    // A long CA issues the full year.
+    let long = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let pair = long.issue(&request(), KeyAlgorithm::EcdsaP256).unwrap();
+    let der = der(pair.cert_pem());
+    let lifetime = parse(&der).validity().not_after.timestamp() - unix(SystemTime::now());
+    assert!((lifetime - CERT_VALIDITY.as_secs() as i64).abs() < 60);
+}
+
+#[test]
+fn an_expired_ca_loads_but_issues_nothing() {
+    let ca =
+        CertificateAuthority::generate_valid_for(KeyAlgorithm::EcdsaP256, Duration::ZERO).unwrap();
+    let loaded = CertificateAuthority::from_pem(ca.key_pem(), ca.cert_pem()).unwrap();
+    assert!(loaded.due_for_replacement());
+    let err = loaded
+        .issue(&request(), KeyAlgorithm::EcdsaP256)
+        .unwrap_err();
+    assert!(err.to_string().contains("the CA expired"), "{err}");
+}
+
+#[test]
+fn a_pair_is_not_good_once_its_ca_ends_within_the_renewal_window() {
+    // The same CA key and subject, re-certified for ten days only: a year-long pair from
+    // the long certificate still chains (trust anchors carry no validity) but the CA ends
+    // first, which verify must see on its own.
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let key = rcgen::KeyPair::from_pem(ca.key_pem()).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "windlass");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "windlass internal CA");
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let now = SystemTime::now();
+    params.not_before = (now - Duration::from_secs(3600)).into();
+    params.not_after = (now + Duration::from_secs(10 * 24 * 3600)).into();
+    let cert = params.self_signed(&key).unwrap();
+    let short = CertificateAuthority::from_pem(ca.key_pem(), &cert.pem()).unwrap();
+
+    let pair = ca.issue(&request(), KeyAlgorithm::EcdsaP256).unwrap();
+    ca.verify(&pair, &request()).unwrap();
+    short
+        .verify_at(&pair, &request(), now + Duration::from_secs(24 * 3600))
+        .unwrap();
+    let err = short.verify(&pair, &request()).unwrap_err();
+    assert!(err.to_string().contains("the CA expires"), "{err}");
+    assert!(RENEW_BEFORE > Duration::from_secs(10 * 24 * 3600));
 }

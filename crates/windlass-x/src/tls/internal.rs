@@ -4,8 +4,11 @@
 //! The `internal-tls` component owns, per CR:
 //!
 //! - `<cr>-infra-tls-ca` (Opaque): `key.ca.pem` and `crt.ca.pem`, the CA. A complete Secret
-//!   is reused as it is; a partial one (a key missing or empty) is replaced by a new CA, with
-//!   a warning; none at all is generated. A Secret whose content does not parse, or holds a
+//!   is reused as it is until it expires within
+//!   [`CA_RENEW_BEFORE`](super::pki::CA_RENEW_BEFORE) (a server certificate's validity and
+//!   its renewal window), when a new CA replaces it, with a warning, and every pair is
+//!   reissued from the new one; a partial one (a key missing or empty) is replaced by a new
+//!   CA, with a warning; none at all is generated. A Secret whose content does not parse, or holds a
 //!   CA this context did not make, is a config error naming it: the operator never throws
 //!   away a CA someone may have put there on purpose.
 //! - `<cr>-<component>[-<key name>]-tls` (`kubernetes.io/tls`): `tls.crt`, `tls.key` and
@@ -25,7 +28,7 @@
 //! reused while it verifies against the current CA (rustls's verifier), is valid for
 //! [`RENEW_BEFORE`](super::pki::RENEW_BEFORE) more, and was issued for the same names and
 //! key algorithm. New material appears only when something changed: no CA yet, a partial
-//! CA Secret, a new CA, other names, a pair close to expiry.
+//! CA Secret, a new CA, a CA or a pair close to expiry, other names.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -219,6 +222,15 @@ impl Shared {
                          (every server pair is then reissued)"
                     ))
                 })?;
+                if ca.due_for_replacement() {
+                    tracing::warn!(
+                        secret = %name,
+                        not_after = ?time::OffsetDateTime::from(ca.not_after()).date(),
+                        "the CA expires within a server certificate's validity: generating a \
+                         new CA; every server pair is reissued"
+                    );
+                    return self.generate_ca().await;
+                }
                 tracing::debug!(secret = %name, "reusing the CA from its Secret");
                 Ok(Arc::new(ca))
             }

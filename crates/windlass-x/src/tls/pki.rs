@@ -15,8 +15,11 @@
 //!   RSA-2048, oper8's only choice, stays available with the `tls-rsa` feature for clients
 //!   that cannot do ECDSA.
 //! - **Validity**: the CA for ten years ([`CA_VALIDITY`]), server and intermediate
-//!   certificates for one year ([`CERT_VALIDITY`]), reissued once they expire within
-//!   [`RENEW_BEFORE`]. oper8 made everything valid for 10 000 days, so a leaked server key
+//!   certificates for one year ([`CERT_VALIDITY`]) but never past the CA's own end,
+//!   reissued once they expire within [`RENEW_BEFORE`]; the CA is due for replacement once
+//!   it expires within [`CA_RENEW_BEFORE`]. Trust anchors carry no validity in webpki, so
+//!   the CA's notAfter is read from its certificate (with `yasna`, which rcgen already
+//!   builds) and checked here. oper8 made everything valid for 10 000 days, so a leaked server key
 //!   stayed usable for 27 years. Every certificate starts [`CLOCK_SKEW`] in the past, so a
 //!   client whose clock is a little behind accepts a fresh one.
 //! - **IP SANs are IP entries** (quirk Q13 fixed): oper8 wrote IPs as DNS names, which no
@@ -46,6 +49,11 @@ pub const CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Certificates start this long before they are made, for clients whose clock is behind.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(3600);
+/// A CA that expires within this time is replaced (and every pair reissued from the new
+/// one): [`CERT_VALIDITY`] + [`RENEW_BEFORE`], so a certificate issued from the CA always
+/// gets its full validity and is never renewed only because the CA ends.
+pub const CA_RENEW_BEFORE: Duration =
+    Duration::from_secs(CERT_VALIDITY.as_secs() + RENEW_BEFORE.as_secs());
 
 /// The subject of every CA this module generates. Loading a CA re-creates its issuer
 /// from this name, so a CA made elsewhere (another subject) is refused rather than used
@@ -74,7 +82,7 @@ pub enum TlsError {
     )]
     ForeignCa(String),
     /// The certificate does not verify for what it was asked for: another CA signed it,
-    /// it expires soon, or it lacks a name.
+    /// it or the CA expires soon, or it lacks a name; or an expired CA was asked to issue.
     #[error("{0}")]
     NotValid(String),
     /// A SAN is not a valid DNS name.
@@ -374,6 +382,7 @@ pub struct CertificateAuthority {
     key: PrivateKey,
     cert_pem: String,
     cert_der: CertificateDer<'static>,
+    not_after: SystemTime,
 }
 
 impl fmt::Debug for CertificateAuthority {
@@ -381,6 +390,7 @@ impl fmt::Debug for CertificateAuthority {
         f.debug_struct("CertificateAuthority")
             .field("key", &self.key)
             .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("not_after", &humantime(self.not_after))
             .finish()
     }
 }
@@ -390,46 +400,70 @@ impl CertificateAuthority {
     /// CA:true (critical), KeyUsage keyCertSign + cRLSign + digitalSignature (critical),
     /// valid for [`CA_VALIDITY`].
     pub fn generate(algorithm: KeyAlgorithm) -> Result<Self, TlsError> {
+        Self::generate_valid_for(algorithm, CA_VALIDITY)
+    }
+
+    /// [`CertificateAuthority::generate`] with another validity than [`CA_VALIDITY`], e.g.
+    /// a CA close to its end for tests.
+    pub fn generate_valid_for(
+        algorithm: KeyAlgorithm,
+        validity: Duration,
+    ) -> Result<Self, TlsError> {
         let key = PrivateKey::generate(algorithm)?;
         let mut params = ca_params(CA_COMMON_NAME);
         let now = SystemTime::now();
         params.not_before = to_time(now - CLOCK_SKEW);
-        params.not_after = to_time(now + CA_VALIDITY);
+        params.not_after = to_time(now + validity);
         let cert = params.self_signed(&key.pair).map_err(generate_error)?;
+        let cert_der = cert.der().clone();
         Ok(CertificateAuthority {
             cert_pem: cert.pem(),
-            cert_der: cert.der().clone(),
+            not_after: not_after_of(&cert_der)?,
+            cert_der,
             key,
         })
     }
 
     /// A CA from its PEM key and certificate, as stored. Refused unless the key belongs to
-    /// the certificate and a certificate issued from them verifies against it.
+    /// the certificate and a certificate issued from them verifies against it. An expired
+    /// CA loads (see [`CertificateAuthority::due_for_replacement`]) but issues nothing.
     pub fn from_pem(key_pem: &str, cert_pem: &str) -> Result<Self, TlsError> {
         let key = PrivateKey::from_pem(key_pem)?;
         let cert_der = certificate_der(cert_pem)?;
         let ca = CertificateAuthority {
             key,
             cert_pem: cert_pem.to_string(),
+            not_after: not_after_of(&cert_der)?,
             cert_der,
         };
         if spki_of(&ca.cert_der)? != ca.key.spki_der() {
             return Err(TlsError::KeyMismatch);
         }
         // A throwaway certificate proves the issuer re-created from the constant subject
-        // matches this certificate, and that it really can sign.
-        let probe = ca.issue_valid_for(
-            &CertRequest::new().dns_names(["probe.windlass.invalid"]),
+        // matches this certificate, and that it really can sign. It is made and checked
+        // without the CA's own validity (webpki's trust anchors have none), so an expired
+        // CA still loads and can be replaced.
+        let now = SystemTime::now();
+        let request = CertRequest::new().dns_names(["probe.windlass.invalid"]);
+        let probe = ca.sign(
+            &request,
             KeyAlgorithm::EcdsaP256,
-            Duration::from_secs(3600),
+            now + Duration::from_secs(3600),
         )?;
-        ca.verify_at(
-            &probe,
-            &CertRequest::new().dns_names(["probe.windlass.invalid"]),
-            SystemTime::now(),
-        )
-        .map_err(|e| TlsError::ForeignCa(e.to_string()))?;
+        ca.verify_chain_at(&probe, &request, now)
+            .map_err(|e| TlsError::ForeignCa(e.to_string()))?;
         Ok(ca)
+    }
+
+    /// When the CA's certificate expires (its notAfter).
+    pub fn not_after(&self) -> SystemTime {
+        self.not_after
+    }
+
+    /// Whether the CA expires within [`CA_RENEW_BEFORE`] (or has expired): a new CA
+    /// should then replace it, and every pair be reissued from the new one.
+    pub fn due_for_replacement(&self) -> bool {
+        self.not_after < SystemTime::now() + CA_RENEW_BEFORE
     }
 
     /// The CA's certificate, PEM: what clients trust.
@@ -443,7 +477,7 @@ impl CertificateAuthority {
     }
 
     /// A new key (of `algorithm`) and a certificate for it signed by this CA, valid for
-    /// [`CERT_VALIDITY`], with the request's SANs (DNS names as DNS entries, IPs as IP
+    /// [`CERT_VALIDITY`] or until the CA expires if that is sooner, with the request's SANs (DNS names as DNS entries, IPs as IP
     /// entries) and EKU serverAuth + clientAuth.
     pub fn issue(
         &self,
@@ -454,17 +488,36 @@ impl CertificateAuthority {
     }
 
     /// [`CertificateAuthority::issue`] with another validity than [`CERT_VALIDITY`], e.g.
-    /// short-lived certificates for tests.
+    /// short-lived certificates for tests. The certificate never outlives the CA; an
+    /// expired CA issues nothing ([`TlsError::NotValid`]).
     pub fn issue_valid_for(
         &self,
         request: &CertRequest,
         algorithm: KeyAlgorithm,
         validity: Duration,
     ) -> Result<KeyCertPair, TlsError> {
+        let now = SystemTime::now();
+        if self.not_after <= now {
+            return Err(TlsError::NotValid(format!(
+                "the CA expired on {}: replace it to issue certificates",
+                humantime(self.not_after)
+            )));
+        }
+        self.sign(request, algorithm, (now + validity).min(self.not_after))
+    }
+
+    /// A new key and a certificate for `request`, valid from [`CLOCK_SKEW`] ago until
+    /// `not_after`.
+    fn sign(
+        &self,
+        request: &CertRequest,
+        algorithm: KeyAlgorithm,
+        not_after: SystemTime,
+    ) -> Result<KeyCertPair, TlsError> {
         request.validate()?;
         let key = PrivateKey::generate(algorithm)?;
         let issuer = Issuer::new(ca_params(CA_COMMON_NAME), &self.key.pair);
-        let params = leaf_params(request, validity)?;
+        let params = leaf_params(request, not_after)?;
         let cert = params
             .signed_by(&key.pair, &issuer)
             .map_err(generate_error)?;
@@ -474,12 +527,33 @@ impl CertificateAuthority {
     /// Whether `pair` is still good for `request` from this CA: the key belongs to the
     /// certificate, the certificate chains to this CA for server use, carries every name
     /// asked for, and is valid now and for [`RENEW_BEFORE`] more. An intermediate CA
-    /// must also really be able to sign certificates that chain through it.
+    /// must also really be able to sign certificates that chain through it. The CA itself
+    /// must be valid for [`RENEW_BEFORE`] more too.
     pub fn verify(&self, pair: &KeyCertPair, request: &CertRequest) -> Result<(), TlsError> {
         self.verify_at(pair, request, SystemTime::now() + RENEW_BEFORE)
     }
 
-    fn verify_at(
+    /// [`CertificateAuthority::verify`] at another time than [`RENEW_BEFORE`] from now:
+    /// whether `pair` (and this CA) will still be good for `request` at `at`.
+    pub fn verify_at(
+        &self,
+        pair: &KeyCertPair,
+        request: &CertRequest,
+        at: SystemTime,
+    ) -> Result<(), TlsError> {
+        if self.not_after < at {
+            return Err(TlsError::NotValid(format!(
+                "the CA expires on {}, before {}",
+                humantime(self.not_after),
+                humantime(at)
+            )));
+        }
+        self.verify_chain_at(pair, request, at)
+    }
+
+    /// [`CertificateAuthority::verify_at`] without the CA's own validity, which webpki's
+    /// trust anchors do not have.
+    fn verify_chain_at(
         &self,
         pair: &KeyCertPair,
         request: &CertRequest,
@@ -508,9 +582,7 @@ impl CertificateAuthority {
             let issuer = Issuer::new(ca_params(INTERMEDIATE_COMMON_NAME), &key.pair);
             let probe_key = PrivateKey::generate(KeyAlgorithm::EcdsaP256)?;
             let probe_request = CertRequest::new().dns_names(["probe.windlass.invalid"]);
-            let mut params = leaf_params(&probe_request, Duration::ZERO)?;
-            params.not_before = to_time(SystemTime::now() - CLOCK_SKEW);
-            params.not_after = to_time(at + Duration::from_secs(3600));
+            let params = leaf_params(&probe_request, at + Duration::from_secs(3600))?;
             let probe = params
                 .signed_by(&probe_key.pair, &issuer)
                 .map_err(generate_error)?;
@@ -575,6 +647,45 @@ fn spki_of(cert: &CertificateDer<'_>) -> Result<Vec<u8>, TlsError> {
     Ok(parsed.subject_public_key_info().as_ref().to_vec())
 }
 
+/// A certificate's notAfter, read from its DER: `Certificate ::= SEQUENCE {
+/// tbsCertificate, signatureAlgorithm, signature }`, where `tbsCertificate` is
+/// `SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity
+/// SEQUENCE { notBefore, notAfter }, ... }` (RFC 5280 §4.1).
+fn not_after_of(cert: &CertificateDer<'_>) -> Result<SystemTime, TlsError> {
+    use yasna::{ASN1Result, BERReader, Tag};
+    fn time(reader: BERReader<'_, '_>) -> ASN1Result<time::OffsetDateTime> {
+        if reader.lookahead_tag()? == yasna::tags::TAG_UTCTIME {
+            Ok(*reader.read_utctime()?.datetime())
+        } else {
+            Ok(*reader.read_generalized_time()?.datetime())
+        }
+    }
+    let not_after = yasna::parse_der(cert.as_ref(), |reader| {
+        reader.read_sequence(|certificate| {
+            let not_after = certificate.next().read_sequence(|tbs| {
+                tbs.read_optional(|version| {
+                    version.read_tagged(Tag::context(0), |v| v.read_der())
+                })?;
+                tbs.next().read_der()?; // serialNumber
+                tbs.next().read_der()?; // signature
+                tbs.next().read_der()?; // issuer
+                let not_after = tbs.next().read_sequence(|validity| {
+                    validity.next().read_der()?; // notBefore
+                    time(validity.next())
+                })?;
+                // subject, subjectPublicKeyInfo, unique IDs, extensions.
+                while tbs.read_optional(|rest| rest.read_der())?.is_some() {}
+                Ok(not_after)
+            })?;
+            certificate.next().read_der()?; // signatureAlgorithm
+            certificate.next().read_der()?; // signature
+            Ok(not_after)
+        })
+    })
+    .map_err(|e| TlsError::BadCertificate(format!("reading its validity: {e}")))?;
+    Ok(SystemTime::from(not_after))
+}
+
 fn ca_params(common_name: &str) -> CertificateParams {
     let mut params = CertificateParams::default();
     params.distinguished_name = name(common_name);
@@ -587,7 +698,12 @@ fn ca_params(common_name: &str) -> CertificateParams {
     params
 }
 
-fn leaf_params(request: &CertRequest, validity: Duration) -> Result<CertificateParams, TlsError> {
+/// The parameters of a server or intermediate certificate, valid from [`CLOCK_SKEW`] ago
+/// until `not_after`.
+fn leaf_params(
+    request: &CertRequest,
+    not_after: SystemTime,
+) -> Result<CertificateParams, TlsError> {
     let (dns, ips) = request.canonical();
     let mut params = if request.is_intermediate_ca() {
         let mut params = ca_params(INTERMEDIATE_COMMON_NAME);
@@ -625,9 +741,8 @@ fn leaf_params(request: &CertRequest, validity: Duration) -> Result<CertificateP
     params
         .subject_alt_names
         .extend(ips.into_iter().map(SanType::IpAddress));
-    let now = SystemTime::now();
-    params.not_before = to_time(now - CLOCK_SKEW);
-    params.not_after = to_time(now + validity);
+    params.not_before = to_time(SystemTime::now() - CLOCK_SKEW);
+    params.not_after = to_time(not_after);
     Ok(params)
 }
 
