@@ -508,3 +508,41 @@ fn a_pair_is_not_good_once_its_ca_ends_within_the_renewal_window() {
     assert!(err.to_string().contains("the CA expires"), "{err}");
     assert!(RENEW_BEFORE > Duration::from_secs(10 * 24 * 3600));
 }
+
+#[test]
+fn a_ca_certificate_without_ca_true_or_key_cert_sign_is_refused() {
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let key = rcgen::KeyPair::from_pem(ca.key_pem()).unwrap();
+    let certificate = |is_ca: rcgen::IsCa, usages: Vec<rcgen::KeyUsagePurpose>| {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "windlass");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "windlass internal CA");
+        params.is_ca = is_ca;
+        params.key_usages = usages;
+        params.self_signed(&key).unwrap().pem()
+    };
+    let ca_true = || rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // The same key and subject, so only the extensions differ.
+    let no_cert_sign = certificate(ca_true(), vec![rcgen::KeyUsagePurpose::DigitalSignature]);
+    let err = CertificateAuthority::from_pem(ca.key_pem(), &no_cert_sign).unwrap_err();
+    assert!(
+        matches!(&err, TlsError::ForeignCa(why) if why.contains("keyCertSign")),
+        "{err}"
+    );
+    let not_ca = certificate(
+        rcgen::IsCa::ExplicitNoCa,
+        vec![rcgen::KeyUsagePurpose::KeyCertSign],
+    );
+    let err = CertificateAuthority::from_pem(ca.key_pem(), &not_ca).unwrap_err();
+    assert!(
+        matches!(&err, TlsError::ForeignCa(why) if why.contains("CA:true")),
+        "{err}"
+    );
+    // No KeyUsage at all is accepted, as X.509 clients do.
+    CertificateAuthority::from_pem(ca.key_pem(), &certificate(ca_true(), vec![])).unwrap();
+}

@@ -76,7 +76,8 @@ pub enum TlsError {
     #[error("the private key does not match the certificate's public key")]
     KeyMismatch,
     /// The certificate is not usable as a CA that issues verifiable certificates (another
-    /// subject than [`CA_COMMON_NAME`], no keyCertSign, a broken signature).
+    /// subject than [`CA_COMMON_NAME`], not CA:true, a KeyUsage without keyCertSign, a
+    /// signature that does not verify).
     #[error(
         "not a CA windlass can issue certificates from ({0}); remove it to have a new one generated"
     )]
@@ -418,26 +419,38 @@ impl CertificateAuthority {
         let cert_der = cert.der().clone();
         Ok(CertificateAuthority {
             cert_pem: cert.pem(),
-            not_after: not_after_of(&cert_der)?,
+            not_after: ca_fields(&cert_der)?.not_after,
             cert_der,
             key,
         })
     }
 
     /// A CA from its PEM key and certificate, as stored. Refused unless the key belongs to
-    /// the certificate and a certificate issued from them verifies against it. An expired
+    /// the certificate, the certificate says CA:true (and keyCertSign, if it has a
+    /// KeyUsage), and a certificate issued from them verifies against it. An expired
     /// CA loads (see [`CertificateAuthority::due_for_replacement`]) but issues nothing.
     pub fn from_pem(key_pem: &str, cert_pem: &str) -> Result<Self, TlsError> {
         let key = PrivateKey::from_pem(key_pem)?;
         let cert_der = certificate_der(cert_pem)?;
+        let fields = ca_fields(&cert_der)?;
         let ca = CertificateAuthority {
             key,
             cert_pem: cert_pem.to_string(),
-            not_after: not_after_of(&cert_der)?,
+            not_after: fields.not_after,
             cert_der,
         };
         if spki_of(&ca.cert_der)? != ca.key.spki_der() {
             return Err(TlsError::KeyMismatch);
+        }
+        // webpki's trust anchors keep neither, but clients such as OpenSSL refuse a chain
+        // whose CA lacks them.
+        if !fields.is_ca {
+            return Err(TlsError::ForeignCa(
+                "its BasicConstraints does not say CA:true".into(),
+            ));
+        }
+        if fields.key_cert_sign == Some(false) {
+            return Err(TlsError::ForeignCa("its KeyUsage lacks keyCertSign".into()));
         }
         // A throwaway certificate proves the issuer re-created from the constant subject
         // matches this certificate, and that it really can sign. It is made and checked
@@ -647,11 +660,23 @@ fn spki_of(cert: &CertificateDer<'_>) -> Result<Vec<u8>, TlsError> {
     Ok(parsed.subject_public_key_info().as_ref().to_vec())
 }
 
-/// A certificate's notAfter, read from its DER: `Certificate ::= SEQUENCE {
-/// tbsCertificate, signatureAlgorithm, signature }`, where `tbsCertificate` is
-/// `SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity
-/// SEQUENCE { notBefore, notAfter }, ... }` (RFC 5280 §4.1).
-fn not_after_of(cert: &CertificateDer<'_>) -> Result<SystemTime, TlsError> {
+/// What a CA certificate says about itself that webpki's trust anchors do not keep.
+struct CaFields {
+    /// Its notAfter.
+    not_after: SystemTime,
+    /// BasicConstraints cA (false when the extension is absent).
+    is_ca: bool,
+    /// KeyUsage keyCertSign, if the certificate has a KeyUsage at all.
+    key_cert_sign: Option<bool>,
+}
+
+/// Read [`CaFields`] from a certificate's DER (RFC 5280 §4.1): `Certificate ::= SEQUENCE
+/// { tbsCertificate, signatureAlgorithm, signature }`, where `tbsCertificate` is
+/// `SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE {
+/// notBefore, notAfter }, subject, subjectPublicKeyInfo, [1] [2] unique IDs OPTIONAL, [3]
+/// extensions OPTIONAL }`.
+fn ca_fields(cert: &CertificateDer<'_>) -> Result<CaFields, TlsError> {
+    use yasna::models::ObjectIdentifier;
     use yasna::{ASN1Result, BERReader, Tag};
     fn time(reader: BERReader<'_, '_>) -> ASN1Result<time::OffsetDateTime> {
         if reader.lookahead_tag()? == yasna::tags::TAG_UTCTIME {
@@ -660,6 +685,10 @@ fn not_after_of(cert: &CertificateDer<'_>) -> Result<SystemTime, TlsError> {
             Ok(*reader.read_generalized_time()?.datetime())
         }
     }
+    let key_usage = ObjectIdentifier::from_slice(&[2, 5, 29, 15]);
+    let basic_constraints = ObjectIdentifier::from_slice(&[2, 5, 29, 19]);
+    let mut is_ca = false;
+    let mut key_cert_sign = None;
     let not_after = yasna::parse_der(cert.as_ref(), |reader| {
         reader.read_sequence(|certificate| {
             let not_after = certificate.next().read_sequence(|tbs| {
@@ -673,8 +702,44 @@ fn not_after_of(cert: &CertificateDer<'_>) -> Result<SystemTime, TlsError> {
                     validity.next().read_der()?; // notBefore
                     time(validity.next())
                 })?;
-                // subject, subjectPublicKeyInfo, unique IDs, extensions.
-                while tbs.read_optional(|rest| rest.read_der())?.is_some() {}
+                tbs.next().read_der()?; // subject
+                tbs.next().read_der()?; // subjectPublicKeyInfo
+                while tbs
+                    .read_optional(|rest| {
+                        if rest.lookahead_tag()? != Tag::context(3) {
+                            return rest.read_der().map(drop); // a unique ID
+                        }
+                        rest.read_tagged(Tag::context(3), |extensions| {
+                            extensions.read_sequence_of(|extension| {
+                                extension.read_sequence(|extension| {
+                                    let id = extension.next().read_oid()?;
+                                    extension.read_optional(|critical| critical.read_bool())?;
+                                    let value = extension.next().read_bytes()?;
+                                    if id == key_usage {
+                                        // keyCertSign is bit 5: 0x04 of the first byte.
+                                        let (bits, _) = yasna::parse_der(&value, |bits| {
+                                            bits.read_bitvec_bytes()
+                                        })?;
+                                        key_cert_sign =
+                                            Some(bits.first().is_some_and(|b| b & 0x04 != 0));
+                                    } else if id == basic_constraints {
+                                        is_ca = yasna::parse_der(&value, |constraints| {
+                                            constraints.read_sequence(|constraints| {
+                                                let ca = constraints
+                                                    .read_optional(|ca| ca.read_bool())?;
+                                                constraints
+                                                    .read_optional(|length| length.read_der())?;
+                                                Ok(ca.unwrap_or(false))
+                                            })
+                                        })?;
+                                    }
+                                    Ok(())
+                                })
+                            })
+                        })
+                    })?
+                    .is_some()
+                {}
                 Ok(not_after)
             })?;
             certificate.next().read_der()?; // signatureAlgorithm
@@ -682,8 +747,12 @@ fn not_after_of(cert: &CertificateDer<'_>) -> Result<SystemTime, TlsError> {
             Ok(not_after)
         })
     })
-    .map_err(|e| TlsError::BadCertificate(format!("reading its validity: {e}")))?;
-    Ok(SystemTime::from(not_after))
+    .map_err(|e| TlsError::BadCertificate(format!("reading its validity and extensions: {e}")))?;
+    Ok(CaFields {
+        not_after: SystemTime::from(not_after),
+        is_ca,
+        key_cert_sign,
+    })
 }
 
 fn ca_params(common_name: &str) -> CertificateParams {
