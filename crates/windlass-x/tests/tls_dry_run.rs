@@ -278,6 +278,23 @@ async fn an_absolute_dns_name_keeps_its_pair_across_reconciles() {
 }
 
 #[tokio::test]
+async fn a_pair_request_without_names_is_a_config_error_naming_the_pair() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let mut spec = tls_spec("internal");
+    spec["dnsNames"] = json!([]);
+    spec["ips"] = json!([]);
+    let cr = env.apply_cr("w", spec).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let text = message(&status);
+    assert!(
+        text.contains("TLS server pair for web") && text.contains("at least one DNS name"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn the_server_component_waits_for_the_ca_component() {
     let env = TestEnv::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;

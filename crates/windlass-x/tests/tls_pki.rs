@@ -129,6 +129,15 @@ fn server_certificates_carry_dns_names_as_dns_and_ips_as_ip_entries() {
     );
     let usage = cert.key_usage().unwrap().unwrap();
     assert!(usage.value.digital_signature() && !usage.value.key_cert_sign());
+    assert!(
+        !usage.value.key_encipherment(),
+        "keyEncipherment is for RSA keys only (RFC 5480 §3)"
+    );
+    assert!(
+        cert.subject().to_string().ends_with("CN=windlass server"),
+        "{}",
+        cert.subject()
+    );
     let lifetime = cert.validity().not_after.timestamp() - unix(SystemTime::now());
     assert!((lifetime - CERT_VALIDITY.as_secs() as i64).abs() < 60);
     assert!(
@@ -149,9 +158,26 @@ fn an_intermediate_ca_may_sign_certificates() {
     let pair = ca.issue(&request, KeyAlgorithm::EcdsaP256).unwrap();
     let der = der(pair.cert_pem());
     let cert = parse(&der);
-    assert!(cert.basic_constraints().unwrap().unwrap().value.ca);
-    assert!(cert.key_usage().unwrap().unwrap().value.key_cert_sign());
+    let constraints = cert.basic_constraints().unwrap().unwrap().value;
+    assert!(constraints.ca);
+    assert_eq!(
+        constraints.path_len_constraint,
+        Some(0),
+        "signs no other CA"
+    );
+    let usage = cert.key_usage().unwrap().unwrap().value;
+    assert!(usage.key_cert_sign() && !usage.key_encipherment());
     ca.verify(&pair, &request).unwrap();
+    // Its names are checked like a server's.
+    let err = ca
+        .verify(
+            &pair,
+            &CertRequest::new()
+                .dns_names(["other.shop.svc"])
+                .intermediate_ca(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("other.shop.svc"), "{err}");
     // The same pair is no intermediate issued by another CA.
     let other = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
     assert!(other.verify(&pair, &request).is_err());
@@ -387,6 +413,8 @@ async fn rsa_2048_keys_with_e_65537_sign_and_serve() {
         }
         other => panic!("not an RSA key: {other:?}"),
     }
+    let usage = cert.key_usage().unwrap().unwrap().value;
+    assert!(usage.digital_signature() && usage.key_encipherment());
     // sha256WithRSAEncryption
     assert_eq!(
         cert.signature_algorithm.algorithm.to_id_string(),
@@ -545,4 +573,25 @@ fn a_ca_certificate_without_ca_true_or_key_cert_sign_is_refused() {
     );
     // No KeyUsage at all is accepted, as X.509 clients do.
     CertificateAuthority::from_pem(ca.key_pem(), &certificate(ca_true(), vec![])).unwrap();
+}
+
+#[test]
+fn a_request_must_name_something_and_long_names_fit() {
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    for empty in [CertRequest::new(), CertRequest::new().intermediate_ca()] {
+        assert_eq!(empty.validate(), Err(TlsError::NoNames));
+        assert_eq!(
+            ca.issue(&empty, KeyAlgorithm::EcdsaP256).unwrap_err(),
+            TlsError::NoNames
+        );
+    }
+    CertRequest::new()
+        .ip_addresses(["10.0.0.1".parse().unwrap()])
+        .validate()
+        .unwrap();
+    // Longer than a CN may be (64): it goes into the SANs only.
+    let long = format!("{}.{}.shop.svc", "a".repeat(40), "b".repeat(40));
+    let request = CertRequest::new().dns_names([long.as_str()]);
+    let pair = ca.issue(&request, KeyAlgorithm::EcdsaP256).unwrap();
+    ca.verify(&pair, &request).unwrap();
 }

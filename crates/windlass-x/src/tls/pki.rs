@@ -25,9 +25,11 @@
 //! - **IP SANs are IP entries** (quirk Q13 fixed): oper8 wrote IPs as DNS names, which no
 //!   conforming client matches against an IP address.
 //! - The CA's KeyUsage is keyCertSign + cRLSign + digitalSignature (no keyEncipherment, which
-//!   has no meaning for a CA's key); server certificates get digitalSignature +
-//!   keyEncipherment and EKU serverAuth + clientAuth, so one pair serves both ends of mutual
-//!   TLS.
+//!   has no meaning for a CA's key); intermediates get the same with a path length of 0
+//!   (they sign end-entity certificates only). Server certificates get digitalSignature
+//!   (+ keyEncipherment for RSA keys only, RFC 5480 §3), EKU serverAuth + clientAuth, so one
+//!   pair serves both ends of mutual TLS, and the fixed CN `windlass server`: their names
+//!   are the SANs.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -62,6 +64,8 @@ pub const CA_COMMON_NAME: &str = "windlass internal CA";
 const ORGANIZATION: &str = "windlass";
 /// The subject of intermediate CAs.
 const INTERMEDIATE_COMMON_NAME: &str = "windlass intermediate CA";
+/// The subject CN of server certificates (their names are in the SANs).
+const SERVER_COMMON_NAME: &str = "windlass server";
 
 /// What went wrong with keys or certificates, and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +98,9 @@ pub enum TlsError {
         /// Why it was refused.
         reason: String,
     },
+    /// A certificate request with neither a DNS name nor an IP address.
+    #[error("a certificate needs at least one DNS name or IP address")]
+    NoNames,
     /// The key algorithm needs a feature this build does not have.
     #[error("{0} keys need windlass-x's `tls-rsa` feature")]
     Unsupported(KeyAlgorithm),
@@ -343,10 +350,14 @@ impl CertRequest {
         hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Whether every DNS SAN is a valid DNS name (and not an IP address written as one).
+    /// Whether the request names something, and every DNS SAN is a valid DNS name (and not
+    /// an IP address written as one).
     /// One trailing dot is allowed and left out of the certificate (see
     /// [`CertRequest::fingerprint`]).
     pub fn validate(&self) -> Result<(), TlsError> {
+        if self.dns_names.is_empty() && self.ip_addresses.is_empty() {
+            return Err(TlsError::NoNames);
+        }
         for name in &self.dns_names {
             let presented = relative(name);
             if presented.ends_with('.') {
@@ -530,7 +541,7 @@ impl CertificateAuthority {
         request.validate()?;
         let key = PrivateKey::generate(algorithm)?;
         let issuer = Issuer::new(ca_params(CA_COMMON_NAME), &self.key.pair);
-        let params = leaf_params(request, not_after)?;
+        let params = leaf_params(request, algorithm, not_after)?;
         let cert = params
             .signed_by(&key.pair, &issuer)
             .map_err(generate_error)?;
@@ -589,40 +600,46 @@ impl CertificateAuthority {
                 humantime(at)
             ))
         };
+        // An intermediate is parsed as an end-entity certificate too, for its SANs.
+        let leaf = webpki::EndEntityCert::try_from(&cert).map_err(not_valid)?;
         if request.is_intermediate_ca() {
             // webpki verifies leaf certificates only: have the intermediate issue one and
             // verify the chain leaf → intermediate → CA.
             let issuer = Issuer::new(ca_params(INTERMEDIATE_COMMON_NAME), &key.pair);
             let probe_key = PrivateKey::generate(KeyAlgorithm::EcdsaP256)?;
             let probe_request = CertRequest::new().dns_names(["probe.windlass.invalid"]);
-            let params = leaf_params(&probe_request, at + Duration::from_secs(3600))?;
+            let params = leaf_params(
+                &probe_request,
+                KeyAlgorithm::EcdsaP256,
+                at + Duration::from_secs(3600),
+            )?;
             let probe = params
                 .signed_by(&probe_key.pair, &issuer)
                 .map_err(generate_error)?;
-            let leaf = webpki::EndEntityCert::try_from(probe.der()).map_err(not_valid)?;
+            let probe = webpki::EndEntityCert::try_from(probe.der()).map_err(not_valid)?;
+            probe
+                .verify_for_usage(
+                    webpki::ALL_VERIFICATION_ALGS,
+                    &[anchor],
+                    std::slice::from_ref(&cert),
+                    time,
+                    webpki::KeyUsage::server_auth(),
+                    None,
+                    None,
+                )
+                .map_err(not_valid)?;
+        } else {
             leaf.verify_for_usage(
                 webpki::ALL_VERIFICATION_ALGS,
                 &[anchor],
-                std::slice::from_ref(&cert),
+                &[],
                 time,
                 webpki::KeyUsage::server_auth(),
                 None,
                 None,
             )
             .map_err(not_valid)?;
-            return Ok(());
         }
-        let leaf = webpki::EndEntityCert::try_from(&cert).map_err(not_valid)?;
-        leaf.verify_for_usage(
-            webpki::ALL_VERIFICATION_ALGS,
-            &[anchor],
-            &[],
-            time,
-            webpki::KeyUsage::server_auth(),
-            None,
-            None,
-        )
-        .map_err(not_valid)?;
         let (dns, ips) = request.canonical();
         let names = dns
             .iter()
@@ -767,29 +784,30 @@ fn ca_params(common_name: &str) -> CertificateParams {
     params
 }
 
-/// The parameters of a server or intermediate certificate, valid from [`CLOCK_SKEW`] ago
-/// until `not_after`.
+/// The parameters of a server or intermediate certificate for a key of `algorithm`, valid
+/// from [`CLOCK_SKEW`] ago until `not_after`.
 fn leaf_params(
     request: &CertRequest,
+    algorithm: KeyAlgorithm,
     not_after: SystemTime,
 ) -> Result<CertificateParams, TlsError> {
     let (dns, ips) = request.canonical();
     let mut params = if request.is_intermediate_ca() {
         let mut params = ca_params(INTERMEDIATE_COMMON_NAME);
-        params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+        // It signs end-entity certificates only, never another CA.
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params
     } else {
         let mut params = CertificateParams::default();
-        // Old clients still read the CN; modern ones only the SANs.
-        let common_name = request
-            .names()
-            .next()
-            .unwrap_or_else(|| "windlass server".to_string());
-        params.distinguished_name = name(&common_name);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        // A fixed CN: clients match the SANs (RFC 6125), and a name as the CN could
+        // exceed the CN's 64 characters.
+        params.distinguished_name = name(SERVER_COMMON_NAME);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        // Only an RSA key can encipher a TLS key exchange (RFC 5480 §3 forbids it for
+        // ECDSA keys).
+        if algorithm == KeyAlgorithm::Rsa2048 {
+            params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+        }
         params
     };
     params.extended_key_usages = vec![
