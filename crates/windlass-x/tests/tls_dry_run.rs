@@ -295,6 +295,24 @@ async fn a_pair_request_without_names_is_a_config_error_naming_the_pair() {
 }
 
 #[tokio::test]
+async fn pairs_that_would_share_a_secret_are_a_config_error_naming_both() {
+    let mut controller = TlsController::new();
+    controller.colliding_pairs = true;
+    let env = TestEnv::dry_run(controller).await;
+    let cr = env.apply_cr("w", tls_spec("internal")).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let text = message(&status);
+    assert!(
+        text.contains("(component web, key name x)")
+            && text.contains("(component web-x, no key name)")
+            && text.contains("<cr>-web-x-tls"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn the_server_component_waits_for_the_ca_component() {
     let env = TestEnv::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;

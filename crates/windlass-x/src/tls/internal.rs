@@ -13,7 +13,9 @@
 //!   away a CA someone may have put there on purpose.
 //! - `<cr>-<component>[-<key name>]-tls` (`kubernetes.io/tls`): `tls.crt`, `tls.key` and
 //!   `ca.crt` for each requested pair, ready to mount. The
-//!   [`REQUEST_ANNOTATION`] records what the pair was issued for.
+//!   [`REQUEST_ANNOTATION`] records what the pair was issued for. Two pairs whose names
+//!   spell the same Secret (component `db` with key name `x`, component `db-x` without
+//!   one) are a config error naming both.
 //!
 //! **Per CR, not per namespace.** Everything windlass applies belongs to one CR: it carries
 //! the CR's owner reference and ownership label, is garbage-collected with it, and windlass
@@ -122,6 +124,17 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
             tracing::warn!(pair = %key, "a TLS server pair was requested twice; the repeat is ignored");
             return Ok(());
         }
+        // `<component>-<key name>` can spell another component's pair: both would be kept
+        // in one Secret, each overwriting the other.
+        let name = key.to_string();
+        if let Some(other) = requests.keys().find(|other| other.to_string() == name) {
+            return Err(Error::config(format!(
+                "TLS server pairs {} and {} would share the Secret <cr>-{name}-tls: rename a \
+                 component or a key name",
+                describe(other),
+                describe(&key),
+            )));
+        }
         // A disabled server takes part in no edge; its pair is not kept in the cluster
         // (its Secret is pruned), though its render may still ask for one.
         let enabled = !graph.is_disabled(server);
@@ -149,6 +162,14 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
                 key: "tls.key".into(),
                 ca: Some("ca.crt".into()),
             })
+    }
+}
+
+/// How a config error names a pair: its component and key name.
+fn describe(key: &PairKey) -> String {
+    match &key.key_name {
+        Some(key_name) => format!("(component {}, key name {key_name})", key.component),
+        None => format!("(component {}, no key name)", key.component),
     }
 }
 
