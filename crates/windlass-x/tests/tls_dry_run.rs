@@ -18,7 +18,9 @@ use windlass::prelude::*;
 use windlass::progress::Event;
 use windlass::reconcile::Reconciler;
 use windlass::testing::{EventLog, TestEnv, assert_condition};
-use windlass_x::tls::{CertificateAuthority, KeyAlgorithm, KeyCertPair, PairKey, Tls, TlsContext};
+use windlass_x::tls::{
+    CertificateAuthority, KeyAlgorithm, KeyCertPair, PairKey, Tls, TlsConfig, TlsContext,
+};
 
 fn secret(name: &str) -> ObjectRef {
     ObjectRef::new("v1", "Secret", Some("test"), name)
@@ -310,6 +312,25 @@ async fn pairs_that_would_share_a_secret_are_a_config_error_naming_both() {
             && text.contains("<cr>-web-x-tls"),
         "{text}"
     );
+}
+
+#[test]
+fn the_debug_form_of_tls_config_shows_setting_names_not_values() {
+    let config = TlsConfig::from_backend_config(&json!({"tls": {
+        "type": "vault", "token": "s3cret-token", "endpoint": {"password": "hunter2"}}}))
+    .unwrap();
+    assert_eq!(config.settings["token"], "s3cret-token");
+    for shown in [format!("{config:?}"), format!("{config:#?}")] {
+        assert!(
+            shown.contains("vault") && shown.contains("token"),
+            "{shown}"
+        );
+        assert!(shown.contains("endpoint"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
 }
 
 #[tokio::test]
