@@ -7,6 +7,8 @@
 
 mod tls_support;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tls_support::{SERVER, TlsController, request_for, secret_text, tls_spec};
@@ -16,7 +18,9 @@ use windlass::prelude::*;
 use windlass::progress::Event;
 use windlass::reconcile::Reconciler;
 use windlass::testing::{EventLog, TestEnv, assert_condition};
-use windlass_x::tls::{CertificateAuthority, KeyAlgorithm, KeyCertPair, PairKey, Tls, TlsContext};
+use windlass_x::tls::{
+    CertificateAuthority, KeyAlgorithm, KeyCertPair, PairKey, Tls, TlsConfig, TlsContext,
+};
 
 fn secret(name: &str) -> ObjectRef {
     ObjectRef::new("v1", "Secret", Some("test"), name)
@@ -155,6 +159,40 @@ async fn a_partial_ca_secret_found_before_the_first_reconcile_is_replaced() {
 }
 
 #[tokio::test]
+async fn a_ca_close_to_its_end_is_replaced_and_every_pair_reissued() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let cr = env.apply_cr("w", tls_spec("internal")).await;
+    env.reconcile(&cr).await;
+    // The stored CA now ends in 200 days: sooner than a server certificate lasts.
+    let ending = CertificateAuthority::generate_valid_for(
+        KeyAlgorithm::EcdsaP256,
+        Duration::from_secs(200 * 24 * 3600),
+    )
+    .unwrap();
+    env.apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "w-infra-tls-ca", "namespace": "test"},
+        "stringData": {"key.ca.pem": ending.key_pem(), "crt.ca.pem": ending.cert_pem()}}))
+        .await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let ca_secret = get(&env, &secret("w-infra-tls-ca")).await;
+    assert_ne!(secret_text(&ca_secret, "crt.ca.pem"), ending.cert_pem());
+    let replacement = ca_of(&ca_secret);
+    assert!(!replacement.due_for_replacement());
+    let pair_secret = get(&env, &secret("w-web-tls")).await;
+    assert_eq!(secret_text(&pair_secret, "ca.crt"), replacement.cert_pem());
+    let request = request_for(&["web.test.svc"], &["127.0.0.1"]);
+    replacement
+        .verify(&pair_of(&pair_secret), &request)
+        .unwrap();
+
+    // The new CA is then kept.
+    env.log.clear();
+    env.reconcile(&cr).await;
+    assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
+}
+
+#[tokio::test]
 async fn a_pair_is_reused_while_valid_and_reissued_once_the_ca_changed() {
     let env = TestEnv::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
@@ -216,6 +254,83 @@ async fn other_names_reissue_the_pair_and_keep_the_ca() {
     );
     ca.verify(&second, &request).unwrap();
     assert!(ca.verify(&first, &request).is_err());
+}
+
+#[tokio::test]
+async fn an_absolute_dns_name_keeps_its_pair_across_reconciles() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let mut spec = tls_spec("internal");
+    spec["dnsNames"] = json!(["web.test.svc."]);
+    let cr = env.apply_cr("w", spec).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let first = get(&env, &secret("w-web-tls")).await;
+
+    env.log.clear();
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
+    assert_eq!(get(&env, &secret("w-web-tls")).await["data"], first["data"]);
+    let ca = ca_of(&get(&env, &secret("w-infra-tls-ca")).await);
+    ca.verify(
+        &pair_of(&first),
+        &request_for(&["web.test.svc"], &["127.0.0.1"]),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_pair_request_without_names_is_a_config_error_naming_the_pair() {
+    let env = TestEnv::dry_run(TlsController::new()).await;
+    let mut spec = tls_spec("internal");
+    spec["dnsNames"] = json!([]);
+    spec["ips"] = json!([]);
+    let cr = env.apply_cr("w", spec).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let text = message(&status);
+    assert!(
+        text.contains("TLS server pair for web") && text.contains("at least one DNS name"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn pairs_that_would_share_a_secret_are_a_config_error_naming_both() {
+    let mut controller = TlsController::new();
+    controller.colliding_pairs = true;
+    let env = TestEnv::dry_run(controller).await;
+    let cr = env.apply_cr("w", tls_spec("internal")).await;
+    env.reconcile(&cr).await;
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let text = message(&status);
+    assert!(
+        text.contains("(component web, key name x)")
+            && text.contains("(component web-x, no key name)")
+            && text.contains("<cr>-web-x-tls"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_debug_form_of_tls_config_shows_setting_names_not_values() {
+    let config = TlsConfig::from_backend_config(&json!({"tls": {
+        "type": "vault", "token": "s3cret-token", "endpoint": {"password": "hunter2"}}}))
+    .unwrap();
+    assert_eq!(config.settings["token"], "s3cret-token");
+    for shown in [format!("{config:?}"), format!("{config:#?}")] {
+        assert!(
+            shown.contains("vault") && shown.contains("token"),
+            "{shown}"
+        );
+        assert!(shown.contains("endpoint"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use tls_support::round_trip;
-use windlass_x::tls::pki::{CA_VALIDITY, CERT_VALIDITY};
+use windlass_x::tls::pki::{CA_RENEW_BEFORE, CA_VALIDITY, CERT_VALIDITY, RENEW_BEFORE};
 use windlass_x::tls::{
     CertRequest, CertificateAuthority, KeyAlgorithm, KeyCertPair, PrivateKey, TlsError,
     certificate_public_key_pem,
@@ -129,6 +129,15 @@ fn server_certificates_carry_dns_names_as_dns_and_ips_as_ip_entries() {
     );
     let usage = cert.key_usage().unwrap().unwrap();
     assert!(usage.value.digital_signature() && !usage.value.key_cert_sign());
+    assert!(
+        !usage.value.key_encipherment(),
+        "keyEncipherment is for RSA keys only (RFC 5480 §3)"
+    );
+    assert!(
+        cert.subject().to_string().ends_with("CN=windlass server"),
+        "{}",
+        cert.subject()
+    );
     let lifetime = cert.validity().not_after.timestamp() - unix(SystemTime::now());
     assert!((lifetime - CERT_VALIDITY.as_secs() as i64).abs() < 60);
     assert!(
@@ -149,9 +158,26 @@ fn an_intermediate_ca_may_sign_certificates() {
     let pair = ca.issue(&request, KeyAlgorithm::EcdsaP256).unwrap();
     let der = der(pair.cert_pem());
     let cert = parse(&der);
-    assert!(cert.basic_constraints().unwrap().unwrap().value.ca);
-    assert!(cert.key_usage().unwrap().unwrap().value.key_cert_sign());
+    let constraints = cert.basic_constraints().unwrap().unwrap().value;
+    assert!(constraints.ca);
+    assert_eq!(
+        constraints.path_len_constraint,
+        Some(0),
+        "signs no other CA"
+    );
+    let usage = cert.key_usage().unwrap().unwrap().value;
+    assert!(usage.key_cert_sign() && !usage.key_encipherment());
     ca.verify(&pair, &request).unwrap();
+    // Its names are checked like a server's.
+    let err = ca
+        .verify(
+            &pair,
+            &CertRequest::new()
+                .dns_names(["other.shop.svc"])
+                .intermediate_ca(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("other.shop.svc"), "{err}");
     // The same pair is no intermediate issued by another CA.
     let other = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
     assert!(other.verify(&pair, &request).is_err());
@@ -256,6 +282,42 @@ fn an_ip_given_as_a_dns_name_is_refused() {
     assert!(err.to_string().contains("not a name"), "{err}");
 }
 
+#[tokio::test]
+async fn an_absolute_dns_name_is_issued_without_its_trailing_dot_and_verifies() {
+    // webpki refuses a certificate SAN ending in a dot: written as given, such a pair
+    // would never verify and would be reissued on every reconcile.
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let absolute = CertRequest::new().dns_names(["db.shop.svc."]);
+    let pair = ca.issue(&absolute, KeyAlgorithm::EcdsaP256).unwrap();
+    ca.verify(&pair, &absolute).unwrap();
+    let der = der(pair.cert_pem());
+    let cert = parse(&der);
+    let san = cert.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        san.value.general_names,
+        [GeneralName::DNSName("db.shop.svc")]
+    );
+    let alg = KeyAlgorithm::EcdsaP256;
+    assert_eq!(
+        absolute.fingerprint(alg),
+        CertRequest::new()
+            .dns_names(["db.shop.svc"])
+            .fingerprint(alg)
+    );
+    // Clients reach it by either form.
+    for name in ["db.shop.svc.", "db.shop.svc"] {
+        assert_eq!(
+            round_trip(pair.cert_pem(), pair.key_pem(), ca.cert_pem(), name).await,
+            Ok("hello".to_string()),
+            "{name}"
+        );
+    }
+    for bad in ["db.shop.svc..", ".", ""] {
+        let err = CertRequest::new().dns_names([bad]).validate().unwrap_err();
+        assert!(matches!(err, TlsError::BadName { .. }), "{bad:?}: {err}");
+    }
+}
+
 #[test]
 fn fingerprints_ignore_order_and_repeats_but_not_content() {
     let a = CertRequest::new().dns_names(["a", "b"]);
@@ -351,6 +413,8 @@ async fn rsa_2048_keys_with_e_65537_sign_and_serve() {
         }
         other => panic!("not an RSA key: {other:?}"),
     }
+    let usage = cert.key_usage().unwrap().unwrap().value;
+    assert!(usage.digital_signature() && usage.key_encipherment());
     // sha256WithRSAEncryption
     assert_eq!(
         cert.signature_algorithm.algorithm.to_id_string(),
@@ -384,4 +448,150 @@ fn a_certificate_expiring_within_the_renewal_window_is_not_reused() {
         .unwrap();
     let err = ca.verify(&short, &request()).unwrap_err();
     assert!(err.to_string().contains("Expired"), "{err}");
+}
+
+#[test]
+fn the_cas_not_after_is_read_from_its_certificate_in_either_time_encoding() {
+    // Up to 2049 X.509 writes UTCTime, from 2050 GeneralizedTime.
+    for validity in [CA_VALIDITY, Duration::from_secs(40 * 365 * 24 * 3600)] {
+        let ca =
+            CertificateAuthority::generate_valid_for(KeyAlgorithm::EcdsaP256, validity).unwrap();
+        let der = der(ca.cert_pem());
+        let expected = parse(&der).validity().not_after.timestamp();
+        assert_eq!(unix(ca.not_after()), expected);
+        let loaded = CertificateAuthority::from_pem(ca.key_pem(), ca.cert_pem()).unwrap();
+        assert_eq!(unix(loaded.not_after()), expected);
+        assert!(!loaded.due_for_replacement());
+    }
+}
+
+#[test]
+fn certificates_never_outlive_their_ca_and_a_ca_near_its_end_is_due_for_replacement() {
+    let short = Duration::from_secs(200 * 24 * 3600);
+    assert!(short < CA_RENEW_BEFORE);
+    let ca = CertificateAuthority::generate_valid_for(KeyAlgorithm::EcdsaP256, short).unwrap();
+    assert!(ca.due_for_replacement());
+    for request in [request(), request().intermediate_ca()] {
+        let pair = ca.issue(&request, KeyAlgorithm::EcdsaP256).unwrap();
+        let der = der(pair.cert_pem());
+        assert_eq!(
+            parse(&der).validity().not_after.timestamp(),
+            unix(ca.not_after()),
+            "capped at the CA's notAfter, not a year"
+        );
+        ca.verify(&pair, &request).unwrap();
+    }
+    // A long CA issues the full year.
+    let long = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let pair = long.issue(&request(), KeyAlgorithm::EcdsaP256).unwrap();
+    let der = der(pair.cert_pem());
+    let lifetime = parse(&der).validity().not_after.timestamp() - unix(SystemTime::now());
+    assert!((lifetime - CERT_VALIDITY.as_secs() as i64).abs() < 60);
+}
+
+#[test]
+fn an_expired_ca_loads_but_issues_nothing() {
+    let ca =
+        CertificateAuthority::generate_valid_for(KeyAlgorithm::EcdsaP256, Duration::ZERO).unwrap();
+    let loaded = CertificateAuthority::from_pem(ca.key_pem(), ca.cert_pem()).unwrap();
+    assert!(loaded.due_for_replacement());
+    let err = loaded
+        .issue(&request(), KeyAlgorithm::EcdsaP256)
+        .unwrap_err();
+    assert!(err.to_string().contains("the CA expired"), "{err}");
+}
+
+#[test]
+fn a_pair_is_not_good_once_its_ca_ends_within_the_renewal_window() {
+    // The same CA key and subject, re-certified for ten days only: a year-long pair from
+    // the long certificate still chains (trust anchors carry no validity) but the CA ends
+    // first, which verify must see on its own.
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let key = rcgen::KeyPair::from_pem(ca.key_pem()).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "windlass");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "windlass internal CA");
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let now = SystemTime::now();
+    params.not_before = (now - Duration::from_secs(3600)).into();
+    params.not_after = (now + Duration::from_secs(10 * 24 * 3600)).into();
+    let cert = params.self_signed(&key).unwrap();
+    let short = CertificateAuthority::from_pem(ca.key_pem(), &cert.pem()).unwrap();
+
+    let pair = ca.issue(&request(), KeyAlgorithm::EcdsaP256).unwrap();
+    ca.verify(&pair, &request()).unwrap();
+    short
+        .verify_at(&pair, &request(), now + Duration::from_secs(24 * 3600))
+        .unwrap();
+    let err = short.verify(&pair, &request()).unwrap_err();
+    assert!(err.to_string().contains("the CA expires"), "{err}");
+    assert!(RENEW_BEFORE > Duration::from_secs(10 * 24 * 3600));
+}
+
+#[test]
+fn a_ca_certificate_without_ca_true_or_key_cert_sign_is_refused() {
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let key = rcgen::KeyPair::from_pem(ca.key_pem()).unwrap();
+    let certificate = |is_ca: rcgen::IsCa, usages: Vec<rcgen::KeyUsagePurpose>| {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "windlass");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "windlass internal CA");
+        params.is_ca = is_ca;
+        params.key_usages = usages;
+        params.self_signed(&key).unwrap().pem()
+    };
+    let ca_true = || rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // The same key and subject, so only the extensions differ.
+    let no_cert_sign = certificate(ca_true(), vec![rcgen::KeyUsagePurpose::DigitalSignature]);
+    let err = CertificateAuthority::from_pem(ca.key_pem(), &no_cert_sign).unwrap_err();
+    assert!(
+        matches!(&err, TlsError::ForeignCa(why) if why.contains("keyCertSign")),
+        "{err}"
+    );
+    let not_ca = certificate(
+        rcgen::IsCa::ExplicitNoCa,
+        vec![rcgen::KeyUsagePurpose::KeyCertSign],
+    );
+    let err = CertificateAuthority::from_pem(ca.key_pem(), &not_ca).unwrap_err();
+    assert!(
+        matches!(&err, TlsError::ForeignCa(why) if why.contains("CA:true")),
+        "{err}"
+    );
+    // No KeyUsage at all is accepted, as X.509 clients do.
+    CertificateAuthority::from_pem(ca.key_pem(), &certificate(ca_true(), vec![])).unwrap();
+}
+
+#[test]
+fn a_request_must_name_something_and_long_names_fit() {
+    let ca = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    for empty in [CertRequest::new(), CertRequest::new().intermediate_ca()] {
+        assert_eq!(empty.validate(), Err(TlsError::NoNames));
+        assert_eq!(
+            ca.issue(&empty, KeyAlgorithm::EcdsaP256).unwrap_err(),
+            TlsError::NoNames
+        );
+    }
+    CertRequest::new()
+        .ip_addresses(["10.0.0.1".parse().unwrap()])
+        .validate()
+        .unwrap();
+    // Longer than a CN may be (64): it goes into the SANs only.
+    let long = format!("{}.{}.shop.svc", "a".repeat(40), "b".repeat(40));
+    let request = CertRequest::new().dns_names([long.as_str()]);
+    let pair = ca.issue(&request, KeyAlgorithm::EcdsaP256).unwrap();
+    ca.verify(&pair, &request).unwrap();
 }

@@ -4,13 +4,18 @@
 //! The `internal-tls` component owns, per CR:
 //!
 //! - `<cr>-infra-tls-ca` (Opaque): `key.ca.pem` and `crt.ca.pem`, the CA. A complete Secret
-//!   is reused as it is; a partial one (a key missing or empty) is replaced by a new CA, with
-//!   a warning; none at all is generated. A Secret whose content does not parse, or holds a
+//!   is reused as it is until it expires within
+//!   [`CA_RENEW_BEFORE`](super::pki::CA_RENEW_BEFORE) (a server certificate's validity and
+//!   its renewal window), when a new CA replaces it, with a warning, and every pair is
+//!   reissued from the new one; a partial one (a key missing or empty) is replaced by a new
+//!   CA, with a warning; none at all is generated. A Secret whose content does not parse, or holds a
 //!   CA this context did not make, is a config error naming it: the operator never throws
 //!   away a CA someone may have put there on purpose.
 //! - `<cr>-<component>[-<key name>]-tls` (`kubernetes.io/tls`): `tls.crt`, `tls.key` and
 //!   `ca.crt` for each requested pair, ready to mount. The
-//!   [`REQUEST_ANNOTATION`] records what the pair was issued for.
+//!   [`REQUEST_ANNOTATION`] records what the pair was issued for. Two pairs whose names
+//!   spell the same Secret (component `db` with key name `x`, component `db-x` without
+//!   one) are a config error naming both.
 //!
 //! **Per CR, not per namespace.** Everything windlass applies belongs to one CR: it carries
 //! the CR's owner reference and ownership label, is garbage-collected with it, and windlass
@@ -25,7 +30,7 @@
 //! reused while it verifies against the current CA (rustls's verifier), is valid for
 //! [`RENEW_BEFORE`](super::pki::RENEW_BEFORE) more, and was issued for the same names and
 //! key algorithm. New material appears only when something changed: no CA yet, a partial
-//! CA Secret, a new CA, other names, a pair close to expiry.
+//! CA Secret, a new CA, a CA or a pair close to expiry, other names.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -119,6 +124,17 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
             tracing::warn!(pair = %key, "a TLS server pair was requested twice; the repeat is ignored");
             return Ok(());
         }
+        // `<component>-<key name>` can spell another component's pair: both would be kept
+        // in one Secret, each overwriting the other.
+        let name = key.to_string();
+        if let Some(other) = requests.keys().find(|other| other.to_string() == name) {
+            return Err(Error::config(format!(
+                "TLS server pairs {} and {} would share the Secret <cr>-{name}-tls: rename a \
+                 component or a key name",
+                describe(other),
+                describe(&key),
+            )));
+        }
         // A disabled server takes part in no edge; its pair is not kept in the cluster
         // (its Secret is pruned), though its render may still ask for one.
         let enabled = !graph.is_disabled(server);
@@ -146,6 +162,14 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
                 key: "tls.key".into(),
                 ca: Some("ca.crt".into()),
             })
+    }
+}
+
+/// How a config error names a pair: its component and key name.
+fn describe(key: &PairKey) -> String {
+    match &key.key_name {
+        Some(key_name) => format!("(component {}, key name {key_name})", key.component),
+        None => format!("(component {}, no key name)", key.component),
     }
 }
 
@@ -219,6 +243,15 @@ impl Shared {
                          (every server pair is then reissued)"
                     ))
                 })?;
+                if ca.due_for_replacement() {
+                    tracing::warn!(
+                        secret = %name,
+                        not_after = ?time::OffsetDateTime::from(ca.not_after()).date(),
+                        "the CA expires within a server certificate's validity: generating a \
+                         new CA; every server pair is reissued"
+                    );
+                    return self.generate_ca().await;
+                }
                 tracing::debug!(secret = %name, "reusing the CA from its Secret");
                 Ok(Arc::new(ca))
             }

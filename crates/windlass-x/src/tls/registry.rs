@@ -30,8 +30,9 @@ use super::pki::KeyAlgorithm;
 ///   labels: {team: storage}   # extra labels on the Secrets the context writes
 /// ```
 ///
-/// Other keys are kept in [`TlsConfig::settings`] for the context that wants them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// Other keys are kept in [`TlsConfig::settings`] for the context that wants them. Its
+/// `Debug` shows their keys only: a context's settings may hold a token or a password.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsConfig {
     /// The registered context to use (`internal` unless the author registered others).
@@ -46,6 +47,24 @@ pub struct TlsConfig {
     /// Every other key of the section, for contexts with settings of their own.
     #[serde(flatten)]
     pub settings: Map<String, Value>,
+}
+
+impl fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("type_", &self.type_)
+            .field("key_algorithm", &self.key_algorithm)
+            .field("labels", &self.labels)
+            .field(
+                "settings",
+                &self
+                    .settings
+                    .keys()
+                    .map(|key| (key, "<redacted>"))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+            .finish()
+    }
 }
 
 impl TlsConfig {

@@ -28,6 +28,9 @@ pub struct TlsController {
     pub repeat_request: bool,
     /// Request the pair at all (`web` asks for it while rendering either way).
     pub request_pair: bool,
+    /// Request `web`'s pair under the key name `x`, and one for a component `web-x`: both
+    /// spell `web-x`.
+    pub colliding_pairs: bool,
 }
 
 impl TlsController {
@@ -36,6 +39,7 @@ impl TlsController {
             registry: TlsRegistry::new(),
             repeat_request: false,
             request_pair: true,
+            colliding_pairs: false,
         }
     }
 }
@@ -75,10 +79,29 @@ impl Controller for TlsController {
         if self.request_pair {
             tls.request(&mut graph, web, None, request.clone())?;
         }
+        if self.colliding_pairs {
+            let other = graph.add(Quiet("web-x"))?;
+            tls.request(&mut graph, web, Some("x"), request.clone())?;
+            tls.request(&mut graph, other, None, request.clone())?;
+        }
         if self.repeat_request {
             tls.request(&mut graph, web, None, request.dns_names(["other.test.svc"]))?;
         }
         Ok(graph)
+    }
+}
+
+/// A component that renders nothing.
+struct Quiet(&'static str);
+
+#[async_trait]
+impl Component<TlsController> for Quiet {
+    fn name(&self) -> &str {
+        self.0
+    }
+
+    async fn render(&self, _: &Session<TlsController>, _: &mut Resources) -> Result<()> {
+        Ok(())
     }
 }
 
