@@ -21,10 +21,13 @@
 //!   containers only; but an init container that renders a config file from a Secret runs
 //!   only when the pod starts, so it sees a change only through a restart: it needs the
 //!   hash most of all.
-//! - **Values**: a dependency the same rollout renders (this component, or a component
-//!   rendered earlier in it, such as one the consumer [`depends_on`](crate::controller::Components::depends_on))
-//!   is hashed as rendered, so a change of the CR's spec rolls the pods in the same
-//!   reconcile that writes the new Secret. A `create_only` object is read from the
+//! - **Values**: a dependency this component renders, or an enabled component it
+//!   [`depends_on`](crate::controller::Components::depends_on) (directly or through
+//!   others) renders, is hashed as rendered, so a change of the CR's spec rolls the pods
+//!   in the same reconcile that writes the new Secret. Only those: the runner renders them
+//!   before the consumer every time, whereas another component may or may not have
+//!   rendered by then, which would make the hash flip between passes whenever its
+//!   rendered copy and the cluster's differ (another writer added a key). A `create_only` object is read from the
 //!   cluster instead: what it holds is what was created, not what is rendered afresh.
 //!   Everything else is read from the cluster through the session (from the runtime's watch
 //!   caches, at most once per reconcile). A dependency that does not exist is left out of

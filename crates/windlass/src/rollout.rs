@@ -458,7 +458,8 @@ impl<C: Controller> Rollout<'_, C> {
     /// Stamp the dependency hash on the objects rendered with
     /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change)
     /// (see [`crate::dependency_hash`]), from this component's Secrets and ConfigMaps and
-    /// those of the enabled components rendered before it, else from the cluster; report
+    /// those of the enabled components it depends on (transitively), else from the
+    /// cluster; report
     /// what came from the cluster and is not the CR's own (the runtime watches it).
     async fn stamp_dependency_hashes(
         &self,
@@ -473,10 +474,17 @@ impl<C: Controller> Rollout<'_, C> {
                 o.reference.api_version == "v1"
                     && matches!(o.reference.kind.as_str(), "Secret" | "ConfigMap")
             };
+            // Only what this component waits for, directly or not: the runner renders
+            // those before it, every time. A component rendered concurrently (or not) by
+            // chance would make the hash depend on timing, flipping it between passes
+            // whenever its rendered copy and the cluster's differ.
+            let graph = &self.components.graph;
             let earlier: Vec<Arc<Vec<ManagedObject>>> = self
                 .lock_rendered()
                 .iter()
-                .filter(|(other, _)| **other != id && !self.components.graph.data(**other).disabled)
+                .filter(|(other, _)| {
+                    **other != id && graph.depends_on(id, **other) && !graph.data(**other).disabled
+                })
                 .map(|(_, rendered)| rendered.clone())
                 .collect();
             // Secrets and ConfigMaps are never targets: a copy of them serves every target.

@@ -262,3 +262,72 @@ async fn a_failed_read_fails_the_component() {
     let message = status["conditions"].to_string();
     assert!(message.contains("secrets are unreadable"), "{message}");
 }
+
+/// `maker` renders the Secret `shared` (one key) and has nothing to do with `consumer`,
+/// whose Deployment reads it; `consumer` waits for `gate`, so `maker` has rendered by the
+/// time `consumer` does.
+struct Unrelated;
+
+#[async_trait]
+impl Controller for Unrelated {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+        let mut graph = Components::new();
+        graph.add_fn("maker", |_: &Session<Self>, out| {
+            out.add("secret", &secret("shared", "v"))?;
+            Ok(())
+        })?;
+        let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
+            out.add("map", &config_map("gate", "g"))?;
+            Ok(())
+        })?;
+        let consumer = graph.add_fn("consumer", |_: &Session<Self>, out| {
+            out.add_with(
+                "deployment",
+                &deployment(
+                    "consumer",
+                    json!([{"secretRef": {"name": "shared"}}]),
+                    json!([]),
+                ),
+                ResourceOptions::new().restart_on_dependency_change(),
+            )?;
+            Ok(())
+        })?;
+        graph.depends_on(consumer, gate)?;
+        Ok(graph)
+    }
+}
+
+/// Finding 1 of the review: a component that is not upstream is never a source, however
+/// the timing falls; its Secret is read from the cluster, where another writer's key
+/// makes it differ from the rendered copy.
+#[tokio::test]
+async fn only_upstream_components_are_sources_so_the_hash_does_not_depend_on_timing() {
+    use windlass::dependency_hash::{Dependency, DependencyKind, hash};
+    let env = TestEnv::dry_run(Unrelated).await;
+    let mut shared = secret("shared", "v");
+    shared["data"]["other"] = json!("eA==");
+    env.apply(&shared).await;
+    let cr = env.apply_cr("w", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let live = env.get(&secret_ref("shared")).await.unwrap();
+    assert_eq!(
+        live["data"]["other"], "eA==",
+        "the other writer's key stays"
+    );
+    let dependency = Dependency {
+        kind: DependencyKind::Secret,
+        name: "shared".into(),
+        optional: false,
+    };
+    let deployment = env.get(&deployment_ref("consumer")).await.unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH],
+        json!(hash([(&dependency, Some(&live))])),
+        "hashed as the cluster holds it, not as `maker` rendered it"
+    );
+}
