@@ -443,6 +443,13 @@ impl<C: Controller> Rollout<'_, C> {
         if !entry.disabled {
             self.stamp_dependency_hashes(id, &mut objects, &restart_on_change)
                 .await?;
+        } else {
+            // Its pods are being deleted: whatever it read before concerns the CR no more.
+            session.emit(Event::Dependencies {
+                cr: session.cr_ref(),
+                component: name.to_string(),
+                objects: Vec::new(),
+            });
         }
         crate::dump::dump_component(session, name, entry.disabled, &objects)?;
         session.emit(Event::Rendered {

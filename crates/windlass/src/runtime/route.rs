@@ -18,7 +18,9 @@
 //!   mapping names (and its owner, if windlass applied it), with the same filters.
 //! - An event of a Secret or ConfigMap a CR's pods read without owning it (see
 //!   [`crate::dependency_hash`]) concerns the CRs that read it ([`Dependents`]), with the
-//!   same filters.
+//!   same filters. The echo of windlass's own write of one still concerns them, unless it
+//!   is the CR whose reconcile wrote it (the one its ownership label names): another
+//!   CR's reconcile wrote data their pods read.
 //!
 //!   oper8 kept a reconcile from starting on the creation of an object the reconcile
 //!   created itself with a filter that refuses every "added" event (F187's
@@ -116,6 +118,12 @@ impl Router {
         component: &str,
         objects: impl IntoIterator<Item = ObjectRef>,
     ) -> Vec<TypeRef> {
+        // A report can come after the CR's deletion was routed (they travel on different
+        // channels): recording it then would keep it for good.
+        if !self.by_uid.values().any(|known| known == cr) {
+            tracing::debug!(%cr, component, "dependencies of a CR not (or no longer) known: ignored");
+            return Vec::new();
+        }
         self.dependents.record(cr, component, objects)
     }
 
@@ -249,6 +257,9 @@ impl Router {
             // Gone: nothing left to reconcile, whatever the filters said.
             self.queue.remove(&cr);
             self.dependents.forget(&cr);
+            // The state kept for it of the objects it only read: their events do not say
+            // it is gone.
+            self.owned.forget_requester(&cr);
             return Vec::new();
         }
         if let Some(uid) = &meta.uid {
@@ -303,9 +314,23 @@ impl Router {
             echo,
             "owned object changed"
         );
-        if echo {
-            return Vec::new();
-        }
+        let admitted = if echo {
+            // windlass's own write: the CR whose reconcile wrote it (the one its label
+            // names) needs nothing, but the CRs whose pods read it do: their hash is now
+            // stale.
+            let writer = event
+                .object
+                .label(annotations::OWNER_UID)
+                .and_then(|uid| self.by_uid.get(uid))
+                .cloned();
+            let readers = self.dependents.concerned(&event.reference);
+            admitted
+                .into_iter()
+                .filter(|cr| Some(cr) != writer.as_ref() && readers.contains(cr))
+                .collect()
+        } else {
+            admitted
+        };
         for cr in &admitted {
             self.queue.enqueue(cr.clone());
         }
@@ -392,6 +417,63 @@ mod tests {
         // The component stopped reading it.
         assert!(router.depend(&cr, "web", []).is_empty());
         assert!(router.route(&external("settings", "23")).is_empty());
+    }
+
+    /// The Widget `name` (uid `<name>-uid`) as its watch reports it.
+    fn widget(name: &str) -> SourceEvent {
+        event(
+            json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                "resourceVersion": "1", "generation": 1}}),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_echo_of_a_write_by_one_cr_queues_the_other_crs_that_read_it() {
+        let (mut router, cluster, writer) = router();
+        let reader = router.route(&widget("v"))[0].clone();
+        router.depend(&reader, "web", [reference("a")]);
+        // `a` belongs to `w` (its label), which wrote it; `v`'s pods read it.
+        cluster
+            .own_writes()
+            .begin(&reference("a"))
+            .landed(Some("10"));
+        assert_eq!(router.route(&child("a", "10")), vec![reader.clone()]);
+        // The writer reads it too (a create-only Secret it read back): still not queued.
+        router.depend(&writer, "web", [reference("a")]);
+        cluster
+            .own_writes()
+            .begin(&reference("a"))
+            .landed(Some("11"));
+        assert_eq!(router.route(&child("a", "11")), vec![reader]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_cr_leaves_nothing_behind_even_when_its_reads_come_late() {
+        let (mut router, _, cr) = router();
+        let external = |rv: &str| {
+            event(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": "ns", "uid": "settings-uid",
+                    "resourceVersion": rv}}))
+        };
+        router.depend(&cr, "web", [reference("settings")]);
+        assert_eq!(router.route(&external("20")), vec![cr.clone()]);
+        assert_eq!(router.owned.len(), 1, "filter state for (settings, w)");
+        let deleted = SourceEvent {
+            kind: EventKind::Deleted,
+            ..widget("w")
+        };
+        assert!(router.route(&deleted).is_empty());
+        assert!(router.dependents.is_empty());
+        assert_eq!(router.owned.len(), 0, "the state of what it only read");
+        // A report of its last reconcile that arrives after the deletion.
+        assert!(
+            router
+                .depend(&cr, "web", [reference("settings")])
+                .is_empty()
+        );
+        assert!(router.dependents.is_empty(), "not recorded");
+        assert!(router.route(&external("21")).is_empty());
     }
 
     #[tokio::test(start_paused = true)]

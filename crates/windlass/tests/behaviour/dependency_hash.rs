@@ -331,3 +331,66 @@ async fn only_upstream_components_are_sources_so_the_hash_does_not_depend_on_tim
         "hashed as the cluster holds it, not as `maker` rendered it"
     );
 }
+
+/// `reader`'s Deployment reads the user's Secret `credentials`; `spec.on: false` disables it.
+struct Switch;
+
+struct Reader;
+
+#[async_trait]
+impl Component<Switch> for Reader {
+    fn name(&self) -> &str {
+        "reader"
+    }
+
+    async fn render(&self, _: &Session<Switch>, out: &mut Resources) -> Result<()> {
+        out.add_with(
+            "deployment",
+            &deployment(
+                "reader",
+                json!([{"secretRef": {"name": "credentials"}}]),
+                json!([]),
+            ),
+            ResourceOptions::new().restart_on_dependency_change(),
+        )?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Controller for Switch {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
+        let on = session.cr().spec.extra.get("on") != Some(&json!(false));
+        let mut graph = Components::new();
+        graph.add_enabled(Reader, on)?;
+        Ok(graph)
+    }
+}
+
+/// Finding 3 of the review: a component that becomes disabled reports that it reads
+/// nothing, so the runtime forgets what it read before.
+#[tokio::test]
+async fn a_disabled_component_reports_that_it_reads_nothing() {
+    let env = TestEnv::dry_run(Switch).await;
+    let cr = env.apply_cr("w", json!({"on": true})).await;
+    let reports = |env: &TestEnv<Switch>| -> Vec<Vec<ObjectRef>> {
+        env.log
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Dependencies { objects, .. } => Some(objects),
+                _ => None,
+            })
+            .collect()
+    };
+    env.reconcile(&cr).await;
+    assert_eq!(reports(&env), [vec![secret_ref("credentials")]]);
+    env.log.clear();
+    env.apply_cr("w", json!({"on": false})).await;
+    env.reconcile(&cr).await;
+    assert_eq!(reports(&env), [Vec::<ObjectRef>::new()]);
+}
