@@ -511,6 +511,16 @@ impl<C: Controller> Rollout<'_, C> {
                 .zip(restart_on_change)
                 .filter(|(_, restart)| **restart)
             {
+                // Noted before the reads: a write of one of them by another component of
+                // this rollout after this point makes the hash stale, and the CR is
+                // requeued (the echo of its own write does not reconcile it).
+                let namespace = object.manifest.namespace().map(str::to_string);
+                for dependency in crate::dependency_hash::dependencies(&object.manifest) {
+                    let reference = dependency.object_ref(namespace.as_deref());
+                    if !sources.iter().any(|s| *s.reference == reference) {
+                        session.ledger().dependency_read(reference);
+                    }
+                }
                 let read = crate::dependency_hash::annotate(
                     session.cluster(),
                     &mut object.manifest,
@@ -551,6 +561,9 @@ impl<C: Controller> Rollout<'_, C> {
         let mut unchanged = Vec::new();
         for object in objects {
             let (reference, changed) = self.deploy_object(component, object).await?;
+            if changed && self.session.ledger().dependency_written(&reference) {
+                tracing::debug!(object = %reference, component, "written after a dependency hash was computed from its old data: the CR is requeued");
+            }
             if changed {
                 applied.push(reference);
             } else {

@@ -394,3 +394,79 @@ async fn a_disabled_component_reports_that_it_reads_nothing() {
     env.reconcile(&cr).await;
     assert_eq!(reports(&env), [Vec::<ObjectRef>::new()]);
 }
+
+/// `maker` renders the Secret `made` from `spec.greeting`, after `gate`; `reader`, which
+/// does not depend on it, has a Deployment reading it, and renders before `maker` writes.
+struct SameCr;
+
+#[async_trait]
+impl Controller for SameCr {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+        let mut graph = Components::new();
+        let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
+            out.add("map", &config_map("gate", "g"))?;
+            Ok(())
+        })?;
+        let maker = graph.add_fn("maker", |session: &Session<Self>, out| {
+            let greeting = session.cr().spec.extra.get("greeting");
+            let greeting = greeting.and_then(Value::as_str).unwrap_or("");
+            out.add("secret", &secret("made", greeting))?;
+            Ok(())
+        })?;
+        graph.add_fn("reader", |_: &Session<Self>, out| {
+            out.add_with(
+                "deployment",
+                &deployment(
+                    "reader",
+                    json!([{"secretRef": {"name": "made"}}]),
+                    json!([]),
+                ),
+                ResourceOptions::new().restart_on_dependency_change(),
+            )?;
+            Ok(())
+        })?;
+        graph.depends_on(maker, gate)?;
+        Ok(graph)
+    }
+}
+
+/// Finding 2 of the review: a workload that hashed a Secret its own CR's rollout then
+/// overwrote is stale, and the echo of that write does not reconcile the CR; the
+/// reconcile asks to go again soon instead, and that one rolls the pods.
+#[tokio::test]
+async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_the_cr() {
+    use windlass::reconcile::{Outcome, STALE_DEPENDENCY_HASH_REQUEUE};
+    let env = TestEnv::dry_run(SameCr).await;
+    let annotation = |deployment: Value| {
+        deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH].clone()
+    };
+    let cr = env.apply_cr("w", json!({"greeting": "hello"})).await;
+    env.reconcile(&cr).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "steady");
+    let before = annotation(env.get(&deployment_ref("reader")).await.unwrap());
+
+    env.apply_cr("w", json!({"greeting": "bonjour"})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(
+        annotation(env.get(&deployment_ref("reader")).await.unwrap()),
+        before,
+        "`reader` hashed the old Secret (the case under test)"
+    );
+    assert_eq!(
+        report.outcome,
+        Outcome::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
+    );
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done);
+    assert_ne!(
+        annotation(env.get(&deployment_ref("reader")).await.unwrap()),
+        before,
+        "rolled"
+    );
+}
