@@ -53,8 +53,10 @@ pub enum Event {
         cr: ObjectRef,
         /// The component.
         component: String,
-        /// The dependencies, sorted.
-        objects: Vec<ObjectRef>,
+        /// The dependencies, sorted, each with the `resourceVersion` of the copy the hash
+        /// was computed from (`None`: it was absent), so that a change between the read
+        /// and the runtime's hearing of this report is not missed.
+        objects: Vec<(ObjectRef, Option<String>)>,
     },
     /// A component's objects were applied; `unchanged` ones needed no write.
     Deployed {

@@ -475,7 +475,7 @@ impl<C: Controller> Rollout<'_, C> {
         restart_on_change: &[bool],
     ) -> Result<()> {
         let session = self.session;
-        let mut external = BTreeSet::new();
+        let mut external = BTreeMap::new();
         if restart_on_change.contains(&true) {
             let is_data = |o: &&ManagedObject| {
                 o.reference.api_version == "v1"
@@ -536,7 +536,13 @@ impl<C: Controller> Rollout<'_, C> {
                             found.as_ref().and_then(|f| f.label(annotations::OWNER_UID)) != uid
                                 || uid.is_none()
                         })
-                        .map(|(reference, _)| reference),
+                        .map(|(reference, found)| {
+                            let version = found
+                                .as_ref()
+                                .and_then(|f| f.resource_version())
+                                .map(str::to_string);
+                            (reference, version)
+                        }),
                 );
             }
         }

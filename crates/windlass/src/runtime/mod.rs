@@ -513,7 +513,7 @@ enum Learned {
     Reads {
         cr: crate::object::ObjectRef,
         component: String,
-        objects: Vec<crate::object::ObjectRef>,
+        objects: Vec<(crate::object::ObjectRef, Option<String>)>,
     },
 }
 

@@ -118,7 +118,7 @@ fn reported(env: &TestEnv<Shop>, component: &str) -> Vec<String> {
         .next_back()
         .unwrap_or_default()
         .into_iter()
-        .map(|r| format!("{}/{}", r.kind, r.name))
+        .map(|(r, _)| format!("{}/{}", r.kind, r.name))
         .collect()
 }
 
@@ -377,7 +377,7 @@ impl Controller for Switch {
 async fn a_disabled_component_reports_that_it_reads_nothing() {
     let env = TestEnv::dry_run(Switch).await;
     let cr = env.apply_cr("w", json!({"on": true})).await;
-    let reports = |env: &TestEnv<Switch>| -> Vec<Vec<ObjectRef>> {
+    let reports = |env: &TestEnv<Switch>| -> Vec<Vec<(ObjectRef, Option<String>)>> {
         env.log
             .events()
             .into_iter()
@@ -387,12 +387,17 @@ async fn a_disabled_component_reports_that_it_reads_nothing() {
             })
             .collect()
     };
+    env.apply(&secret("credentials", "user:one")).await;
     env.reconcile(&cr).await;
-    assert_eq!(reports(&env), [vec![secret_ref("credentials")]]);
+    let read = env.get(&secret_ref("credentials")).await.unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string);
+    assert!(read.is_some());
+    assert_eq!(reports(&env), [vec![(secret_ref("credentials"), read)]]);
     env.log.clear();
     env.apply_cr("w", json!({"on": false})).await;
     env.reconcile(&cr).await;
-    assert_eq!(reports(&env), [Vec::<ObjectRef>::new()]);
+    assert_eq!(reports(&env), [Vec::new()]);
 }
 
 /// `maker` renders the Secret `made` from `spec.greeting`, after `gate`; `reader`, which
