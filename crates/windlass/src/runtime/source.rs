@@ -65,7 +65,7 @@ pub trait WatchObserver: Send + Sync {
 
 /// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change.
 /// Never returns on errors: they are logged, reported to `observer`, and retried with
-/// back-off. The caller declares the watch in `stores` (`Stores::declare`, crate-private) before it
+/// back-off. The caller declares the watch in `stores` (`Stores::declare`) before it
 /// spawns this, so that the store stops answering for what a replaced watch left behind
 /// at once, not when this task first runs.
 pub async fn run(
