@@ -21,25 +21,49 @@
 //!   containers only; but an init container that renders a config file from a Secret runs
 //!   only when the pod starts, so it sees a change only through a restart: it needs the
 //!   hash most of all.
-//! - **Values**: a dependency the same rollout renders (this component, or a component
-//!   rendered earlier in it, such as one the consumer [`depends_on`](crate::controller::Components::depends_on))
-//!   is hashed as rendered, so a change of the CR's spec rolls the pods in the same
-//!   reconcile that writes the new Secret. A `create_only` object is read from the
-//!   cluster instead: what it holds is what was created, not what is rendered afresh.
-//!   Everything else is read from the cluster through the session (from the runtime's watch
-//!   caches, at most once per reconcile). A dependency that does not exist is left out of
-//!   the hash (debug log when every reference to it is `optional`, a warning otherwise):
-//!   the pod cannot start without a required one, and the hash changes when it appears, so
-//!   the pods are restarted as soon as it does. A failed read fails the component.
+//! - **Values**: a dependency this component renders, or an enabled component it
+//!   [`depends_on`](crate::controller::Components::depends_on) (directly or through
+//!   others) renders, is hashed as rendered, so a change of the CR's spec rolls the pods
+//!   in the same reconcile that writes the new Secret. Only those: the runner renders them
+//!   before the consumer every time, whereas another component may or may not have
+//!   rendered by then, which would make the hash flip between passes whenever its
+//!   rendered copy and the cluster's differ (another writer added a key). A `create_only`
+//!   object is read from the cluster instead: what it holds is what was created, not what
+//!   is rendered afresh. Everything else is read from the cluster through the session
+//!   (from the runtime's watch caches, at most once per reconcile). A dependency that does
+//!   not exist is left out of the hash (debug log when every reference to it is
+//!   `optional`, a warning otherwise): the pod cannot start without a required one, and
+//!   the hash changes when it appears, so the pods are restarted as soon as it does. A
+//!   failed read fails the component.
+//! - **Written later in the same rollout**: when a component that is not upstream of the
+//!   consumer writes a dependency after the consumer's hash was computed from the
+//!   cluster's copy, that hash is stale, and the echo of windlass's own write does not
+//!   reconcile the CR that wrote it. The reconcile then ends with
+//!   [`Outcome::RequeueAfter`](crate::reconcile::Outcome::RequeueAfter)
+//!   [`STALE_DEPENDENCY_HASH_REQUEUE`](crate::reconcile::STALE_DEPENDENCY_HASH_REQUEUE),
+//!   whatever `should_requeue` says, and the next one rolls the pods: one reconcile
+//!   later, not in the reconcile that writes the Secret. Declaring the dependency
+//!   (`depends_on`) avoids the second pass.
 //! - **Hash**: SHA-256 over the canonical JSON (sorted keys) of the list of dependencies,
 //!   sorted by kind and name, each as `{kind, name, data, binaryData}` (a Secret's
 //!   `stringData` folded into `data` as the server does), stamped as
 //!   [`DEPENDENCY_HASH`](crate::annotations::DEPENDENCY_HASH) on the pod template's
 //!   metadata. The same data gives the same hash, so a steady state writes nothing. Only
 //!   names and a digest leave this module: no data is logged.
+//! - **Exposure**: the digest is unsalted and readable by anyone who can read the
+//!   workload (and its pods), a wider audience than the Secret's readers. This is the
+//!   trade-off Helm's `checksum/config` annotations and Stakater's Reloader make: a
+//!   digest of high-entropy data (keys, certificates, generated passwords) reveals
+//!   nothing usable, but a low-entropy value (a short password, a yes/no setting) can be
+//!   confirmed by hashing guesses, and anyone can see *when* the data changes. A keyed
+//!   hash would need a key that every replica shares and that survives restarts (a new
+//!   key rolls every pod), that is a Secret of its own to manage; keep such values out
+//!   of the dependencies of workloads whose readers should not test guesses of them.
 //!
-//! The runtime reconciles a CR when a dependency it read from the cluster changes: the
-//! rollout reports them with [`Event::Dependencies`](crate::progress::Event::Dependencies),
+//! The runtime reconciles a CR when a dependency it read from the cluster changes,
+//! including when another CR's reconcile wrote it (the echo of windlass's own write still
+//! concerns the other CRs that read it; see [`crate::runtime::route`]): the rollout
+//! reports them with [`Event::Dependencies`](crate::progress::Event::Dependencies),
 //! and from the first such report of a kind on, the runtime watches every object of that
 //! kind in its namespaces (see [`crate::runtime::dependencies`]), so those reads are
 //! served from memory too. The operator needs `list` and `watch` on Secrets (and

@@ -46,15 +46,17 @@ pub enum Event {
     },
     /// The Secrets and ConfigMaps the pods of an enabled component read (see
     /// [`crate::dependency_hash`]) that its rollout took from the cluster, not from what it
-    /// renders: a change of one of them concerns the CR. Empty when there are none, so
-    /// that what a component stopped reading is forgotten.
+    /// renders: a change of one of them concerns the CR. Empty when there are none, and
+    /// for a disabled component, so that what a component stopped reading is forgotten.
     Dependencies {
         /// The CR.
         cr: ObjectRef,
         /// The component.
         component: String,
-        /// The dependencies, sorted.
-        objects: Vec<ObjectRef>,
+        /// The dependencies, sorted, each with the `resourceVersion` of the copy the hash
+        /// was computed from (`None`: it was absent), so that a change between the read
+        /// and the runtime's hearing of this report is not missed.
+        objects: Vec<(ObjectRef, Option<String>)>,
     },
     /// A component's objects were applied; `unchanged` ones needed no write.
     Deployed {

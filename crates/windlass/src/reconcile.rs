@@ -37,6 +37,7 @@
 //! | --- | --- |
 //! | success, `should_requeue` says no | [`Outcome::Done`] |
 //! | success, requeue wanted; or "not yet" (a precondition, an unverified component) | [`Outcome::RequeueAfter`] |
+//! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later ([`crate::dependency_hash`]) | [`Outcome::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
 //! | invalid input: a config error, an object the server refused as invalid (422) | [`Outcome::Done`]: nothing changes until the CR (or the operator) does |
 //! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Outcome::Retry`] with back-off |
 
@@ -580,6 +581,13 @@ impl<C: Controller> Reconciler<C> {
             }
         }
         let outcome = match requeue {
+            // A dependency hash stamped in this rollout was computed from a Secret or
+            // ConfigMap the rollout overwrote later (the component that writes it is not
+            // upstream of the one that reads it): the echo of that write does not
+            // reconcile the CR, so it goes again at once to roll the pods.
+            _ if ledger.stale_dependency_hash() && !finalizing => {
+                Outcome::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
+            }
             Requeue::No => Outcome::Done,
             Requeue::After(d) => Outcome::RequeueAfter(d),
         };
@@ -801,6 +809,12 @@ impl<C: Controller> Reconciler<C> {
 
 /// How often a status write is tried when other writers keep changing the CR.
 pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
+
+/// How soon a CR goes again when a dependency hash of its rollout was computed from data
+/// the same rollout overwrote later (see [`crate::dependency_hash`]). Not zero: a
+/// component that writes its Secret anew on every reconcile would otherwise keep the CR
+/// in a tight loop.
+pub const STALE_DEPENDENCY_HASH_REQUEUE: Duration = Duration::from_secs(1);
 
 /// The status at the start of a reconcile (F121): `Ready` keeps its reason (or
 /// `Initializing` before the first verified version); a version change sets

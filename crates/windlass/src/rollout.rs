@@ -443,6 +443,13 @@ impl<C: Controller> Rollout<'_, C> {
         if !entry.disabled {
             self.stamp_dependency_hashes(id, &mut objects, &restart_on_change)
                 .await?;
+        } else {
+            // Its pods are being deleted: whatever it read before concerns the CR no more.
+            session.emit(Event::Dependencies {
+                cr: session.cr_ref(),
+                component: name.to_string(),
+                objects: Vec::new(),
+            });
         }
         crate::dump::dump_component(session, name, entry.disabled, &objects)?;
         session.emit(Event::Rendered {
@@ -458,7 +465,8 @@ impl<C: Controller> Rollout<'_, C> {
     /// Stamp the dependency hash on the objects rendered with
     /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change)
     /// (see [`crate::dependency_hash`]), from this component's Secrets and ConfigMaps and
-    /// those of the enabled components rendered before it, else from the cluster; report
+    /// those of the enabled components it depends on (transitively), else from the
+    /// cluster; report
     /// what came from the cluster and is not the CR's own (the runtime watches it).
     async fn stamp_dependency_hashes(
         &self,
@@ -467,16 +475,23 @@ impl<C: Controller> Rollout<'_, C> {
         restart_on_change: &[bool],
     ) -> Result<()> {
         let session = self.session;
-        let mut external = BTreeSet::new();
+        let mut external = BTreeMap::new();
         if restart_on_change.contains(&true) {
             let is_data = |o: &&ManagedObject| {
                 o.reference.api_version == "v1"
                     && matches!(o.reference.kind.as_str(), "Secret" | "ConfigMap")
             };
+            // Only what this component waits for, directly or not: the runner renders
+            // those before it, every time. A component rendered concurrently (or not) by
+            // chance would make the hash depend on timing, flipping it between passes
+            // whenever its rendered copy and the cluster's differ.
+            let graph = &self.components.graph;
             let earlier: Vec<Arc<Vec<ManagedObject>>> = self
                 .lock_rendered()
                 .iter()
-                .filter(|(other, _)| **other != id && !self.components.graph.data(**other).disabled)
+                .filter(|(other, _)| {
+                    **other != id && graph.depends_on(id, **other) && !graph.data(**other).disabled
+                })
                 .map(|(_, rendered)| rendered.clone())
                 .collect();
             // Secrets and ConfigMaps are never targets: a copy of them serves every target.
@@ -496,6 +511,16 @@ impl<C: Controller> Rollout<'_, C> {
                 .zip(restart_on_change)
                 .filter(|(_, restart)| **restart)
             {
+                // Noted before the reads: a write of one of them by another component of
+                // this rollout after this point makes the hash stale, and the CR is
+                // requeued (the echo of its own write does not reconcile it).
+                let namespace = object.manifest.namespace().map(str::to_string);
+                for dependency in crate::dependency_hash::dependencies(&object.manifest) {
+                    let reference = dependency.object_ref(namespace.as_deref());
+                    if !sources.iter().any(|s| *s.reference == reference) {
+                        session.ledger().dependency_read(reference);
+                    }
+                }
                 let read = crate::dependency_hash::annotate(
                     session.cluster(),
                     &mut object.manifest,
@@ -511,7 +536,13 @@ impl<C: Controller> Rollout<'_, C> {
                             found.as_ref().and_then(|f| f.label(annotations::OWNER_UID)) != uid
                                 || uid.is_none()
                         })
-                        .map(|(reference, _)| reference),
+                        .map(|(reference, found)| {
+                            let version = found
+                                .as_ref()
+                                .and_then(|f| f.resource_version())
+                                .map(str::to_string);
+                            (reference, version)
+                        }),
                 );
             }
         }
@@ -536,6 +567,9 @@ impl<C: Controller> Rollout<'_, C> {
         let mut unchanged = Vec::new();
         for object in objects {
             let (reference, changed) = self.deploy_object(component, object).await?;
+            if changed && self.session.ledger().dependency_written(&reference) {
+                tracing::debug!(object = %reference, component, "written after a dependency hash was computed from its old data: the CR is requeued");
+            }
             if changed {
                 applied.push(reference);
             } else {

@@ -7,7 +7,7 @@
 //! reconcile read or wrote (the object a write returns is the freshest there is), so that
 //! one reconcile reads each object at most once, and the inventory of what it applied.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
@@ -152,6 +152,10 @@ pub(crate) struct Ledger {
     inventory: Mutex<Inventory>,
     /// Held while the CR's finalizers are changed, so concurrent components don't race.
     finalizers: tokio::sync::Mutex<()>,
+    /// The Secrets and ConfigMaps a dependency hash was computed from as the cluster held
+    /// them (see [`crate::dependency_hash`]), and whether the rollout wrote one of them
+    /// after that.
+    dependencies: Mutex<(HashSet<ObjectRef>, bool)>,
 }
 
 impl Ledger {
@@ -160,7 +164,29 @@ impl Ledger {
             objects: Mutex::default(),
             inventory: Mutex::new(inventory),
             finalizers: tokio::sync::Mutex::new(()),
+            dependencies: Mutex::default(),
         }
+    }
+
+    /// A dependency hash is about to be computed from `object` as the cluster holds it.
+    pub(crate) fn dependency_read(&self, object: ObjectRef) {
+        lock(&self.dependencies).0.insert(object);
+    }
+
+    /// The rollout wrote `object`. Returns whether a dependency hash was computed from its
+    /// copy in the cluster before (that hash is stale; the reconcile is marked for a
+    /// requeue, see [`Ledger::stale_dependency_hash`]).
+    pub(crate) fn dependency_written(&self, object: &ObjectRef) -> bool {
+        let mut dependencies = lock(&self.dependencies);
+        let stale = dependencies.0.contains(object);
+        dependencies.1 |= stale;
+        stale
+    }
+
+    /// Whether a dependency hash of this reconcile was computed from a copy that the
+    /// rollout overwrote later.
+    pub(crate) fn stale_dependency_hash(&self) -> bool {
+        lock(&self.dependencies).1
     }
 
     /// The copy seen last, if the object was read or written in this reconcile.

@@ -401,6 +401,8 @@ async fn route_events(
         } else {
             namespaces.clone()
         };
+        // Before the tasks start: from now on the store answers as the new watch's.
+        stores.declare(type_ref, labels.as_deref());
         let mut started = Vec::new();
         for namespace in spread {
             let watch = Watch {
@@ -468,6 +470,10 @@ async fn route_events(
                         if let Some(old) = scoped.remove(&kind) {
                             retire(&mut watches, &old, observer.as_ref()).await;
                         }
+                        // At once, not when the new watch's task first runs (after
+                        // discovery below): until it has listed, the store must not
+                        // answer from the stopped watch's frozen copies.
+                        stores.declare(&kind, None);
                         let cluster = cluster_scoped(&live, &kind).await;
                         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
                         start(&mut watches, &kind, cluster, None);
@@ -507,7 +513,7 @@ enum Learned {
     Reads {
         cr: crate::object::ObjectRef,
         component: String,
-        objects: Vec<crate::object::ObjectRef>,
+        objects: Vec<(crate::object::ObjectRef, Option<String>)>,
     },
 }
 

@@ -18,7 +18,9 @@
 //!   mapping names (and its owner, if windlass applied it), with the same filters.
 //! - An event of a Secret or ConfigMap a CR's pods read without owning it (see
 //!   [`crate::dependency_hash`]) concerns the CRs that read it ([`Dependents`]), with the
-//!   same filters.
+//!   same filters. The echo of windlass's own write of one still concerns them, unless it
+//!   is the CR whose reconcile wrote it (the one its ownership label names): another
+//!   CR's reconcile wrote data their pods read.
 //!
 //!   oper8 kept a reconcile from starting on the creation of an object the reconcile
 //!   created itself with a filter that refuses every "added" event (F187's
@@ -42,7 +44,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use super::cache::CachedCluster;
+use super::cache::{Cached, CachedCluster};
 use super::dependencies::Dependents;
 use super::filter::{
     CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
@@ -107,16 +109,44 @@ impl Router {
     }
 
     /// `component` of `cr` now reads `objects` it does not own (see
-    /// [`Dependents::record`]). Returns the kinds reported for the first time: each needs
-    /// a watch of all its objects, unless the controller watches it already
-    /// ([`Router::watches_extra`]).
+    /// [`Dependents::record`]), each with the `resourceVersion` its rollout read (`None`:
+    /// absent). Returns the kinds reported for the first time: each needs a watch of all
+    /// its objects, unless the controller watches it already ([`Router::watches_extra`]).
+    ///
+    /// A change of one of them between the rollout's read and this call was routed before
+    /// the CR was known to read it: when the store already holds another version than
+    /// the one read (newer, or the object appeared or went), the CR is queued.
     pub fn depend(
         &mut self,
         cr: &ObjectRef,
         component: &str,
-        objects: impl IntoIterator<Item = ObjectRef>,
+        objects: impl IntoIterator<Item = (ObjectRef, Option<String>)>,
     ) -> Vec<TypeRef> {
-        self.dependents.record(cr, component, objects)
+        // A report can come after the CR's deletion was routed (they travel on different
+        // channels): recording it then would keep it for good.
+        if !self.by_uid.values().any(|known| known == cr) {
+            tracing::debug!(%cr, component, "dependencies of a CR not (or no longer) known: ignored");
+            return Vec::new();
+        }
+        let objects: Vec<(ObjectRef, Option<String>)> = objects.into_iter().collect();
+        let changed = objects.iter().find(|(object, read)| {
+            let held = match self.cluster.stores().lookup(object) {
+                Cached::Unknown => return false,
+                Cached::Absent => None,
+                Cached::Present(held) => Some(held.resource_version().map(str::to_string)),
+            };
+            match (read, held) {
+                (None, None) => false,
+                (None, Some(_)) | (Some(_), None) => true,
+                (Some(read), Some(held)) => newer(held.as_deref(), read),
+            }
+        });
+        if let Some((object, _)) = changed {
+            tracing::debug!(%cr, %object, "a dependency changed before its reader was known: queued");
+            self.queue.enqueue(cr.clone());
+        }
+        self.dependents
+            .record(cr, component, objects.into_iter().map(|(object, _)| object))
     }
 
     /// Whether `kind` has an extra watch of the controller's (so it needs no other).
@@ -249,6 +279,9 @@ impl Router {
             // Gone: nothing left to reconcile, whatever the filters said.
             self.queue.remove(&cr);
             self.dependents.forget(&cr);
+            // The state kept for it of the objects it only read: their events do not say
+            // it is gone.
+            self.owned.forget_requester(&cr);
             return Vec::new();
         }
         if let Some(uid) = &meta.uid {
@@ -303,13 +336,39 @@ impl Router {
             echo,
             "owned object changed"
         );
-        if echo {
-            return Vec::new();
-        }
+        let admitted = if echo {
+            // windlass's own write: the CR whose reconcile wrote it (the one its label
+            // names) needs nothing, but the CRs whose pods read it do: their hash is now
+            // stale.
+            let writer = event
+                .object
+                .label(annotations::OWNER_UID)
+                .and_then(|uid| self.by_uid.get(uid))
+                .cloned();
+            let readers = self.dependents.concerned(&event.reference);
+            admitted
+                .into_iter()
+                .filter(|cr| Some(cr) != writer.as_ref() && readers.contains(cr))
+                .collect()
+        } else {
+            admitted
+        };
         for cr in &admitted {
             self.queue.enqueue(cr.clone());
         }
         admitted
+    }
+}
+
+/// Whether the version `held` is newer than `read`: resource versions are opaque, but the
+/// API server's are integers that grow; anything else that differs counts as newer.
+fn newer(held: Option<&str>, read: &str) -> bool {
+    let Some(held) = held else {
+        return false;
+    };
+    match (held.parse::<u64>(), read.parse::<u64>()) {
+        (Ok(held), Ok(read)) => held > read,
+        _ => held != read,
     }
 }
 
@@ -377,7 +436,7 @@ mod tests {
             router.route(&external("settings", "20")).is_empty(),
             "not read yet"
         );
-        let kinds = router.depend(&cr, "web", [reference("settings")]);
+        let kinds = router.depend(&cr, "web", [(reference("settings"), None)]);
         assert_eq!(
             kinds,
             [TypeRef::new("v1", "ConfigMap")],
@@ -392,6 +451,105 @@ mod tests {
         // The component stopped reading it.
         assert!(router.depend(&cr, "web", []).is_empty());
         assert!(router.route(&external("settings", "23")).is_empty());
+    }
+
+    /// The Widget `name` (uid `<name>-uid`) as its watch reports it.
+    fn widget(name: &str) -> SourceEvent {
+        event(
+            json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"),
+                "resourceVersion": "1", "generation": 1}}),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_echo_of_a_write_by_one_cr_queues_the_other_crs_that_read_it() {
+        let (mut router, cluster, writer) = router();
+        let reader = router.route(&widget("v"))[0].clone();
+        router.depend(&reader, "web", [(reference("a"), Some("9".into()))]);
+        // `a` belongs to `w` (its label), which wrote it; `v`'s pods read it.
+        cluster
+            .own_writes()
+            .begin(&reference("a"))
+            .landed(Some("10"));
+        assert_eq!(router.route(&child("a", "10")), vec![reader.clone()]);
+        // The writer reads it too (a create-only Secret it read back): still not queued.
+        router.depend(&writer, "web", [(reference("a"), Some("10".into()))]);
+        cluster
+            .own_writes()
+            .begin(&reference("a"))
+            .landed(Some("11"));
+        assert_eq!(router.route(&child("a", "11")), vec![reader]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_cr_leaves_nothing_behind_even_when_its_reads_come_late() {
+        let (mut router, _, cr) = router();
+        let external = |rv: &str| {
+            event(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": "ns", "uid": "settings-uid",
+                    "resourceVersion": rv}}))
+        };
+        router.depend(&cr, "web", [(reference("settings"), None)]);
+        assert_eq!(router.route(&external("20")), vec![cr.clone()]);
+        assert_eq!(router.owned.len(), 1, "filter state for (settings, w)");
+        let deleted = SourceEvent {
+            kind: EventKind::Deleted,
+            ..widget("w")
+        };
+        assert!(router.route(&deleted).is_empty());
+        assert!(router.dependents.is_empty());
+        assert_eq!(router.owned.len(), 0, "the state of what it only read");
+        // A report of its last reconcile that arrives after the deletion.
+        assert!(
+            router
+                .depend(&cr, "web", [(reference("settings"), None)])
+                .is_empty()
+        );
+        assert!(router.dependents.is_empty(), "not recorded");
+        assert!(router.route(&external("21")).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dependency_that_changed_before_its_reader_was_recorded_queues_the_reader() {
+        let (mut router, cluster, cr) = router();
+        let kind = TypeRef::new("v1", "ConfigMap");
+        let map = |name: &str, rv: &str| {
+            Arc::new(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}))
+        };
+        cluster.stores().declare(&kind, None);
+        cluster.stores().replace(
+            &kind,
+            None,
+            vec![
+                (reference("settings"), map("settings", "30")),
+                (reference("same"), map("same", "7")),
+            ],
+        );
+        assert!(router.queue.remove(&cr), "queued when first seen");
+        // Read at the version the store holds, or absent and still absent: nothing to do.
+        router.depend(
+            &cr,
+            "web",
+            [
+                (reference("same"), Some("7".into())),
+                (reference("missing"), None),
+            ],
+        );
+        assert!(!router.queue.contains(&cr));
+        // Read at 20; the store has 30 already: that event was routed before `w` read it.
+        router.depend(&cr, "web", [(reference("settings"), Some("20".into()))]);
+        assert!(router.queue.contains(&cr));
+        assert!(router.queue.remove(&cr));
+        // Read absent; it exists now.
+        router.depend(&cr, "web", [(reference("settings"), None)]);
+        assert!(router.queue.contains(&cr));
+        assert!(router.queue.remove(&cr));
+        // Read present; it is gone now.
+        router.depend(&cr, "web", [(reference("missing"), Some("3".into()))]);
+        assert!(router.queue.contains(&cr));
+        assert!(newer(Some("b"), "a") && !newer(Some("9"), "10") && !newer(None, "1"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -65,7 +65,9 @@ pub trait WatchObserver: Send + Sync {
 
 /// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change.
 /// Never returns on errors: they are logged, reported to `observer`, and retried with
-/// back-off.
+/// back-off. The caller declares the watch in `stores` (`Stores::declare`) before it
+/// spawns this, so that the store stops answering for what a replaced watch left behind
+/// at once, not when this task first runs.
 pub async fn run(
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
@@ -73,7 +75,6 @@ pub async fn run(
     events: mpsc::Sender<SourceEvent>,
     observer: Arc<dyn WatchObserver>,
 ) {
-    stores.declare(&watch.type_ref, watch.labels.as_deref());
     // Discovery itself may fail (the CRD is not installed yet): retry like the watch.
     let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
     let api = loop {

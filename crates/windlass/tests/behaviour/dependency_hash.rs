@@ -118,7 +118,7 @@ fn reported(env: &TestEnv<Shop>, component: &str) -> Vec<String> {
         .next_back()
         .unwrap_or_default()
         .into_iter()
-        .map(|r| format!("{}/{}", r.kind, r.name))
+        .map(|(r, _)| format!("{}/{}", r.kind, r.name))
         .collect()
 }
 
@@ -261,4 +261,217 @@ async fn a_failed_read_fails_the_component() {
     let status = env.status(&cr).await;
     let message = status["conditions"].to_string();
     assert!(message.contains("secrets are unreadable"), "{message}");
+}
+
+/// `maker` renders the Secret `shared` (one key) and has nothing to do with `consumer`,
+/// whose Deployment reads it; `consumer` waits for `gate`, so `maker` has rendered by the
+/// time `consumer` does.
+struct Unrelated;
+
+#[async_trait]
+impl Controller for Unrelated {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+        let mut graph = Components::new();
+        graph.add_fn("maker", |_: &Session<Self>, out| {
+            out.add("secret", &secret("shared", "v"))?;
+            Ok(())
+        })?;
+        let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
+            out.add("map", &config_map("gate", "g"))?;
+            Ok(())
+        })?;
+        let consumer = graph.add_fn("consumer", |_: &Session<Self>, out| {
+            out.add_with(
+                "deployment",
+                &deployment(
+                    "consumer",
+                    json!([{"secretRef": {"name": "shared"}}]),
+                    json!([]),
+                ),
+                ResourceOptions::new().restart_on_dependency_change(),
+            )?;
+            Ok(())
+        })?;
+        graph.depends_on(consumer, gate)?;
+        Ok(graph)
+    }
+}
+
+/// Finding 1 of the review: a component that is not upstream is never a source, however
+/// the timing falls; its Secret is read from the cluster, where another writer's key
+/// makes it differ from the rendered copy.
+#[tokio::test]
+async fn only_upstream_components_are_sources_so_the_hash_does_not_depend_on_timing() {
+    use windlass::dependency_hash::{Dependency, DependencyKind, hash};
+    let env = TestEnv::dry_run(Unrelated).await;
+    let mut shared = secret("shared", "v");
+    shared["data"]["other"] = json!("eA==");
+    env.apply(&shared).await;
+    let cr = env.apply_cr("w", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let live = env.get(&secret_ref("shared")).await.unwrap();
+    assert_eq!(
+        live["data"]["other"], "eA==",
+        "the other writer's key stays"
+    );
+    let dependency = Dependency {
+        kind: DependencyKind::Secret,
+        name: "shared".into(),
+        optional: false,
+    };
+    let deployment = env.get(&deployment_ref("consumer")).await.unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH],
+        json!(hash([(&dependency, Some(&live))])),
+        "hashed as the cluster holds it, not as `maker` rendered it"
+    );
+}
+
+/// `reader`'s Deployment reads the user's Secret `credentials`; `spec.on: false` disables it.
+struct Switch;
+
+struct Reader;
+
+#[async_trait]
+impl Component<Switch> for Reader {
+    fn name(&self) -> &str {
+        "reader"
+    }
+
+    async fn render(&self, _: &Session<Switch>, out: &mut Resources) -> Result<()> {
+        out.add_with(
+            "deployment",
+            &deployment(
+                "reader",
+                json!([{"secretRef": {"name": "credentials"}}]),
+                json!([]),
+            ),
+            ResourceOptions::new().restart_on_dependency_change(),
+        )?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Controller for Switch {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
+        let on = session.cr().spec.extra.get("on") != Some(&json!(false));
+        let mut graph = Components::new();
+        graph.add_enabled(Reader, on)?;
+        Ok(graph)
+    }
+}
+
+/// Finding 3 of the review: a component that becomes disabled reports that it reads
+/// nothing, so the runtime forgets what it read before.
+#[tokio::test]
+async fn a_disabled_component_reports_that_it_reads_nothing() {
+    let env = TestEnv::dry_run(Switch).await;
+    let cr = env.apply_cr("w", json!({"on": true})).await;
+    let reports = |env: &TestEnv<Switch>| -> Vec<Vec<(ObjectRef, Option<String>)>> {
+        env.log
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Dependencies { objects, .. } => Some(objects),
+                _ => None,
+            })
+            .collect()
+    };
+    env.apply(&secret("credentials", "user:one")).await;
+    env.reconcile(&cr).await;
+    let read = env.get(&secret_ref("credentials")).await.unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string);
+    assert!(read.is_some());
+    assert_eq!(reports(&env), [vec![(secret_ref("credentials"), read)]]);
+    env.log.clear();
+    env.apply_cr("w", json!({"on": false})).await;
+    env.reconcile(&cr).await;
+    assert_eq!(reports(&env), [Vec::new()]);
+}
+
+/// `maker` renders the Secret `made` from `spec.greeting`, after `gate`; `reader`, which
+/// does not depend on it, has a Deployment reading it, and renders before `maker` writes.
+struct SameCr;
+
+#[async_trait]
+impl Controller for SameCr {
+    type Resource = Widget;
+    type Config = NoConfig;
+    type Status = Status;
+
+    fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
+        let mut graph = Components::new();
+        let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
+            out.add("map", &config_map("gate", "g"))?;
+            Ok(())
+        })?;
+        let maker = graph.add_fn("maker", |session: &Session<Self>, out| {
+            let greeting = session.cr().spec.extra.get("greeting");
+            let greeting = greeting.and_then(Value::as_str).unwrap_or("");
+            out.add("secret", &secret("made", greeting))?;
+            Ok(())
+        })?;
+        graph.add_fn("reader", |_: &Session<Self>, out| {
+            out.add_with(
+                "deployment",
+                &deployment(
+                    "reader",
+                    json!([{"secretRef": {"name": "made"}}]),
+                    json!([]),
+                ),
+                ResourceOptions::new().restart_on_dependency_change(),
+            )?;
+            Ok(())
+        })?;
+        graph.depends_on(maker, gate)?;
+        Ok(graph)
+    }
+}
+
+/// Finding 2 of the review: a workload that hashed a Secret its own CR's rollout then
+/// overwrote is stale, and the echo of that write does not reconcile the CR; the
+/// reconcile asks to go again soon instead, and that one rolls the pods.
+#[tokio::test]
+async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_the_cr() {
+    use windlass::reconcile::{Outcome, STALE_DEPENDENCY_HASH_REQUEUE};
+    let env = TestEnv::dry_run(SameCr).await;
+    let annotation = |deployment: Value| {
+        deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH].clone()
+    };
+    let cr = env.apply_cr("w", json!({"greeting": "hello"})).await;
+    env.reconcile(&cr).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "steady");
+    let before = annotation(env.get(&deployment_ref("reader")).await.unwrap());
+
+    env.apply_cr("w", json!({"greeting": "bonjour"})).await;
+    let report = env.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(
+        annotation(env.get(&deployment_ref("reader")).await.unwrap()),
+        before,
+        "`reader` hashed the old Secret (the case under test)"
+    );
+    assert_eq!(
+        report.outcome,
+        Outcome::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
+    );
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done);
+    assert_ne!(
+        annotation(env.get(&deployment_ref("reader")).await.unwrap()),
+        before,
+        "rolled"
+    );
 }

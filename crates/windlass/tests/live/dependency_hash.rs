@@ -25,8 +25,9 @@ use crate::{eventually, live};
 
 /// The Widget's component `web`: the Secret `<cr>-settings` from `spec.greeting`, and a
 /// one-replica Deployment `<cr>-web` with the option, whose pods read that Secret
-/// (env) and, unless `spec.external` is `false`, the user's Secret `credentials` (a
-/// volume) and the optional ConfigMap `tuning`.
+/// (env), the Secret `spec.reads` names if any (env), and, unless `spec.external` is
+/// `false`, the user's Secret `credentials` (a volume) and the optional ConfigMap
+/// `tuning`.
 struct Web;
 
 #[async_trait]
@@ -53,6 +54,13 @@ impl Controller for Web {
                         "containers": [{"name": "main", "image": "busybox",
                             "env": [{"name": "GREETING", "valueFrom": {"secretKeyRef":
                                 {"name": settings, "key": "greeting"}}}]}]}}}});
+            if let Some(reads) = session.cr().spec.extra.get("reads").and_then(Value::as_str) {
+                let other = json!({"name": "OTHER", "valueFrom": {"secretKeyRef":
+                    {"name": reads, "key": "greeting"}}});
+                if let Some(env) = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut() {
+                    env.push(other);
+                }
+            }
             if external {
                 let pod = &mut deployment["spec"]["template"]["spec"];
                 pod["volumes"] = json!([{"name": "credentials", "secret": {"secretName": "credentials"}}]);
@@ -384,6 +392,67 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
     println!("an edit of the user's Secret, with a retired watch:\n{counts}");
     assert_eq!(counts.of(Verb::Apply, "deployments"), 1, "{counts}");
     assert_eq!(counts.verb(Verb::Get), 0, "{counts}");
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// Review finding 2: one CR's reconcile writes the Secret another CR's pods read. The echo
+/// of that write is windlass's own, but it still reconciles the reader, whose pods roll.
+#[tokio::test]
+async fn a_secret_one_cr_writes_rolls_the_pods_of_another_cr_that_reads_it() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("dependency-cross").await.unwrap();
+    let ns = ns.name();
+    let library = LibraryConfig {
+        watch_namespace: ns.to_string(),
+        ..LibraryConfig::default()
+    };
+    let done = Done::default();
+    let manager = Manager::new(env.client().unwrap(), library)
+        .controller(Web)
+        .with_observer(Arc::new(done.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let widget = |name: &str, spec: Value| {
+        json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    admin
+        .apply(
+            &widget("writer", json!({"greeting": "hi", "external": false})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the writer is Done", || async { done.of("writer") > 0 }).await;
+    admin
+        .apply(
+            &widget(
+                "reader",
+                json!({"greeting": "hi", "external": false, "reads": "writer-settings"}),
+            ),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the reader is Done", || async { done.of("reader") > 0 }).await;
+    let reader = ObjectRef::new("apps/v1", "Deployment", Some(ns), "reader-web");
+    let before = template_hash(&admin, &reader).await.expect("annotated");
+
+    admin
+        .apply(
+            &widget("writer", json!({"greeting": "bonjour", "external": false})),
+            WriteMethod::Update,
+        )
+        .await
+        .unwrap();
+    eventually("the reader's pods roll", || async {
+        template_hash(&admin, &reader).await.as_deref() != Some(before.as_str())
+    })
+    .await;
 
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();

@@ -682,6 +682,27 @@ fn tracker_keeps_state_per_object_and_requester() {
 }
 
 #[test]
+fn forgetting_a_requester_drops_its_state_and_the_objects_only_it_concerned() {
+    let mut tracker = FilterTracker::new(FilterSpec::new(Enable));
+    let rv = FilterSpec::new(ResourceVersion::default());
+    let shared = Obj::cr();
+    let mut read_by_a_only = Obj::cr();
+    read_by_a_only.meta.uid = Some("uid-a-only".into());
+    tracker.admit(shared.event(Added), [("a", &rv), ("b", &rv)]);
+    tracker.admit(read_by_a_only.event(Added), [("a", &rv)]);
+    assert_eq!(tracker.len(), 2);
+    tracker.forget_requester(&"a");
+    assert_eq!(tracker.len(), 1, "the object only `a` read is gone");
+    // `b` keeps its state (a replay is still refused); `a` would start afresh.
+    assert!(
+        tracker
+            .admit(shared.event(Modified), [("b", &rv)])
+            .is_empty()
+    );
+    assert_eq!(tracker.admit(shared.event(Modified), [("a", &rv)]), ["a"]);
+}
+
+#[test]
 fn tracker_needs_both_the_global_and_the_requesters_yes_and_abstain_means_no() {
     let v1 = Obj::cr();
     let mut tracker = FilterTracker::new(FilterSpec::new(CreationDeletion));

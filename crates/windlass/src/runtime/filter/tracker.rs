@@ -124,6 +124,16 @@ impl<R: Eq + Hash + Clone> FilterTracker<R> {
         self.objects.remove(uid);
     }
 
+    /// Drop the state every object keeps for `requester` (a CR that is gone), and the
+    /// objects left with no requester: an object the CR only read (a Secret of someone
+    /// else's) sees no deletion event when the CR goes, so nothing else would drop it.
+    pub fn forget_requester(&mut self, requester: &R) {
+        self.objects.retain(|_, tracked| {
+            tracked.requesters.remove(requester);
+            !tracked.requesters.is_empty()
+        });
+    }
+
     /// Keep only the objects for which `keep(key)` holds, the key being the uid. After a
     /// relist, keep the uids listed: the others were deleted while the watch was down,
     /// and no [`EventKind::Deleted`] will come for them.
