@@ -321,3 +321,26 @@ async fn bad_input_is_a_condition_naming_the_key() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_quick_start_rolls_out_the_database_before_the_app() {
+    use std::process::ExitCode;
+    use windlass::cli::{Output, run};
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/notes.yaml");
+    let (out, buffer) = Output::buffer();
+    let code = run(
+        NotesController::new(),
+        ["notes-operator", "run", "--dry-run", file],
+        out,
+    )
+    .await;
+    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let position = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing from:\n{text}"))
+    };
+    assert!(position("Secret/team-postgres-tls") < position("StatefulSet/team-postgres"));
+    assert!(position("StatefulSet/team-postgres") < position("Deployment/team-app"));
+    assert!(text.contains("Ready=Stable"), "{text}");
+}
