@@ -372,6 +372,7 @@ impl Component<NotesController> for App {
             ports: Some(vec![ContainerPort {
                 name: Some("http".into()),
                 container_port: 8080,
+                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             volume_mounts: Some(db.tls_volume_mounts()),
@@ -449,6 +450,8 @@ impl Component<NotesController> for PostgresServer {
                     ports: Some(vec![ServicePort {
                         name: Some("postgres".into()),
                         port: POSTGRES_PORT.into(),
+                        // Server-side apply on Kubernetes 1.20 wants the list key spelled out.
+                        protocol: Some("TCP".into()),
                         ..Default::default()
                     }]),
                     ..Default::default()
@@ -499,6 +502,7 @@ impl Component<NotesController> for PostgresServer {
             ports: Some(vec![ContainerPort {
                 name: Some("postgres".into()),
                 container_port: POSTGRES_PORT.into(),
+                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             volume_mounts: Some(vec![
