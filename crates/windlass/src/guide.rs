@@ -28,3 +28,6 @@ mod running {}
 
 #[doc = include_str!("../../../docs/07-from-oper8.md")]
 mod from_oper8 {}
+
+#[doc = include_str!("../../../docs/08-datastores-and-tls.md")]
+mod datastores_and_tls {}
