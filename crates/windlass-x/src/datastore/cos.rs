@@ -19,13 +19,19 @@
 //! applications that take it.
 
 use async_trait::async_trait;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use windlass::prelude::*;
 
 use super::Connection;
 use super::spec::{
-    ConnectionSpec, CredentialSecret, SecretReader, SecretString, Tls, TlsSecret, host_port, locate,
+    ConnectionSpec, CredentialSecret, Endpoint, SecretReader, SecretString, TlsSecret, host_port,
 };
+
+/// The spec keys naming the auth Secret's access key and secret key fields.
+const ACCESS_KEY_KEY: &str = "authSecretAccessKeyField";
+const SECRET_KEY_KEY: &str = "authSecretSecretKeyField";
+/// The spec key of the bucket, and the one naming the URI Secret's bucket field.
+const BUCKET_KEYS: (&str, &str) = ("bucketName", "uriSecretBucketnameField");
 
 /// An access key and its secret key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +45,8 @@ pub struct Keys {
 /// How to reach one bucket of an S3-compatible object store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CosConnection {
-    hostname: String,
-    port: u16,
+    endpoint: Endpoint,
     bucket: String,
-    auth: CredentialSecret,
-    tls: Tls,
     keys: Option<Keys>,
 }
 
@@ -58,11 +61,8 @@ impl CosConnection {
         tls: Option<TlsSecret>,
     ) -> Self {
         CosConnection {
-            hostname: hostname.into(),
-            port,
+            endpoint: Endpoint::new(hostname.into(), port, auth, tls),
             bucket: bucket.into(),
-            auth,
-            tls: Tls::new(tls),
             keys: None,
         }
     }
@@ -76,17 +76,17 @@ impl CosConnection {
     /// The PEM CA certificate, when the component that deployed the store knows it. A config
     /// error when the connection has no TLS.
     pub fn with_tls_cert(mut self, pem: impl Into<String>) -> Result<Self> {
-        self.tls.set_cert(pem.into())?;
+        self.endpoint.tls.set_cert(pem.into())?;
         Ok(self)
     }
 
     /// The hostname.
     pub fn hostname(&self) -> &str {
-        &self.hostname
+        &self.endpoint.hostname
     }
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.endpoint.port
     }
     /// The bucket.
     pub fn bucket(&self) -> &str {
@@ -94,15 +94,15 @@ impl CosConnection {
     }
     /// The Secret with the access key and secret key.
     pub fn auth_secret(&self) -> &CredentialSecret {
-        &self.auth
+        &self.endpoint.auth
     }
     /// The Secret with the CA certificate, when TLS is on.
     pub fn tls_secret(&self) -> Option<&TlsSecret> {
-        self.tls.secret.as_ref()
+        self.endpoint.tls_secret()
     }
     /// Whether the connection uses TLS.
     pub fn tls_enabled(&self) -> bool {
-        self.tls.secret.is_some()
+        self.endpoint.tls_enabled()
     }
     /// `https` with TLS, else `http`.
     pub fn scheme(&self) -> &'static str {
@@ -113,14 +113,14 @@ impl CosConnection {
         format!(
             "{}://{}",
             self.scheme(),
-            host_port(&self.hostname, self.port)
+            host_port(&self.endpoint.hostname, self.endpoint.port)
         )
     }
 
     /// The PEM CA certificate when TLS is on; [`Error::not_yet`] when its Secret or field is
     /// missing.
     pub async fn tls_cert(&self, secrets: &dyn SecretReader) -> Result<Option<String>> {
-        self.tls.cert(secrets).await
+        self.endpoint.tls.cert(secrets).await
     }
 
     /// The access key and secret key; [`Error::not_yet`] naming the Secret or field that is
@@ -129,7 +129,11 @@ impl CosConnection {
         if let Some(keys) = &self.keys {
             return Ok(keys.clone());
         }
-        let (access_key, secret_key) = self.auth.read(secrets, "object storage keys").await?;
+        let (access_key, secret_key) = self
+            .endpoint
+            .auth
+            .read(secrets, "object storage keys")
+            .await?;
         Ok(Keys {
             access_key: access_key.expose().to_string(),
             secret_key,
@@ -155,46 +159,27 @@ impl Connection for CosConnection {
     const TYPE: &'static str = "cos";
 
     async fn from_spec(spec: &ConnectionSpec<'_>, secrets: &dyn SecretReader) -> Result<Self> {
-        let auth = CredentialSecret {
-            secret_name: spec.required("authSecretName")?,
-            first_field: spec.required("authSecretAccessKeyField")?,
-            second_field: spec.required("authSecretSecretKeyField")?,
-        };
-        let tls = spec.tls()?;
-        let location = locate(
+        let (endpoint, bucket) = Endpoint::read(
             spec,
             secrets,
-            Some(("bucketName", "uriSecretBucketnameField")),
+            ACCESS_KEY_KEY,
+            SECRET_KEY_KEY,
+            Some(BUCKET_KEYS),
         )
         .await?;
-        Ok(CosConnection::new(
-            location.hostname,
-            location.port,
-            location.bucket.unwrap_or_default(),
-            auth,
-            tls,
-        ))
+        Ok(CosConnection {
+            endpoint,
+            bucket: bucket.unwrap_or_default(),
+            keys: None,
+        })
     }
 
     fn to_spec(&self) -> Value {
-        let mut map = Map::new();
-        map.insert("hostname".into(), self.hostname.clone().into());
-        map.insert("port".into(), self.port.into());
-        map.insert("bucketName".into(), self.bucket.clone().into());
-        map.insert(
-            "authSecretName".into(),
-            self.auth.secret_name.clone().into(),
-        );
-        map.insert(
-            "authSecretAccessKeyField".into(),
-            self.auth.first_field.clone().into(),
-        );
-        map.insert(
-            "authSecretSecretKeyField".into(),
-            self.auth.second_field.clone().into(),
-        );
-        self.tls.spec_into(&mut map);
-        Value::Object(map)
+        self.endpoint.to_spec(
+            ACCESS_KEY_KEY,
+            SECRET_KEY_KEY,
+            Some((BUCKET_KEYS.0, &self.bucket)),
+        )
     }
 }
 

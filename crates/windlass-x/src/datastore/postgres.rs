@@ -79,12 +79,12 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
     EnvVar, EnvVarSource, KeyToPath, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use windlass::prelude::*;
 
 use super::Connection;
 use super::spec::{
-    ConnectionSpec, CredentialSecret, SecretReader, SecretString, Tls, TlsSecret, locate,
+    ConnectionSpec, CredentialSecret, Endpoint, SecretReader, SecretString, TlsSecret,
 };
 
 /// The volume name [`PostgresConnection::tls_volumes`] and
@@ -94,6 +94,10 @@ pub const TLS_VOLUME_NAME: &str = "postgres-tls";
 pub const TLS_MOUNT_PATH: &str = "/tls";
 /// The file mode of the mounted CA certificate: read for the owner and group (octal 440).
 pub const TLS_FILE_MODE: i32 = 0o440;
+
+/// The spec keys naming the auth Secret's username and password fields.
+const USERNAME_KEY: &str = "authSecretUsernameField";
+const PASSWORD_KEY: &str = "authSecretPasswordField";
 
 /// libpq's `sslmode`, as windlass chooses it (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,10 +130,7 @@ pub struct Credentials {
 /// How to reach one Postgres instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresConnection {
-    hostname: String,
-    port: u16,
-    auth: CredentialSecret,
-    tls: Tls,
+    endpoint: Endpoint,
     credentials: Option<Credentials>,
 }
 
@@ -143,10 +144,7 @@ impl PostgresConnection {
         tls: Option<TlsSecret>,
     ) -> Self {
         PostgresConnection {
-            hostname: hostname.into(),
-            port,
-            auth,
-            tls: Tls::new(tls),
+            endpoint: Endpoint::new(hostname.into(), port, auth, tls),
             credentials: None,
         }
     }
@@ -161,29 +159,29 @@ impl PostgresConnection {
     /// The PEM CA certificate, when the component that deployed the database knows it. A
     /// config error when the connection has no TLS.
     pub fn with_tls_cert(mut self, pem: impl Into<String>) -> Result<Self> {
-        self.tls.set_cert(pem.into())?;
+        self.endpoint.tls.set_cert(pem.into())?;
         Ok(self)
     }
 
     /// The hostname.
     pub fn hostname(&self) -> &str {
-        &self.hostname
+        &self.endpoint.hostname
     }
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.endpoint.port
     }
     /// The Secret with the username and password.
     pub fn auth_secret(&self) -> &CredentialSecret {
-        &self.auth
+        &self.endpoint.auth
     }
     /// The Secret with the CA certificate, when TLS is on.
     pub fn tls_secret(&self) -> Option<&TlsSecret> {
-        self.tls.secret.as_ref()
+        self.endpoint.tls_secret()
     }
     /// Whether the connection uses TLS.
     pub fn tls_enabled(&self) -> bool {
-        self.tls.secret.is_some()
+        self.endpoint.tls_enabled()
     }
     /// `verify-full` with TLS, else `disable` (see the module docs for why not `require`).
     pub fn ssl_mode(&self) -> SslMode {
@@ -200,7 +198,11 @@ impl PostgresConnection {
         if let Some(credentials) = &self.credentials {
             return Ok(credentials.clone());
         }
-        let (username, password) = self.auth.read(secrets, "Postgres credentials").await?;
+        let (username, password) = self
+            .endpoint
+            .auth
+            .read(secrets, "Postgres credentials")
+            .await?;
         Ok(Credentials {
             username: username.expose().to_string(),
             password,
@@ -210,15 +212,15 @@ impl PostgresConnection {
     /// The PEM CA certificate when TLS is on; [`Error::not_yet`] when its Secret or field is
     /// missing.
     pub async fn tls_cert(&self, secrets: &dyn SecretReader) -> Result<Option<String>> {
-        self.tls.cert(secrets).await
+        self.endpoint.tls.cert(secrets).await
     }
 
     /// Everything a client needs, credentials and CA certificate read.
     pub async fn params(&self, secrets: &dyn SecretReader) -> Result<PostgresParams> {
         let credentials = self.credentials(secrets).await?;
         Ok(PostgresParams {
-            host: self.hostname.clone(),
-            port: self.port,
+            host: self.endpoint.hostname.clone(),
+            port: self.endpoint.port,
             user: credentials.username,
             password: credentials.password,
             ssl_mode: self.ssl_mode(),
@@ -242,7 +244,7 @@ impl PostgresConnection {
             value: None,
             value_from: Some(EnvVarSource {
                 secret_key_ref: Some(SecretKeySelector {
-                    name: self.auth.secret_name.clone(),
+                    name: self.endpoint.auth.secret_name.clone(),
                     key: key.to_string(),
                     optional: None,
                 }),
@@ -250,10 +252,10 @@ impl PostgresConnection {
             }),
         };
         let mut env = vec![
-            plain("PGHOST", self.hostname.clone()),
-            plain("PGPORT", self.port.to_string()),
-            from_secret("PGUSER", &self.auth.first_field),
-            from_secret("PGPASSWORD", &self.auth.second_field),
+            plain("PGHOST", self.endpoint.hostname.clone()),
+            plain("PGPORT", self.endpoint.port.to_string()),
+            from_secret("PGUSER", &self.endpoint.auth.first_field),
+            from_secret("PGPASSWORD", &self.endpoint.auth.second_field),
             plain("PGSSLMODE", self.ssl_mode().as_str().to_string()),
         ];
         if self.tls_enabled() {
@@ -265,9 +267,7 @@ impl PostgresConnection {
     /// Where [`PostgresConnection::tls_volume_mounts`] puts the CA certificate by default,
     /// `/tls/<cert field>`, for `PGSSLROOTCERT` or `sslrootcert` (`None` without TLS).
     pub fn tls_cert_path(&self) -> Option<String> {
-        self.tls
-            .secret
-            .as_ref()
+        self.tls_secret()
             .map(|tls| format!("{TLS_MOUNT_PATH}/{}", tls.cert_field))
     }
 
@@ -280,7 +280,7 @@ impl PostgresConnection {
     /// [`PostgresConnection::tls_volumes`] with another volume name and, optionally, another
     /// file name for the certificate.
     pub fn tls_volumes_as(&self, volume_name: &str, file_name: Option<&str>) -> Vec<Volume> {
-        let Some(tls) = &self.tls.secret else {
+        let Some(tls) = self.tls_secret() else {
             return Vec::new();
         };
         vec![Volume {
@@ -324,39 +324,15 @@ impl Connection for PostgresConnection {
     const TYPE: &'static str = "postgres";
 
     async fn from_spec(spec: &ConnectionSpec<'_>, secrets: &dyn SecretReader) -> Result<Self> {
-        let auth = CredentialSecret {
-            secret_name: spec.required("authSecretName")?,
-            first_field: spec.required("authSecretUsernameField")?,
-            second_field: spec.required("authSecretPasswordField")?,
-        };
-        let tls = spec.tls()?;
-        let location = locate(spec, secrets, None).await?;
-        Ok(PostgresConnection::new(
-            location.hostname,
-            location.port,
-            auth,
-            tls,
-        ))
+        let (endpoint, _) = Endpoint::read(spec, secrets, USERNAME_KEY, PASSWORD_KEY, None).await?;
+        Ok(PostgresConnection {
+            endpoint,
+            credentials: None,
+        })
     }
 
     fn to_spec(&self) -> Value {
-        let mut map = Map::new();
-        map.insert("hostname".into(), self.hostname.clone().into());
-        map.insert("port".into(), self.port.into());
-        map.insert(
-            "authSecretName".into(),
-            self.auth.secret_name.clone().into(),
-        );
-        map.insert(
-            "authSecretUsernameField".into(),
-            self.auth.first_field.clone().into(),
-        );
-        map.insert(
-            "authSecretPasswordField".into(),
-            self.auth.second_field.clone().into(),
-        );
-        self.tls.spec_into(&mut map);
-        Value::Object(map)
+        self.endpoint.to_spec(USERNAME_KEY, PASSWORD_KEY, None)
     }
 }
 

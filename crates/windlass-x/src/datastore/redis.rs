@@ -9,13 +9,17 @@
 
 use async_trait::async_trait;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use windlass::prelude::*;
 
 use super::Connection;
 use super::spec::{
-    ConnectionSpec, CredentialSecret, SecretReader, SecretString, Tls, TlsSecret, host_port, locate,
+    ConnectionSpec, CredentialSecret, Endpoint, SecretReader, SecretString, TlsSecret, host_port,
 };
+
+/// The spec keys naming the auth Secret's username and password fields.
+const USERNAME_KEY: &str = "authSecretUsernameField";
+const PASSWORD_KEY: &str = "authSecretPasswordField";
 
 /// What must be escaped in a URL's userinfo: everything but RFC 3986's unreserved characters.
 const USERINFO: &AsciiSet = &NON_ALPHANUMERIC
@@ -27,10 +31,7 @@ const USERINFO: &AsciiSet = &NON_ALPHANUMERIC
 /// How to reach one Redis instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConnection {
-    hostname: String,
-    port: u16,
-    auth: CredentialSecret,
-    tls: Tls,
+    endpoint: Endpoint,
     credentials: Option<(String, SecretString)>,
 }
 
@@ -44,10 +45,7 @@ impl RedisConnection {
         tls: Option<TlsSecret>,
     ) -> Self {
         RedisConnection {
-            hostname: hostname.into(),
-            port,
-            auth,
-            tls: Tls::new(tls),
+            endpoint: Endpoint::new(hostname.into(), port, auth, tls),
             credentials: None,
         }
     }
@@ -61,29 +59,29 @@ impl RedisConnection {
     /// The PEM CA certificate, when the component that deployed Redis knows it. A config
     /// error when the connection has no TLS.
     pub fn with_tls_cert(mut self, pem: impl Into<String>) -> Result<Self> {
-        self.tls.set_cert(pem.into())?;
+        self.endpoint.tls.set_cert(pem.into())?;
         Ok(self)
     }
 
     /// The hostname.
     pub fn hostname(&self) -> &str {
-        &self.hostname
+        &self.endpoint.hostname
     }
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.endpoint.port
     }
     /// The Secret with the username and password.
     pub fn auth_secret(&self) -> &CredentialSecret {
-        &self.auth
+        &self.endpoint.auth
     }
     /// The Secret with the CA certificate, when TLS is on.
     pub fn tls_secret(&self) -> Option<&TlsSecret> {
-        self.tls.secret.as_ref()
+        self.endpoint.tls_secret()
     }
     /// Whether the connection uses TLS.
     pub fn tls_enabled(&self) -> bool {
-        self.tls.secret.is_some()
+        self.endpoint.tls_enabled()
     }
     /// `rediss` with TLS, else `redis`.
     pub fn scheme(&self) -> &'static str {
@@ -97,7 +95,7 @@ impl RedisConnection {
     /// The PEM CA certificate when TLS is on; [`Error::not_yet`] when its Secret or field is
     /// missing.
     pub async fn tls_cert(&self, secrets: &dyn SecretReader) -> Result<Option<String>> {
-        self.tls.cert(secrets).await
+        self.endpoint.tls.cert(secrets).await
     }
 
     /// `<scheme>://<user>:<password>@<host>:<port>`; [`Error::not_yet`] naming the Secret or
@@ -106,7 +104,11 @@ impl RedisConnection {
         let (username, password) = match &self.credentials {
             Some((username, password)) => (username.clone(), password.clone()),
             None => {
-                let (username, password) = self.auth.read(secrets, "Redis credentials").await?;
+                let (username, password) = self
+                    .endpoint
+                    .auth
+                    .read(secrets, "Redis credentials")
+                    .await?;
                 (username.expose().to_string(), password)
             }
         };
@@ -115,7 +117,7 @@ impl RedisConnection {
             self.scheme(),
             utf8_percent_encode(&username, USERINFO),
             utf8_percent_encode(password.expose(), USERINFO),
-            host_port(&self.hostname, self.port)
+            host_port(&self.endpoint.hostname, self.endpoint.port)
         )))
     }
 }
@@ -125,39 +127,15 @@ impl Connection for RedisConnection {
     const TYPE: &'static str = "redis";
 
     async fn from_spec(spec: &ConnectionSpec<'_>, secrets: &dyn SecretReader) -> Result<Self> {
-        let auth = CredentialSecret {
-            secret_name: spec.required("authSecretName")?,
-            first_field: spec.required("authSecretUsernameField")?,
-            second_field: spec.required("authSecretPasswordField")?,
-        };
-        let tls = spec.tls()?;
-        let location = locate(spec, secrets, None).await?;
-        Ok(RedisConnection::new(
-            location.hostname,
-            location.port,
-            auth,
-            tls,
-        ))
+        let (endpoint, _) = Endpoint::read(spec, secrets, USERNAME_KEY, PASSWORD_KEY, None).await?;
+        Ok(RedisConnection {
+            endpoint,
+            credentials: None,
+        })
     }
 
     fn to_spec(&self) -> Value {
-        let mut map = Map::new();
-        map.insert("hostname".into(), self.hostname.clone().into());
-        map.insert("port".into(), self.port.into());
-        map.insert(
-            "authSecretName".into(),
-            self.auth.secret_name.clone().into(),
-        );
-        map.insert(
-            "authSecretUsernameField".into(),
-            self.auth.first_field.clone().into(),
-        );
-        map.insert(
-            "authSecretPasswordField".into(),
-            self.auth.second_field.clone().into(),
-        );
-        self.tls.spec_into(&mut map);
-        Value::Object(map)
+        self.endpoint.to_spec(USERNAME_KEY, PASSWORD_KEY, None)
     }
 }
 

@@ -385,6 +385,91 @@ impl CredentialSecret {
     }
 }
 
+/// What every connection type holds the same way: where the datastore listens, the Secret with
+/// its pair of credentials, and its TLS. Each connection embeds one; the spec keys of the two
+/// credential fields (and, for object storage, the bucket) are the connection type's own.
+#[cfg(any(feature = "postgres", feature = "redis", feature = "cos"))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) hostname: String,
+    pub(crate) port: u16,
+    pub(crate) auth: CredentialSecret,
+    pub(crate) tls: Tls,
+}
+
+#[cfg(any(feature = "postgres", feature = "redis", feature = "cos"))]
+impl Endpoint {
+    pub(crate) fn new(
+        hostname: String,
+        port: u16,
+        auth: CredentialSecret,
+        tls: Option<TlsSecret>,
+    ) -> Self {
+        Endpoint {
+            hostname,
+            port,
+            auth,
+            tls: Tls::new(tls),
+        }
+    }
+
+    /// Read from the spec: `authSecretName` with the credential keys `first_key` and
+    /// `second_key`, the TLS Secret, then the location (with `bucket` as for [`locate`], whose
+    /// bucket is returned too). Config errors come in this order, whichever the connection.
+    pub(crate) async fn read(
+        spec: &ConnectionSpec<'_>,
+        secrets: &dyn SecretReader,
+        first_key: &str,
+        second_key: &str,
+        bucket: Option<(&str, &str)>,
+    ) -> Result<(Self, Option<String>)> {
+        let auth = CredentialSecret {
+            secret_name: spec.required("authSecretName")?,
+            first_field: spec.required(first_key)?,
+            second_field: spec.required(second_key)?,
+        };
+        let tls = spec.tls()?;
+        let location = locate(spec, secrets, bucket).await?;
+        Ok((
+            Endpoint::new(location.hostname, location.port, auth, tls),
+            location.bucket,
+        ))
+    }
+
+    /// The spec [`Endpoint::read`] reads back: `hostname`, `port`, then `bucket` (its key
+    /// and value) when given, the auth Secret under `authSecretName`, `first_key` and
+    /// `second_key`, and the TLS keys when TLS is on.
+    pub(crate) fn to_spec(
+        &self,
+        first_key: &str,
+        second_key: &str,
+        bucket: Option<(&str, &str)>,
+    ) -> Value {
+        let mut map = Map::new();
+        map.insert("hostname".into(), self.hostname.clone().into());
+        map.insert("port".into(), self.port.into());
+        if let Some((key, value)) = bucket {
+            map.insert(key.into(), value.into());
+        }
+        map.insert(
+            "authSecretName".into(),
+            self.auth.secret_name.clone().into(),
+        );
+        map.insert(first_key.into(), self.auth.first_field.clone().into());
+        map.insert(second_key.into(), self.auth.second_field.clone().into());
+        self.tls.spec_into(&mut map);
+        Value::Object(map)
+    }
+
+    pub(crate) fn tls_secret(&self) -> Option<&TlsSecret> {
+        self.tls.secret.as_ref()
+    }
+
+    pub(crate) fn tls_enabled(&self) -> bool {
+        self.tls.secret.is_some()
+    }
+}
+
 /// Where a datastore listens (and, for object storage, which bucket), read from the spec or
 /// from its URI Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
