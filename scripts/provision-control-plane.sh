@@ -106,26 +106,10 @@ log "(a cold build takes about 9 minutes on 2 idle cores and ~2.5 GB of disk; la
 command -v apt-get >/dev/null 2>&1 || die "apt-get not found: building needs Debian bookworm (or set WINDLASS_K8S_ASSETS)"
 
 # Root (or password-less sudo) only for the steps that change the machine.
-SUDO=()
-need_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        SUDO=()
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        SUDO=(sudo -n)
-    else
-        die "$1 needs root (or password-less sudo); run this script as root once, or point WINDLASS_K8S_ASSETS at a directory with ${BINARIES[*]}"
-    fi
-}
-
-export DEBIAN_FRONTEND=noninteractive
-APT_UPDATED=0
-apt_update() {
-    [ "$APT_UPDATED" -eq 1 ] && return 0
-    need_root "apt-get update"
-    log "apt-get update"
-    "${SUDO[@]}" apt-get update -qq || die "apt-get update failed (is a Debian mirror reachable?)"
-    APT_UPDATED=1
-}
+# shellcheck disable=SC2034 # used by lib/apt.sh
+ROOT_HINT="or point WINDLASS_K8S_ASSETS at a directory with ${BINARIES[*]}"
+# shellcheck source-path=SCRIPTDIR source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 
 # `apt-get source` needs a deb-src entry; derive it from the configured deb entries so that a
 # mirror configured on this machine is used for sources as well.

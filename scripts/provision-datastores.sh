@@ -74,26 +74,8 @@ if ! flock -n 9; then
     flock 9
 fi
 
-SUDO=()
-need_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        SUDO=()
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        SUDO=(sudo -n)
-    else
-        die "$1 needs root (or password-less sudo); run this script as root once"
-    fi
-}
-
-export DEBIAN_FRONTEND=noninteractive
-APT_UPDATED=0
-apt_update() {
-    [ "$APT_UPDATED" -eq 1 ] && return 0
-    need_root "apt-get update"
-    log "apt-get update"
-    "${SUDO[@]}" apt-get update -qq || die "apt-get update failed (is a Debian mirror reachable?)"
-    APT_UPDATED=1
-}
+# shellcheck source-path=SCRIPTDIR source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 
 installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
 
