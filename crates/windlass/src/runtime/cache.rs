@@ -74,8 +74,8 @@ impl Packed {
 
     /// The object; `None` only if the text does not parse, which text written by
     /// [`Packed::new`] always does.
-    fn unpack(&self) -> Option<Arc<Value>> {
-        serde_json::from_str(&self.0).ok().map(Arc::new)
+    fn unpack(&self) -> Option<Value> {
+        serde_json::from_str(&self.0).ok()
     }
 }
 
@@ -95,8 +95,8 @@ pub struct Stores {
 /// The answer of a store for one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cached {
-    /// The watch has the object.
-    Present(Arc<Value>),
+    /// The watch has the object (a copy of its own, parsed from the store).
+    Present(Value),
     /// The watch sees every object of the kind there and does not have it.
     Absent,
     /// The store cannot tell: ask the API server.
@@ -137,7 +137,7 @@ impl Stores {
     }
 
     /// Every object of `type_ref` the watches have, e.g. to find a CR by uid.
-    pub fn objects(&self, type_ref: &TypeRef) -> Vec<Arc<Value>> {
+    pub fn objects(&self, type_ref: &TypeRef) -> Vec<Value> {
         read(&self.kinds)
             .get(type_ref)
             .map(|s| s.objects.values().filter_map(Packed::unpack).collect())
@@ -147,7 +147,7 @@ impl Stores {
     /// The objects of `query.type_ref` in `query.namespace` (`None`: every namespace)
     /// when a watch sees every object of the kind there and has listed it; `None` when
     /// the store cannot tell. Selectors are not applied here.
-    fn list(&self, query: &ListQuery) -> Option<Vec<(ObjectRef, Arc<Value>)>> {
+    fn list(&self, query: &ListQuery) -> Option<Vec<(ObjectRef, Value)>> {
         let kinds = read(&self.kinds);
         let store = kinds.get(&query.type_ref)?;
         let covered = store.synced.contains(&None)
@@ -206,7 +206,7 @@ impl Stores {
             .collect();
         let removed = gone
             .iter()
-            .filter_map(|r| store.objects.remove(r)?.unpack())
+            .filter_map(|r| store.objects.remove(r)?.unpack().map(Arc::new))
             .collect();
         store
             .objects
@@ -237,6 +237,18 @@ impl Stores {
 struct Written {
     object: Option<Value>,
     at: Instant,
+}
+
+impl Written {
+    /// The object as this process must see it, given the store's copy `seen` (rule 2):
+    /// gone after its delete, else the newer of what it wrote and what the watch has.
+    fn over(&self, seen: Option<Value>) -> Option<Value> {
+        match (&self.object, seen) {
+            (None, _) => None,
+            (Some(mine), Some(seen)) if !newer(mine, &seen) => Some(seen),
+            (Some(mine), _) => Some(mine.clone()),
+        }
+    }
 }
 
 /// A [`Cluster`] that answers reads from the runtime's watches (see the module docs).
@@ -341,26 +353,9 @@ impl CachedCluster {
                 self.stores.lookup(object)
             };
             match (written, cached) {
-                (Some(Written { object: None, .. }), _) => return Ok(None),
-                (
-                    Some(Written {
-                        object: Some(mine), ..
-                    }),
-                    Cached::Present(seen),
-                ) => {
-                    return Ok(Some(if newer(&mine, &seen) {
-                        mine
-                    } else {
-                        owned(seen)
-                    }));
-                }
-                (
-                    Some(Written {
-                        object: Some(mine), ..
-                    }),
-                    _,
-                ) => return Ok(Some(mine)),
-                (None, Cached::Present(seen)) => return Ok(Some(owned(seen))),
+                (Some(written), Cached::Present(seen)) => return Ok(written.over(Some(seen))),
+                (Some(written), _) => return Ok(written.over(None)),
+                (None, Cached::Present(seen)) => return Ok(Some(seen)),
                 (None, Cached::Absent) => return Ok(None),
                 (None, Cached::Unknown) => {}
             }
@@ -382,12 +377,6 @@ impl CachedCluster {
         }
         result
     }
-}
-
-/// The object of a store's answer, without a copy when nobody else holds it (a store
-/// parses a fresh one for every lookup).
-fn owned(object: Arc<Value>) -> Value {
-    Arc::try_unwrap(object).unwrap_or_else(|shared| shared.as_ref().clone())
 }
 
 /// Whether `mine` is newer than `seen` by resourceVersion; unknown (not integers, or
@@ -433,7 +422,7 @@ impl Cluster for CachedCluster {
         };
         // Read your writes (rule 2): a written copy or a tombstone newer than the store's.
         let mut objects: std::collections::BTreeMap<ObjectRef, Value> =
-            cached.into_iter().map(|(r, o)| (r, owned(o))).collect();
+            cached.into_iter().collect();
         for (reference, written) in lock(&self.written).iter() {
             if reference.type_ref() != query.type_ref
                 || !in_namespace(reference, query.namespace.as_deref())
@@ -441,14 +430,8 @@ impl Cluster for CachedCluster {
             {
                 continue;
             }
-            match (&written.object, objects.get(reference)) {
-                (None, _) => {
-                    objects.remove(reference);
-                }
-                (Some(mine), Some(seen)) if !newer(mine, seen) => {}
-                (Some(mine), _) => {
-                    objects.insert(reference.clone(), mine.clone());
-                }
+            if let Some(current) = written.over(objects.remove(reference)) {
+                objects.insert(reference.clone(), current);
             }
         }
         // In the API server's order: by namespace, then name.
@@ -564,7 +547,7 @@ mod tests {
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
         stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
-        assert_eq!(stores.lookup(&a), Cached::Present(a_obj.clone()));
+        assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
         assert_eq!(
             stores.lookup(&b),
             Cached::Unknown,
@@ -594,7 +577,7 @@ mod tests {
         assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&b), Cached::Absent, "a complete watch knows");
-        assert_eq!(stores.lookup(&a), Cached::Present(a_obj));
+        assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
     }
 
     #[test]
