@@ -124,10 +124,17 @@ impl Operator {
     }
 }
 
-impl Drop for Operator {
-    fn drop(&mut self) {
+impl Operator {
+    /// SIGKILL the process (no clean shutdown, no lease release) and reap it.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

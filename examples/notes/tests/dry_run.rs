@@ -220,8 +220,8 @@ async fn without_a_connection_the_operator_deploys_postgres_with_tls_and_the_app
         json!([{"key": "ca.crt", "path": "ca.crt"}])
     );
     // The dependency hash: the pod template changes when the Secrets it reads do.
-    let hash =
-        &deployment["spec"]["template"]["metadata"]["annotations"]["windlass.dev/dependency-hash"];
+    let hash = &deployment["spec"]["template"]["metadata"]["annotations"]
+        [windlass::annotations::DEPENDENCY_HASH];
     assert!(hash.is_string(), "{:#}", deployment["spec"]["template"]);
 
     // The app comes after the database, which comes after the CA.
@@ -257,7 +257,8 @@ async fn a_rotated_password_rolls_the_app() {
     let cr = env.apply_cr("team", json!({})).await;
     env.reconcile(&cr).await;
     let hash = |deployment: Value| {
-        deployment["spec"]["template"]["metadata"]["annotations"]["windlass.dev/dependency-hash"]
+        deployment["spec"]["template"]["metadata"]["annotations"]
+            [windlass::annotations::DEPENDENCY_HASH]
             .clone()
     };
     let before = hash(env.get(&app()).await.unwrap());

@@ -20,7 +20,8 @@ mod live_support;
 use live_support::{LONG, Operator, eventually, install_crd, ready};
 
 fn hash(deployment: &Value) -> Option<String> {
-    deployment["spec"]["template"]["metadata"]["annotations"]["windlass.dev/dependency-hash"]
+    deployment["spec"]["template"]["metadata"]["annotations"]
+        [windlass::annotations::DEPENDENCY_HASH]
         .as_str()
         .map(str::to_string)
 }

@@ -14,7 +14,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -313,15 +312,7 @@ async fn two_replicas_one_leads_and_the_other_takes_over_after_sigkill() {
     // the lease duration plus a poll (and the time for its acquiring request).
     let mut replicas = replicas;
     let killed_at = Instant::now();
-    let pid = replicas[leader].child.id();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let _ = replicas[leader].child.wait();
+    replicas[leader].kill();
     let [a, b] = &replicas;
     let survivor = &replicas[follower];
     eventually("the follower takes over", LONG, &[a, b], || async {
@@ -505,15 +496,7 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
     let victim = usize::from(holders[0] == "active-b");
     let survivor_name = replicas[1 - victim].name.clone();
     let mut replicas = replicas;
-    let pid = replicas[victim].child.id();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let _ = replicas[victim].child.wait();
+    replicas[victim].kill();
     for name in &names {
         cluster
             .apply(&webapp(ns.name(), name, 3), WriteMethod::Update)
