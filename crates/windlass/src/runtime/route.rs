@@ -44,7 +44,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use super::cache::{Cached, CachedCluster};
+use super::cache::{Cached, CachedCluster, newer_version};
 use super::dependencies::Dependents;
 use super::filter::{
     CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
@@ -138,7 +138,10 @@ impl Router {
             match (read, held) {
                 (None, None) => false,
                 (None, Some(_)) | (Some(_), None) => true,
-                (Some(read), Some(held)) => newer(held.as_deref(), read),
+                // A copy without a version cannot be told newer.
+                (Some(read), Some(held)) => held
+                    .as_deref()
+                    .is_some_and(|held| newer_version(Some(held), Some(read))),
             }
         });
         if let Some((object, _)) = changed {
@@ -360,18 +363,6 @@ impl Router {
     }
 }
 
-/// Whether the version `held` is newer than `read`: resource versions are opaque, but the
-/// API server's are integers that grow; anything else that differs counts as newer.
-fn newer(held: Option<&str>, read: &str) -> bool {
-    let Some(held) = held else {
-        return false;
-    };
-    match (held.parse::<u64>(), read.parse::<u64>()) {
-        (Ok(held), Ok(read)) => held > read,
-        _ => held != read,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,7 +540,7 @@ mod tests {
         // Read present; it is gone now.
         router.depend(&cr, "web", [(reference("missing"), Some("3".into()))]);
         assert!(router.queue.contains(&cr));
-        assert!(newer(Some("b"), "a") && !newer(Some("9"), "10") && !newer(None, "1"));
+        assert!(newer_version(Some("b"), Some("a")) && !newer_version(Some("9"), Some("10")));
     }
 
     #[tokio::test(start_paused = true)]
