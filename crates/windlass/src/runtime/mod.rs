@@ -465,16 +465,14 @@ async fn route_events(
                         if router.watches_extra(&kind) || !whole.insert(kind.clone()) {
                             continue;
                         }
+                        let cluster = cluster_scoped(&live, &kind).await;
                         // One watch per kind feeds its store: the label-scoped one ends
-                        // before the whole one starts, so it cannot write behind it.
+                        // before the whole one starts, so it cannot write behind it; and
+                        // `start` declares the whole watch at once, with no wait between,
+                        // so the store never answers from the stopped watch's copies.
                         if let Some(old) = scoped.remove(&kind) {
                             retire(&mut watches, &old, observer.as_ref()).await;
                         }
-                        // At once, not when the new watch's task first runs (after
-                        // discovery below): until it has listed, the store must not
-                        // answer from the stopped watch's frozen copies.
-                        stores.declare(&kind, None);
-                        let cluster = cluster_scoped(&live, &kind).await;
                         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
                         start(&mut watches, &kind, cluster, None);
                     }
