@@ -62,6 +62,21 @@ async fn replica(
     Leadership::start(settings, client, cluster).await
 }
 
+/// The replica `identity` with the lock `kind`, electing with the environment's client.
+async fn own_replica(
+    env: &TestEnv,
+    kind: LockKind,
+    ns: &TestNamespace,
+    identity: &str,
+    duration: Duration,
+    poll: Duration,
+) -> Leadership {
+    let settings = settings(kind, ns, identity, duration, poll);
+    replica(env, &settings, env.client().unwrap())
+        .await
+        .unwrap()
+}
+
 async fn lease(env: &TestEnv, ns: &TestNamespace) -> LeaseSpec {
     let leases: Api<Lease> = ns.api(env.client().unwrap());
     leases.get(LOCK).await.unwrap().spec.unwrap()
@@ -94,20 +109,8 @@ async fn two_replicas_one_leads_and_the_other_takes_over_when_the_leader_stops_r
     let ns = env.namespace("lease-takeover").await.unwrap();
     let (duration, poll) = (Duration::from_secs(2), Duration::from_millis(300));
     let kind = LockKind::LeaderWithLease;
-    let a = replica(
-        env,
-        &settings(kind, &ns, "pod-a", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
-    let b = replica(
-        env,
-        &settings(kind, &ns, "pod-b", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let a = own_replica(env, kind, &ns, "pod-a", duration, poll).await;
+    let b = own_replica(env, kind, &ns, "pod-b", duration, poll).await;
     within("one replica leads", Duration::from_secs(10), || {
         a.is_leader() || b.is_leader()
     })
@@ -166,23 +169,11 @@ async fn a_graceful_release_hands_over_at_once() {
     // A long lease: the hand-over must not wait for it.
     let (duration, poll) = (Duration::from_secs(10), Duration::from_millis(300));
     let kind = LockKind::LeaderWithLease;
-    let a = replica(
-        env,
-        &settings(kind, &ns, "pod-a", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let a = own_replica(env, kind, &ns, "pod-a", duration, poll).await;
     tokio::time::timeout(Duration::from_secs(10), a.wait_until_leader())
         .await
         .expect("pod-a leads");
-    let b = replica(
-        env,
-        &settings(kind, &ns, "pod-b", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let b = own_replica(env, kind, &ns, "pod-b", duration, poll).await;
     never_both(&a, &b, Duration::from_secs(1)).await;
     assert!(a.is_leader() && !b.is_leader());
 
@@ -264,13 +255,7 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_expire
     tokio::time::timeout(Duration::from_secs(10), a.wait_until_leader())
         .await
         .expect("pod-a leads through the proxy");
-    let b = replica(
-        env,
-        &settings(kind, &ns, "pod-b", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let b = own_replica(env, kind, &ns, "pod-b", duration, poll).await;
     never_both(&a, &b, Duration::from_secs(1)).await;
     assert!(a.is_leader());
 
@@ -425,20 +410,8 @@ async fn annotation_lock_on_a_cr_acquire_expire_release() {
     let object = ObjectRef::from_manifest(&widget).unwrap();
     let (duration, poll) = (Duration::from_secs(2), Duration::from_millis(300));
     let kind = LockKind::Annotation;
-    let a = replica(
-        env,
-        &settings(kind, &ns, "pod-a", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
-    let b = replica(
-        env,
-        &settings(kind, &ns, "pod-b", duration, poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let a = own_replica(env, kind, &ns, "pod-a", duration, poll).await;
+    let b = own_replica(env, kind, &ns, "pod-b", duration, poll).await;
     // No global leader: both replicas may start reconciles.
     assert!(a.is_leader() && b.is_leader());
 
