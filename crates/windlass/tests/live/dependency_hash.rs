@@ -5,22 +5,15 @@
 //! not; a reconcile with nothing changed writes nothing; and the operator's requests are
 //! counted.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use serde_json::{Value, json};
 use windlass::annotations::DEPENDENCY_HASH;
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
-use windlass::config::LibraryConfig;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::prelude::*;
-use windlass::reconcile::{Outcome, Report};
-use windlass::runtime::Manager;
-use windlass::runtime::worker::ReconcileObserver;
 use windlass::testing::Widget;
 
+use crate::runtime::{Finished, start_with};
 use crate::{eventually, live};
 
 /// The Widget's component `web`: the Secret `<cr>-settings` from `spec.greeting`, and a
@@ -82,33 +75,6 @@ fn encode(text: &str) -> Value {
     serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap()
 }
 
-/// How many reconciles of each CR ended `Done`.
-#[derive(Default, Clone)]
-struct Done(Arc<Mutex<HashMap<String, usize>>>);
-
-impl Done {
-    fn count(&self) -> usize {
-        self.0.lock().unwrap().values().sum()
-    }
-    fn of(&self, name: &str) -> usize {
-        self.0.lock().unwrap().get(name).copied().unwrap_or(0)
-    }
-}
-
-impl ReconcileObserver for Done {
-    fn started(&self, _: &str, _: Duration) {}
-    fn finished(&self, _: &str, report: &Report, _: Duration) {
-        if report.outcome == Outcome::Done {
-            *self
-                .0
-                .lock()
-                .unwrap()
-                .entry(report.cr.name.clone())
-                .or_default() += 1;
-        }
-    }
-}
-
 async fn template_hash(cluster: &LiveCluster, deployment: &ObjectRef) -> Option<String> {
     let live = cluster.get(deployment).await.unwrap()?;
     live["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH]
@@ -149,26 +115,20 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
         .unwrap();
 
     let counter = RequestCounter::new();
-    let library = LibraryConfig {
-        watch_namespace: ns.to_string(),
-        ..LibraryConfig::default()
-    };
-    let done = Done::default();
-    let manager = Manager::new(counter.client(env.kube_config()).unwrap(), library)
-        .controller(Web)
-        .with_observer(Arc::new(done.clone()));
-    let cache = manager.cluster().clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(manager.run(async {
-        let _ = stopped.await;
-    }));
+    let done = Finished::default();
+    let (stop, task, cache) = start_with(
+        counter.client(env.kube_config()).unwrap(),
+        ns,
+        done.clone(),
+        Web,
+    );
 
     let cr = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
         "metadata": {"name": "shop", "namespace": ns}, "spec": {"greeting": "hello"}});
     admin.apply(&cr, WriteMethod::Update).await.unwrap();
     let deployment = ObjectRef::new("apps/v1", "Deployment", Some(ns), "shop-web");
     eventually("the CR is reconciled to Done", || async {
-        done.count() > 0
+        done.done_total() > 0
     })
     .await;
     let first = template_hash(&admin, &deployment).await.expect("annotated");
@@ -195,7 +155,7 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
 
     // A user edits the credentials: one write, the Deployment, and a new ReplicaSet.
     counter.take();
-    let before = done.count();
+    let before = done.done_total();
     admin
         .apply(
             &object("Secret", "credentials", json!({"password": encode("two")})),
@@ -212,7 +172,7 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
     })
     .await;
     eventually("the rollout is Done again", || async {
-        done.count() > before
+        done.done_total() > before
     })
     .await;
     let second = template_hash(&admin, &deployment).await.unwrap();
@@ -227,7 +187,7 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
     );
 
     // The CR's spec changes the Secret it renders: Secret and Deployment in one reconcile.
-    let before = done.count();
+    let before = done.done_total();
     let mut changed = cr.clone();
     changed["spec"]["greeting"] = json!("bonjour");
     admin.apply(&changed, WriteMethod::Update).await.unwrap();
@@ -239,7 +199,7 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
         replica_sets(&admin_client, ns).await == 3
     })
     .await;
-    eventually("Done again", || async { done.count() > before }).await;
+    eventually("Done again", || async { done.done_total() > before }).await;
     let third = template_hash(&admin, &deployment).await.unwrap();
     let counts = counter.take();
     println!("a spec change of the rendered Secret:\n{counts}");
@@ -249,7 +209,7 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
 
     // An unrelated ConfigMap changes (the ConfigMap watch sees it), then a label on the
     // CR starts a reconcile: nothing is written, nothing rolls.
-    let before = done.count();
+    let before = done.done_total();
     let unrelated = admin
         .apply(
             &object("ConfigMap", "unrelated", json!({"v": "2"})),
@@ -271,7 +231,7 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
     touched["metadata"]["labels"] = json!({"touched": "yes"});
     admin.apply(&touched, WriteMethod::Update).await.unwrap();
     eventually("the label change is reconciled", || async {
-        done.count() > before
+        done.done_total() > before
     })
     .await;
     let counts = counter.take();
@@ -307,19 +267,13 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
         .await
         .unwrap();
     let counter = RequestCounter::new();
-    let library = LibraryConfig {
-        watch_namespace: ns.to_string(),
-        ..LibraryConfig::default()
-    };
-    let done = Done::default();
-    let manager = Manager::new(counter.client(env.kube_config()).unwrap(), library)
-        .controller(Web)
-        .with_observer(Arc::new(done.clone()));
-    let cache = manager.cluster().clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(manager.run(async {
-        let _ = stopped.await;
-    }));
+    let done = Finished::default();
+    let (stop, task, cache) = start_with(
+        counter.client(env.kube_config()).unwrap(),
+        ns,
+        done.clone(),
+        Web,
+    );
     let widget = |name: &str, spec: Value| {
         json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
             "metadata": {"name": name, "namespace": ns}, "spec": spec})
@@ -341,7 +295,7 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
         )
         .await
         .unwrap();
-    eventually("the first CR is Done", || async { done.of("inside") > 0 }).await;
+    eventually("the first CR is Done", || async { done.done("inside") > 0 }).await;
     eventually("the label-scoped Secret watch has listed", || async {
         cache.stores().is_synced(&secrets, Some(ns))
     })
@@ -359,7 +313,10 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
         )
         .await
         .unwrap();
-    eventually("the second CR is Done", || async { done.of("outside") > 0 }).await;
+    eventually("the second CR is Done", || async {
+        done.done("outside") > 0
+    })
+    .await;
     eventually(
         "the whole Secret watch has listed the user's Secret",
         || async { served(&user_secret) },
@@ -374,7 +331,7 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
         template_hash(&admin, &outside).await.unwrap(),
     );
     counter.take();
-    let before = done.of("outside");
+    let before = done.done("outside");
     admin
         .apply(&credentials("two"), WriteMethod::Update)
         .await
@@ -384,7 +341,7 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
     })
     .await;
     eventually("and it is Done again", || async {
-        done.of("outside") > before
+        done.done("outside") > before
     })
     .await;
     assert_eq!(template_hash(&admin, &inside).await, Some(inside_hash));
@@ -404,18 +361,8 @@ async fn a_secret_one_cr_writes_rolls_the_pods_of_another_cr_that_reads_it() {
     let (admin, env) = live().await;
     let ns = env.namespace("dependency-cross").await.unwrap();
     let ns = ns.name();
-    let library = LibraryConfig {
-        watch_namespace: ns.to_string(),
-        ..LibraryConfig::default()
-    };
-    let done = Done::default();
-    let manager = Manager::new(env.client().unwrap(), library)
-        .controller(Web)
-        .with_observer(Arc::new(done.clone()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(manager.run(async {
-        let _ = stopped.await;
-    }));
+    let done = Finished::default();
+    let (stop, task, _) = start_with(env.client().unwrap(), ns, done.clone(), Web);
     let widget = |name: &str, spec: Value| {
         json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
             "metadata": {"name": name, "namespace": ns}, "spec": spec})
@@ -427,7 +374,7 @@ async fn a_secret_one_cr_writes_rolls_the_pods_of_another_cr_that_reads_it() {
         )
         .await
         .unwrap();
-    eventually("the writer is Done", || async { done.of("writer") > 0 }).await;
+    eventually("the writer is Done", || async { done.done("writer") > 0 }).await;
     admin
         .apply(
             &widget(
@@ -438,7 +385,7 @@ async fn a_secret_one_cr_writes_rolls_the_pods_of_another_cr_that_reads_it() {
         )
         .await
         .unwrap();
-    eventually("the reader is Done", || async { done.of("reader") > 0 }).await;
+    eventually("the reader is Done", || async { done.done("reader") > 0 }).await;
     let reader = ObjectRef::new("apps/v1", "Deployment", Some(ns), "reader-web");
     let before = template_hash(&admin, &reader).await.expect("annotated");
 

@@ -21,12 +21,31 @@ use crate::{eventually, live};
 
 /// Every finished reconcile, by CR name: when it ended and how.
 #[derive(Default, Clone)]
-struct Finished(Arc<Mutex<HashMap<String, Ended>>>);
+pub(crate) struct Finished(Arc<Mutex<HashMap<String, Ended>>>);
 
 /// When each reconcile of one CR ended, and how.
 type Ended = Vec<(Instant, Outcome)>;
 
 impl Finished {
+    /// How many reconciles of the CR `name` ended `Done`.
+    pub(crate) fn done(&self, name: &str) -> usize {
+        self.of(name)
+            .iter()
+            .filter(|(_, o)| *o == Outcome::Done)
+            .count()
+    }
+
+    /// How many reconciles of any CR ended `Done`.
+    pub(crate) fn done_total(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .values()
+            .flatten()
+            .filter(|(_, o)| *o == Outcome::Done)
+            .count()
+    }
+
     fn of(&self, name: &str) -> Ended {
         self.0
             .lock()
@@ -82,11 +101,11 @@ fn start(
 }
 
 /// Start a manager of `controller` over `client` watching `ns`.
-fn start_with(
+pub(crate) fn start_with<C: windlass::controller::Controller>(
     client: kube::Client,
     ns: &str,
     observer: Finished,
-    controller: DummyController,
+    controller: C,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<windlass::Result<()>>,
