@@ -68,6 +68,9 @@ pub struct Router {
     owned: FilterTracker<ObjectRef>,
     /// The CR of each uid seen, to map an owned object's label to its CR.
     by_uid: HashMap<String, ObjectRef>,
+    /// The uid last seen of each CR: whether a CR is known, without a scan of `by_uid`
+    /// (a rollout asks once per component).
+    uid_of: HashMap<ObjectRef, String>,
     /// Filter specs built once per kind.
     specs: HashMap<TypeRef, FilterSpec>,
     /// The controller's extra watches, by kind.
@@ -101,6 +104,7 @@ impl Router {
                 ResourceVersion::default().into(),
             ])),
             by_uid: HashMap::new(),
+            uid_of: HashMap::new(),
             specs: HashMap::new(),
             extra: extra.into_iter().map(|w| (w.type_ref.clone(), w)).collect(),
             held: Held::default(),
@@ -124,7 +128,7 @@ impl Router {
     ) -> Vec<TypeRef> {
         // A report can come after the CR's deletion was routed (they travel on different
         // channels): recording it then would keep it for good.
-        if !self.by_uid.values().any(|known| known == cr) {
+        if !self.uid_of.contains_key(cr) {
             tracing::debug!(%cr, component, "dependencies of a CR not (or no longer) known: ignored");
             return Vec::new();
         }
@@ -278,6 +282,10 @@ impl Router {
         if watch_event.kind == EventKind::Deleted {
             if let Some(uid) = &meta.uid {
                 self.by_uid.remove(uid);
+                // Only if no newer CR of the same name was seen since.
+                if self.uid_of.get(&cr) == Some(uid) {
+                    self.uid_of.remove(&cr);
+                }
             }
             // Gone: nothing left to reconcile, whatever the filters said.
             self.queue.remove(&cr);
@@ -289,6 +297,7 @@ impl Router {
         }
         if let Some(uid) = &meta.uid {
             self.by_uid.insert(uid.clone(), cr.clone());
+            self.uid_of.insert(cr.clone(), uid.clone());
         }
         for cr in &admitted {
             self.queue.enqueue_preempting(cr.clone());
@@ -499,6 +508,41 @@ mod tests {
         );
         assert!(router.dependents.is_empty(), "not recorded");
         assert!(router.route(&external("21")).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cr_created_again_under_its_name_stays_known_when_the_old_ones_deletion_comes_late() {
+        let (mut router, _, cr) = router();
+        // `w` deleted and created again: the watch reports the new one first (a relist).
+        let again = |uid: &str| {
+            event(
+                json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": "ns", "uid": uid,
+                    "resourceVersion": "5", "generation": 1}}),
+            )
+        };
+        router.route(&again("w-uid-2"));
+        let old_deleted = SourceEvent {
+            kind: EventKind::Deleted,
+            ..widget("w")
+        };
+        router.route(&old_deleted);
+        assert_eq!(
+            router.depend(&cr, "web", [(reference("settings"), None)]),
+            [TypeRef::new("v1", "ConfigMap")],
+            "the new `w`'s reads are recorded"
+        );
+        let new_deleted = SourceEvent {
+            kind: EventKind::Deleted,
+            ..again("w-uid-2")
+        };
+        router.route(&new_deleted);
+        assert!(
+            router
+                .depend(&cr, "web", [(reference("settings"), None)])
+                .is_empty(),
+            "gone for good"
+        );
     }
 
     #[tokio::test(start_paused = true)]
