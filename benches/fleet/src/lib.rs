@@ -14,7 +14,9 @@
 //!
 //! Every object is ready as soon as it exists, so a CR is Ready after one rollout: five
 //! server-side applies and one status write. The runner in `src/bin/fleet.rs` creates
-//! hundreds of these at once against a real control plane and measures what it costs.
+//! hundreds of these at once against a real control plane and measures what it costs;
+//! `src/bin/write-costs.rs` measures what each kind of write the fleet makes costs the API
+//! server. Both account CPU time by process with [`cpu::Cpu`].
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use windlass::prelude::*;
+
+pub mod cpu;
 
 /// The API group of [`Fleet`].
 pub const GROUP: &str = "bench.windlass.dev";

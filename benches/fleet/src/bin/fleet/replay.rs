@@ -1,0 +1,233 @@
+//! The same-writes ceiling: the operator's own writes, replayed from one client.
+//!
+//! A rollout of the fleet is not N × 6 ConfigMap applies: the API server takes a Service
+//! (a cluster IP to allocate) at about three times a ConfigMap's cost, and a custom
+//! resource's create and status write (schema validation) at about one and a half; the
+//! Ready clock also covers the CRs' creates. So after the operator's run, the benchmark
+//! reads back what it wrote — every object a `Fleet` owns, every CR's spec and status,
+//! every Event about a `Fleet` — and writes it all again into a fresh namespace from one
+//! client with a fixed number of requests in flight: first the CRs' creates, then the
+//! objects' server-side applies, the status writes and the Event creates, in no order. The
+//! time that takes is what the API server needs for the same writes with no operator at
+//! all; the operator's Ready time over it is the operator's own cost.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use fleet_bench::Fleet;
+use futures::{FutureExt, StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, Service};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// What the operator wrote for a fleet, ready to be written again elsewhere.
+pub struct Capture {
+    /// Per CR: its name, spec and the status the operator wrote.
+    crs: Vec<(String, Value, Value)>,
+    /// Objects the CRs own: their kind, body (namespace, uid, version and server-set
+    /// fields removed) and the name of the owning CR.
+    objects: Vec<(ApiResource, Value, String)>,
+    /// Events about a CR: body and the CR's name.
+    events: Vec<(Value, String)>,
+}
+
+impl Capture {
+    /// The writes a replay makes.
+    pub fn writes(&self) -> usize {
+        self.crs.len() * 2 + self.objects.len() + self.events.len()
+    }
+
+    /// `1000 creates, 5000 applies, 1000 status writes, 1000 Events`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} creates, {} applies, {} status writes, {} Events",
+            self.crs.len(),
+            self.objects.len(),
+            self.crs.len(),
+            self.events.len()
+        )
+    }
+}
+
+/// Reads back, with `client` (not the operator's), what the operator wrote in `namespace`.
+pub async fn capture(client: &kube::Client, namespace: &str) -> Capture {
+    let fleets: Api<Fleet> = Api::namespaced(client.clone(), namespace);
+    let crs = fleets
+        .list(&ListParams::default())
+        .await
+        .expect("the fleet's CRs are listed")
+        .items
+        .into_iter()
+        .map(|cr| {
+            (
+                cr.metadata.name.clone().expect("a CR has a name"),
+                serde_json::to_value(&cr.spec).expect("a spec serializes"),
+                serde_json::to_value(&cr.status).expect("a status serializes"),
+            )
+        })
+        .collect();
+    let mut objects = Vec::new();
+    for kind in [
+        ApiResource::erase::<ConfigMap>(&()),
+        ApiResource::erase::<Secret>(&()),
+        ApiResource::erase::<Service>(&()),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &kind);
+        for object in api
+            .list(&ListParams::default())
+            .await
+            .expect("the fleet's objects are listed")
+            .items
+        {
+            let Some(owner) = object
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == "Fleet")
+                .map(|o| o.name.clone())
+            else {
+                continue;
+            };
+            let mut body = serde_json::to_value(&object).expect("an object serializes");
+            let metadata = json!({
+                "name": object.metadata.name,
+                "labels": object.metadata.labels,
+                "annotations": object.metadata.annotations,
+                "ownerReferences": object.metadata.owner_references,
+            });
+            body["metadata"] = metadata;
+            // A list's items may come without their type.
+            body["apiVersion"] = json!(kind.api_version);
+            body["kind"] = json!(kind.kind);
+            if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
+                // The server allocates these on create; a replay must let it again.
+                spec.remove("clusterIP");
+                spec.remove("clusterIPs");
+            }
+            if let Some(body) = body.as_object_mut() {
+                body.remove("status");
+            }
+            objects.push((kind.clone(), body, owner));
+        }
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let events = events
+        .list(&ListParams::default().fields("involvedObject.kind=Fleet"))
+        .await
+        .expect("the fleet's Events are listed")
+        .items
+        .into_iter()
+        .map(|event| {
+            let about = event.involved_object.name.clone().unwrap_or_default();
+            let mut body = serde_json::to_value(&event).expect("an Event serializes");
+            body["metadata"] = json!({ "name": event.metadata.name });
+            (body, about)
+        })
+        .collect();
+    Capture {
+        crs,
+        objects,
+        events,
+    }
+}
+
+/// Writes `capture` again into `namespace` from `client`, `in_flight` requests at a time;
+/// how long it took, from the first create to the last write.
+pub async fn replay(
+    client: &kube::Client,
+    namespace: &str,
+    capture: &Capture,
+    in_flight: usize,
+) -> Duration {
+    let fleets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Fleet>(&()));
+    let start = Instant::now();
+    // Each CR's uid (for the owner references and Events) and version (for its status).
+    let created: BTreeMap<String, (String, String)> = stream::iter(&capture.crs)
+        .map(|(name, spec, _)| {
+            let fleets = fleets.clone();
+            async move {
+                let cr: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "bench.windlass.dev/v1alpha1", "kind": "Fleet",
+                    "metadata": {"name": name}, "spec": spec,
+                }))
+                .expect("a CR body");
+                let cr = fleets.create(&PostParams::default(), &cr).await?;
+                let (uid, version) = (cr.metadata.uid, cr.metadata.resource_version);
+                Ok::<_, kube::Error>((name.clone(), (uid, version)))
+            }
+        })
+        .buffer_unordered(in_flight.max(1))
+        .map_ok(|(name, (uid, version))| {
+            (
+                name,
+                (
+                    uid.expect("a created CR has a uid"),
+                    version.expect("and a version"),
+                ),
+            )
+        })
+        .try_collect()
+        .await
+        .expect("the replay's CRs are created");
+    let uid = |cr: &str| created.get(cr).map(|(uid, _)| uid.clone());
+
+    let apply = PatchParams::apply("fleet-replay").force();
+    let applies = capture.objects.iter().map(|(kind, body, owner)| {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, kind);
+        let mut body = body.clone();
+        if let Some(references) = body["metadata"]["ownerReferences"].as_array_mut() {
+            for reference in references {
+                reference["uid"] = json!(uid(owner));
+            }
+        }
+        let apply = apply.clone();
+        async move {
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            api.patch(&name, &apply, &Patch::Apply(&body))
+                .await
+                .map(drop)
+        }
+        .boxed()
+    });
+    let statuses = capture.crs.iter().map(|(name, _, status)| {
+        let version = created.get(name).map(|(_, v)| v.clone());
+        let body: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "bench.windlass.dev/v1alpha1", "kind": "Fleet",
+            "metadata": {"name": name, "resourceVersion": version}, "status": status,
+        }))
+        .expect("a status body");
+        let fleets = fleets.clone();
+        async move {
+            fleets
+                .replace_status(
+                    &body.metadata.name.clone().unwrap_or_default(),
+                    &PostParams::default(),
+                    &body,
+                )
+                .await
+                .map(drop)
+        }
+        .boxed()
+    });
+    let events: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Event>(&()));
+    let event_creates = capture.events.iter().map(|(body, about)| {
+        let mut body = body.clone();
+        body["involvedObject"]["namespace"] = json!(namespace);
+        body["involvedObject"]["uid"] = json!(uid(about));
+        let body: DynamicObject = serde_json::from_value(body).expect("an Event body");
+        let events = events.clone();
+        async move { events.create(&PostParams::default(), &body).await.map(drop) }.boxed()
+    });
+    stream::iter(applies.chain(statuses).chain(event_creates))
+        .buffer_unordered(in_flight.max(1))
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("the replay's writes succeed");
+    start.elapsed()
+}
