@@ -90,25 +90,26 @@ pub async fn capture(client: &kube::Client, namespace: &str) -> Capture {
             else {
                 continue;
             };
-            let mut body = serde_json::to_value(&object).expect("an object serializes");
-            let metadata = json!({
-                "name": object.metadata.name,
-                "labels": object.metadata.labels,
-                "annotations": object.metadata.annotations,
-                "ownerReferences": object.metadata.owner_references,
-            });
-            body["metadata"] = metadata;
-            // A list's items may come without their type.
+            let stored = serde_json::to_value(&object).expect("an object serializes");
+            // What the operator sent, not what the server stored: its apply's field set
+            // picks the fields out of the stored object (the server's defaults and
+            // allocations, a Service's cluster IP and IP families, stay out).
+            let sent = object
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .find(|entry| {
+                    entry.operation.as_deref() == Some("Apply")
+                        && entry.subresource.as_deref().is_none_or(str::is_empty)
+                })
+                .and_then(|entry| entry.fields_v1.as_ref())
+                .and_then(|fields| fields.0.as_object())
+                .expect("the operator's apply is in the object's managed fields");
+            let mut body = pick(&stored, sent);
+            body["metadata"]["name"] = json!(object.metadata.name);
             body["apiVersion"] = json!(kind.api_version);
             body["kind"] = json!(kind.kind);
-            if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
-                // The server allocates these on create; a replay must let it again.
-                spec.remove("clusterIP");
-                spec.remove("clusterIPs");
-            }
-            if let Some(body) = body.as_object_mut() {
-                body.remove("status");
-            }
             objects.push((kind.clone(), body, owner));
         }
     }
@@ -130,6 +131,59 @@ pub async fn capture(client: &kube::Client, namespace: &str) -> Capture {
         crs,
         objects,
         events,
+    }
+}
+
+/// The parts of `value` that the managed-fields set `fields` (a `fieldsV1`) names.
+fn pick(value: &Value, fields: &serde_json::Map<String, Value>) -> Value {
+    let sub = |key: &str| fields.get(key).and_then(Value::as_object);
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter_map(|(name, field)| {
+                    let inner = sub(&format!("f:{name}"))?;
+                    // An empty set owns the whole value (a leaf, or an atomic map or list).
+                    Some((
+                        name.clone(),
+                        if inner.is_empty() {
+                            field.clone()
+                        } else {
+                            pick(field, inner)
+                        },
+                    ))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .filter_map(|item| {
+                    let inner = fields
+                        .iter()
+                        .find(|(key, _)| element_is(key, item))
+                        .and_then(|(_, inner)| inner.as_object())?;
+                    Some(if inner.keys().all(|k| k == ".") {
+                        item.clone()
+                    } else {
+                        pick(item, inner)
+                    })
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Whether a `fieldsV1` list key (`k:{"port":80,…}` by its key fields, `v:"a"` by value)
+/// names `item`.
+fn element_is(key: &str, item: &Value) -> bool {
+    if let Some(keys) = key.strip_prefix("k:") {
+        serde_json::from_str::<serde_json::Map<String, Value>>(keys)
+            .is_ok_and(|keys| keys.iter().all(|(k, v)| item.get(k) == Some(v)))
+    } else if let Some(value) = key.strip_prefix("v:") {
+        serde_json::from_str::<Value>(value).is_ok_and(|v| &v == item)
+    } else {
+        false
     }
 }
 
@@ -237,4 +291,37 @@ pub async fn replay(
         .await
         .expect("the replay's writes succeed");
     start.elapsed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pick_keeps_what_the_field_set_names_and_drops_the_servers_defaults() {
+        let stored = json!({
+            "metadata": {"name": "s", "uid": "u", "labels": {"a": "1", "b": "2"},
+                "ownerReferences": [{"uid": "o", "kind": "Fleet"}, {"uid": "p", "kind": "X"}]},
+            "spec": {"clusterIP": "10.0.0.7", "ipFamilies": ["IPv4"], "type": "ClusterIP",
+                "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080, "name": "web"}],
+                "selector": {"app": "x"}},
+        });
+        let fields = json!({
+            "f:metadata": {"f:labels": {"f:a": {}},
+                "f:ownerReferences": {"k:{\"uid\":\"o\"}": {".": {}}}},
+            "f:spec": {"f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}":
+                {".": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}},
+                "f:selector": {}},
+        });
+        let sent = pick(&stored, fields.as_object().unwrap());
+        assert_eq!(
+            sent,
+            json!({
+                "metadata": {"labels": {"a": "1"},
+                    "ownerReferences": [{"uid": "o", "kind": "Fleet"}]},
+                "spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}],
+                    "selector": {"app": "x"}},
+            })
+        );
+    }
 }
