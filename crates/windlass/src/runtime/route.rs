@@ -282,10 +282,12 @@ impl Router {
         if watch_event.kind == EventKind::Deleted {
             if let Some(uid) = &meta.uid {
                 self.by_uid.remove(uid);
-                // Only if no newer CR of the same name was seen since.
-                if self.uid_of.get(&cr) == Some(uid) {
-                    self.uid_of.remove(&cr);
+                if self.uid_of.get(&cr).is_some_and(|known| known != uid) {
+                    // An older CR of this name: the one seen since stays, with its queue
+                    // entry and what it reads.
+                    return Vec::new();
                 }
+                self.uid_of.remove(&cr);
             }
             // Gone: nothing left to reconcile, whatever the filters said.
             self.queue.remove(&cr);
@@ -513,7 +515,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_cr_created_again_under_its_name_stays_known_when_the_old_ones_deletion_comes_late() {
         let (mut router, _, cr) = router();
-        // `w` deleted and created again: the watch reports the new one first (a relist).
+        // `w` deleted and created again, and the old one's deletion routed after the new
+        // one (one ordered watch makes this unlikely: this guards rather than expects it).
         let again = |uid: &str| {
             event(
                 json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
@@ -522,15 +525,23 @@ mod tests {
             )
         };
         router.route(&again("w-uid-2"));
+        assert_eq!(
+            router.depend(&cr, "web", [(reference("settings"), None)]),
+            [TypeRef::new("v1", "ConfigMap")],
+            "the new `w`'s reads are recorded"
+        );
         let old_deleted = SourceEvent {
             kind: EventKind::Deleted,
             ..widget("w")
         };
         router.route(&old_deleted);
-        assert_eq!(
-            router.depend(&cr, "web", [(reference("settings"), None)]),
-            [TypeRef::new("v1", "ConfigMap")],
-            "the new `w`'s reads are recorded"
+        assert!(
+            !router.dependents.is_empty(),
+            "the old `w`'s deletion leaves the new one's reads"
+        );
+        assert!(
+            router.uid_of.contains_key(&cr),
+            "the new `w` is still known"
         );
         let new_deleted = SourceEvent {
             kind: EventKind::Deleted,
@@ -543,6 +554,7 @@ mod tests {
                 .is_empty(),
             "gone for good"
         );
+        assert!(router.dependents.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
