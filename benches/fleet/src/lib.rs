@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Every object is ready as soon as it exists, so a CR is Ready after one rollout: five
-//! server-side applies and one status write. The runner in `src/bin/fleet.rs` creates
+//! server-side applies and one status write. The runner in `src/bin/fleet/` creates
 //! hundreds of these at once against a real control plane and measures what it costs;
 //! `src/bin/write-costs.rs` measures what each kind of write the fleet makes costs the API
 //! server. Both account CPU time by process with [`cpu::Cpu`].
@@ -155,6 +155,36 @@ impl<C: windlass::controller::Controller<Resource = Fleet>> windlass::component:
             )?,
         };
         Ok(())
+    }
+}
+
+/// Applies the [`Fleet`] CRD and waits (a minute at most) until the API server serves it.
+///
+/// # Panics
+/// If the CRD cannot be applied or is not served within the minute: a benchmark cannot go
+/// on without it.
+pub async fn install_crd(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, Patch, PatchParams};
+    use std::time::{Duration, Instant};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = <Fleet as kube::CustomResourceExt>::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    if let Err(e) = crds
+        .patch(
+            &name,
+            &PatchParams::apply("fleet-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+    {
+        panic!("applying the CRD {name}: {e}");
+    }
+    let fleets: Api<Fleet> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fleets.list(&Default::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "the Fleet CRD is never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

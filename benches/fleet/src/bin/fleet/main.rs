@@ -49,6 +49,16 @@ use windlass_testenv::{TestEnv, TestNamespace};
 /// Writes per CR a rollout should need: each object once, and the status.
 const WRITES_PER_CR: usize = OBJECTS + 1;
 
+/// The verbs of `windlass_api_requests_total` that write.
+const WRITE_VERBS: [&str; 6] = [
+    "create",
+    "update",
+    "apply",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
     if args.nth(1).is_some_and(|a| a == "operator") {
@@ -169,32 +179,13 @@ async fn bench() {
         env.startup_time().as_secs_f64()
     );
     let client = env.client().expect("a client");
-    install_crd(&client).await;
+    fleet_bench::install_crd(&client).await;
     let mut runs = Vec::new();
     for &n in &settings.sizes {
         runs.push(run(&env, &client, &settings, n).await);
     }
     print_report(&settings, &runs);
     eprintln!("benchmark took {:.0} s", started.elapsed().as_secs_f64());
-}
-
-async fn install_crd(client: &kube::Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = <Fleet as kube::CustomResourceExt>::crd();
-    crds.patch(
-        &crd.metadata.name.clone().expect("the CRD has a name"),
-        &PatchParams::apply("fleet-bench").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the CRD is applied");
-    let fleets: Api<Fleet> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while fleets.list(&Default::default()).await.is_err() {
-        assert!(Instant::now() < deadline, "the Fleet CRD is never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize) -> Run {
@@ -588,14 +579,7 @@ impl Scrape {
     }
 
     fn writes(&self) -> f64 {
-        self.requests(&[
-            "create",
-            "update",
-            "apply",
-            "patch",
-            "delete",
-            "deletecollection",
-        ])
+        self.requests(&WRITE_VERBS)
     }
 
     /// Requests by verb and resource, for the verbs given.
@@ -829,26 +813,11 @@ fn print_report(settings: &Settings, runs: &[Run]) {
         let _ = writeln!(
             out,
             "\nrollout requests: {}\nrollout reads: {}\nreconciles: {}\nsteady window requests: {}",
-            r.rollout.breakdown(&[
-                "create",
-                "update",
-                "apply",
-                "patch",
-                "delete",
-                "deletecollection"
-            ]),
+            r.rollout.breakdown(&WRITE_VERBS),
             r.rollout.breakdown(&["get", "list"]),
             r.rollout.reconciles_by_outcome(),
-            r.steady.breakdown(&[
-                "get",
-                "list",
-                "create",
-                "update",
-                "apply",
-                "patch",
-                "delete",
-                "deletecollection"
-            ]),
+            r.steady
+                .breakdown(&[&["get", "list"][..], &WRITE_VERBS].concat()),
         );
     }
     println!("{out}");

@@ -135,6 +135,10 @@ pub async fn capture(client: &kube::Client, namespace: &str) -> Capture {
 }
 
 /// The parts of `value` that the managed-fields set `fields` (a `fieldsV1`) names.
+///
+/// Enough for what windlass sends: maps, and lists keyed by fields (`k:`) or values
+/// (`v:`). List items named by index (`i:`, atomic lists) are left out, and a named
+/// field the stored object lacks is left out too; neither occurs in the fleet's objects.
 fn pick(value: &Value, fields: &serde_json::Map<String, Value>) -> Value {
     let sub = |key: &str| fields.get(key).and_then(Value::as_object);
     match value {
@@ -233,7 +237,10 @@ pub async fn replay(
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, kind);
         let mut body = body.clone();
         if let Some(references) = body["metadata"]["ownerReferences"].as_array_mut() {
-            for reference in references {
+            for reference in references
+                .iter_mut()
+                .filter(|r| r["kind"] == "Fleet" && r["name"] == owner.as_str())
+            {
                 reference["uid"] = json!(uid(owner));
             }
         }
