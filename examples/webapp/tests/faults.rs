@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
+use windlass::cluster::{Cluster, LiveCluster, Verb, WriteMethod};
 use windlass::object::ObjectRef;
 use windlass_testenv::{ControlPlaneProcess, TestEnv};
 
@@ -102,14 +102,6 @@ fn total(metrics: &str, metric: &str, needles: &[&str]) -> f64 {
 
 /// Mutating requests by resource from a scrape, Leases left out.
 fn writes(metrics: &str) -> BTreeMap<String, f64> {
-    const MUTATING: [&str; 6] = [
-        "create",
-        "update",
-        "apply",
-        "patch",
-        "delete",
-        "deletecollection",
-    ];
     let mut by_resource = BTreeMap::new();
     for line in metrics
         .lines()
@@ -123,7 +115,7 @@ fn writes(metrics: &str) -> BTreeMap<String, f64> {
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
             continue;
         };
-        if !MUTATING.contains(&verb.as_str()) || resource.starts_with("leases") {
+        if !Verb::from_name(&verb).is_mutating() || resource.starts_with("leases") {
             continue;
         }
         let n: f64 = line

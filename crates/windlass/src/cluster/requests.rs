@@ -60,6 +60,35 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// Every verb, in declaration order.
+    pub const ALL: [Verb; 10] = [
+        Verb::Get,
+        Verb::List,
+        Verb::Watch,
+        Verb::Create,
+        Verb::Update,
+        Verb::Apply,
+        Verb::Patch,
+        Verb::Delete,
+        Verb::DeleteCollection,
+        Verb::Other,
+    ];
+
+    /// The verb [`Verb::as_str`] spells `name` (the `verb` label of
+    /// `windlass_api_requests_total`); [`Verb::Other`] for any other name.
+    ///
+    /// ```
+    /// use windlass::cluster::Verb;
+    /// assert!(Verb::from_name("apply").is_mutating());
+    /// assert_eq!(Verb::from_name("proxy"), Verb::Other);
+    /// ```
+    pub fn from_name(name: &str) -> Verb {
+        Verb::ALL
+            .into_iter()
+            .find(|v| v.as_str() == name)
+            .unwrap_or(Verb::Other)
+    }
+
     /// Whether the verb changes what the server stores.
     pub fn is_mutating(self) -> bool {
         matches!(
@@ -320,6 +349,14 @@ fn resource_of(path: &str) -> Option<(String, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_verb_is_read_back_from_its_name() {
+        for verb in Verb::ALL {
+            assert_eq!(Verb::from_name(verb.as_str()), verb);
+        }
+        assert_eq!(Verb::from_name("escalate"), Verb::Other);
+    }
 
     fn req(method: Method, uri: &str, content_type: Option<&str>) -> Request<()> {
         let mut builder = Request::builder().method(method).uri(uri);

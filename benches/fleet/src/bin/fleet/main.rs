@@ -50,14 +50,13 @@ use windlass_testenv::{TestEnv, TestNamespace};
 const WRITES_PER_CR: usize = OBJECTS + 1;
 
 /// The verbs of `windlass_api_requests_total` that write.
-const WRITE_VERBS: [&str; 6] = [
-    "create",
-    "update",
-    "apply",
-    "patch",
-    "delete",
-    "deletecollection",
-];
+fn write_verbs() -> Vec<&'static str> {
+    windlass::cluster::Verb::ALL
+        .into_iter()
+        .filter(|v| v.is_mutating())
+        .map(|v| v.as_str())
+        .collect()
+}
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
@@ -579,7 +578,7 @@ impl Scrape {
     }
 
     fn writes(&self) -> f64 {
-        self.requests(&WRITE_VERBS)
+        self.requests(&write_verbs())
     }
 
     /// Requests by verb and resource, for the verbs given.
@@ -813,11 +812,11 @@ fn print_report(settings: &Settings, runs: &[Run]) {
         let _ = writeln!(
             out,
             "\nrollout requests: {}\nrollout reads: {}\nreconciles: {}\nsteady window requests: {}",
-            r.rollout.breakdown(&WRITE_VERBS),
+            r.rollout.breakdown(&write_verbs()),
             r.rollout.breakdown(&["get", "list"]),
             r.rollout.reconciles_by_outcome(),
             r.steady
-                .breakdown(&[&["get", "list"][..], &WRITE_VERBS].concat()),
+                .breakdown(&[&["get", "list"][..], &write_verbs()].concat()),
         );
     }
     println!("{out}");
