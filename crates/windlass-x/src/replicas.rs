@@ -329,14 +329,9 @@ fn lookup<'a>(cr: &'a Value, path: &str) -> Result<Option<&'a Value>> {
 /// Whether windlass's field manager applied `spec.replicas` and still owns it (another
 /// writer's change of the field takes it away).
 fn windlass_owns_replicas(live: &Value) -> bool {
-    live["metadata"]["managedFields"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["manager"].as_str() == Some(windlass::FIELD_MANAGER))
-        .filter(|e| e["operation"].as_str() == Some("Apply"))
-        .filter(|e| e["subresource"].as_str().is_none_or(str::is_empty))
-        .any(|e| e["fieldsV1"]["f:spec"].get("f:replicas").is_some())
+    windlass::drift::applied_fields(live, windlass::FIELD_MANAGER)
+        .and_then(|fields| fields.get("f:spec"))
+        .is_some_and(|spec| spec.get("f:replicas").is_some())
 }
 
 #[cfg(test)]

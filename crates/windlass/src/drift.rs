@@ -116,8 +116,19 @@ pub fn drift(
     Drift::InSync
 }
 
-/// The field set of `manager`'s apply entry in the object's `managedFields`.
-fn applied_fields<'a>(live: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
+/// The field set (`fieldsV1`) of `manager`'s server-side apply entry in the object's
+/// `managedFields`: what that manager applied and still owns. `None` when it has none.
+///
+/// ```
+/// use serde_json::json;
+/// let live = json!({"metadata": {"managedFields": [
+///     {"manager": "windlass", "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}},
+/// ]}});
+/// let fields = windlass::drift::applied_fields(&live, "windlass").unwrap();
+/// assert!(fields["f:data"].get("f:a").is_some());
+/// assert!(windlass::drift::applied_fields(&live, "kubectl").is_none());
+/// ```
+pub fn applied_fields<'a>(live: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
     live["metadata"]["managedFields"]
         .as_array()?
         .iter()
