@@ -186,16 +186,7 @@ impl Connection for CosConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::spec::SecretData;
-
-    struct NoSecrets;
-
-    #[async_trait]
-    impl SecretReader for NoSecrets {
-        async fn secret(&self, _: &str) -> Result<Option<SecretData>> {
-            Ok(None)
-        }
-    }
+    use crate::datastore::spec::NoSecrets;
 
     fn connection(tls: bool) -> CosConnection {
         CosConnection::new(

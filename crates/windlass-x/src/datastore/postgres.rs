@@ -359,15 +359,14 @@ impl PostgresParams {
     /// `sslrootcert=<ca_path>` when TLS is on and a path is given. It holds the password, so
     /// it is a [`SecretString`].
     pub fn conninfo(&self, dbname: Option<&str>, ca_path: Option<&str>) -> SecretString {
+        let port = self.port.to_string();
         let mut parts = vec![
             ("host", self.host.as_str()),
-            ("port", ""),
+            ("port", port.as_str()),
             ("user", self.user.as_str()),
             ("password", self.password.expose()),
             ("sslmode", self.ssl_mode.as_str()),
         ];
-        let port = self.port.to_string();
-        parts[1].1 = &port;
         if let Some(dbname) = dbname {
             parts.push(("dbname", dbname));
         }

@@ -142,16 +142,7 @@ impl Connection for RedisConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::spec::SecretData;
-
-    struct NoSecrets;
-
-    #[async_trait]
-    impl SecretReader for NoSecrets {
-        async fn secret(&self, _: &str) -> Result<Option<SecretData>> {
-            Ok(None)
-        }
-    }
+    use crate::datastore::spec::NoSecrets;
 
     fn connection(host: &str, tls: bool) -> RedisConnection {
         RedisConnection::new(

@@ -535,6 +535,18 @@ pub(crate) fn host_port(hostname: &str, port: u16) -> String {
     }
 }
 
+/// A [`SecretReader`] that finds no Secret: for tests of connections that must not need one.
+#[cfg(test)]
+pub(crate) struct NoSecrets;
+
+#[cfg(test)]
+#[async_trait]
+impl SecretReader for NoSecrets {
+    async fn secret(&self, _: &str) -> Result<Option<SecretData>> {
+        Ok(None)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
