@@ -613,7 +613,7 @@ impl Cluster for MemoryCluster {
     }
 }
 
-/// A selector of a list query; an invalid one is the server's 422.
+/// One write of `manifest` by `manager` with `method`, the state already locked.
 fn apply_locked(
     state: &mut State,
     manifest: &Value,

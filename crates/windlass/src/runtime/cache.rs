@@ -80,8 +80,10 @@ impl Packed {
 }
 
 impl KindStore {
-    fn covers(&self, object: &ObjectRef) -> bool {
-        self.synced.contains(&None) || self.synced.contains(&object.namespace)
+    /// Whether a watch sees every object of the kind in `namespace` (`None`: in every
+    /// namespace) and has listed them.
+    fn covers(&self, namespace: &Option<String>) -> bool {
+        self.synced.contains(&None) || self.synced.contains(namespace)
     }
 }
 
@@ -126,7 +128,7 @@ impl Stores {
         let Some(store) = kinds.get(&object.type_ref()) else {
             return Cached::Unknown;
         };
-        if !store.covers(object) {
+        if !store.covers(&object.namespace) {
             return Cached::Unknown;
         }
         match store.objects.get(object) {
@@ -150,9 +152,7 @@ impl Stores {
     fn list(&self, query: &ListQuery) -> Option<Vec<(ObjectRef, Value)>> {
         let kinds = read(&self.kinds);
         let store = kinds.get(&query.type_ref)?;
-        let covered = store.synced.contains(&None)
-            || (query.namespace.is_some() && store.synced.contains(&query.namespace));
-        if !store.complete || !covered {
+        if !store.complete || !store.covers(&query.namespace) {
             return None;
         }
         Some(

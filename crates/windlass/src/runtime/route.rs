@@ -314,19 +314,21 @@ impl Router {
         watch_event: WatchEvent<'_>,
         echo: bool,
     ) -> Vec<ObjectRef> {
-        let mut concerned: Vec<ObjectRef> = event
+        // The CR whose label the object carries (whose reconcile writes it), and the CRs
+        // whose pods read it without owning it.
+        let writer = event
             .object
             .label(annotations::OWNER_UID)
             .and_then(|uid| self.by_uid.get(uid))
-            .cloned()
-            .into_iter()
-            .collect();
+            .cloned();
+        let readers = self.dependents.concerned(&event.reference);
+        let mut concerned: Vec<ObjectRef> = writer.iter().cloned().collect();
         if let Some(extra) = self.extra.get(&event.reference.type_ref()) {
             concerned.extend((extra.map)(&event.object).unwrap_or_default());
         }
-        for cr in self.dependents.concerned(&event.reference) {
-            if !concerned.contains(&cr) {
-                concerned.push(cr);
+        for cr in &readers {
+            if !concerned.contains(cr) {
+                concerned.push(cr.clone());
             }
         }
         if concerned.is_empty() {
@@ -351,15 +353,8 @@ impl Router {
             "owned object changed"
         );
         let admitted = if echo {
-            // windlass's own write: the CR whose reconcile wrote it (the one its label
-            // names) needs nothing, but the CRs whose pods read it do: their hash is now
-            // stale.
-            let writer = event
-                .object
-                .label(annotations::OWNER_UID)
-                .and_then(|uid| self.by_uid.get(uid))
-                .cloned();
-            let readers = self.dependents.concerned(&event.reference);
+            // windlass's own write: the writer needs nothing, but the readers do: their
+            // hash is now stale.
             admitted
                 .into_iter()
                 .filter(|cr| Some(cr) != writer.as_ref() && readers.contains(cr))
