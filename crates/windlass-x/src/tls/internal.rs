@@ -60,6 +60,13 @@ pub const CA_SECRET: Ref<Secret> = Ref::new("infra-tls-ca");
 pub const CA_KEY_FIELD: &str = "key.ca.pem";
 /// The CA Secret's key holding the CA's certificate (PEM).
 pub const CA_CERT_FIELD: &str = "crt.ca.pem";
+/// The field of a pair Secret with the server (or client) certificate, as a
+/// `kubernetes.io/tls` Secret names it.
+const PAIR_CERT_FIELD: &str = "tls.crt";
+/// The field of a pair Secret with the private key.
+const PAIR_KEY_FIELD: &str = "tls.key";
+/// The field of a pair Secret with the CA's certificate.
+const PAIR_CA_FIELD: &str = "ca.crt";
 /// The annotation on a pair Secret with the fingerprint of what it was issued for
 /// ([`CertRequest::fingerprint`]): names, intermediate or not, key algorithm.
 pub const REQUEST_ANNOTATION: &str = "windlass.dev/tls-request";
@@ -158,9 +165,9 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
             .contains_key(key)
             .then(|| PairSecret {
                 name: pair_secret_name(session, key),
-                cert: "tls.crt".into(),
-                key: "tls.key".into(),
-                ca: Some("ca.crt".into()),
+                cert: PAIR_CERT_FIELD.into(),
+                key: PAIR_KEY_FIELD.into(),
+                ca: Some(PAIR_CA_FIELD.into()),
             })
     }
 }
@@ -345,7 +352,7 @@ fn reusable(
             .and_then(|v| String::from_utf8(v.0.clone()).ok())
             .ok_or_else(|| format!("data.{field} is missing or not text"))
     };
-    let pair = KeyCertPair::new(text("tls.key")?, text("tls.crt")?);
+    let pair = KeyCertPair::new(text(PAIR_KEY_FIELD)?, text(PAIR_CERT_FIELD)?);
     ca.verify(&pair, request).map_err(|e| e.to_string())?;
     Ok(pair)
 }
@@ -413,9 +420,9 @@ impl<C: Controller> Component<C> for CaComponent {
                     },
                     type_: Some("kubernetes.io/tls".into()),
                     data: Some(BTreeMap::from([
-                        ("tls.crt".to_string(), bytes(pair.cert_pem())),
-                        ("tls.key".to_string(), bytes(pair.key_pem())),
-                        ("ca.crt".to_string(), bytes(ca.cert_pem())),
+                        (PAIR_CERT_FIELD.to_string(), bytes(pair.cert_pem())),
+                        (PAIR_KEY_FIELD.to_string(), bytes(pair.key_pem())),
+                        (PAIR_CA_FIELD.to_string(), bytes(ca.cert_pem())),
                     ])),
                     ..Default::default()
                 },
