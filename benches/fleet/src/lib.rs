@@ -158,15 +158,15 @@ impl<C: windlass::controller::Controller<Resource = Fleet>> windlass::component:
     }
 }
 
-/// Applies the [`Fleet`] CRD and waits (a minute at most) until the API server serves it.
+/// Applies the [`Fleet`] CRD and waits until the API server serves it (at most
+/// [`windlass_testenv::EVENTUALLY`]).
 ///
 /// # Panics
-/// If the CRD cannot be applied or is not served within the minute: a benchmark cannot go
-/// on without it.
+/// If the CRD cannot be applied or is not served in that time: a benchmark cannot go on
+/// without it.
 pub async fn install_crd(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, Patch, PatchParams};
-    use std::time::{Duration, Instant};
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = <Fleet as kube::CustomResourceExt>::crd();
     let name = crd.metadata.name.clone().unwrap_or_default();
@@ -181,11 +181,10 @@ pub async fn install_crd(client: &kube::Client) {
         panic!("applying the CRD {name}: {e}");
     }
     let fleets: Api<Fleet> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while fleets.list(&Default::default()).await.is_err() {
-        assert!(Instant::now() < deadline, "the Fleet CRD is never served");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    windlass_testenv::eventually("the Fleet CRD is served", || async {
+        fleets.list(&Default::default()).await.is_ok()
+    })
+    .await;
 }
 
 #[cfg(test)]

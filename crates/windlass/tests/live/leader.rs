@@ -348,23 +348,11 @@ async fn leader_for_life_is_owned_by_the_pod_and_passes_on_when_the_pod_is_gone(
 
     let pod_a = pod(env, &ns, "pod-a").await;
     let pod_b = pod(env, &ns, "pod-b").await;
-    let a = replica(
-        env,
-        &settings(kind, &ns, "pod-a", Duration::from_secs(15), poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let a = own_replica(env, kind, &ns, "pod-a", Duration::from_secs(15), poll).await;
     tokio::time::timeout(Duration::from_secs(10), a.wait_until_leader())
         .await
         .expect("pod-a leads");
-    let b = replica(
-        env,
-        &settings(kind, &ns, "pod-b", Duration::from_secs(15), poll),
-        env.client().unwrap(),
-    )
-    .await
-    .unwrap();
+    let b = own_replica(env, kind, &ns, "pod-b", Duration::from_secs(15), poll).await;
     never_both(&a, &b, Duration::from_secs(1)).await;
     assert!(!b.is_leader());
     let lock = config_maps.get(LOCK).await.unwrap();

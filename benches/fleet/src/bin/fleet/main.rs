@@ -328,18 +328,15 @@ async fn clear(client: &kube::Client, mut namespace: TestNamespace) {
         .delete(name, &DeleteParams::background())
         .await
         .unwrap_or_else(|e| panic!("deleting namespace {name}: {e}"));
-    while namespaces
-        .get_opt(name)
-        .await
-        .unwrap_or_else(|e| panic!("reading namespace {name}: {e}"))
-        .is_some()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "namespace {name} is still there 10 minutes after its deletion"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let what = format!("namespace {name} is gone after its deletion");
+    windlass_testenv::eventually_within(&what, Duration::from_secs(600), || async {
+        namespaces
+            .get_opt(name)
+            .await
+            .unwrap_or_else(|e| panic!("reading namespace {name}: {e}"))
+            .is_none()
+    })
+    .await;
     eprintln!(
         "namespace {name} deleted in {:.1} s",
         started.elapsed().as_secs_f64()
