@@ -83,10 +83,15 @@ installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = i
 # not have installed. Only libraries: the servers run from the unpacked tree and need none of
 # their packages' maintainer tooling (postgresql-common, adduser, ...).
 missing_libraries() {
-    apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-        --no-replaces --no-enhances "$@" 2>/dev/null \
-        | grep -E '^lib[^ <]*$' | grep -v -- '-perl$' | sort -u \
-        | while read -r p; do installed "$p" || echo "$p"; done
+    local closure p library='^lib[^ <]*$'
+    # Read whole, then filtered without pipes: under pipefail a grep that matches nothing (every
+    # library present) would fail the caller's assignment and end the script silently.
+    closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+        --no-replaces --no-enhances "$@" 2>/dev/null) || return 1
+    while IFS= read -r p; do
+        [[ "$p" =~ $library && "$p" != *-perl ]] || continue
+        installed "$p" || echo "$p"
+    done < <(printf '%s\n' "$closure" | sort -u)
 }
 
 # Fetch packages into the current directory; when a fetch fails and the package lists were not
@@ -116,7 +121,8 @@ unpack_debs() {
     # Without package lists (a container image that dropped them) apt-cache knows no
     # dependencies either: refresh them first.
     apt-cache show "$1" >/dev/null 2>&1 || apt_update
-    lib_packages=$(missing_libraries "$@" | paste -sd ' ' -)
+    lib_packages=$(missing_libraries "$@") || die "apt-cache depends $* failed"
+    lib_packages=$(paste -sd ' ' - <<<"$lib_packages")
     log "fetching $* ${lib_packages:+(and the libraries this machine lacks: $lib_packages)}"
     # shellcheck disable=SC2086 # one word per package
     (cd "$work" && fetch_debs "$@" $lib_packages) \
@@ -198,9 +204,12 @@ else
     check_libraries "$REDIS_DIR" "$REDIS_BIN"
     write_wrapper "$REDIS_DIR" redis-server "$REDIS_BIN"
     version=$("$REDIS_DIR/bin/redis-server" --version) || die "the unpacked redis-server does not run"
-    # Debian links OpenSSL into the server (BUILD_TLS=yes); the TLS tests need it.
-    LD_LIBRARY_PATH=$(library_path "$REDIS_DIR/root") ldd "$REDIS_BIN" | grep -q 'libssl' \
-        || die "the unpacked redis-server is not built with TLS (no libssl)"
+    # Debian links OpenSSL into the server (BUILD_TLS=yes); the TLS tests need it. ldd's output
+    # is read whole: in `ldd | grep -q`, grep exits at its first match and ldd, still writing,
+    # can die of SIGPIPE, which pipefail turns into a failure of a check that passed.
+    linked=$(LD_LIBRARY_PATH=$(library_path "$REDIS_DIR/root") ldd "$REDIS_BIN") \
+        || die "ldd $REDIS_BIN failed"
+    [[ "$linked" == *libssl* ]] || die "the unpacked redis-server is not built with TLS (no libssl)"
     printf '%s\n%s\n' "$REDIS_KEY" "$version" > "$REDIS_DIR/$STAMP"
     log "Redis: $version"
 fi

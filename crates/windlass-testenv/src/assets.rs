@@ -1,7 +1,8 @@
 //! Where the control plane binaries are found.
 //!
 //! The lookup mirrors `scripts/provision-control-plane.sh`, which fills the default cache: keep
-//! the two in step. Nothing here assumes a Kubernetes version; the version only names the cache
+//! the two in step (a unit test below checks that both default to the same Kubernetes
+//! release). Nothing here assumes a Kubernetes version; the version only names the cache
 //! directory the script builds into.
 
 use std::env;
@@ -10,8 +11,14 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// The Kubernetes version `scripts/provision-control-plane.sh` builds and caches.
-pub const PROVISIONED_KUBERNETES_VERSION: &str = "1.20.2";
+/// The Kubernetes release `scripts/provision-control-plane.sh` builds and caches unless
+/// [`KUBERNETES_VERSION_ENV`] names another.
+pub const PROVISIONED_KUBERNETES_VERSION: &str = "1.37.2";
+
+/// Environment variable naming the Kubernetes release to provision and test against, e.g.
+/// `1.34.4` for the oldest minor windlass supports; read by the provisioning script and by
+/// [`default_cache_dir`] alike.
+pub const KUBERNETES_VERSION_ENV: &str = "WINDLASS_K8S_VERSION";
 
 /// Environment variable naming a directory with the control plane binaries; wins over everything.
 pub const ASSETS_ENV: &str = "WINDLASS_K8S_ASSETS";
@@ -87,9 +94,18 @@ impl Assets {
     }
 }
 
+/// The Kubernetes release the provisioning script builds: [`KUBERNETES_VERSION_ENV`] if set
+/// (a leading `v` is dropped, as the script does), else [`PROVISIONED_KUBERNETES_VERSION`].
+pub fn provisioned_version() -> String {
+    match env::var(KUBERNETES_VERSION_ENV) {
+        Ok(version) if !version.is_empty() => version.trim_start_matches('v').to_string(),
+        _ => PROVISIONED_KUBERNETES_VERSION.to_string(),
+    }
+}
+
 /// The cache directory the provisioning script builds into, whether it exists or not.
 pub fn default_cache_dir() -> PathBuf {
-    cache_root().join(format!("k8s-{PROVISIONED_KUBERNETES_VERSION}"))
+    cache_root().join(format!("k8s-{}", provisioned_version()))
 }
 
 fn cache_root() -> PathBuf {
@@ -146,6 +162,20 @@ mod tests {
         assert_eq!(found.kube_apiserver, assets.path().join("kube-apiserver"));
         assert_eq!(found.etcd, on_path.path().join("etcd"));
         assert_eq!(found.kubectl, None);
+        Ok(())
+    }
+
+    #[test]
+    fn the_provisioning_script_builds_the_release_this_crate_looks_for() -> std::io::Result<()> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/provision-control-plane.sh");
+        let text = std::fs::read_to_string(&script)?;
+        let default = text
+            .lines()
+            .find_map(|line| line.strip_prefix("DEFAULT_K8S_VERSION="))
+            .map(str::trim);
+        assert_eq!(default, Some(PROVISIONED_KUBERNETES_VERSION));
+        assert!(text.contains(KUBERNETES_VERSION_ENV));
         Ok(())
     }
 

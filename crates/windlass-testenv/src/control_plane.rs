@@ -477,6 +477,10 @@ async fn launch(parts: &mut Parts, assets: &Assets, ports: [u16; 3]) -> Result<L
         format!("--service-account-signing-key-file={}", sa_key.display()),
         "--service-cluster-ip-range=10.96.0.0/16".to_string(),
         "--allow-privileged=true".to_string(),
+        // The `kubernetes` Service's endpoints would name the advertise address, and current
+        // servers refuse a loopback one for them; nothing here reaches the API server through
+        // that Service, so it keeps no endpoints (as envtest does).
+        "--endpoint-reconciler-type=none".to_string(),
         "--profiling=false".to_string(),
         "--v=1".to_string(),
     ];

@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, Namespace, Pod, PodSecurityContext, PodSpec, SeccompProfile,
+    SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
@@ -26,6 +29,40 @@ use crate::simulator::{NodeSimulator, SimulatorConfig};
 
 /// Label put on every namespace made by [`TestEnv::namespace`] (value `"true"`).
 pub const TEST_NAMESPACE_LABEL: &str = "testenv.windlass.dev/test-namespace";
+
+/// The Pod Security Admission label every namespace made by [`TestEnv::namespace`] carries,
+/// with the value [`ENFORCED_POD_SECURITY`]: Pods that do not meet the `restricted` profile
+/// are refused there, as in a production cluster that enforces it.
+pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// The Pod Security Standard test namespaces enforce (the strictest one).
+pub const ENFORCED_POD_SECURITY: &str = "restricted";
+
+/// A Pod security context that meets the `restricted` Pod Security Standard together with
+/// [`restricted_container_security`]: not root, the runtime's default seccomp profile.
+pub fn restricted_pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A container security context that meets the `restricted` Pod Security Standard: no
+/// privilege escalation, every capability dropped.
+pub fn restricted_container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
 
 const NODES_READY_TIMEOUT: Duration = Duration::from_secs(60);
 const NAMESPACE_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -514,6 +551,10 @@ impl TestEnv {
 
     /// Creates a fresh namespace `{prefix}-{random}` and waits until Pods can be created in it
     /// (its `default` service account exists, with a token where the server version needs one).
+    /// The namespace enforces the `restricted` Pod Security Standard
+    /// ([`POD_SECURITY_ENFORCE_LABEL`]): a Pod must run as non-root with the runtime's default
+    /// seccomp profile, no privilege escalation and every capability dropped (see
+    /// [`restricted_pod_security`] and [`restricted_container_security`]).
     /// The namespace is deleted when the returned value is dropped, unless
     /// [`TestNamespace::keep`] was called.
     ///
@@ -527,7 +568,16 @@ impl TestEnv {
         let namespace = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some([(TEST_NAMESPACE_LABEL.to_string(), "true".to_string())].into()),
+                labels: Some(
+                    [
+                        (TEST_NAMESPACE_LABEL.to_string(), "true".to_string()),
+                        (
+                            POD_SECURITY_ENFORCE_LABEL.to_string(),
+                            ENFORCED_POD_SECURITY.to_string(),
+                        ),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             },
             ..Default::default()
@@ -552,9 +602,11 @@ impl TestEnv {
                 ..Default::default()
             },
             spec: Some(PodSpec {
+                security_context: Some(restricted_pod_security()),
                 containers: vec![Container {
                     name: "probe".to_string(),
                     image: Some("probe".to_string()),
+                    security_context: Some(restricted_container_security()),
                     ..Default::default()
                 }],
                 ..Default::default()

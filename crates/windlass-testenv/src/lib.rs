@@ -27,10 +27,12 @@
 //!
 //! # Binaries
 //!
-//! `scripts/provision-control-plane.sh` builds Kubernetes v1.20.2 once and caches it in
-//! `~/.cache/windlass/k8s-1.20.2/`; `WINDLASS_K8S_ASSETS` or `KUBEBUILDER_ASSETS` may point at
-//! other binaries (see [`Assets::locate`]). Nothing here assumes a version. Missing binaries are
-//! an error that names the script — a test never silently skips.
+//! `scripts/provision-control-plane.sh` builds a current Kubernetes
+//! ([`PROVISIONED_KUBERNETES_VERSION`], or the release `WINDLASS_K8S_VERSION` names) with the
+//! Go toolchain from the Go module proxy once, and caches it in
+//! `~/.cache/windlass/k8s-<version>/`; `WINDLASS_K8S_ASSETS` or `KUBEBUILDER_ASSETS` may point
+//! at other binaries (see [`Assets::locate`]). Missing binaries are an error that names the
+//! script — a test never silently skips.
 //!
 //! # Lifetimes and clean-up
 //!
@@ -63,11 +65,14 @@ pub mod simulator;
 mod wait;
 
 pub use assets::{
-    ASSETS_ENV, Assets, CACHE_DIR_ENV, KUBEBUILDER_ASSETS_ENV, PROVISIONED_KUBERNETES_VERSION,
-    default_cache_dir,
+    ASSETS_ENV, Assets, CACHE_DIR_ENV, KUBEBUILDER_ASSETS_ENV, KUBERNETES_VERSION_ENV,
+    PROVISIONED_KUBERNETES_VERSION, default_cache_dir, provisioned_version,
 };
 pub use control_plane::{ControlPlaneProcess, KEEP_ENV, ProcessInfo};
-pub use env::{TEST_NAMESPACE_LABEL, TestEnv, TestEnvBuilder, TestNamespace};
+pub use env::{
+    ENFORCED_POD_SECURITY, POD_SECURITY_ENFORCE_LABEL, TEST_NAMESPACE_LABEL, TestEnv,
+    TestEnvBuilder, TestNamespace, restricted_container_security, restricted_pod_security,
+};
 pub use error::{Error, Result};
 pub use simulator::{
     FAIL_ANNOTATION, KEEP_RUNNING_ANNOTATION, NodeSimulator, READY_AFTER_ANNOTATION,

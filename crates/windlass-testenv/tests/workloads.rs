@@ -16,7 +16,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchPara
 use kube::runtime::conditions;
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
-use windlass_testenv::{FAIL_ANNOTATION, TestEnv, wait_for};
+use windlass_testenv::{
+    FAIL_ANNOTATION, TestEnv, restricted_container_security, restricted_pod_security, wait_for,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -29,11 +31,17 @@ fn pod_template(
     annotations: &BTreeMap<&str, &str>,
     restart_policy: &str,
 ) -> serde_json::Value {
+    // Test namespaces enforce the `restricted` Pod Security Standard.
     json!({
         "metadata": { "labels": { "app": app }, "annotations": annotations },
         "spec": {
             "restartPolicy": restart_policy,
-            "containers": [{ "name": "main", "image": "registry.invalid/never-pulled:1" }]
+            "securityContext": restricted_pod_security(),
+            "containers": [{
+                "name": "main",
+                "image": "registry.invalid/never-pulled:1",
+                "securityContext": restricted_container_security(),
+            }]
         }
     })
 }
