@@ -19,13 +19,16 @@ use windlass_tasks::scheduling::{
     FORCED_DOWNSCALE_LABEL, SchedulingKey, SchedulingKeys, apply_forced_downscale, label_node,
     node_labels,
 };
-use windlass_testenv::{TestEnv, wait_for};
+use windlass_testenv::{TestEnv, restricted_container_security, restricted_pod_security, wait_for};
 
 fn pod(name: &str, keys: Option<&SchedulingKeys>) -> Pod {
+    // Test namespaces enforce the `restricted` Pod Security Standard.
     let mut spec = PodSpec {
+        security_context: Some(restricted_pod_security()),
         containers: vec![Container {
             name: "main".into(),
             image: Some("busybox".into()),
+            security_context: Some(restricted_container_security()),
             ..Default::default()
         }],
         ..Default::default()

@@ -167,8 +167,8 @@ mod tests {
 
     #[test]
     fn the_provisioning_script_builds_the_release_this_crate_looks_for() -> std::io::Result<()> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/provision-control-plane.sh");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/provision-control-plane.sh");
         let text = std::fs::read_to_string(&script)?;
         let default = text
             .lines()

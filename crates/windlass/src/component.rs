@@ -43,7 +43,10 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile,
+    SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 use serde_json::Value;
@@ -348,11 +351,124 @@ impl Resources {
     }
 }
 
+/// `spec` made to meet the `restricted` Pod Security Standard where it leaves a setting
+/// open: the pod runs as non-root with the runtime's default seccomp profile, and every
+/// container (init containers too) without privilege escalation and with every capability
+/// dropped. What `spec` sets already is kept, so a choice made on purpose stands (and
+/// admission judges it). Namespaces that enforce `restricted` refuse Pods without these
+/// settings; a Deployment's Pods then never appear, with nothing in its status but a
+/// `FailedCreate` on its ReplicaSet.
+///
+/// An image that starts as root needs a numeric non-root `run_as_user` besides; that is the
+/// image's business, so it is left to the caller.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Container, PodSpec};
+/// use windlass::component::restricted_pod;
+///
+/// let spec = restricted_pod(PodSpec {
+///     containers: vec![Container { name: "web".into(), image: Some("nginx".into()), ..Default::default() }],
+///     ..Default::default()
+/// });
+/// let pod = spec.security_context.unwrap_or_default();
+/// assert_eq!(pod.run_as_non_root, Some(true));
+/// let container = spec.containers[0].security_context.clone().unwrap_or_default();
+/// assert_eq!(container.allow_privilege_escalation, Some(false));
+/// ```
+pub fn restricted_pod(mut spec: PodSpec) -> PodSpec {
+    let pod = spec
+        .security_context
+        .get_or_insert_with(PodSecurityContext::default);
+    pod.run_as_non_root.get_or_insert(true);
+    pod.seccomp_profile.get_or_insert_with(|| SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        ..Default::default()
+    });
+    let containers = spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten());
+    for container in containers {
+        restrict_container(container);
+    }
+    spec
+}
+
+fn restrict_container(container: &mut Container) {
+    let security = container
+        .security_context
+        .get_or_insert_with(SecurityContext::default);
+    security.allow_privilege_escalation.get_or_insert(false);
+    security
+        .capabilities
+        .get_or_insert_with(Capabilities::default)
+        .drop
+        .get_or_insert_with(|| vec!["ALL".into()]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use serde_json::json;
+
+    #[test]
+    fn restricted_pod_fills_what_is_open_and_keeps_what_is_set() {
+        let spec = restricted_pod(PodSpec {
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(999),
+                run_as_non_root: Some(false),
+                ..Default::default()
+            }),
+            init_containers: Some(vec![Container {
+                name: "init".into(),
+                ..Default::default()
+            }]),
+            containers: vec![Container {
+                name: "main".into(),
+                security_context: Some(SecurityContext {
+                    capabilities: Some(Capabilities {
+                        add: Some(vec!["NET_BIND_SERVICE".into()]),
+                        drop: Some(vec!["ALL".into()]),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let pod = spec.security_context.clone().unwrap_or_default();
+        assert_eq!(pod.run_as_user, Some(999));
+        assert_eq!(
+            pod.run_as_non_root,
+            Some(false),
+            "an explicit choice stands"
+        );
+        assert_eq!(
+            pod.seccomp_profile.map(|p| p.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
+        let all: Vec<&Container> = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .collect();
+        assert_eq!(all.len(), 2);
+        for container in all {
+            let security = container.security_context.clone().unwrap_or_default();
+            assert_eq!(security.allow_privilege_escalation, Some(false));
+            let capabilities = security.capabilities.unwrap_or_default();
+            assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
+        }
+        let main = spec.containers[0]
+            .security_context
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            main.capabilities.and_then(|c| c.add),
+            Some(vec!["NET_BIND_SERVICE".to_string()])
+        );
+    }
 
     #[test]
     fn resources_default_the_namespace_and_drop_nulls() {

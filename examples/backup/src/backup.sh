@@ -17,8 +17,11 @@ PGPASSWORD="${DB_PASSWORD}" pg_dump --host "${DB_HOST}" --port "${DB_PORT}" \
 mv "${file}.partial" "${file}"
 echo "wrote ${file}"
 
-# Newest first; everything after the first $RETENTION goes.
-ls -1t "${BACKUP_DIR}/${BACKUP_NAME}"-*.sql.gz.enc | tail -n "+$((RETENTION + 1))" | while read -r old; do
+# The stamps sort as they were taken, and so does the glob: oldest first. Everything but the
+# newest $RETENTION goes.
+backups=("${BACKUP_DIR}/${BACKUP_NAME}"-*.sql.gz.enc)
+excess=$(( ${#backups[@]} - RETENTION ))
+for old in "${backups[@]:0:$(( excess > 0 ? excess : 0 ))}"; do
   rm -f -- "${old}"
   echo "removed ${old}"
 done

@@ -30,8 +30,8 @@
 //! - **The CronJob** runs `backup.sh` from the ConfigMap: `pg_dump | gzip | openssl enc`
 //!   onto the volume, then it deletes all but the newest `retention` backups. Its Jobs and
 //!   pods carry the component's labels ([`Resources::pod_template`],
-//!   [`Resources::pod_labels`]). Kubernetes before 1.21 serves CronJob only as
-//!   `batch/v1beta1`; the component renders the one the cluster serves.
+//!   [`Resources::pod_labels`]), and they meet the `restricted` Pod Security Standard
+//!   ([`restricted_pod`], running as the postgres image's user).
 //! - **Backup now**: setting `spec.backupNow` to a new value (a date, a ticket number) runs
 //!   a one-off Job `<backup>-now-<value>` with the same pod; removing it deletes the Job
 //!   ([`Components::add_enabled`]).
@@ -73,14 +73,14 @@
 pub mod cron;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
-    ResourceRequirements, Secret, SecretKeySelector, Volume, VolumeMount,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ResourceRequirements, Secret, SecretKeySelector, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -88,9 +88,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use windlass::ClusterError;
 use windlass::annotations::labels;
+use windlass::component::restricted_pod;
 use windlass::config::ConfigOverrides;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass::prelude::*;
@@ -265,8 +264,6 @@ pub const MAX_NAME_LENGTH: usize = 52 - "-backup".len();
 pub struct BackupController {
     /// Which Secret each Backup reads its credentials from, for the Secret watch.
     sources: SourceIndex,
-    /// The CronJob apiVersion the cluster serves, found on first use.
-    cronjob_api: Arc<OnceLock<&'static str>>,
 }
 
 #[async_trait]
@@ -287,9 +284,7 @@ impl Controller for BackupController {
         let key = graph.add(EncryptionKey)?;
         let storage = graph.add(Storage)?;
         let script = graph.add(Script)?;
-        let schedule = graph.add(Schedule {
-            api_version: self.cronjob_api.clone(),
-        })?;
+        let schedule = graph.add(Schedule)?;
         // A disabled component is rendered and its objects deleted, so removing
         // spec.backupNow deletes the one-off Job.
         let backup_now = graph.add_enabled(BackupNow, spec.backup_now.is_some())?;
@@ -514,9 +509,17 @@ fn backup_job(session: &Session<BackupController>, out: &Resources) -> JobSpec {
         ]),
         ..Default::default()
     };
-    let pod: PodTemplateSpec = out.pod_template(PodSpec {
+    let pod: PodTemplateSpec = out.pod_template(restricted_pod(PodSpec {
         restart_policy: Some("OnFailure".into()),
         containers: vec![container],
+        // The postgres image's user and group (999) instead of root, which `restricted`
+        // namespaces refuse; the group owns the backup volume.
+        security_context: Some(PodSecurityContext {
+            run_as_user: Some(999),
+            run_as_group: Some(999),
+            fs_group: Some(999),
+            ..Default::default()
+        }),
         volumes: Some(vec![
             Volume {
                 name: "backups".into(),
@@ -536,7 +539,7 @@ fn backup_job(session: &Session<BackupController>, out: &Resources) -> JobSpec {
             },
         ]),
         ..Default::default()
-    });
+    }));
     JobSpec {
         backoff_limit: Some(config.backoff_limit),
         active_deadline_seconds: Some(config.timeout_seconds),
@@ -675,38 +678,7 @@ impl Component<BackupController> for Script {
 }
 
 /// The CronJob that runs the backups, and what its Jobs report, into the status.
-struct Schedule {
-    /// The CronJob apiVersion the cluster serves, once known.
-    api_version: Arc<OnceLock<&'static str>>,
-}
-
-impl Schedule {
-    /// `batch/v1` where the cluster serves it (Kubernetes 1.21 and later), else
-    /// `batch/v1beta1`, whose CronJob has the same fields. k8s-openapi's `latest` types
-    /// know only `batch/v1`, so the typed CronJob is rendered and its apiVersion set.
-    async fn served_api_version(
-        &self,
-        session: &Session<BackupController>,
-    ) -> Result<&'static str> {
-        if let Some(version) = self.api_version.get() {
-            return Ok(version);
-        }
-        for version in ["batch/v1", "batch/v1beta1"] {
-            match session
-                .cluster()
-                .scope(&TypeRef::new(version, "CronJob"))
-                .await
-            {
-                Ok(_) => return Ok(self.api_version.get_or_init(|| version)),
-                Err(ClusterError::UnknownKind { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(Error::config(
-            "this cluster serves CronJob neither as batch/v1 nor as batch/v1beta1",
-        ))
-    }
-}
+struct Schedule;
 
 #[async_trait]
 impl Component<BackupController> for Schedule {
@@ -740,12 +712,7 @@ impl Component<BackupController> for Schedule {
             },
             ..Default::default()
         };
-        let mut manifest = serde_json::to_value(&cronjob).map_err(Error::other)?;
-        if let Some(fields) = manifest.as_object_mut() {
-            let version = self.served_api_version(session).await?;
-            fields.insert("apiVersion".into(), Value::from(version));
-        }
-        out.add("cronjob", &manifest)?;
+        out.add("cronjob", &cronjob)?;
         Ok(())
     }
 

@@ -82,15 +82,6 @@ fn message(cr: &Value, type_: &str) -> String {
         .to_string()
 }
 
-/// The apiVersion this control plane serves CronJob at: `batch/v1` from Kubernetes 1.21
-/// on, `batch/v1beta1` before (the provisioned 1.20).
-async fn served_cronjob_version(cluster: &LiveCluster) -> &'static str {
-    match cluster.scope(&TypeRef::new("batch/v1", "CronJob")).await {
-        Ok(_) => "batch/v1",
-        Err(_) => "batch/v1beta1",
-    }
-}
-
 #[tokio::test]
 async fn a_backup_rolls_out_follows_its_spec_and_is_collected_when_deleted() {
     let started = Instant::now();
@@ -113,15 +104,14 @@ async fn a_backup_rolls_out_follows_its_spec_and_is_collected_when_deleted() {
     .await;
     let ready_after = started.elapsed();
 
-    // Its objects exist, the CronJob at the version this server serves.
+    // Its objects exist.
     let at = |api_version: &str, kind: &str, name: &str| {
         ObjectRef::new(api_version, kind, Some(ns), name)
     };
     let key = at("v1", "Secret", "shop-db-encryption-key");
     let claim = at("v1", "PersistentVolumeClaim", "shop-db-backups");
     let script = at("v1", "ConfigMap", "shop-db-script");
-    let version = served_cronjob_version(&cluster).await;
-    let cronjob = at(version, "CronJob", "shop-db-backup");
+    let cronjob = at("batch/v1", "CronJob", "shop-db-backup");
     let first_key = get(&cluster, &key).await.expect("the key Secret")["data"]["key"].clone();
     let decoded: ByteString = serde_json::from_value(first_key.clone()).unwrap();
     assert_eq!(decoded.0.len(), 64);
@@ -267,12 +257,7 @@ async fn the_source_secret_holds_the_schedule_until_it_appears() {
     let manifest = backup_manifest(ns, "shop-db", json!({}));
     cluster.apply(&manifest, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&manifest).unwrap();
-    let cronjob = ObjectRef::new(
-        served_cronjob_version(&cluster).await,
-        "CronJob",
-        Some(ns),
-        "shop-db-backup",
-    );
+    let cronjob = ObjectRef::new("batch/v1", "CronJob", Some(ns), "shop-db-backup");
 
     eventually(
         "the status says the Backup waits for its Secret",
@@ -348,7 +333,7 @@ async fn the_cronjob_controller_runs_scheduled_backups_that_reach_the_status() {
         .await
         .unwrap();
     // Every minute: the first scheduled Job is due at the next full minute, and the
-    // CronJob controller of Kubernetes 1.20 looks every 10 s.
+    // CronJob controller schedules it within seconds of that minute.
     let manifest = backup_manifest(ns, "minutely", json!({"schedule": "*/1 * * * *"}));
     cluster.apply(&manifest, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&manifest).unwrap();
@@ -468,12 +453,7 @@ async fn bad_input_shows_in_the_status_and_other_backups_are_served() {
             },
         )
         .await;
-        let cronjob = ObjectRef::new(
-            served_cronjob_version(&cluster).await,
-            "CronJob",
-            Some(ns),
-            format!("{name}-backup"),
-        );
+        let cronjob = ObjectRef::new("batch/v1", "CronJob", Some(ns), format!("{name}-backup"));
         assert!(
             get(&cluster, &cronjob).await.is_none(),
             "{name}: nothing scheduled"

@@ -58,6 +58,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use windlass::component::restricted_pod;
 use windlass::config::ConfigOverrides;
 use windlass::object::ObjectRef;
 use windlass::prelude::*;
@@ -385,11 +386,11 @@ impl Component<NotesController> for App {
                 spec: DeploymentSpec {
                     replicas: Some(spec.replicas),
                     selector: out.selector(),
-                    template: out.pod_template(PodSpec {
+                    template: out.pod_template(restricted_pod(PodSpec {
                         containers: vec![container],
                         volumes: Some(db.tls_volumes()),
                         ..Default::default()
-                    }),
+                    })),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -528,11 +529,14 @@ impl Component<NotesController> for PostgresServer {
                     service_name: Some(session.name_of(POSTGRES_SERVICE)),
                     replicas: Some(1),
                     selector: out.selector(),
-                    template: out.pod_template(PodSpec {
+                    template: out.pod_template(restricted_pod(PodSpec {
                         containers: vec![container],
-                        // Postgres accepts a root-owned key readable by its group (0440),
-                        // the group being the postgres image's (999).
+                        // The postgres image's user and group (999) instead of root, which
+                        // `restricted` namespaces refuse. Postgres accepts a root-owned key
+                        // readable by its group (0440), the group being that one.
                         security_context: Some(PodSecurityContext {
+                            run_as_user: Some(999),
+                            run_as_group: Some(999),
                             fs_group: Some(999),
                             ..Default::default()
                         }),
@@ -546,7 +550,7 @@ impl Component<NotesController> for PostgresServer {
                             ..Default::default()
                         }]),
                         ..Default::default()
-                    }),
+                    })),
                     volume_claim_templates: Some(vec![PersistentVolumeClaim {
                         metadata: ObjectMeta {
                             name: Some("data".into()),

@@ -28,8 +28,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, Statef
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
-    EnvVar, EnvVarSource, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
-    PodTemplateSpec, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Volume,
+    EnvVar, EnvVarSource, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Volume,
     VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -37,6 +37,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use windlass::component::restricted_pod;
 use windlass::config::ConfigOverrides;
 use windlass::prelude::*;
 
@@ -70,10 +71,9 @@ pub struct WebAppSpec {
     /// The optional cache.
     #[serde(default)]
     pub cache: CacheSpec,
-    /// Feature flags for the web tier, passed as `FEATURE_FLAGS` (empty or absent: none).
-    /// An `Option` because Kubernetes 1.20 refuses `default: ""` in a CRD schema.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub feature_flags: Option<String>,
+    /// Feature flags for the web tier, passed as `FEATURE_FLAGS` (empty: none).
+    #[serde(default)]
+    pub feature_flags: String,
     /// Extra arguments for the web server.
     #[serde(default)]
     pub args: Vec<String>,
@@ -238,6 +238,17 @@ fn service(
     }
 }
 
+/// Run as the image's own non-root user (and group, which also owns mounted volumes) instead
+/// of root, as namespaces enforcing the `restricted` Pod Security Standard require.
+fn image_user(id: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(id),
+        run_as_group: Some(id),
+        fs_group: Some(id),
+        ..Default::default()
+    }
+}
+
 /// The database password, from the generated Secret.
 fn password_env(session: &Session<WebAppController>, var: &str) -> EnvVar {
     EnvVar {
@@ -347,10 +358,13 @@ impl Component<WebAppController> for Database {
                     replicas: Some(1),
                     service_name: Some(session.name_of(DATABASE_SERVICE)),
                     selector: out.selector(),
-                    template: out.pod_template(PodSpec {
+                    // The postgres image starts as root unless told its user (999);
+                    // `restricted` namespaces refuse root.
+                    template: out.pod_template(restricted_pod(PodSpec {
                         containers: vec![container],
+                        security_context: Some(image_user(999)),
                         ..Default::default()
-                    }),
+                    })),
                     volume_claim_templates: Some(vec![storage]),
                     ..Default::default()
                 },
@@ -397,7 +411,7 @@ impl Component<WebAppController> for Migration {
                             labels: Some(spec.migration_labels.clone()),
                             ..Default::default()
                         }),
-                        spec: Some(PodSpec {
+                        spec: Some(restricted_pod(PodSpec {
                             restart_policy: Some("OnFailure".into()),
                             containers: vec![Container {
                                 name: "migrate".into(),
@@ -414,7 +428,7 @@ impl Component<WebAppController> for Migration {
                                 ..Default::default()
                             }],
                             ..Default::default()
-                        }),
+                        })),
                     },
                     ..Default::default()
                 }),
@@ -472,7 +486,7 @@ impl Component<WebAppController> for Web {
                 password_env(session, "DATABASE_PASSWORD"),
                 EnvVar {
                     name: "FEATURE_FLAGS".into(),
-                    value: Some(spec.feature_flags.clone().unwrap_or_default()),
+                    value: Some(spec.feature_flags.clone()),
                     ..Default::default()
                 },
             ]),
@@ -497,7 +511,7 @@ impl Component<WebAppController> for Web {
                 spec: DeploymentSpec {
                     replicas: Some(spec.replicas),
                     selector: out.selector(),
-                    template: out.pod_template(PodSpec {
+                    template: out.pod_template(restricted_pod(PodSpec {
                         containers: vec![container],
                         volumes: Some(vec![Volume {
                             name: "tmp".into(),
@@ -505,7 +519,7 @@ impl Component<WebAppController> for Web {
                             ..Default::default()
                         }]),
                         ..Default::default()
-                    }),
+                    })),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -540,7 +554,7 @@ impl Component<WebAppController> for Cache {
                 spec: DeploymentSpec {
                     replicas: Some(1),
                     selector: out.selector(),
-                    template: out.pod_template(PodSpec {
+                    template: out.pod_template(restricted_pod(PodSpec {
                         containers: vec![Container {
                             name: "redis".into(),
                             image: Some(session.config().cache_image.clone()),
@@ -550,8 +564,10 @@ impl Component<WebAppController> for Cache {
                             }]),
                             ..Default::default()
                         }],
+                        // The redis image's user; it starts as root otherwise.
+                        security_context: Some(image_user(999)),
                         ..Default::default()
-                    }),
+                    })),
                     ..Default::default()
                 },
                 ..Default::default()

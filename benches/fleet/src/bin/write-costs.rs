@@ -268,15 +268,19 @@ async fn costs() {
         })
         .await,
     );
-    print_report(n, &costs);
+    let server_version = client
+        .apiserver_version()
+        .await
+        .map_or_else(|e| format!("of unknown version ({e})"), |v| v.git_version);
+    print_report(n, &server_version, &costs);
 }
 
-fn print_report(n: usize, costs: &[Cost]) {
+fn print_report(n: usize, server_version: &str, costs: &[Cost]) {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "\nwrite costs: {n} writes of each kind from one client, {IN_FLIGHT} in flight \
-         (kube-apiserver 1.20.2, loopback, {} cores); milliseconds per write\n",
+         (kube-apiserver {server_version}, loopback, {} cores); milliseconds per write\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let _ = writeln!(

@@ -161,22 +161,40 @@ pub fn normalize(kind: &str, object: &mut Value) {
     }
 }
 
-/// Built-in kinds whose objects carry `metadata.generation`, as observed on the Kubernetes
-/// 1.20 control plane of the project's tests (custom resources always carry one). Newer
-/// servers add more kinds (Pods from 1.33); a kind missing here only means the in-memory
-/// cluster leaves its generation unset.
-pub const KINDS_WITH_GENERATION: [&str; 11] = [
+/// Built-in kinds whose objects carry `metadata.generation` (custom resources always carry
+/// one): those whose registry strategy in kube-apiserver sets it on create, on the
+/// Kubernetes releases windlass supports (1.34–1.37; checked live for Pod, Job, CronJob,
+/// HorizontalPodAutoscaler, IngressClass and the flow-control and admission kinds). A kind
+/// missing here only means the in-memory cluster leaves its generation unset.
+pub const KINDS_WITH_GENERATION: [&str; 28] = [
+    "Pod",
+    "PodTemplate",
+    "ReplicationController",
     "Deployment",
     "StatefulSet",
     "DaemonSet",
     "ReplicaSet",
+    "Job",
+    "CronJob",
+    "HorizontalPodAutoscaler",
     "Ingress",
+    "IngressClass",
     "NetworkPolicy",
     "PodDisruptionBudget",
     "EndpointSlice",
     "PriorityClass",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
     "ValidatingWebhookConfiguration",
     "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "DeviceClass",
+    "DeviceTaintRule",
+    "ResourceSlice",
+    "CustomResourceDefinition",
 ];
 
 /// Built-in kinds served by every cluster windlass supports, with their scope, read off

@@ -96,6 +96,7 @@ pub struct Manager {
     observers: Vec<Arc<dyn ReconcileObserver>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    initial_list: source::InitialList,
 }
 
 impl Manager {
@@ -135,6 +136,7 @@ impl Manager {
             observers: vec![metrics.clone()],
             metrics,
             health: Arc::new(Health::new()),
+            initial_list: source::InitialList::from_env(),
         }
     }
 
@@ -157,6 +159,14 @@ impl Manager {
     /// Observe every reconcile too (besides the metrics).
     pub fn with_observer(mut self, observer: Arc<dyn ReconcileObserver>) -> Self {
         self.observers.push(observer);
+        self
+    }
+
+    /// How the watches list what exists: streaming lists by default (unless
+    /// `KUBE_FEATURE_WatchListClient=false`), paged lists on request. A server that
+    /// refuses streaming lists gets paged ones either way.
+    pub fn initial_list(mut self, initial_list: source::InitialList) -> Self {
+        self.initial_list = initial_list;
         self
     }
 
@@ -230,6 +240,7 @@ impl Manager {
                 metrics: self.metrics.clone(),
             }),
             global,
+            initial_list: self.initial_list,
             stop,
         };
         let mut running = Vec::new();
@@ -271,6 +282,7 @@ struct Context {
     observer: Arc<dyn ReconcileObserver>,
     watches: Arc<dyn WatchObserver>,
     global: filter::FilterSpec,
+    initial_list: source::InitialList,
     stop: watch::Receiver<bool>,
 }
 
@@ -337,6 +349,7 @@ impl<C: Controller> Start for Pending<C> {
                 stores: context.cluster.stores().clone(),
                 namespaces: library.watch_namespaces(),
                 observer: context.watches.clone(),
+                initial_list: context.initial_list,
             },
             kinds_rx,
         ));
@@ -369,6 +382,7 @@ struct Sources {
     /// Empty: every namespace.
     namespaces: Vec<String>,
     observer: Arc<dyn WatchObserver>,
+    initial_list: source::InitialList,
 }
 
 /// Start the primary kind's and the controller's extra watches, then route every event;
@@ -384,6 +398,7 @@ async fn route_events(
         stores,
         namespaces,
         observer,
+        initial_list,
     } = sources;
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
     let mut watches = JoinSet::new();
@@ -415,6 +430,7 @@ async fn route_events(
                 live.clone(),
                 stores.clone(),
                 watch.clone(),
+                initial_list,
                 events_tx.clone(),
                 observer.clone(),
             ));

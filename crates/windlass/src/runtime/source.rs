@@ -1,7 +1,13 @@
 //! Watches: where events come from (oper8 F183–F184, on kube-runtime's `watcher`).
 //!
 //! One [`Watch`] per kind and namespace (or all namespaces). Each runs kube-runtime's
-//! `watcher` (list, then watch; relist on 410 Gone; bookmarks). A watch that fails (the
+//! `watcher` (list, then watch; relist on 410 Gone; bookmarks). The list is a streaming
+//! list where the API server offers one (the `WatchList` feature, on by default from
+//! Kubernetes 1.34): a single watch that sends the current objects one by one and then a
+//! bookmark, served from the API server's watch cache, instead of pages of a LIST that the
+//! server must assemble in memory. A server that refuses it gets paged lists from then on;
+//! `KUBE_FEATURE_WatchListClient=false`, client-go's switch for the same feature, turns it
+//! off. A watch that fails (the
 //! API server or etcd is down, the connection broke) is reported unsynced — `/readyz`
 //! answers 503 — and started afresh after a back-off, so it retries forever; its relist
 //! makes it synced again and resets the back-off (oper8 spent a lifetime budget of
@@ -63,7 +69,8 @@ pub trait WatchObserver: Send + Sync {
     fn retired(&self, _watch: &Watch) {}
 }
 
-/// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change.
+/// Run `watch` until the receiver of `events` is gone: fill `stores`, send every change;
+/// list with `initial_list`, or in pages once the server refuses streaming lists.
 /// Never returns on errors: they are logged, reported to `observer`, and retried with
 /// back-off. The caller declares the watch in `stores` (`Stores::declare`) before it
 /// spawns this, so that the store stops answering for what a replaced watch left behind
@@ -72,6 +79,7 @@ pub async fn run(
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
     watch: Watch,
+    mut initial_list: InitialList,
     events: mpsc::Sender<SourceEvent>,
     observer: Arc<dyn WatchObserver>,
 ) {
@@ -90,10 +98,6 @@ pub async fn run(
             }
         }
     };
-    let mut config = watcher::Config::default();
-    if let Some(labels) = &watch.labels {
-        config = config.labels(labels);
-    }
     // kube-runtime's watcher resumes a broken watch from its last resourceVersion and says
     // nothing when that works again, so after an error nobody could tell when the store is
     // current again. Instead, a failed watch is dropped, reported unsynced, and started
@@ -101,7 +105,7 @@ pub async fn run(
     // and marks it synced again. The back-off resets once a list has completed.
     backoff.reset();
     loop {
-        let stream = watcher::watcher(api.clone(), config.clone());
+        let stream = watcher::watcher(api.clone(), initial_list.config(&watch));
         match follow(
             &live,
             &stores,
@@ -114,6 +118,14 @@ pub async fn run(
         .await
         {
             Ended::ReceiverGone => return,
+            Ended::StreamingRefused => {
+                tracing::warn!(
+                    kind = %watch.type_ref,
+                    "the API server refuses streaming lists (is its WatchList feature off?); \
+                     listing in pages instead"
+                );
+                initial_list = InitialList::Paged;
+            }
             Ended::Failed => {
                 let delay = backoff.next_jittered();
                 tracing::debug!(kind = %watch.type_ref, ?delay, "restarting the watch");
@@ -136,10 +148,62 @@ fn watch_backoff() -> windlass_tasks::backoff::BackOffPolicy {
 /// The longest pause between two attempts of a failing watch.
 pub const MAX_WATCH_BACKOFF: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How a watch lists what exists, at its start and after each failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialList {
+    /// One watch with `sendInitialEvents=true`: the objects arrive as events, then a
+    /// bookmark says the list is complete.
+    Streaming,
+    /// LIST in pages of 500, then a watch from the list's resourceVersion.
+    Paged,
+}
+
+/// client-go's feature switch for streaming lists; `false` turns them off here too.
+pub const WATCH_LIST_CLIENT_ENV: &str = "KUBE_FEATURE_WatchListClient";
+
+impl InitialList {
+    /// Streaming, unless [`WATCH_LIST_CLIENT_ENV`] is `false`.
+    pub fn from_env() -> Self {
+        Self::from_switch(std::env::var(WATCH_LIST_CLIENT_ENV).ok().as_deref())
+    }
+
+    fn from_switch(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            Some(v) if v.eq_ignore_ascii_case("false") => InitialList::Paged,
+            _ => InitialList::Streaming,
+        }
+    }
+
+    /// The watcher settings for `watch` under this strategy.
+    fn config(self, watch: &Watch) -> watcher::Config {
+        let mut config = watcher::Config::default();
+        if self == InitialList::Streaming {
+            config = config.streaming_lists();
+        }
+        if let Some(labels) = &watch.labels {
+            config = config.labels(labels);
+        }
+        config
+    }
+}
+
+/// Whether `error` is the API server refusing a streaming list's parameters (`WatchList`
+/// off: 422 or 400 naming `sendInitialEvents`), rather than a failure worth a retry.
+fn refuses_streaming(error: &watcher::Error) -> bool {
+    let status = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status,
+        watcher::Error::WatchError(status) => status,
+        _ => return false,
+    };
+    matches!(status.code, 400 | 422) && status.message.contains("sendInitialEvents")
+}
+
 /// Why [`follow`] returned.
 enum Ended {
     /// The dispatcher is gone: stop.
     ReceiverGone,
+    /// The API server refuses streaming lists: list in pages instead.
+    StreamingRefused,
     /// The watch failed (or its stream ended): start a new one.
     Failed,
 }
@@ -159,6 +223,7 @@ async fn follow(
     while let Some(item) = stream.next().await {
         let event = match item {
             Ok(event) => event,
+            Err(e) if refuses_streaming(&e) => return Ended::StreamingRefused,
             Err(e) => {
                 tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; restarting it");
                 observer.failed(watch, &e);
@@ -317,5 +382,65 @@ impl std::fmt::Debug for ExtraWatch {
             .field("type_ref", &self.type_ref)
             .field("labels", &self.labels)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16, message: &str) -> Box<kube::core::Status> {
+        Box::new(kube::core::Status {
+            code,
+            message: message.to_string(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn lists_stream_unless_client_gos_switch_says_false() {
+        assert_eq!(InitialList::from_switch(None), InitialList::Streaming);
+        assert_eq!(
+            InitialList::from_switch(Some("true")),
+            InitialList::Streaming
+        );
+        assert_eq!(InitialList::from_switch(Some("False ")), InitialList::Paged);
+        let watch = Watch {
+            type_ref: TypeRef::new("v1", "ConfigMap"),
+            namespace: None,
+            labels: Some("a=b".to_string()),
+        };
+        let streaming = InitialList::Streaming.config(&watch);
+        assert_eq!(
+            streaming.initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
+        assert_eq!(streaming.label_selector.as_deref(), Some("a=b"));
+        assert_eq!(
+            InitialList::Paged.config(&watch).initial_list_strategy,
+            watcher::InitialListStrategy::ListWatch
+        );
+    }
+
+    #[test]
+    fn only_a_refusal_of_send_initial_events_switches_to_paged_lists() {
+        let refused = "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: \
+                       sendInitialEvents is forbidden for watch unless the WatchList feature \
+                       gate is enabled";
+        assert!(refuses_streaming(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(422, refused))
+        )));
+        assert!(refuses_streaming(&watcher::Error::WatchError(status(
+            400, refused
+        ))));
+        // Anything else is a failure to retry, streaming still.
+        assert!(!refuses_streaming(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(403, "sendInitialEvents: forbidden by RBAC"))
+        )));
+        assert!(!refuses_streaming(&watcher::Error::WatchError(status(
+            410,
+            "too old resource version"
+        ))));
+        assert!(!refuses_streaming(&watcher::Error::NoResourceVersion));
     }
 }

@@ -9,6 +9,7 @@ use windlass::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, WriteMethod
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 
 use crate::{eventually, live};
+use windlass_testenv::{restricted_container_security, restricted_pod_security};
 
 type Scenario = for<'a> fn(&'a dyn Cluster, &'a str) -> BoxFuture<'a, Vec<String>>;
 
@@ -140,7 +141,7 @@ fn workload_generation<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec
         let deployment = |replicas: i64, labels: Value| json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d", "namespace": ns, "labels": labels},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "d"}},
-                     "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}});
+                     "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"securityContext": restricted_pod_security(), "containers": [{"name": "c", "image": "busybox", "securityContext": restricted_container_security()}]}}}});
         let a = c.apply(&deployment(1, json!({})), WriteMethod::Apply).await.unwrap();
         let b = c.apply(&deployment(1, json!({"x": "y"})), WriteMethod::Apply).await.unwrap();
         let d = c.apply(&deployment(2, json!({"x": "y"})), WriteMethod::Apply).await.unwrap();

@@ -15,6 +15,7 @@ use windlass::testing::Widget;
 
 use crate::runtime::{Finished, start_with};
 use crate::{eventually, live};
+use windlass_testenv::{restricted_container_security, restricted_pod_security};
 
 /// The Widget's component `web`: the Secret `<cr>-settings` from `spec.greeting`, and a
 /// one-replica Deployment `<cr>-web` with the option, whose pods read that Secret
@@ -44,7 +45,7 @@ impl Controller for Web {
             let mut deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
-                        "containers": [{"name": "main", "image": "busybox",
+                        "securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security(),
                             "env": [{"name": "GREETING", "valueFrom": {"secretKeyRef":
                                 {"name": settings, "key": "greeting"}}}]}]}}}});
             if let Some(reads) = session.cr().spec.extra.get("reads").and_then(Value::as_str) {

@@ -15,12 +15,13 @@ use windlass::testing::{DummyComponent, DummyController, assert_condition};
 
 use crate::live;
 use crate::live_path::{create_widget, reconcile_until};
+use windlass_testenv::{restricted_container_security, restricted_pod_security};
 
 /// A controller whose one component renders the Job `<cr>-migrate` running `main <arg>`.
 fn migrating(arg: &str, options: ResourceOptions) -> DummyController {
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "{cr}-migrate"},
         "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "busybox", "args": [arg]}]}}}});
+            "securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security(), "args": [arg]}]}}}});
     DummyController::new().component(
         DummyComponent::new("migrate").with_object_options("job", job, options),
         &[],

@@ -315,9 +315,11 @@ async fn pod(env: &TestEnv, ns: &TestNamespace, name: &str) -> Pod {
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
+            security_context: Some(windlass_testenv::restricted_pod_security()),
             containers: vec![Container {
                 name: "operator".into(),
                 image: Some("operator".into()),
+                security_context: Some(windlass_testenv::restricted_container_security()),
                 ..Container::default()
             }],
             ..PodSpec::default()

@@ -17,6 +17,7 @@ use windlass::reconcile::{Outcome, Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, assert_condition};
 
 use crate::{eventually, live};
+use windlass_testenv::{restricted_container_security, restricted_pod_security};
 
 /// A cluster that runs `before` once, just before the first call of the chosen kind:
 /// another writer or a user acting in the middle of a reconcile.
@@ -214,7 +215,7 @@ async fn a_failed_job_fails_its_component() {
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "{cr}-migrate"},
         "spec": {"backoffLimit": 0, "template": {
             "metadata": {"annotations": {"testenv.windlass.dev/fail": "true"}},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}}});
+            "spec": {"restartPolicy": "Never", "securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security()}]}}}});
     let controller = DummyController::new()
         .component(DummyComponent::new("migrate").with_object("job", job), &[]);
     let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
@@ -239,7 +240,7 @@ async fn an_invalid_object_names_the_field_and_waits_for_a_change() {
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "{cr}-web"},
         "spec": {"replicas": -1, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}});
+                              "spec": {"securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security()}]}}}});
     let controller = DummyController::new().component(
         DummyComponent::new("web").with_object("deployment", deployment),
         &[],

@@ -1,18 +1,21 @@
 //! The `manifests` command's output applied to the real API server: every document is
 //! accepted as printed, and the ServiceAccount really gets the access the runtime needs
 //! (checked with `kubectl auth can-i` as that ServiceAccount), cluster-wide and, with
-//! `watch_namespace`, only in the watched namespace.
+//! `watch_namespace`, only in the watched namespace; the operator's Pods are admitted in a
+//! namespace that enforces the `restricted` Pod Security Standard.
 
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use windlass::cli::{Output, run};
 use windlass::object::ManifestExt;
 use windlass::testing::{DummyComponent, DummyController};
-use windlass_testenv::TestEnv;
+use windlass_testenv::{POD_SECURITY_ENFORCE_LABEL, TestEnv, wait_for};
 
 use crate::live;
 
@@ -176,6 +179,33 @@ async fn the_manifests_apply_and_grant_the_operator_what_it_needs_cluster_wide()
         docs.iter()
             .any(|d| d.kind() == Some("CustomResourceDefinition"))
     );
+
+    // The namespace enforces the `restricted` Pod Security Standard, and the operator's Pods
+    // are admitted there: the ReplicaSet creates both (a refused Pod would leave it at zero
+    // with a FailedCreate), and the node simulator makes them available.
+    let namespace: Namespace = Api::<Namespace>::all(env.client().unwrap())
+        .get(ns.name())
+        .await
+        .unwrap();
+    assert_eq!(
+        namespace
+            .labels()
+            .get(POD_SECURITY_ENFORCE_LABEL)
+            .map(String::as_str),
+        Some("restricted")
+    );
+    let deployments = ns.api::<Deployment>(env.client().unwrap());
+    wait_for(
+        &deployments,
+        &name,
+        Duration::from_secs(90),
+        |d: Option<&Deployment>| {
+            d.and_then(|d| d.status.as_ref())
+                .is_some_and(|s| s.available_replicas == Some(2))
+        },
+    )
+    .await
+    .unwrap();
 
     delete_cluster_objects(env, &name).await;
 }

@@ -11,17 +11,18 @@ use windlass::reconcile::{Outcome, Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, Gadget, assert_condition};
 
 use crate::{eventually, live};
+use windlass_testenv::{restricted_container_security, restricted_pod_security};
 
 fn deployment(name: &str, pod_annotations: Value) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}, "annotations": pod_annotations},
-                              "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}})
+                              "spec": {"securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security()}]}}}})
 }
 
 fn job(name: &str) -> Value {
     json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}}})
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security()}]}}}})
 }
 
 /// Reconcile until the outcome is `Done` or `attempts` reconciles, a second apart, ran.

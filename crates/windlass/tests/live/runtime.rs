@@ -14,6 +14,7 @@ use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::reconcile::{Outcome, Report};
 use windlass::runtime::Manager;
+use windlass::runtime::source::InitialList;
 use windlass::runtime::worker::ReconcileObserver;
 use windlass::testing::{Behaviour, DummyComponent, DummyController};
 
@@ -203,6 +204,55 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
 
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
+}
+
+/// The watches fill their stores from a streaming list (one watch with
+/// `sendInitialEvents`) where the server offers it, as every supported Kubernetes does: no
+/// LIST request at all. Paged lists, on request, LIST.
+#[tokio::test]
+async fn the_watches_fill_their_stores_from_streaming_lists_not_lists() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-streaming").await.unwrap();
+    for name in ["s1", "s2", "s3"] {
+        admin
+            .apply(&widget(ns.name(), name, json!({})), WriteMethod::Update)
+            .await
+            .unwrap();
+    }
+    let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
+    for (initial_list, lists) in [
+        (InitialList::Streaming, 0..=0),
+        (InitialList::Paged, 1..=u64::MAX),
+    ] {
+        let counter = RequestCounter::new();
+        let client = counter.client(env.kube_config()).unwrap();
+        let library = LibraryConfig {
+            watch_namespace: ns.name().to_string(),
+            ..LibraryConfig::default()
+        };
+        let manager = Manager::new(client, library)
+            .controller(three_configmaps())
+            .initial_list(initial_list);
+        let cache = manager.cluster().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(manager.run(async {
+            let _ = stopped.await;
+        }));
+        eventually("the Widget watch has listed the three CRs", || async {
+            cache.stores().is_synced(&widgets, Some(ns.name()))
+                && cache.stores().objects(&widgets).len() == 3
+        })
+        .await;
+        let counts = counter.take();
+        println!("{initial_list:?}:\n{counts}");
+        assert!(
+            lists.contains(&counts.verb(Verb::List)),
+            "{initial_list:?}: LIST requests outside {lists:?}:\n{counts}"
+        );
+        assert!(counts.verb(Verb::Watch) >= 1, "{counts}");
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test]

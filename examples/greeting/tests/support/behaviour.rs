@@ -121,26 +121,6 @@ pub async fn create_greeting(
         .with_context(|| format!("creating Greeting {name}"))
 }
 
-/// Creates the Greeting `name` with an empty message — or, where the API server cannot store
-/// an empty string in a custom resource, a blank one (`" "`).
-///
-/// The Kubernetes 1.20.2 that `scripts/provision-control-plane.sh` builds (from source, with Go
-/// 1.19 and a patched vendored reflect2) reads every `""` in a custom resource's body as `null`
-/// — ConfigMaps and metadata are not affected — so `message: ""` is refused with "spec.message
-/// in body must be of type string: \"null\"". Where the server stores `""`, the test uses it;
-/// here it falls back to `" "`, so operators must treat a blank message as an empty one.
-pub async fn create_empty_greeting(api: &Api<Greeting>, name: &str) -> anyhow::Result<Greeting> {
-    match create_greeting(api, name, "").await {
-        Err(e) if format!("{e:#}").contains("must be of type string: \"null\"") => {
-            tracing::warn!(
-                "the API server reads \"\" as null; creating Greeting {name} with a blank message instead"
-            );
-            create_greeting(api, name, " ").await
-        }
-        result => result,
-    }
-}
-
 /// Changes the Greeting `name`'s message; returns it as written (with its new generation).
 pub async fn set_message(
     api: &Api<Greeting>,
@@ -448,7 +428,7 @@ pub async fn applies_children_in_order_then_ready(
     .await
 }
 
-/// An empty (or, see [`create_empty_greeting`], blank) `spec.message`: no ConfigMaps are written and `Ready` is `"False"` with reason
+/// An empty `spec.message`: no ConfigMaps are written and `Ready` is `"False"` with reason
 /// `ConfigError` and a message naming `spec.message`; a Greeting created afterwards still
 /// converges; fixing the spec makes the broken one converge.
 pub async fn bad_input_is_reported_and_others_keep_being_served(
@@ -458,7 +438,7 @@ pub async fn bad_input_is_reported_and_others_keep_being_served(
     let greetings = Api::<Greeting>::namespaced(client.clone(), namespace);
     let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let broken = "broken";
-    create_empty_greeting(&greetings, broken).await?;
+    create_greeting(&greetings, broken, "").await?;
     let reported = wait_ready(&greetings, broken, "False").await?;
     let condition = ready_condition(&reported).cloned().unwrap_or_default();
     ensure!(

@@ -25,7 +25,11 @@
 //! generation), the operator's `/metrics` are scraped, and the steady window runs. The
 //! clock starts at the first create. Last, the ceiling the targets use: everything the
 //! operator wrote, and the CRs' creates, written again from one client into a fresh
-//! namespace (`replay.rs` says why ConfigMap applies are not that ceiling).
+//! namespace (`replay.rs` says why ConfigMap applies are not that ceiling). Before the
+//! replay, the operator is started twice more over the fleet that is there: once with
+//! streaming lists, once with paged ones (`KUBE_FEATURE_WatchListClient=false`), each until
+//! its watches have listed and every CR is reconciled once; its start-up time, peak RSS,
+//! LIST requests and the CPU of every process are printed side by side.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -147,6 +151,22 @@ struct Run {
     replayed_writes: String,
     /// CPU time of each process during the replay.
     cpu_replay: Cpu,
+    /// The operator started again over the fleet, once per way of listing.
+    restarts: Vec<Restart>,
+}
+
+/// The operator started over a fleet that is already there and Ready.
+struct Restart {
+    /// How its watches listed: `streaming` or `paged`.
+    how: &'static str,
+    /// From the process start until every watch has listed and every CR was reconciled once.
+    started: Duration,
+    /// Its peak RSS by then.
+    rss_peak_kib: u64,
+    /// Its requests by then.
+    requests: Scrape,
+    /// CPU time of each process by then.
+    cpu: Cpu,
 }
 
 impl Run {
@@ -183,7 +203,11 @@ async fn bench() {
     for &n in &settings.sizes {
         runs.push(run(&env, &client, &settings, n).await);
     }
-    print_report(&settings, &runs);
+    let server_version = client
+        .apiserver_version()
+        .await
+        .map_or_else(|e| format!("of unknown version ({e})"), |v| v.git_version);
+    print_report(&settings, &server_version, &runs);
     eprintln!("benchmark took {:.0} s", started.elapsed().as_secs_f64());
 }
 
@@ -217,7 +241,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         .namespace(&format!("fleet-{n}"))
         .await
         .expect("a namespace");
-    let operator = Operator::start(env, ns.name(), &settings.period, n);
+    let operator = Operator::start(env, ns.name(), &settings.period, &n.to_string(), &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
     let at_start = operator.scrape().await;
 
@@ -267,6 +291,10 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     let after_steady = operator.scrape().await;
     let rss_peak_kib = operator.peak_rss_kib();
     drop(operator);
+    let mut restarts = Vec::new();
+    for (how, switch) in [("streaming", "true"), ("paged", "false")] {
+        restarts.push(restart(env, ns.name(), settings, n, how, switch).await);
+    }
 
     let capture = replay::capture(client, ns.name()).await;
     clear(client, ns).await;
@@ -312,6 +340,59 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         replayed,
         replayed_writes: capture.describe(),
         cpu_replay,
+        restarts,
+    }
+}
+
+/// Start the operator over the `n` CRs of `ns`, listing `how` (client-go's switch set to
+/// `switch`), and measure it until every watch has listed and every CR was reconciled once.
+async fn restart(
+    env: &TestEnv,
+    ns: &str,
+    settings: &Settings,
+    n: usize,
+    how: &'static str,
+    switch: &str,
+) -> Restart {
+    let before = Cpu::now(env, None);
+    let clock = Instant::now();
+    let operator = Operator::start(
+        env,
+        ns,
+        &settings.period,
+        &format!("{n}-restart-{how}"),
+        &[(windlass::runtime::source::WATCH_LIST_CLIENT_ENV, switch)],
+    );
+    let what =
+        format!("the operator restarted with {how} lists has listed and reconciled all {n} CRs");
+    windlass_testenv::eventually_within(&what, settings.deadline, || async {
+        // The owned kinds' watches start with the first reconciles and make /readyz wait.
+        operator
+            .scrape_opt()
+            .await
+            .is_some_and(|s| s.reconciles() >= n as f64)
+            && operator
+                .http("/readyz")
+                .await
+                .is_some_and(|(code, _)| code == 200)
+    })
+    .await;
+    let started = clock.elapsed();
+    let cpu = Cpu::now(env, Some(operator.child.id())).since(&before);
+    let requests = operator.scrape().await;
+    let rss_peak_kib = operator.peak_rss_kib();
+    eprintln!(
+        "restart with {how} lists: ready after {:.2} s, peak RSS {:.1} MiB, {:.0} LISTs",
+        started.as_secs_f64(),
+        rss_peak_kib as f64 / 1024.0,
+        requests.requests(&["list"])
+    );
+    Restart {
+        how,
+        started,
+        rss_peak_kib,
+        requests,
+        cpu,
     }
 }
 
@@ -408,12 +489,19 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(env: &TestEnv, namespace: &str, period: &str, n: usize) -> Operator {
+    /// Start the operator; `label` names its log file, `vars` are set in its environment.
+    fn start(
+        env: &TestEnv,
+        namespace: &str,
+        period: &str,
+        label: &str,
+        vars: &[(&str, &str)],
+    ) -> Operator {
         let address = {
             let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
             free.local_addr().expect("its address").to_string()
         };
-        let log = std::env::temp_dir().join(format!("fleet-operator-{n}.log"));
+        let log = std::env::temp_dir().join(format!("fleet-operator-{label}.log"));
         let file = std::fs::File::create(&log).expect("the operator's log file");
         let child = Command::new(std::env::current_exe().expect("this binary's path"))
             .args([
@@ -429,6 +517,7 @@ impl Operator {
                 &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
             ])
             .env("KUBECONFIG", env.kubeconfig_path())
+            .envs(vars.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("the log file")))
             .stderr(Stdio::from(file))
             .spawn()
@@ -483,6 +572,14 @@ impl Operator {
         let (code, body) = self.http("/metrics").await.expect("/metrics answers");
         assert_eq!(code, 200, "/metrics: {body}");
         Scrape::parse(&body)
+    }
+
+    /// [`Operator::scrape`], or `None` while `/metrics` does not answer yet.
+    async fn scrape_opt(&self) -> Option<Scrape> {
+        match self.http("/metrics").await {
+            Some((200, body)) => Some(Scrape::parse(&body)),
+            _ => None,
+        }
     }
 
     /// `VmHWM` of the operator process: its peak resident set, in KiB.
@@ -662,14 +759,15 @@ fn bound(le: Option<f64>) -> String {
     }
 }
 
-fn print_report(settings: &Settings, runs: &[Run]) {
+fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "\nwindlass fleet benchmark: {OBJECTS} objects per CR (3 ConfigMaps, a Secret, a Service; 3-level DAG), \
          operator in its own process (debug build unless built with --release), reconcile_period {}, \
-         control plane: windlass-testenv (kube-apiserver 1.20.2, loopback, {} cores)\n",
+         control plane: windlass-testenv (kube-apiserver {}, loopback, {} cores)\n",
         settings.period,
+        server_version,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let _ = writeln!(
@@ -806,6 +904,27 @@ fn print_report(settings: &Settings, runs: &[Run]) {
             r.ready.as_secs_f64() * cores,
             r.cpu_rollout.describe(),
         );
+        let _ = writeln!(
+            out,
+            "\nThe operator restarted over the {} Ready CRs, until every watch had listed and every CR was reconciled once:\n\
+             | lists | ready after | peak RSS | LIST requests | watch requests | CPU: operator | kube-apiserver | etcd |\n\
+             |---|---|---|---|---|---|---|---|",
+            r.n
+        );
+        for restart in &r.restarts {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
+                restart.how,
+                seconds(restart.started),
+                restart.rss_peak_kib as f64 / 1024.0,
+                restart.requests.requests(&["list"]),
+                restart.requests.requests(&["watch"]),
+                restart.cpu.of("operator").as_secs_f64(),
+                restart.cpu.of("kube-apiserver").as_secs_f64(),
+                restart.cpu.of("etcd").as_secs_f64(),
+            );
+        }
         let _ = writeln!(
             out,
             "\nrollout requests: {}\nrollout reads: {}\nreconciles: {}\nsteady window requests: {}",
