@@ -760,15 +760,13 @@ fn write_file(path: &Path, contents: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// The last lines of etcd 3.4's log (zap JSON) when its client port is taken.
-    const ETCD_PORT_TAKEN: &str = r#"{"level":"warn","ts":"2026-11-22T06:20:33.880Z","caller":"etcdmain/etcd.go:176","msg":"failed to start etcd","error":"listen tcp 127.0.0.1:23790: bind: address already in use"}
-{"level":"fatal","ts":"2026-11-22T06:20:33.880Z","caller":"etcdmain/etcd.go:271","msg":"discovery failed","error":"listen tcp 127.0.0.1:23790: bind: address already in use","stacktrace":"go.etcd.io/etcd/etcdmain.startEtcdOrProxyV2\n\tgo.etcd.io/etcd/etcdmain/etcd.go:271\ngo.etcd.io/etcd/etcdmain.Main\n\tgo.etcd.io/etcd/etcdmain/main.go:46\nmain.main\n\tgo.etcd.io/etcd/main.go:28\nruntime.main\n\truntime/proc.go:250"}"#;
+    /// The last line of etcd 3.7's log (zap JSON) when its client port is taken.
+    const ETCD_PORT_TAKEN: &str = r#"{"level":"fatal","ts":"2026-11-26T22:30:10.261553Z","caller":"etcdmain/etcd.go:157","msg":"discovery failed","error":"listen tcp 127.0.0.1:52281: bind: address already in use","stacktrace":"go.etcd.io/etcd/server/v3/etcdmain.startEtcdOrProxyV2\n\tgo.etcd.io/etcd/server/v3@v3.7.0/etcdmain/etcd.go:157\ngo.etcd.io/etcd/server/v3/etcdmain.Main\n\tgo.etcd.io/etcd/server/v3@v3.7.0/etcdmain/main.go:40\nmain.main\n\tgo.etcd.io/etcd/server/v3@v3.7.0/main.go:31\nruntime.main\n\truntime/proc.go:290"}"#;
 
-    /// The last lines of kube-apiserver 1.20's log when its secure port is taken.
-    const APISERVER_PORT_TAKEN: &str = "I1122 06:20:39.491615     994 serving.go:325] Generated self-signed cert (/tmp/pc/pki/apiserver.crt, /tmp/pc/pki/apiserver.key)
-I1122 06:20:39.491638     994 server.go:632] external host was not specified, using 127.0.0.1
-I1122 06:20:39.492009     994 server.go:182] Version: v1.20.2
-Error: failed to create listener: failed to listen on 127.0.0.1:26443: listen tcp 127.0.0.1:26443: bind: address already in use";
+    /// The last lines of kube-apiserver 1.37's log when its secure port is taken.
+    const APISERVER_PORT_TAKEN: &str = r#"I1126 22:30:14.303586   31520 server.go:151] Version: v1.37.2
+I1126 22:30:14.303609   31520 server.go:153] "Golang settings" GOGC="" GOMAXPROCS="" GOTRACEBACK=""
+E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create listener: failed to listen on 127.0.0.1:59529: listen tcp 127.0.0.1:59529: bind: address already in use""#;
 
     fn exited(name: &'static str, log_tail: &str) -> Error {
         Error::ProcessExited {

@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn atomic_maps_and_vacuous_values_as_a_real_server_records_them() {
-        // Seen on kube-apiserver 1.20: a label selector is an atomic map, and a pod
+        // As kube-apiserver records them: a label selector is an atomic map, and a pod
         // template's `metadata: {labels: {}}` leaves no trace in the field set.
         let desired = stamped(
             json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},

@@ -451,8 +451,6 @@ impl Component<NotesController> for PostgresServer {
                     ports: Some(vec![ServicePort {
                         name: Some("postgres".into()),
                         port: POSTGRES_PORT.into(),
-                        // Server-side apply on Kubernetes 1.20 wants the list key spelled out.
-                        protocol: Some("TCP".into()),
                         ..Default::default()
                     }]),
                     ..Default::default()

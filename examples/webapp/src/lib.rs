@@ -227,9 +227,6 @@ fn service(
             ports: Some(vec![ServicePort {
                 port,
                 target_port: Some(IntOrString::Int(target)),
-                // Server-side apply keys service ports by port and protocol; spell the
-                // default out, as servers before 1.22 refuse an apply without it.
-                protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
             ..Default::default()

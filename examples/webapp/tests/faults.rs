@@ -537,7 +537,7 @@ async fn outage(env: &TestEnv, operator: &mut Operator, process: ControlPlanePro
     env.stop_process(process).await.unwrap();
     let down_since = Instant::now();
     let mut saw_unready = false;
-    // The API server refuses connections at once. With etcd gone, kube-apiserver 1.20 keeps
+    // The API server refuses connections at once. With etcd gone, kube-apiserver keeps
     // the watches open (its watch cache just stops sending): the operator's watches do not
     // fail, and it is its probe of the API server's own /readyz that tells.
     while down_since.elapsed() < LONG {

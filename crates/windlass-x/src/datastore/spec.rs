@@ -4,8 +4,8 @@
 //! A connection section lives at `spec.datastores.<type>[.<name>].connection` with camelCase
 //! keys. The rules, the same for Postgres, Redis and COS:
 //!
-//! - an empty string is the same as an absent key (Kubernetes 1.20 stores `""` as `null`
-//!   anyway), so a required key that is empty is missing;
+//! - an empty string is the same as an absent key (a user who empties a field in an editor
+//!   means to unset it), so a required key that is empty is missing;
 //! - a missing required key is a [`Error::Config`] naming its full path, e.g.
 //!   `missing required connection element spec.datastores.postgres.connection.hostname`;
 //! - `port` is an integer, given as a number or a string of digits; anything else is a config

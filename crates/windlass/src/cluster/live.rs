@@ -214,8 +214,8 @@ impl Cluster for LiveCluster {
         if kind.status_subresource
             && let Some(map) = desired.as_object_mut()
         {
-            // Status is written through its subresource; some servers (1.20) even refuse an
-            // apply that carries it.
+            // Status is written through its subresource; on the object itself the server
+            // ignores it, and an apply would claim its fields for nothing.
             map.remove("status");
         }
         let name = reference.name.as_str();

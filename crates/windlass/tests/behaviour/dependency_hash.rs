@@ -17,7 +17,7 @@ fn secret_ref(name: &str) -> ObjectRef {
 
 /// With `data`: the in-memory cluster folds `stringData` into `data` without recording
 /// that windlass's apply owns it, so windlass would write such a Secret on every reconcile
-/// there (a real 1.20 server does not: checked live).
+/// there (a real API server does not).
 fn secret(name: &str, value: &str) -> Value {
     let value = serde_json::to_value(k8s_openapi::ByteString(value.as_bytes().to_vec())).unwrap();
     json!({"apiVersion": "v1", "kind": "Secret",

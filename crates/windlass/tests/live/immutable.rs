@@ -181,9 +181,8 @@ async fn the_put_fallback_is_ignored_because_a_real_server_refuses_the_put_too()
     assert_eq!(requests.of(Verb::Update, "jobs"), 0, "no PUT:\n{requests}");
 
     // What apply alone refuses and a PUT would store (a field the schema does not know;
-    // a PUT drops it) is not a 422 but a 500 on 1.20 ("failed to create typed patch
-    // object"), and still a 5xx on current servers: a fallback on 422 would never see it;
-    // the reconcile is retried as for any server error.
+    // a PUT drops it) is not a 422 but a 5xx ("failed to create typed patch object"): a
+    // fallback on 422 would never see it; the reconcile is retried as for any server error.
     let bogus = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{cr}-bogus"},
         "data": {"k": "v"}, "bogus": true});
     let controller = DummyController::new().component(
