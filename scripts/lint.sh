@@ -33,6 +33,8 @@ shellcheck_binary() {
     fi
     if [ ! -x "$dir/bin/shellcheck" ]; then
         command -v python3 >/dev/null 2>&1 || die "python3 not found: it installs shellcheck from PyPI"
+        python3 -m pip --version >/dev/null 2>&1 \
+            || die "python3 has no pip (Debian: apt-get install python3-pip), or put shellcheck $SHELLCHECK_VERSION on PATH"
         log "installing shellcheck $SHELLCHECK_VERSION from PyPI ($SHELLCHECK_WHEEL) into $dir"
         rm -rf "$dir.partial"
         python3 -m pip install --disable-pip-version-check -q --no-deps --only-binary=:all: \
@@ -51,6 +53,7 @@ cargo fmt --all --check
 log "shellcheck"
 SHELLCHECK=$(shellcheck_binary)
 mapfile -t SCRIPTS < <(git ls-files -- '*.sh' .ci/run)
+[ ${#SCRIPTS[@]} -gt 0 ] || die "git ls-files found no scripts: run this in a git checkout of windlass"
 "$SHELLCHECK" --external-sources "${SCRIPTS[@]}"
 log "shellcheck: ${#SCRIPTS[@]} scripts clean"
 

@@ -4,8 +4,9 @@
 #
 # Which Kubernetes: WINDLASS_K8S_VERSION (default below; windlass-testenv's
 # PROVISIONED_KUBERNETES_VERSION names the same default, and a unit test keeps the two equal).
-# Any release the Go module proxy serves as k8s.io/kubernetes vX.Y.Z can be named, e.g.
-# WINDLASS_K8S_VERSION=1.34.4 for the oldest minor windlass supports.
+# A release the Go module proxy serves as k8s.io/kubernetes vX.Y.Z can be named, e.g.
+# WINDLASS_K8S_VERSION=1.34.4 for the oldest minor windlass supports (older ones are not
+# supported, and releases before 1.22 do not name the etcd server module this script builds).
 #
 # Where the binaries come from, in this order:
 #   1. WINDLASS_K8S_ASSETS or KUBEBUILDER_ASSETS, if set: a directory that already holds the
@@ -140,7 +141,7 @@ K8S_GOMOD=$(cd "$BUILD_DIR/src" && go mod download -json "k8s.io/kubernetes@v$K8
 # Lines like `k8s.io/api => ./staging/src/k8s.io/api` inside its replace block.
 mapfile -t STAGING < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\/src\// { print $1 }' "$K8S_GOMOD")
 [ ${#STAGING[@]} -gt 0 ] || die "found no staging replacements in $K8S_GOMOD; its layout changed"
-ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$K8S_GOMOD" | head -n1)
+ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$K8S_GOMOD")
 [ -n "$ETCD_VERSION" ] || die "$K8S_GOMOD requires no go.etcd.io/etcd/server/v3; choose an etcd another way"
 
 {
@@ -224,13 +225,19 @@ reported=$(version_of "$STAGE/kubectl" version --client)
 reported=$(version_of "$STAGE/etcd" --version)
 [[ "$reported" == *"etcd Version: ${ETCD_VERSION#v}"* ]] || die "$STAGE/etcd --version says '$reported', not $ETCD_VERSION"
 
+# Asked inside the module: a toolchain the go command switched to (GOTOOLCHAIN=auto) is the
+# one that built the binaries.
+GO_USED=$(cd "$BUILD_DIR/src" && go version)
 {
     echo "kubernetes v$K8S_VERSION and etcd $ETCD_VERSION, built from the Go module proxy"
-    echo "built $BUILD_DATE with $(go version)"
+    echo "built $BUILD_DATE with $GO_USED"
 } > "$STAGE/$STAMP"
 rm -rf "$DEST"
 mv "$STAGE" "$DEST"
 
 cd /
-rm -rf "$BUILD_DIR"
+# The module cache is writable (-modcacherw), but a toolchain the go command fetched may not be.
+if ! { chmod -R u+w "$BUILD_DIR" && rm -rf "$BUILD_DIR"; }; then
+    log "could not remove the build tree $BUILD_DIR; remove it by hand"
+fi
 log "done in $(elapsed): $(du -sh "$DEST" | cut -f1) of binaries in $DEST (build tree removed)"

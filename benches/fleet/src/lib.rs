@@ -144,8 +144,6 @@ impl<C: windlass::controller::Controller<Resource = Fleet>> windlass::component:
                         ports: Some(vec![ServicePort {
                             port: 80,
                             target_port: Some(IntOrString::Int(8080)),
-                            // Servers before 1.22 refuse an apply of a port without it.
-                            protocol: Some("TCP".into()),
                             ..Default::default()
                         }]),
                         ..Default::default()

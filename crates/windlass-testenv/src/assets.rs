@@ -98,7 +98,9 @@ impl Assets {
 /// (a leading `v` is dropped, as the script does), else [`PROVISIONED_KUBERNETES_VERSION`].
 pub fn provisioned_version() -> String {
     match env::var(KUBERNETES_VERSION_ENV) {
-        Ok(version) if !version.is_empty() => version.trim_start_matches('v').to_string(),
+        Ok(version) if !version.is_empty() => {
+            version.strip_prefix('v').unwrap_or(&version).to_string()
+        }
         _ => PROVISIONED_KUBERNETES_VERSION.to_string(),
     }
 }

@@ -306,9 +306,11 @@ impl ControlPlane {
     /// Starts a control plane in a new directory under `$TMPDIR` and waits until the apiserver
     /// is ready and the controller manager works. Retries with fresh ports when another process
     /// took one in the meantime. A failed start cleans up (see [`KEEP_ENV`]).
-    pub(crate) async fn start(assets: &Assets) -> Result<ControlPlane> {
+    /// `apiserver_flags` are passed to kube-apiserver after windlass-testenv's own.
+    pub(crate) async fn start(assets: &Assets, apiserver_flags: &[String]) -> Result<ControlPlane> {
         Self::start_with(
             assets,
+            apiserver_flags,
             &std::env::temp_dir(),
             keep_requested(),
             free_ports::<3>,
@@ -320,6 +322,7 @@ impl ControlPlane {
     /// of ports (`[etcd client, etcd peer, apiserver]`, asked once per attempt) given.
     async fn start_with(
         assets: &Assets,
+        apiserver_flags: &[String],
         base: &Path,
         keep_on_failure: bool,
         mut ports: impl FnMut() -> Result<[u16; 3]>,
@@ -327,7 +330,8 @@ impl ControlPlane {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::start_once(assets, base, keep_on_failure, &mut ports).await {
+            match Self::start_once(assets, apiserver_flags, base, keep_on_failure, &mut ports).await
+            {
                 Ok(cp) => return Ok(cp),
                 Err(e) if is_port_conflict(&e) && attempt < PORT_ATTEMPTS => {
                     tracing::warn!("control plane port conflict, retrying with fresh ports: {e}");
@@ -345,6 +349,7 @@ impl ControlPlane {
 
     async fn start_once(
         assets: &Assets,
+        apiserver_flags: &[String],
         base: &Path,
         keep_on_failure: bool,
         ports: &mut impl FnMut() -> Result<[u16; 3]>,
@@ -352,7 +357,7 @@ impl ControlPlane {
         let mut parts = Parts::create(base)?;
         let launched = async {
             let ports = ports()?;
-            launch(&mut parts, assets, ports).await
+            launch(&mut parts, assets, apiserver_flags, ports).await
         }
         .await;
         match launched {
@@ -373,7 +378,12 @@ impl ControlPlane {
 
 /// Writes the configuration into `parts`' directory, starts the three processes and waits for
 /// each to be ready. Whatever fails, `parts` still owns everything started so far.
-async fn launch(parts: &mut Parts, assets: &Assets, ports: [u16; 3]) -> Result<Launched> {
+async fn launch(
+    parts: &mut Parts,
+    assets: &Assets,
+    apiserver_flags: &[String],
+    ports: [u16; 3],
+) -> Result<Launched> {
     let dir = parts.dir.clone();
     let pki = dir.join("pki");
     let (etcd_client, etcd_peer, secure_port) = (ports[0], ports[1], ports[2]);
@@ -490,6 +500,7 @@ async fn launch(parts: &mut Parts, assets: &Assets, ports: [u16; 3]) -> Result<L
     if apiserver_has_insecure_port {
         apiserver_args.push("--insecure-port=0".to_string());
     }
+    apiserver_args.extend(apiserver_flags.iter().cloned());
     parts.processes.push(ManagedProcess::start(
         "kube-apiserver",
         &assets.kube_apiserver,
@@ -848,7 +859,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         let assets = failing_assets(base.path());
         let tmp = base.path().join("tmp");
         create_dir(&tmp).expect("tmp");
-        let result = ControlPlane::start_with(&assets, &tmp, false, || {
+        let result = ControlPlane::start_with(&assets, &[], &tmp, false, || {
             Err(Error::io(
                 "binding a free port on 127.0.0.1",
                 std::io::Error::other("no ports in this test"),
@@ -876,7 +887,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         create_dir(&tmp).expect("tmp");
         let ports = || free_ports::<3>();
 
-        let error = ControlPlane::start_with(&assets, &tmp, false, ports)
+        let error = ControlPlane::start_with(&assets, &[], &tmp, false, ports)
             .await
             .err()
             .expect("the start fails");
@@ -907,7 +918,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
 
         // Asked to keep it: the directory and the log stay, and the error points at them.
-        let error = ControlPlane::start_with(&assets, &tmp, true, ports)
+        let error = ControlPlane::start_with(&assets, &[], &tmp, true, ports)
             .await
             .err()
             .expect("the start fails");
@@ -964,7 +975,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
         let taken_port = taken.local_addr().expect("addr").port();
         let mut calls = 0;
-        let cp = ControlPlane::start_with(&assets, base.path(), false, || {
+        let cp = ControlPlane::start_with(&assets, &[], base.path(), false, || {
             calls += 1;
             if calls == 1 {
                 let [peer, secure] = free_ports::<2>()?;
@@ -1000,7 +1011,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
         let taken_port = taken.local_addr().expect("addr").port();
         let mut calls = 0;
-        let result = ControlPlane::start_with(&assets, base.path(), false, || {
+        let result = ControlPlane::start_with(&assets, &[], base.path(), false, || {
             calls += 1;
             let [peer, secure] = free_ports::<2>()?;
             Ok([taken_port, peer, secure])

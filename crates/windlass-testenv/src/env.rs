@@ -72,6 +72,7 @@ const NAMESPACE_READY_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct TestEnvBuilder {
     assets: Option<Assets>,
     simulator: Option<SimulatorConfig>,
+    apiserver_flags: Vec<String>,
 }
 
 impl Default for TestEnvBuilder {
@@ -79,6 +80,7 @@ impl Default for TestEnvBuilder {
         TestEnvBuilder {
             assets: None,
             simulator: Some(SimulatorConfig::default()),
+            apiserver_flags: Vec::new(),
         }
     }
 }
@@ -95,6 +97,13 @@ impl TestEnvBuilder {
         self.simulator
             .get_or_insert_with(SimulatorConfig::default)
             .nodes = nodes.max(1);
+        self
+    }
+
+    /// Pass `flag` (e.g. `--feature-gates=WatchList=false`) to kube-apiserver, after the
+    /// harness's own flags, to test against a server configured otherwise.
+    pub fn apiserver_flag(mut self, flag: impl Into<String>) -> Self {
+        self.apiserver_flags.push(flag.into());
         self
     }
 
@@ -210,7 +219,7 @@ fn run_environment(
                 Some(assets) => assets,
                 None => Assets::locate()?,
             };
-            let control_plane = ControlPlane::start(&assets).await?;
+            let control_plane = ControlPlane::start(&assets, &builder.apiserver_flags).await?;
             let admin = Client::try_from(control_plane.config.clone())
                 .map_err(|e| Error::kube("building the admin client", e))?;
             let simulator = match builder.simulator {

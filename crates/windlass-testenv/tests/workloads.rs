@@ -86,6 +86,35 @@ fn is_pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Test namespaces enforce the `restricted` Pod Security Standard: a Pod that does not meet
+/// it is refused, the same Pod with the restricted security contexts is admitted.
+#[tokio::test]
+async fn test_namespaces_refuse_pods_that_are_not_restricted() -> anyhow::Result<()> {
+    let env = TestEnv::shared().await?;
+    let ns = env.namespace("pod-security").await?;
+    let pods: Api<Pod> = ns.api(env.client()?);
+    let mut root = bare_pod("root", "Always", &BTreeMap::new())?;
+    if let Some(spec) = root.spec.as_mut() {
+        spec.security_context = None;
+        spec.containers[0].security_context = None;
+    }
+    match pods.create(&PostParams::default(), &root).await {
+        Err(kube::Error::Api(status)) => ensure!(
+            status.code == 403 && status.message.contains("violates PodSecurity \"restricted"),
+            "refused for another reason: {status:?}"
+        ),
+        Ok(_) => bail!("a Pod running as root with every capability was admitted"),
+        Err(e) => bail!("creating the Pod failed otherwise: {e}"),
+    }
+    pods.create(
+        &PostParams::default(),
+        &bare_pod("restricted", "Always", &BTreeMap::new())?,
+    )
+    .await
+    .context("the restricted Pod is admitted")?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn deployment_with_three_replicas_becomes_available() -> anyhow::Result<()> {
     let env = TestEnv::shared().await?;

@@ -413,6 +413,23 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn restricted_pod_sets_what_the_test_namespaces_enforce() {
+        // windlass-testenv spells the same contexts out for fixtures; the two must agree.
+        let spec = restricted_pod(PodSpec {
+            containers: vec![Container::default()],
+            ..Default::default()
+        });
+        assert_eq!(
+            spec.security_context,
+            Some(windlass_testenv::restricted_pod_security())
+        );
+        assert_eq!(
+            spec.containers[0].security_context,
+            Some(windlass_testenv::restricted_container_security())
+        );
+    }
+
+    #[test]
     fn restricted_pod_fills_what_is_open_and_keeps_what_is_set() {
         let spec = restricted_pod(PodSpec {
             security_context: Some(PodSecurityContext {

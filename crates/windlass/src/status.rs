@@ -138,8 +138,8 @@ impl schemars::JsonSchema for Status {
         // Written out rather than derived: the flattened `other` map would derive to
         // `additionalProperties`, which a structural CRD schema cannot combine with
         // `properties`; windlass's other fields are kept with preserve-unknown-fields. The
-        // summaries windlass alone writes are open objects: a derived schema would carry
-        // `default`s, which servers before 1.22 refuse in places.
+        // summaries windlass alone writes are open objects, so that their shape can grow
+        // without every operator's CRD changing with it.
         let condition = generator.subschema_for::<Condition>();
         let open = |description: &str| {
             schemars::json_schema!({

@@ -730,9 +730,9 @@ impl Component<BackupController> for Schedule {
 }
 
 /// `lastSchedule` from the CronJob's status; `lastSuccessfulBackup` and
-/// `lastSuccessfulJob` from the newest complete backup Job (the CronJob's status on
-/// Kubernetes before 1.21 has no `lastSuccessfulTime`, and one-off Jobs count too). Both
-/// only move forward: the CronJob deletes old Jobs.
+/// `lastSuccessfulJob` from the newest complete backup Job (not the CronJob's
+/// `lastSuccessfulTime`: one-off Jobs count too). Both only move forward: the CronJob deletes
+/// old Jobs.
 async fn observe_backups(
     session: &Session<BackupController>,
     objects: &[ManagedObject],

@@ -110,6 +110,7 @@ pub async fn run(
             &live,
             &stores,
             &watch,
+            initial_list,
             stream,
             &events,
             &*observer,
@@ -167,9 +168,11 @@ impl InitialList {
         Self::from_switch(std::env::var(WATCH_LIST_CLIENT_ENV).ok().as_deref())
     }
 
+    /// The switch is read as client-go reads it (Go's `strconv.ParseBool`): `0`, `f`, `F`,
+    /// `false`, `False` and `FALSE` turn streaming off; anything else leaves it on.
     fn from_switch(value: Option<&str>) -> Self {
-        match value.map(str::trim) {
-            Some(v) if v.eq_ignore_ascii_case("false") => InitialList::Paged,
+        match value {
+            Some("0" | "f" | "F" | "false" | "False" | "FALSE") => InitialList::Paged,
             _ => InitialList::Streaming,
         }
     }
@@ -187,18 +190,31 @@ impl InitialList {
     }
 }
 
-/// Whether `error` is the API server refusing a streaming list's parameters (`WatchList`
-/// off: 422 or 400 naming `sendInitialEvents`), rather than a failure worth a retry.
+/// The query parameters of a streaming list that a server without it refuses: with
+/// `WatchList` off, `sendInitialEvents` is forbidden; before Kubernetes 1.27 (and in
+/// aggregated API servers built on older libraries) `resourceVersionMatch` is forbidden on a
+/// watch.
+const STREAMING_PARAMETERS: [&str; 2] = ["sendInitialEvents", "resourceVersionMatch"];
+
+/// Whether `error` is the API server refusing a streaming list's parameters (400 or 422
+/// naming one of [`STREAMING_PARAMETERS`], in its causes or its message), rather than a
+/// failure worth a retry.
 fn refuses_streaming(error: &watcher::Error) -> bool {
     let status = match error {
         watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status,
         watcher::Error::WatchError(status) => status,
         _ => return false,
     };
-    matches!(status.code, 400 | 422) && status.message.contains("sendInitialEvents")
+    let names = |text: &str| STREAMING_PARAMETERS.iter().any(|p| text.contains(p));
+    let in_causes = status
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| names(&c.field)));
+    matches!(status.code, 400 | 422) && (in_causes || names(&status.message))
 }
 
 /// Why [`follow`] returned.
+#[derive(Debug, PartialEq, Eq)]
 enum Ended {
     /// The dispatcher is gone: stop.
     ReceiverGone,
@@ -208,11 +224,14 @@ enum Ended {
     Failed,
 }
 
-/// Follow one watcher stream until it fails or the receiver of `events` is gone.
+/// Follow one watcher stream, listing with `initial_list`, until it fails or the receiver
+/// of `events` is gone.
+#[allow(clippy::too_many_arguments)] // one watch's whole context; a struct would only rename it
 async fn follow(
     live: &LiveCluster,
     stores: &Stores,
     watch: &Watch,
+    initial_list: InitialList,
     stream: impl futures::Stream<Item = watcher::Result<Event<kube::core::DynamicObject>>>,
     events: &mpsc::Sender<SourceEvent>,
     observer: &dyn WatchObserver,
@@ -223,7 +242,9 @@ async fn follow(
     while let Some(item) = stream.next().await {
         let event = match item {
             Ok(event) => event,
-            Err(e) if refuses_streaming(&e) => return Ended::StreamingRefused,
+            Err(e) if initial_list == InitialList::Streaming && refuses_streaming(&e) => {
+                return Ended::StreamingRefused;
+            }
             Err(e) => {
                 tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; restarting it");
                 observer.failed(watch, &e);
@@ -404,7 +425,20 @@ mod tests {
             InitialList::from_switch(Some("true")),
             InitialList::Streaming
         );
-        assert_eq!(InitialList::from_switch(Some("False ")), InitialList::Paged);
+        for off in ["0", "f", "F", "false", "False", "FALSE"] {
+            assert_eq!(
+                InitialList::from_switch(Some(off)),
+                InitialList::Paged,
+                "{off}"
+            );
+        }
+        for on in ["1", "true", "fAlse", "no", ""] {
+            assert_eq!(
+                InitialList::from_switch(Some(on)),
+                InitialList::Streaming,
+                "{on}"
+            );
+        }
         let watch = Watch {
             type_ref: TypeRef::new("v1", "ConfigMap"),
             namespace: None,
@@ -433,6 +467,24 @@ mod tests {
         assert!(refuses_streaming(&watcher::Error::WatchError(status(
             400, refused
         ))));
+        // A server older than streaming lists refuses their resourceVersionMatch, and says
+        // which field in the causes.
+        let mut older = status(422, "ListOptions.meta.k8s.io \"\" is invalid");
+        older.details = Some(kube::core::response::StatusDetails {
+            causes: vec![kube::core::response::StatusCause {
+                field: "resourceVersionMatch".into(),
+                reason: "FieldValueForbidden".into(),
+                message: "Forbidden: resourceVersionMatch is forbidden for watch".into(),
+            }],
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+        assert!(refuses_streaming(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(older)
+        )));
         // Anything else is a failure to retry, streaming still.
         assert!(!refuses_streaming(&watcher::Error::WatchStartFailed(
             kube::Error::Api(status(403, "sendInitialEvents: forbidden by RBAC"))
@@ -442,5 +494,80 @@ mod tests {
             "too old resource version"
         ))));
         assert!(!refuses_streaming(&watcher::Error::NoResourceVersion));
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records what a watch reports about itself.
+    #[derive(Default)]
+    struct Reports(Mutex<Vec<String>>);
+
+    impl WatchObserver for Reports {
+        fn synced(&self, _: &Watch, synced: bool) {
+            self.0.lock().unwrap().push(format!("synced {synced}"));
+        }
+        fn failed(&self, _: &Watch, _: &watcher::Error) {
+            self.0.lock().unwrap().push("failed".into());
+        }
+    }
+
+    fn refusal() -> watcher::Error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(kube::core::Status {
+            code: 422,
+            message: "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch \
+                      unless the WatchList feature gate is enabled"
+                .into(),
+            ..Default::default()
+        })))
+    }
+
+    /// Follow a stream that fails at once with `error`, listing with `initial_list`.
+    async fn follow_failing(
+        initial_list: InitialList,
+        error: watcher::Error,
+    ) -> (Ended, Vec<String>) {
+        // A cluster that never gets a request: the stream is synthetic.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = LiveCluster::new(kube::Client::try_from(config).unwrap());
+        let watch = Watch {
+            type_ref: TypeRef::new("v1", "ConfigMap"),
+            namespace: None,
+            labels: None,
+        };
+        let (events, _receiver) = mpsc::channel(1);
+        let reports = Reports::default();
+        let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
+        let stream = futures::stream::iter([Err(error)]);
+        let ended = follow(
+            &live,
+            &Stores::new(),
+            &watch,
+            initial_list,
+            stream,
+            &events,
+            &reports,
+            &mut backoff,
+        )
+        .await;
+        (ended, reports.0.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_refused_streaming_list_switches_to_pages_without_counting_as_a_failure() {
+        let (ended, reports) = follow_failing(InitialList::Streaming, refusal()).await;
+        assert_eq!(ended, Ended::StreamingRefused);
+        assert!(reports.is_empty(), "{reports:?}");
+    }
+
+    #[tokio::test]
+    async fn the_same_error_on_a_paged_watch_is_a_failure_retried_with_back_off() {
+        let (ended, reports) = follow_failing(InitialList::Paged, refusal()).await;
+        assert_eq!(ended, Ended::Failed);
+        assert_eq!(reports, ["failed", "synced false"]);
     }
 }

@@ -136,6 +136,38 @@ fn generation_and_status<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, V
     .boxed()
 }
 
+/// Which kinds carry `metadata.generation`: those whose registry strategy sets it (Pods and
+/// Jobs too, on current servers) and those whose does not.
+fn generation_by_kind<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> {
+    async move {
+        let pod = json!({"securityContext": restricted_pod_security(), "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox", "securityContext": restricted_container_security()}]});
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns}, "spec": pod}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": ns},
+                "spec": {"template": {"spec": pod}}}),
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "cj", "namespace": ns},
+                "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": {"spec": pod}}}}}),
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "pdb", "namespace": ns},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}}),
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "np", "namespace": ns},
+                "spec": {"podSelector": {}}}),
+            configmap(ns, "cm", json!({"k": "v"})),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": ns}}),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc", "namespace": ns},
+                "spec": {"ports": [{"port": 80}]}}),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa", "namespace": ns}}),
+        ];
+        let mut seen = Vec::new();
+        for object in &objects {
+            let applied = c.apply(object, WriteMethod::Apply).await.unwrap();
+            seen.push(format!("{} generation: {:?}", object["kind"], applied.generation()));
+        }
+        seen
+    }
+    .boxed()
+}
+
 fn workload_generation<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> {
     async move {
         let deployment = |replicas: i64, labels: Value| json!({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -378,6 +410,11 @@ async fn generation_and_status_subresource() {
 #[tokio::test]
 async fn workload_generations() {
     compare("workload generation", workload_generation).await;
+}
+
+#[tokio::test]
+async fn generations_by_kind() {
+    compare("generation by kind", generation_by_kind).await;
 }
 
 #[tokio::test]

@@ -44,7 +44,7 @@ pub async fn live() -> (Arc<LiveCluster>, &'static TestEnv) {
 }
 
 /// Install the CRD of `K` and wait until the server serves the kind.
-async fn install_crd<K: kube::CustomResourceExt + kube::Resource<DynamicType = ()>>(
+pub(crate) async fn install_crd<K: kube::CustomResourceExt + kube::Resource<DynamicType = ()>>(
     cluster: &LiveCluster,
 ) {
     let crd = serde_json::to_value(K::crd()).unwrap();

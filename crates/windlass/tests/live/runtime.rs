@@ -255,6 +255,52 @@ async fn the_watches_fill_their_stores_from_streaming_lists_not_lists() {
     }
 }
 
+/// A server without streaming lists (its `WatchList` feature switched off) refuses them:
+/// the watches fall back to paged lists and fill their stores all the same.
+#[tokio::test]
+async fn where_the_server_refuses_streaming_lists_the_watches_list_in_pages() {
+    let env = windlass_testenv::TestEnv::builder()
+        .without_simulator()
+        .apiserver_flag("--feature-gates=WatchList=false")
+        .start()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let admin = windlass::cluster::LiveCluster::new(env.client().unwrap());
+    crate::install_crd::<windlass::testing::Widget>(&admin).await;
+    let ns = env.namespace("runtime-paged").await.unwrap();
+    for name in ["p1", "p2"] {
+        admin
+            .apply(&widget(ns.name(), name, json!({})), WriteMethod::Update)
+            .await
+            .unwrap();
+    }
+    let counter = RequestCounter::new();
+    let client = counter.client(env.kube_config()).unwrap();
+    let library = LibraryConfig {
+        watch_namespace: ns.name().to_string(),
+        ..LibraryConfig::default()
+    };
+    let manager = Manager::new(client, library)
+        .controller(three_configmaps())
+        .initial_list(InitialList::Streaming);
+    let cache = manager.cluster().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
+    eventually("the Widget watch has listed both CRs in pages", || async {
+        cache.stores().is_synced(&widgets, Some(ns.name()))
+            && cache.stores().objects(&widgets).len() == 2
+    })
+    .await;
+    let counts = counter.take();
+    println!("streaming refused:\n{counts}");
+    assert!(counts.of(Verb::List, "widgets") >= 1, "{counts}");
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn a_list_of_a_kind_watched_whole_is_answered_from_the_watch_with_its_own_writes() {
     let (admin, env) = live().await;
