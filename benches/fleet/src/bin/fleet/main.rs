@@ -660,8 +660,8 @@ impl Scrape {
         self.0
             .iter()
             .filter(|((n, labels), _)| n == name && pick(labels))
-            .map(|(_, v)| v)
-            .sum()
+            // A fold from +0.0: `sum` of no samples is -0.0, which prints as "-0".
+            .fold(0.0, |total, (_, v)| total + v)
     }
 
     fn requests(&self, verbs: &[&str]) -> f64 {
