@@ -22,9 +22,9 @@
 #      is built in the same module, at the go.etcd.io/etcd/server/v3 version that
 #      k8s.io/kubernetes itself requires (the etcd its own integration tests run). The version
 #      is stamped into the binaries (k8s.io/component-base/version), so discovery and
-#      `--version` report it. A cold run takes about 7 minutes on an idle 2-core machine
+#      `--version` report it. A cold run takes about 6 minutes on an idle 2-core machine
 #      (module download well under a minute, then the compile) and ~5 GB of disk while it
-#      runs; the cache itself is ~320 MB.
+#      runs; the cache itself is ~300 MB.
 #
 # Nothing on the machine is changed but the cache: no root, no apt. The Go module and build
 # caches of the build live in the build tree next to the cache (never in the repository, never
@@ -120,7 +120,7 @@ command -v go >/dev/null 2>&1 \
     || die "the go command is not on PATH: building Kubernetes v$K8S_VERSION needs Go (from go.dev; Debian bookworm's golang is too old), or set WINDLASS_K8S_ASSETS to a directory with ${BINARIES[*]}"
 
 log "no complete cache in $DEST: building Kubernetes v$K8S_VERSION from the Go module proxy"
-log "(a cold build takes about 7 minutes on 2 idle cores and ~5 GB of disk; later runs reuse the cache)"
+log "(a cold build takes about 6 minutes on 2 idle cores and ~5 GB of disk; later runs reuse the cache)"
 
 rm -rf "$BUILD_DIR"
 mkdir -p "$BUILD_DIR/src" "$BUILD_DIR/out"

@@ -508,6 +508,20 @@ async fn run_command<C: Controller>(
             }
         }
     }
+    if crs.is_empty() && ok {
+        // Exit 0 with nothing printed would read as "all is well".
+        eprintln!(
+            "{} hold no {} ({}): there is nothing to reconcile",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            target.kind,
+            target.api_version
+        );
+        return ExitCode::from(2);
+    }
 
     let reconciler = Reconciler::new(controller, memory.clone(), config)
         .with_observer(Printer { out: out.clone() });
@@ -531,9 +545,11 @@ async fn run_command<C: Controller>(
             crs.push(&report.cr);
         }
     }
+    let mut summary = Vec::new();
     for cr in crs {
         let last = reports.iter().rev().find(|r| &r.cr == cr);
-        ok &= last.is_some_and(|r| r.error.is_none());
+        let succeeded = last.is_some_and(|r| r.error.is_none());
+        ok &= succeeded;
         match memory.get(cr).await {
             Ok(Some(live)) => {
                 out.line(format!("{} {} status:", cr.kind, cr.name));
@@ -542,14 +558,53 @@ async fn run_command<C: Controller>(
                     Ok(yaml) => yaml.lines().for_each(|l| out.line(format!("  {l}"))),
                     Err(e) => out.line(format!("  (cannot print the status: {e})")),
                 }
+                summary.push(summary_line(cr, Some(&live), succeeded));
             }
-            _ => out.line(format!("{} {} is gone", cr.kind, cr.name)),
+            _ => {
+                out.line(format!("{} {} is gone", cr.kind, cr.name));
+                summary.push(summary_line(cr, None, succeeded));
+            }
         }
+    }
+    // One line per CR at the end, for a reader who scrolled past the rollouts.
+    out.line("summary:");
+    for line in summary {
+        out.line(line);
     }
     if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `✓ WebApp default/shop: Ready`, `… WebApp default/shop: not Ready (VerifyWait: …)` or
+/// `✗ WebApp default/shop: not Ready (ConfigError: …)`: one CR's outcome in a line, from its
+/// `Ready` condition and whether its last reconcile failed.
+fn summary_line(cr: &ObjectRef, live: Option<&Value>, succeeded: bool) -> String {
+    let name = match &cr.namespace {
+        Some(namespace) => format!("{} {namespace}/{}", cr.kind, cr.name),
+        None => format!("{} {}", cr.kind, cr.name),
+    };
+    let Some(live) = live else {
+        let mark = if succeeded { "✓" } else { "✗" };
+        return format!("{mark} {name}: gone");
+    };
+    let ready = live["status"]["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Ready"));
+    match ready {
+        Some(c) if c["status"] == "True" && succeeded => format!("✓ {name}: Ready"),
+        Some(c) => {
+            // Waiting without an error (a dependency not ready yet) is not a failure.
+            let mark = if succeeded { "…" } else { "✗" };
+            let reason = c["reason"].as_str().unwrap_or("no reason");
+            let message = c["message"].as_str().unwrap_or_default();
+            let message = message.lines().next().unwrap_or_default();
+            format!("{mark} {name}: not Ready ({reason}: {message})")
+        }
+        None if succeeded => format!("✓ {name}: reconciled (no Ready condition)"),
+        None => format!("✗ {name}: no Ready condition"),
     }
 }
 

@@ -72,6 +72,10 @@ pub fn init(config: &LibraryConfig) {
     });
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_thread_ids(config.log_thread_id);
     let fmt = if config.log_json {
         fmt.json().with_filter(ReconcileFilter::new(base)).boxed()
@@ -79,6 +83,13 @@ pub fn init(config: &LibraryConfig) {
         fmt.with_filter(ReconcileFilter::new(base)).boxed()
     };
     let _ = tracing_subscriber::registry().with(fmt).try_init();
+}
+
+/// Whether log lines get colour: only on a terminal, and not when `NO_COLOR` is set to
+/// anything but the empty string (no-color.org). A log piped into a file or collected by a
+/// container runtime would otherwise carry escape codes.
+fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Per-CR logging overrides, by reconcile id, while those reconciles run.
@@ -250,6 +261,18 @@ impl tracing::field::Visit for IdVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour(true, None));
+        assert!(
+            colour(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None), "a pipe or a file gets plain text");
+    }
 
     #[test]
     fn directives_combine_level_and_filters() {

@@ -734,34 +734,57 @@ pub(crate) async fn prune_removed_components<C: Controller>(
     Ok(())
 }
 
-/// Delete recorded objects of `component`, each only if it is still the object
-/// windlass applied (its uid); forget those that are gone. Returns what was deleted.
+/// Delete recorded objects of `component`, each only if it is still the object windlass
+/// applied for this CR: it carries this CR's ownership label, and the uid recorded (a
+/// precondition the server checks too, for a replacement made meanwhile). The inventory
+/// lives in the status, which others may be allowed to write: an entry naming someone
+/// else's object must never get it deleted. Entries for objects that are gone or not this
+/// CR's are forgotten. Returns what was deleted.
 async fn delete_recorded<C: Controller>(
     session: &Session<C>,
     component: &str,
     objects: Vec<(ObjectRef, String)>,
 ) -> Result<Vec<ObjectRef>> {
+    let owner = session.manifest().uid();
+    let forget = |reference: &ObjectRef| {
+        session
+            .ledger()
+            .inventory_mut(|i| i.forget(component, reference));
+    };
     let mut deleted = Vec::new();
     for (reference, uid) in objects {
-        let outcome = match session.cluster().delete(&reference, Some(&uid)).await {
+        let live = match session.cluster().get_own(&reference).await {
             // The kind is no longer served: nothing of it can exist.
-            Err(ClusterError::UnknownKind { .. }) => Deletion::NotFound,
+            Err(ClusterError::UnknownKind { .. }) => None,
             other => other?,
         };
-        match outcome {
+        let Some(live) = live else {
+            forget(&reference);
+            continue;
+        };
+        if owner.is_none() || live.label(annotations::OWNER_UID) != owner {
+            tracing::warn!(
+                object = %reference,
+                component,
+                "status.inventory names an object that does not carry this resource's {} label; it is left alone",
+                annotations::OWNER_UID
+            );
+            forget(&reference);
+            continue;
+        }
+        if live.uid() != Some(uid.as_str()) {
+            // Replaced since windlass applied it: not the object recorded.
+            forget(&reference);
+            continue;
+        }
+        match session.cluster().delete(&reference, Some(&uid)).await? {
             Deletion::Deleted => {
-                session
-                    .ledger()
-                    .inventory_mut(|i| i.forget(component, &reference));
+                forget(&reference);
                 deleted.push(reference);
             }
             // Finalizers hold it: it stays recorded until it is gone.
             Deletion::Terminating => deleted.push(reference),
-            Deletion::NotFound => {
-                session
-                    .ledger()
-                    .inventory_mut(|i| i.forget(component, &reference));
-            }
+            Deletion::NotFound => forget(&reference),
         }
     }
     Ok(deleted)

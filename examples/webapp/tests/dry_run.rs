@@ -52,6 +52,45 @@ async fn the_quick_start_prints_the_rollout_and_a_stable_status() {
         "{out}"
     );
     assert!(out.contains("webAppStatus: Completed"), "{out}");
+    // The last lines sum the run up, one per CR.
+    let summary = out.split("summary:\n").nth(1).unwrap_or_default();
+    assert_eq!(summary.trim(), "✓ WebApp shop/shop: Ready", "{out}");
+}
+
+#[tokio::test]
+async fn a_file_without_a_webapp_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("other.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: not-a-webapp}\n",
+    )
+    .unwrap();
+    let (code, out) = cli(&["run", "--dry-run", file.to_str().unwrap()]).await;
+    assert_eq!(code, ExitCode::from(2), "{out}");
+    assert!(!out.contains("summary:"), "nothing was reconciled: {out}");
+}
+
+/// Log lines carry no colour codes when stderr is not a terminal (a pipe here; a file or a
+/// container runtime's log in production).
+#[test]
+fn a_piped_log_has_no_colour_codes() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
+        .args(["run", "--dry-run", SHOP, "--log_level", "debug"])
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        log.contains("DEBUG"),
+        "the run logged nothing to judge:\n{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "escape codes in a piped log:\n{log}"
+    );
 }
 
 #[tokio::test]
@@ -68,6 +107,11 @@ async fn a_malformed_cr_exits_non_zero_with_a_config_error_status() {
     // The good CR in the same run still rolled out.
     assert!(
         out.contains("WebApp good status:") && out.contains("webAppStatus: Completed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("✗ WebApp default/bad: not Ready (ConfigError: ")
+            && out.contains("✓ WebApp default/good: Ready"),
         "{out}"
     );
 }

@@ -4,7 +4,7 @@ use serde_json::json;
 use windlass::Error;
 use windlass::reconcile::Outcome;
 use windlass::testing::{
-    Behaviour, DummyComponent, DummyController, Hooks, TestEnv, assert_condition,
+    Behaviour, DummyComponent, DummyController, Hooks, TEST_NAMESPACE, TestEnv, assert_condition,
 };
 
 use crate::support::{available, cm_ref, deployment, deployment_ref};
@@ -305,4 +305,54 @@ async fn a_secret_applied_with_string_data_is_not_rewritten_on_the_next_pass() {
     env.log.clear();
     assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
     assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
+}
+
+/// `status.inventory` is written with the status, which others may be allowed to write. An
+/// entry forged to name someone else's object (unlabelled, or labelled for another CR) gets
+/// it neither pruned, as a leftover of a component, nor deleted, as a component that is
+/// gone: windlass deletes only objects that carry this CR's ownership label.
+#[tokio::test]
+async fn a_forged_inventory_entry_never_gets_another_object_deleted() {
+    let controller =
+        DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
+    let env = TestEnv::new(controller).await;
+    let plain = env
+        .apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "users-config", "namespace": TEST_NAMESPACE}}))
+        .await;
+    let foreign = env
+        .apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "another-crs-config", "namespace": TEST_NAMESPACE,
+                "labels": {(windlass::annotations::OWNER_UID): "the-uid-of-another-cr"}}}))
+        .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+
+    let mut status = env.status(&cr).await;
+    let entry = |component: &str, victim: &serde_json::Value| {
+        json!({"component": component, "apiVersion": "v1", "kind": "ConfigMap",
+            "namespace": TEST_NAMESPACE, "name": victim["metadata"]["name"],
+            "uid": victim["metadata"]["uid"]})
+    };
+    let inventory = status["inventory"].as_array_mut().expect("an inventory");
+    // A leftover of a component that deploys, and an entry of a component that is gone.
+    inventory.push(entry("web", &plain));
+    inventory.push(entry("gone", &foreign));
+    env.set_status(&cr, status).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+
+    for victim in [&plain, &foreign] {
+        let name = victim["metadata"]["name"].as_str().unwrap();
+        assert!(
+            env.get(&cm_ref(name)).await.is_some(),
+            "{name} was deleted through a forged inventory entry"
+        );
+    }
+    let recorded = env.status(&cr).await["inventory"].to_string();
+    assert!(
+        !recorded.contains("users-config") && !recorded.contains("another-crs-config"),
+        "the forged entries are forgotten: {recorded}"
+    );
+    assert!(env.get(&cm_ref("a-web")).await.is_some());
 }
