@@ -1,4 +1,4 @@
-//! Exponential back-off with an optional jitter (yaook's `ExponentialBackOff`, F249).
+//! Exponential back-off with an optional jitter (yaook's `ExponentialBackOff`).
 //!
 //! A [`BackOffPolicy`] is the immutable shape of a back-off: where it starts, the factor it grows
 //! by, where it stops, and how much jitter to add. An [`ExponentialBackOff`] is one running

@@ -1,5 +1,5 @@
-//! Heat-style periodic tasks (F252–F255): a named set of tasks, each run every
-//! `ticks_between_runs + 1` ticks of a periodic scheduler.
+//! Heat-style periodic tasks: a named set of tasks, each run every `ticks_between_runs + 1`
+//! ticks of a periodic scheduler.
 //!
 //! Heat collects decorated methods with a metaclass; here a [`PeriodicTaskSet`] is built
 //! explicitly (the "class": names, order, `ticks_between_runs`, the functions), and
@@ -43,7 +43,7 @@
 //!   task ([`ErrorPolicy::LogAndContinue`]), unless the tick was asked to raise
 //!   ([`ErrorPolicy::Raise`]): then the tick stops at that task and returns its error.
 //!
-//! # Fixed quirk Q14
+//! # Skip counters per instance
 //!
 //! In Heat the skip counters live on the class, so every instance of a manager class shares
 //! them and two instances each advance the other's schedule. Here every [`PeriodicTasks`] made

@@ -1,5 +1,5 @@
-//! A de-duplicating, retrying task queue keyed by `K` (yaook's `TaskQueue`, F250), shaped to
-//! be the reconcile queue of an operator.
+//! A de-duplicating, retrying task queue keyed by `K` (yaook's `TaskQueue`), shaped to be the
+//! reconcile queue of an operator.
 //!
 //! A [`TaskQueue`] holds at most one entry per key. Producers call [`enqueue`](TaskQueue::enqueue)
 //! (run as soon as possible) or [`enqueue_after`](TaskQueue::enqueue_after) /

@@ -1,5 +1,5 @@
 //! A background task that is restarted with exponential back-off when it crashes (yaook's
-//! `RestartingTask`, F251). Meant for the loops an operator must keep alive: watch streams,
+//! `RestartingTask`). Meant for the loops an operator must keep alive: watch streams,
 //! leader election, periodic resyncs.
 //!
 //! ```

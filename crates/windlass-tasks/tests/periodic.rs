@@ -147,7 +147,7 @@ async fn raise_on_error_stops_the_tick_at_the_failing_task() -> Result<()> {
     Ok(())
 }
 
-/// Quirk Q14 fixed: in Heat all instances of a class share the skip counters.
+/// Each instance has its own skip counters; in Heat all instances of a class share them.
 #[tokio::test]
 async fn skip_counters_belong_to_each_instance() -> Result<()> {
     let set = recording(PeriodicTaskSet::new("M"), "n2", 2)?;

@@ -1,4 +1,4 @@
-//! Extensions for windlass operators, each behind a feature (oper8's `oper8.x`, F228–F240):
+//! Extensions for windlass operators, each behind a feature:
 //!
 //! - `postgres`, `redis`, `cos`: connections to the datastores a CR points at or the
 //!   operator deploys, read from the CR's `spec.datastores` and the Secrets it names;
@@ -6,7 +6,7 @@
 //!   behind a registry so another source of TLS material can be plugged in;
 //! - replica counts that keep an autoscaler's choice.
 //!
-//! The dependency-hash restart (F236) lives in `windlass` itself, so every component can
+//! The dependency-hash restart lives in `windlass` itself, so every component can
 //! use it with one option.
 
 #[cfg(any(feature = "postgres", feature = "redis", feature = "cos"))]

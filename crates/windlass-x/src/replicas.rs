@@ -1,4 +1,4 @@
-//! Replica counts by instance size that leave an autoscaler's choice alone (oper8 F235).
+//! Replica counts by instance size that leave an autoscaler's choice alone.
 //!
 //! A CR says how big an instance is (`spec.size`: `small`, `large`, …) and the backend
 //! config says how many replicas each component gets at each size
@@ -37,10 +37,10 @@
 //! apply entry, so its count is never windlass's, and a PUT without `spec.replicas`
 //! resets it to 1. Such a component puts [`Replicas::count_or_live`] into the field.
 //!
-//! **The label.** oper8 wrote a bare `instance-size`. Unprefixed label keys are the
-//! user's; the `app.kubernetes.io/` prefix is for the labels Kubernetes recommends, and
-//! this is none of them. So it is [`INSTANCE_SIZE`], `windlass.dev/instance-size`, beside
-//! windlass's other labels.
+//! **The label.** Not a bare `instance-size`: unprefixed label keys are the user's; the
+//! `app.kubernetes.io/` prefix is for the labels Kubernetes recommends, and this is none of
+//! them. So it is [`INSTANCE_SIZE`], `windlass.dev/instance-size`, beside windlass's other
+//! labels.
 //!
 //! ```
 //! use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};

@@ -1,7 +1,7 @@
-//! Replica counts (F235) through whole reconciles: on the in-memory cluster, where another
-//! field manager's update takes `spec.replicas` away from windlass as it does on a real
-//! server, and on the real control plane, with a scale through the `/scale` subresource
-//! (what `kubectl scale` and the HorizontalPodAutoscaler do).
+//! Replica counts through whole reconciles: on the in-memory cluster, where another field
+//! manager's update takes `spec.replicas` away from windlass as it does on a real server, and
+//! on the real control plane, with a scale through the `/scale` subresource (what
+//! `kubectl scale` and the HorizontalPodAutoscaler do).
 
 #![allow(clippy::unwrap_used)]
 

@@ -1,6 +1,6 @@
-//! The shared connection rules (oper8 F229–F233) through whole reconciles on windlass's
-//! in-memory cluster: a component asks the registry for a connection while it renders, and
-//! what the CR and its Secrets say decides what it gets, or which error names the problem.
+//! The shared connection rules through whole reconciles on windlass's in-memory cluster: a
+//! component asks the registry for a connection while it renders, and what the CR and its
+//! Secrets say decides what it gets, or which error names the problem.
 
 #![cfg(all(feature = "postgres", feature = "redis", feature = "cos"))]
 #![allow(clippy::unwrap_used)]

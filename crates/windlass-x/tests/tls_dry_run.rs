@@ -1,6 +1,6 @@
-//! The TLS contexts (F239, F240) in whole reconciles on windlass's in-memory cluster: the
-//! CA is made once and reused, a steady reconcile writes nothing, partial or changed
-//! material is handled as documented, and bad config is a config error naming the field.
+//! The TLS contexts in whole reconciles on windlass's in-memory cluster: the CA is made once
+//! and reused, a steady reconcile writes nothing, partial or changed material is handled as
+//! documented, and bad config is a config error naming the field.
 
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used)]

@@ -1,6 +1,6 @@
-//! The TLS primitives (F238), read back with an independent X.509 parser and used in real
-//! rustls handshakes: what the CA and the certificates it issues really contain, that the
-//! chain verifies, and that stored material is judged by verification.
+//! The TLS primitives, read back with an independent X.509 parser and used in real rustls
+//! handshakes: what the CA and the certificates it issues really contain, that the chain
+//! verifies, and that stored material is judged by verification.
 
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used)]

@@ -1,16 +1,14 @@
-//! The annotations windlass reads and writes (oper8 F62–F63), under windlass's own domain.
-//!
-//! oper8 used `oper8.org/…`; windlass uses `windlass.dev/…` with the same names, so a
-//! migrated operator renames the prefix and nothing else.
+//! The annotations windlass reads and writes, all under windlass's own domain,
+//! `windlass.dev/`.
 
-/// `"true"` (any case) pauses reconciliation of the CR, finalizers included (F62, F112).
+/// `"true"` (any case) pauses reconciliation of the CR, finalizers included.
 pub const PAUSE_EXECUTION: &str = "windlass.dev/pause-execution";
 /// Name of a ConfigMap in the CR's namespace whose `data` are backend config defaults;
-/// only the part before the first `/` is used (F117).
+/// only the part before the first `/` is used.
 pub const CONFIG_DEFAULTS: &str = "windlass.dev/config-defaults";
-/// JSON index of temporary patches: `{name: {timestamp, api_version, kind?}}` (F118).
+/// JSON index of temporary patches: `{name: {timestamp, api_version, kind?}}`.
 pub const TEMPORARY_PATCHES: &str = "windlass.dev/temporary-patches";
-/// Stamped on every rendered object: `<component>.<resource>` (F26, F76).
+/// Stamped on every rendered object: `<component>.<resource>`.
 pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
 /// SHA-256 of the manifest windlass last applied to an object. An object is written again
 /// when its desired manifest hashes differently (so fields the operator stopped setting are
@@ -21,13 +19,13 @@ pub const APPLIED_HASH: &str = "windlass.dev/applied-hash";
 /// On the pod template of a workload rendered with
 /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change):
 /// SHA-256 of the Secrets and ConfigMaps its pods read, so that a change of their data rolls
-/// the pods (F236, see [`crate::dependency_hash`]).
+/// the pods (see [`crate::dependency_hash`]).
 pub const DEPENDENCY_HASH: &str = "windlass.dev/dependency-hash";
 
-/// The annotation lock (F182): the identity (pod name) of the replica that holds the lock
+/// The annotation lock: the identity (pod name) of the replica that holds the lock
 /// on this CR.
 pub const LEASE_NAME: &str = "windlass.dev/lease-name";
-/// The annotation lock (F182): when the holder last took or renewed the lock, RFC 3339 in
+/// The annotation lock: when the holder last took or renewed the lock, RFC 3339 in
 /// UTC; the lock expires `python_watch_manager.lock.duration` later.
 pub const LEASE_TIME: &str = "windlass.dev/lease-time";
 
@@ -37,16 +35,17 @@ pub const LEASE_TIME: &str = "windlass.dev/lease-time";
 pub const OWNER_UID: &str = "windlass.dev/owner-uid";
 /// Label on every object windlass applies: the component that rendered it.
 pub const COMPONENT: &str = "windlass.dev/component";
-/// Per-CR log level override (F114).
+/// Per-CR log level override.
 pub const LOG_DEFAULT_LEVEL: &str = "windlass.dev/log-default-level";
-/// Per-CR log filters (F114).
+/// Per-CR log filters.
 pub const LOG_FILTERS: &str = "windlass.dev/log-filters";
-/// Per-CR JSON logging switch (F114).
+/// Per-CR JSON logging switch: passed on to child CRs, not acted on (the log format is
+/// one per process).
 pub const LOG_JSON: &str = "windlass.dev/log-json";
-/// Per-CR thread-id logging switch (F114).
+/// Per-CR thread-id logging switch: passed on to child CRs, not acted on.
 pub const LOG_THREAD_ID: &str = "windlass.dev/log-thread-id";
 
-/// Annotations a parent CR passes on to the child CRs it renders (F63): config defaults,
+/// Annotations a parent CR passes on to the child CRs it renders: config defaults,
 /// the log switches and pause. Temporary patches are deliberately not passed on.
 pub const PASSTHROUGH: [&str; 6] = [
     CONFIG_DEFAULTS,
@@ -57,7 +56,7 @@ pub const PASSTHROUGH: [&str; 6] = [
     PAUSE_EXECUTION,
 ];
 
-/// The annotations of `manifest` that a parent passes on to the CRs it renders (F217):
+/// The annotations of `manifest` that a parent passes on to the CRs it renders:
 /// put them on a child CR's metadata so that pausing or configuring the parent reaches it.
 ///
 /// ```

@@ -10,13 +10,13 @@
 //! <kind>-operator manifests CR.yaml… --image IMG [--namespace NS] [--replicas N] [--name N]
 //!                                                   print what installs the operator (see crate::install)
 //! <kind>-operator check-heartbeat -d SECONDS [-f FILE]
-//!                                                   exit 1 if the heartbeat file is older (F9)
+//!                                                   exit 1 if the heartbeat file is older
 //! ```
 //!
 //! Every subcommand takes the library configuration as flags (`--<dotted.key>[=value]`,
 //! with `-` accepted for `_`), on top of the environment (`UPPER_SNAKE` keys) and an
-//! optional `--config FILE` (F2, F3). As in oper8, a command line that does not start with
-//! a subcommand is a `run` (F1).
+//! optional `--config FILE`. A command line that does not start with a subcommand is a
+//! `run`.
 //!
 //! ```no_run
 //! # struct MyController;
@@ -198,7 +198,7 @@ where
     T: Into<OsString>,
 {
     let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // F1: no subcommand means `run`.
+    // No subcommand means `run`.
     if args.len() == 1 {
         args.push("run".into());
     } else if let Some(first) = args.get(1).and_then(|a| a.to_str())
@@ -525,7 +525,7 @@ async fn run_command<C: Controller>(
 
     let reconciler = Reconciler::new(controller, memory.clone(), config)
         .with_observer(Printer { out: out.clone() });
-    // CRs that the rollouts create, change or delete are reconciled too (F161, F162).
+    // CRs that the rollouts create, change or delete are reconciled too.
     let reports = DryRun::new(reconciler, memory.clone())
         .run(crs, |report| {
             out.line(match (&report.outcome, &report.error) {
@@ -630,7 +630,7 @@ pub(crate) async fn store(memory: &MemoryCluster, mut doc: Value) -> Result<Valu
 }
 
 /// Every YAML document in a file, or in the `*.yaml`/`*.yml` files directly in a
-/// directory (F6), in file-name order.
+/// directory, in file-name order.
 fn read_manifests(path: &Path, must_be_dir: bool) -> Result<Vec<(PathBuf, Value)>, String> {
     let files = if path.is_dir() {
         let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -828,7 +828,7 @@ async fn manifests_command<C: Controller>(
     }
 }
 
-/// `check-heartbeat` (F9): the file must exist and hold a beat at most `--delta` seconds
+/// `check-heartbeat`: the file must exist and hold a beat at most `--delta` seconds
 /// old; exit 1 with the reason otherwise.
 fn check_heartbeat_command(config: &LibraryConfig, matches: &ArgMatches, out: Output) -> ExitCode {
     let Some(file) = matches

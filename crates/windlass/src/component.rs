@@ -1,5 +1,4 @@
-//! Components: named groups of related objects that deploy, verify and disable together
-//! (oper8 F73–F84).
+//! Components: named groups of related objects that deploy, verify and disable together.
 //!
 //! A component renders typed Kubernetes objects into [`Resources`]; windlass does the rest:
 //! patches, the internal-name annotation, owner references, applying in order, skipping
@@ -77,7 +76,7 @@ pub trait Component<C: Controller>: Send + Sync {
     /// Whether the deployed objects are ready: `Ok(())`, or [`Error::not_yet`] with what
     /// is not. The default checks each object by its kind's rule or its own verify
     /// function, naming the first one that is not ready; in dry-run it passes without
-    /// looking (F82).
+    /// looking.
     async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<()> {
         if session.dry_run() {
             return Ok(());
@@ -85,7 +84,7 @@ pub trait Component<C: Controller>: Send + Sync {
         crate::verify::verify_objects(session.cluster(), objects).await
     }
 
-    /// A last chance to edit each rendered manifest, after patches and annotations (F76).
+    /// A last chance to edit each rendered manifest, after patches and annotations.
     fn update_object_definition(
         &self,
         _session: &Session<C>,
@@ -122,7 +121,7 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceId(NodeId);
 
-/// The objects a component renders, with their order (F74, F75), and the labels of this
+/// The objects a component renders, with their order, and the labels of this
 /// component's pods.
 ///
 /// [`Component::render`] fills it. Objects are applied in the order their dependencies
@@ -278,7 +277,7 @@ impl Resources {
 
     /// Add an object (a k8s-openapi struct, a CR, or a `json!` manifest) under a name
     /// unique in this component. `null` fields are dropped and the namespace defaults to
-    /// the CR's (F74).
+    /// the CR's.
     pub fn add<T: Serialize + ?Sized>(&mut self, name: &str, object: &T) -> Result<ResourceId> {
         self.add_with(name, object, ResourceOptions::default())
     }
@@ -319,7 +318,7 @@ impl Resources {
             .map_err(|e| Error::config(format!("component \"{}\" resource: {e}", self.component)))
     }
 
-    /// Apply `resource` only after `upstream` (within this component, F75).
+    /// Apply `resource` only after `upstream` (within this component).
     pub fn depends_on(&mut self, resource: ResourceId, upstream: ResourceId) -> Result<()> {
         self.graph
             .add_dependency(resource.0, upstream.0, ())
@@ -336,7 +335,7 @@ impl Resources {
         self.graph.is_empty()
     }
 
-    /// The resources in apply order (dependencies first, then by name, F76) with their
+    /// The resources in apply order (dependencies first, then by name) with their
     /// internal names `<component>.<resource>`.
     pub(crate) fn into_ordered(mut self) -> Vec<(String, Value, ResourceOptions)> {
         let order = self.graph.topology();

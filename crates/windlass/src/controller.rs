@@ -1,5 +1,5 @@
 //! The controller: binds a CR kind to the graph of components it owns, and carries the
-//! rollout hooks (oper8 F65–F72).
+//! rollout hooks.
 //!
 //! ```
 //! use windlass::prelude::*;
@@ -67,7 +67,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
     type Resource: PrimaryResource;
 
     /// The backend config, layered: `Config::default()` ← the config-defaults ConfigMap ←
-    /// the CR's `spec.configOverrides` (F117); a key of the wrong type is a config error
+    /// the CR's `spec.configOverrides`; a key of the wrong type is a config error
     /// naming it. [`NoConfig`] when the operator has none. Read it with
     /// [`Session::config`].
     type Config: Serialize + DeserializeOwned + Default + JsonSchema + Send + Sync + 'static;
@@ -78,11 +78,11 @@ pub trait Controller: Send + Sync + Sized + 'static {
     /// Components set the author's fields with [`Session::update_status`].
     type Status: Serialize + DeserializeOwned + Default + Clone + Send + Sync + 'static;
 
-    /// Build the component graph for one reconcile of the CR (F69). Return
+    /// Build the component graph for one reconcile of the CR. Return
     /// [`Error::Config`] for a CR that cannot be rolled out.
     fn components(&self, session: &Session<Self>) -> Result<Components<Self>>;
 
-    /// The finalizer this controller puts on its CRs, or `None` for no finalizer (F66).
+    /// The finalizer this controller puts on its CRs, or `None` for no finalizer.
     /// When set, [`Controller::finalize_components`] runs when a CR is deleted, and the
     /// finalizer is removed once that rollout needs no requeue.
     /// [`default_finalizer`] gives the conventional name.
@@ -96,8 +96,8 @@ pub trait Controller: Send + Sync + Sized + 'static {
         Ok(Components::new())
     }
 
-    /// This controller's own watch filters, applied on top of the configured global one
-    /// (oper8's `pwm_filters`, F187): a filter for every watched kind, or for one kind.
+    /// This controller's own watch filters, applied on top of the configured global one:
+    /// a filter for every watched kind, or for one kind.
     /// Dependent watches AND them with [`DependentWatch`](crate::runtime::filter::DependentWatch).
     /// By default none: the global filter alone decides.
     ///
@@ -129,7 +129,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
     }
 
     /// Kinds to watch besides the CR's and the ones its components render, each with the
-    /// CRs an object concerns (oper8's dependent watches, F183–F186); see
+    /// CRs an object concerns; see
     /// [`ExtraWatch`](crate::runtime::source::ExtraWatch). By default none. Their objects
     /// also serve the reconcile's reads of that kind from memory. A kind the components
     /// also render is then watched only by this watch (with its label selector, if any),
@@ -138,12 +138,12 @@ pub trait Controller: Send + Sync + Sized + 'static {
         Vec::new()
     }
 
-    /// Defaults merged under the CR before it is parsed: the CR wins (F68, F119).
+    /// Defaults merged under the CR before it is parsed: the CR wins.
     fn cr_defaults(&self) -> Value {
         Value::Object(Map::new())
     }
 
-    /// After every component deployed and verified its deploy step (F70, F106).
+    /// After every component deployed and verified its deploy step.
     async fn after_deploy(&self, _session: &Session<Self>) -> Result<()> {
         Ok(())
     }
@@ -157,7 +157,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
         Ok(())
     }
 
-    /// After every component verified (F70, F108).
+    /// After every component verified.
     async fn after_verify(&self, _session: &Session<Self>) -> Result<()> {
         Ok(())
     }
@@ -173,7 +173,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
 
     /// Whether to reconcile again, given what the rollout achieved. The default re-reads
     /// the CR and requeues after `requeue_after_seconds` until its status shows Ready, not
-    /// Updating, and the requested version reconciled (F71); see
+    /// Updating, and the requested version reconciled; see
     /// [`crate::status::default_should_requeue`].
     async fn should_requeue(
         &self,
@@ -191,7 +191,7 @@ pub struct NoConfig {}
 
 /// `<group>/<lowercase kind>-finalizer`, e.g. `example.com/webapp-finalizer`.
 ///
-/// Domain-qualified as Kubernetes asks of finalizer names; oper8's
+/// Domain-qualified as Kubernetes asks of finalizer names; a name of the form
 /// `finalizers.<kind>.<group>` has no `/` and draws API-server warnings.
 pub fn default_finalizer<K: kube::Resource<DynamicType = ()>>() -> String {
     format!(
@@ -201,7 +201,7 @@ pub fn default_finalizer<K: kube::Resource<DynamicType = ()>>() -> String {
     )
 }
 
-/// `Controller(<group>/<version>/<kind>)`, the display form of a controller (F65).
+/// `Controller(<group>/<version>/<kind>)`, the display form of a controller.
 pub fn controller_display<C: Controller>() -> String {
     use kube::Resource as _;
     format!(
@@ -213,7 +213,7 @@ pub fn controller_display<C: Controller>() -> String {
 }
 
 /// A condition on an edge of the component graph: the dependent starts only once it holds
-/// (F89, rule 4 of [`crate::dag`]). Conditions are skipped in dry-run (F104).
+/// (rule 4 of [`crate::dag`]). Conditions are skipped in dry-run.
 pub(crate) enum EdgeCondition<C: Controller> {
     /// The upstream component's own verify passes.
     UpstreamReady,
@@ -239,7 +239,7 @@ pub(crate) struct ComponentEntry<C: Controller> {
     pub(crate) disabled: bool,
 }
 
-/// The graph of components one reconcile rolls out (oper8's session graph, F88–F90).
+/// The graph of components one reconcile rolls out.
 ///
 /// [`Controller::components`] builds one for each reconcile, so it may depend on the spec.
 /// Edges say "waits for": [`depends_on`](Components::depends_on) waits until the upstream
@@ -346,7 +346,7 @@ impl<C: Controller> Components<C> {
         })
     }
 
-    /// Add a component that is disabled: its objects are rendered and deleted (F81, F103).
+    /// Add a component that is disabled: its objects are rendered and deleted.
     pub fn add_disabled(&mut self, component: impl Component<C> + 'static) -> Result<ComponentId> {
         self.add_enabled(component, false)
     }
@@ -371,7 +371,7 @@ impl<C: Controller> Components<C> {
     }
 
     /// `component` starts only once `upstream` deployed (in the deploy phase) or verified
-    /// (in the verify phase). Both must be enabled (F89).
+    /// (in the verify phase). Both must be enabled.
     pub fn depends_on(&mut self, component: ComponentId, upstream: ComponentId) -> Result<()> {
         self.add_edge(component, upstream, None)
     }
@@ -455,7 +455,7 @@ impl<C: Controller> Components<C> {
         self.graph.data(id.0).disabled
     }
 
-    /// Names of the enabled (`disabled == false`) or disabled components (F90).
+    /// Names of the enabled (`disabled == false`) or disabled components.
     pub fn names(&self, disabled: bool) -> Vec<&str> {
         self.graph
             .topology()
@@ -465,7 +465,7 @@ impl<C: Controller> Components<C> {
             .collect()
     }
 
-    /// The components `id` waits for (F90).
+    /// The components `id` waits for.
     pub fn dependencies(&self, id: ComponentId) -> Vec<ComponentId> {
         self.graph
             .upstream(id.0)

@@ -1,4 +1,4 @@
-//! Restart pods when the Secrets and ConfigMaps they read change (oper8 F236), with one
+//! Restart pods when the Secrets and ConfigMaps they read change, with one
 //! option: [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change).
 //!
 //! Kubernetes does not restart a pod when a Secret or ConfigMap it reads changes: an
@@ -9,7 +9,7 @@
 //! option:
 //!
 //! - **Targets**: a `Pod`, and the pod template of a `Deployment`, `ReplicaSet`,
-//!   `StatefulSet` or `DaemonSet`. oper8 left DaemonSets out; their template rolls like a
+//!   `StatefulSet` or `DaemonSet`. DaemonSets are included: their template rolls like a
 //!   Deployment's, and a node agent reading a rotated certificate needs the restart as much.
 //!   A `Job`'s template cannot change after creation and a `CronJob`'s only shapes later
 //!   runs (which read the data afresh anyway), so both are left alone, as is every other
@@ -17,10 +17,9 @@
 //!   restart a pod whose annotations change: use a workload to get the restart.
 //! - **Dependencies**: `secret` and `configMap` volumes and their `projected` sources,
 //!   `env[].valueFrom.secretKeyRef` / `configMapKeyRef`, and `envFrom` Secrets and
-//!   ConfigMaps, of the `containers` **and** the `initContainers`. oper8 looked at the
-//!   containers only; but an init container that renders a config file from a Secret runs
-//!   only when the pod starts, so it sees a change only through a restart: it needs the
-//!   hash most of all.
+//!   ConfigMaps, of the `containers` **and** the `initContainers`. An init container that
+//!   renders a config file from a Secret runs only when the pod starts, so it sees a change
+//!   only through a restart: it needs the hash most of all.
 //! - **Values**: a dependency this component renders, or an enabled component it
 //!   [`depends_on`](crate::controller::Components::depends_on) (directly or through
 //!   others) renders, is hashed as rendered, so a change of the CR's spec rolls the pods

@@ -1,14 +1,14 @@
-//! Dry-run reconciling driven by the in-memory cluster's own watch events: oper8's dry-run
-//! watch manager (F161, F162), without its recursion.
+//! Dry-run reconciling driven by the in-memory cluster's own watch events, without
+//! recursion.
 //!
-//! oper8 reconciled a CR synchronously inside the deploy call that applied it, guarded
-//! against re-entering the same CR. windlass runs a small work loop instead, as a real
-//! controller would: every CR of the controller's kind that appears, changes its spec
-//! (generation) or starts terminating is queued once and reconciled after the current
-//! reconcile, until nothing is left. So a parent rollout that renders child CRs of the
-//! same kind gets them reconciled too, and deleting a CR with a finalizer runs its
-//! finalizer rollout. A CR reconciled more than [`MAX_RECONCILES_PER_CR`] times in one run
-//! stops being queued (an operator that keeps changing its own spec would loop forever).
+//! A CR is not reconciled inside the deploy call that applied it, which would need a guard
+//! against re-entering the same CR; a small work loop runs instead, as a real controller
+//! would: every CR of the controller's kind that appears, changes its spec (generation) or
+//! starts terminating is queued once and reconciled after the current reconcile, until
+//! nothing is left. So a parent rollout that renders child CRs of the same kind gets them
+//! reconciled too, and deleting a CR with a finalizer runs its finalizer rollout. A CR
+//! reconciled more than [`MAX_RECONCILES_PER_CR`] times in one run stops being queued (an
+//! operator that keeps changing its own spec would loop forever).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

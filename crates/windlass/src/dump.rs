@@ -1,5 +1,5 @@
-//! Writing rendered components to disk when `working_dir` is set (oper8 F20, F21, F79),
-//! to inspect what a rollout would apply.
+//! Writing rendered components to disk when `working_dir` is set, to inspect what a rollout
+//! would apply.
 //!
 //! Layout: `<working_dir>/<apiVersion with / as .>.<kind>/<cr name>/[DISABLED/]<component>/
 //! <cr name>-<component>.k8s.yaml` (the first segment lower-cased), one YAML document per

@@ -1,5 +1,5 @@
-//! The error taxonomy (oper8 F209–F211): one enum, split into *fatal* errors that fail a
-//! rollout and *expected* errors that only mean "not yet".
+//! The error taxonomy: one enum, split into *fatal* errors that fail a rollout and
+//! *expected* errors that only mean "not yet".
 //!
 //! The split drives behaviour in three places:
 //! - in a rollout, a fatal error marks its component **failed**, an expected one leaves it
@@ -61,7 +61,7 @@ pub enum Error {
     },
 
     /// Any other error raised by operator code (for example an `anyhow::Error` converted with
-    /// [`Error::other`]). Treated as fatal, as oper8 treats foreign exceptions.
+    /// [`Error::other`]). Treated as fatal.
     #[error("{0}")]
     Other(String),
 }
@@ -200,7 +200,7 @@ impl Error {
     }
     /// A [`Error::Precondition`] with the given message. Prefer [`Error::not_yet`], which
     /// picks the variant by where it is raised; this and [`Error::verification`] remain
-    /// for code ported from oper8.
+    /// for code that picks the variant itself.
     pub fn precondition(message: impl Into<String>) -> Self {
         Error::Precondition(message.into())
     }
@@ -220,7 +220,7 @@ impl Error {
     /// Whether this error fails a rollout (true) or only leaves it incomplete (false).
     ///
     /// Only [`Error::Precondition`] and [`Error::Verification`] are expected; everything
-    /// else, including panics and foreign errors, is fatal (oper8 F95, F211).
+    /// else, including panics and foreign errors, is fatal.
     pub fn is_fatal(&self) -> bool {
         !matches!(self, Error::Precondition(_) | Error::Verification(_))
     }
@@ -241,22 +241,22 @@ impl Error {
     }
 }
 
-/// Return a [`Error::Config`] unless `condition` holds (oper8's `assert_config`).
+/// Return a [`Error::Config`] unless `condition` holds.
 pub fn ensure_config(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
     ensure(condition, || Error::Config(message()))
 }
 
-/// Return a [`Error::Precondition`] unless `condition` holds (oper8's `assert_precondition`).
+/// Return a [`Error::Precondition`] unless `condition` holds.
 pub fn ensure_precondition(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
     ensure(condition, || Error::Precondition(message()))
 }
 
-/// Return a [`Error::Verification`] unless `condition` holds (oper8's `assert_verified`).
+/// Return a [`Error::Verification`] unless `condition` holds.
 pub fn ensure_verified(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
     ensure(condition, || Error::Verification(message()))
 }
 
-/// Return a [`ClusterError::Api`] unless `condition` holds (oper8's `assert_cluster`).
+/// Return a [`ClusterError::Api`] unless `condition` holds.
 pub fn ensure_cluster(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
     ensure(condition, || Error::cluster(message()))
 }

@@ -38,7 +38,7 @@ pub(crate) fn collected_with(namespace: Option<&str>, owner: &Value) -> bool {
 /// How often a finalizer patch is tried when others keep changing the finalizer list.
 const FINALIZER_ATTEMPTS: u32 = 5;
 
-/// Add `finalizer` to the CR (F215) with a JSON patch that tests the finalizer list it was
+/// Add `finalizer` to the CR with a JSON patch that tests the finalizer list it was
 /// computed from: a concurrent edit of anything else (labels, spec) does not disturb it; a
 /// concurrent change of the list makes the test fail (HTTP 422), and the CR is read again
 /// and the patch recomputed. Returns the CR as stored.
@@ -91,7 +91,7 @@ pub(crate) async fn add(
     }))
 }
 
-/// Remove `finalizer` from the CR if it is there (F216), testing that the entry at its
+/// Remove `finalizer` from the CR if it is there, testing that the entry at its
 /// index is still it; a concurrent change of the list makes the CR be read again. A 422
 /// whose test held (the entry is still there) is the server refusing the CR itself (say,
 /// a stored CR that a newer CRD schema no longer accepts) and is returned as it is.

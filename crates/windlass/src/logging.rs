@@ -1,10 +1,10 @@
-//! Logging from the library configuration (F3, F15–F18), with per-CR overrides (F114).
+//! Logging from the library configuration, with per-CR overrides.
 //!
 //! `log_level`, `log_filters` (`target:level,…`), `log_json` and `log_thread_id` set up a
 //! `tracing` subscriber on standard error; `RUST_LOG`, when set, wins over `log_level` and
 //! `log_filters`. Every reconcile runs in a span carrying `reconciliation_id`, `kind`,
 //! `api_version`, `namespace`, `resource_name` and `resource_version`, so each log line
-//! (JSON or not) says which CR it is about (F218).
+//! (JSON or not) says which CR it is about.
 //!
 //! A CR annotated `windlass.dev/log-default-level: debug` (and optionally
 //! `windlass.dev/log-filters: "target:level,…"`) is logged at that level while it is
@@ -12,7 +12,7 @@
 //! them all. The override lives in [`ReconcileFilter`], which wraps the process-wide
 //! `EnvFilter`, and covers windlass's own log lines (targets `windlass…`): their callsites
 //! are always asked per event, so an override never meets a callsite cached as disabled,
-//! while every other crate's disabled callsites stay cached as such. oper8's per-CR
+//! while every other crate's disabled callsites stay cached as such. The per-CR
 //! `log-json` and `log-thread-id` switches are deliberately not supported: the output
 //! format belongs to the process, and mixing formats in one stream breaks log collectors.
 
@@ -45,7 +45,8 @@ fn directives(level: LogLevel, filters: &str) -> String {
     for entry in filters.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         match entry.rsplit_once(':') {
             Some((target, level)) => {
-                // oper8's level names (`warning`, `debug1`…) become tracing's.
+                // The level names of existing configurations (`warning`, `debug1`…)
+                // become tracing's.
                 let level = level.trim();
                 let level = parse_level(level)
                     .map_or_else(|| level.to_string(), |l| l.as_directive().to_string());

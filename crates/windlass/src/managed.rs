@@ -83,7 +83,7 @@ impl fmt::Debug for ResourceOptions {
     }
 }
 
-/// A rendered object, ready to apply (F83).
+/// A rendered object, ready to apply.
 #[derive(Clone)]
 pub struct ManagedObject {
     /// `<component>.<resource>`.
@@ -121,7 +121,7 @@ impl fmt::Debug for ManagedObject {
 }
 
 impl fmt::Display for ManagedObject {
-    /// `apiVersion/kind/name`, as oper8 displays managed objects.
+    /// `apiVersion/kind/name`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.object_ref();
         write!(f, "{}/{}/{}", r.api_version, r.kind, r.name)

@@ -1,5 +1,5 @@
 //! Kubernetes objects as windlass handles them: JSON trees (`serde_json::Value`) with typed
-//! accessors, references that name one object, and the naming helpers of oper8 (F83–F87).
+//! accessors, references that name one object, and helpers that make valid object names.
 //!
 //! Manifests stay plain JSON inside the framework because they must pass through patches,
 //! merges and comparisons that typed structs cannot express (a strategic-merge `null` means
@@ -108,7 +108,7 @@ impl TypeRef {
     pub fn of<K: k8s_openapi::Resource>() -> Self {
         TypeRef::new(K::API_VERSION, K::KIND)
     }
-    /// The API group: empty for the core group (oper8 returned `v1` here, quirk Q4).
+    /// The API group: empty for the core group, not `v1`.
     pub fn group(&self) -> &str {
         api_group(&self.api_version)
     }
@@ -122,8 +122,8 @@ impl fmt::Display for TypeRef {
 
 /// The group of an apiVersion: `apps` for `apps/v1`, the empty string for the core `v1`.
 ///
-/// oper8's `api_group` returned `v1` for the core API (quirk Q4); windlass returns the
-/// group Kubernetes itself uses, the empty string.
+/// For the core API this is the group Kubernetes itself uses, the empty string; `v1` is
+/// its version, not its group.
 pub fn api_group(api_version: &str) -> &str {
     api_version
         .split_once('/')
@@ -217,7 +217,7 @@ impl ManifestExt for Value {
 }
 
 /// Convert a typed object (a k8s-openapi struct, a CR, a `json!` tree) into a manifest,
-/// dropping `null` map entries (F214).
+/// dropping `null` map entries.
 pub fn to_manifest<T: Serialize + ?Sized>(object: &T) -> Result<Value, Error> {
     let mut value = serde_json::to_value(object)
         .map_err(|e| Error::config(format!("object cannot be serialized: {e}")))?;
@@ -241,7 +241,7 @@ pub fn timestamp_now() -> String {
 pub const MAX_NAME_LENGTH: usize = 63;
 
 /// `name` if it fits in 63 characters; otherwise its first 59 characters followed by the
-/// first 4 hex digits of its SHA-256, so distinct long names stay distinct (F87).
+/// first 4 hex digits of its SHA-256, so distinct long names stay distinct.
 ///
 /// ```
 /// let long = "a".repeat(70);
@@ -287,7 +287,7 @@ pub fn label_value(text: &str) -> String {
         .to_string()
 }
 
-/// `<cr name>-<name>`, truncated to a valid length (F87).
+/// `<cr name>-<name>`, truncated to a valid length.
 pub fn scoped_name(cr_name: &str, name: &str) -> String {
     truncated_name(&format!("{cr_name}-{name}"))
 }

@@ -1,7 +1,7 @@
-//! One reconcile of one CR, from reading it to the outcome (oper8 F110–F124): the
-//! pipeline, the finalizer, the status at the start and end, and the mapping of every
-//! error to a status and a retry. [`Reconciler::reconcile`] never fails and never panics:
-//! whatever goes wrong ends in the CR's status, a log line, and an [`Outcome`].
+//! One reconcile of one CR, from reading it to the outcome: the pipeline, the finalizer,
+//! the status at the start and end, and the mapping of every error to a status and a retry.
+//! [`Reconciler::reconcile`] never fails and never panics: whatever goes wrong ends in the
+//! CR's status, a log line, and an [`Outcome`].
 //!
 //! 1. Read the CR. Gone → done. Paused (`windlass.dev/pause-execution: "true"`) → done,
 //!    even when it is being deleted, so a paused CR's finalizer stays.
@@ -12,8 +12,8 @@
 //!    the temporary patches. While the CR is being deleted none of these may stop the
 //!    deletion: a missing ConfigMap or patch (a terminating namespace may have removed it
 //!    already) or an unsupported version is logged and skipped.
-//! 4. Add the controller's finalizer (not while deleting); compute the start status
-//!    (F121) — it is written together with the outcome in step 6, not on its own.
+//! 4. Add the controller's finalizer (not while deleting); compute the start status — it is
+//!    written together with the outcome in step 6, not on its own.
 //! 5. Build the graph (`components`, or `finalize_components` while deleting) and roll
 //!    it out. A recorded error, or a failed rollout, is an error of the reconcile. Objects
 //!    of components no longer in the graph are deleted.
@@ -104,7 +104,7 @@ struct Progress<'a, C: Controller> {
     starting: &'a mut Option<CrEvent>,
 }
 
-/// An error of the reconcile together with the rollout state it carries (F72).
+/// An error of the reconcile together with the rollout state it carries.
 struct Failure {
     error: Error,
     state: Option<CompletionState>,
@@ -205,7 +205,7 @@ impl<C: Controller> Reconciler<C> {
     /// (when `manage_status`), logged, and returned in the [`Report`].
     pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
         let id = reconcile_id();
-        // The fields oper8's JSON log lines carried (F218), on every line of this reconcile.
+        // The reconcile's id and its CR, on every log line of this reconcile.
         let span = tracing::info_span!(
             "reconcile",
             reconciliation_id = %id,
@@ -630,8 +630,8 @@ impl<C: Controller> Reconciler<C> {
     }
 
     /// Controller defaults ← the ConfigMap named by the config-defaults annotation ←
-    /// `spec.configOverrides` (F117). oper8 read `configOverrides` from the CR's top level
-    /// (quirk Q3), where a structural CRD schema prunes it; windlass reads it from `spec`.
+    /// `spec.configOverrides`. The overrides are read from `spec` because a structural CRD
+    /// schema prunes unknown fields at the CR's top level.
     async fn backend_config(&self, cr: &ObjectRef, manifest: &Value) -> Result<Value> {
         let mut config = config_defaults::<C>()?;
         if let Some(name) = manifest.annotation(annotations::CONFIG_DEFAULTS) {
@@ -665,7 +665,7 @@ impl<C: Controller> Reconciler<C> {
         Ok(config)
     }
 
-    /// The patch objects the temporary-patches annotation lists, oldest first (F118).
+    /// The patch objects the temporary-patches annotation lists, oldest first.
     async fn temporary_patches(&self, cr: &ObjectRef, manifest: &Value) -> Result<Vec<Value>> {
         let Some(raw) = manifest.annotation(annotations::TEMPORARY_PATCHES) else {
             return Ok(Vec::new());
@@ -740,14 +740,14 @@ impl<C: Controller> Reconciler<C> {
         self.updated(&started, kind, update)
     }
 
-    /// The status after `update`, starting from `status` (F151), stamped now.
+    /// The status after `update`, starting from `status`, stamped now.
     fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
         update.operator_version = self.library.operator_version.clone();
         status::apply_update(status, kind, &update, &crate::object::timestamp_now())
     }
 
     /// Compute the CR's next status from `current` (the CR as last read or written) with
-    /// `next`, and write it if anything but timestamps changed (F154), conditional on
+    /// `next`, and write it if anything but timestamps changed, conditional on
     /// `current`'s resourceVersion. On a conflict the CR is read again and the status
     /// recomputed from what is stored now, so another writer's conditions survive; after
     /// [`STATUS_WRITE_ATTEMPTS`] conflicts in a row the conflict is returned (a transient
@@ -816,13 +816,13 @@ pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 /// in a tight loop.
 pub const STALE_DEPENDENCY_HASH_REQUEUE: Duration = Duration::from_secs(1);
 
-/// The status at the start of a reconcile (F121): `Ready` keeps its reason (or
+/// The status at the start of a reconcile: `Ready` keeps its reason (or
 /// `Initializing` before the first verified version); a version change sets
 /// `Updating=VersionChange` and `Ready=InProgress`.
 ///
 /// A CR without a version has no `versions.reconciled` to wait for: its `Ready` reason
-/// simply carries over (oper8 reset it to `Initializing` on every reconcile, flapping the
-/// condition). Dropping the version from a CR is not a version change.
+/// simply carries over; resetting it to `Initializing` on every reconcile would make the
+/// condition flap. Dropping the version from a CR is not a version change.
 fn start_status<C: Controller>(session: &Session<C>, current: &Value) -> StatusUpdate {
     let ready = condition(current, status::READY).ok().flatten();
     let first_rollout_pending = session.version().is_some() && session.current_version().is_none();
@@ -854,7 +854,7 @@ fn start_status<C: Controller>(session: &Session<C>, current: &Value) -> StatusU
     }
 }
 
-/// The status after a rollout that raised no error (F122).
+/// The status after a rollout that raised no error.
 fn completion_status<C: Controller>(
     session: &Session<C>,
     state: &CompletionState,
@@ -918,7 +918,7 @@ fn config_defaults<C: Controller>() -> Result<Value> {
     })
 }
 
-/// A random reconcile id: 22 characters of base32 (F112).
+/// A random reconcile id: 22 characters of base32.
 fn reconcile_id() -> String {
     const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
     let bytes: [u8; 22] = rand::random();

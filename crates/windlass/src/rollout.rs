@@ -1,6 +1,6 @@
 //! One rollout of a component graph: deploy phase, `after_deploy` hooks, verify phase,
 //! `after_verify` hooks, and the set arithmetic that turns the phases into one
-//! [`CompletionState`] (oper8 F101–F109).
+//! [`CompletionState`].
 //!
 //! 1. **Deploy.** Every enabled component is rendered and applied in dependency order;
 //!    every disabled one is rendered and its objects deleted. The phase is complete when
@@ -11,9 +11,9 @@
 //!    `false` is a *non-fatal* verification error: incomplete, not failed.
 //! 3. **Verify.** Unless phase 1 failed, the components that deployed are verified in
 //!    dependency order; the rest are left out. An enabled component verifies by its
-//!    [`Component::verify`](crate::component::Component::verify); a disabled one verifies once its objects are gone (oper8
-//!    re-ran the delete instead, quirk Q16). A `false` verify leaves the component
-//!    unverified, not failed.
+//!    [`Component::verify`](crate::component::Component::verify); a disabled one verifies
+//!    once its objects are gone, without sending the delete again. A `false` verify leaves
+//!    the component unverified, not failed.
 //! 4. **After verify.** `after_verify_unsuccessful(failed)` runs when phases 1 and 2
 //!    completed but 3 did not; `after_verify` when everything completed.
 //!
@@ -188,7 +188,7 @@ pub async fn run<C: Controller>(
     .with_waiting(waiting)
 }
 
-/// The final state of a rollout from its two phases (F109).
+/// The final state of a rollout from its two phases.
 fn combine(
     deploy: &CompletionState,
     verify: &CompletionState,
@@ -253,7 +253,7 @@ fn hook_verdict<C: Controller>(
 struct Rollout<'a, C: Controller> {
     session: &'a Session<C>,
     components: &'a Components<C>,
-    /// Rendering happens once per component per rollout (F76); the verify phase reuses it.
+    /// Rendering happens once per component per rollout; the verify phase reuses it.
     rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
     /// Why each component that is not ready (or not started) yet waits, by component.
     waiting: Mutex<BTreeMap<String, String>>,
@@ -348,7 +348,7 @@ impl<C: Controller> Rollout<'_, C> {
         })
     }
 
-    /// Run one node's work and map its outcome to the runner's (F102): `true` succeeds,
+    /// Run one node's work and map its outcome to the runner's: `true` succeeds,
     /// `false` (a component not verified yet) halts without failing, an error halts and is
     /// a failure iff fatal ("not yet" is not), and a panic is caught and becomes a fatal
     /// error naming the component.
@@ -425,7 +425,7 @@ impl<C: Controller> Rollout<'_, C> {
                     reference.namespace = None;
                 }
                 // A disabled component's object of a kind the server does not serve
-                // cannot exist: there is nothing to delete or wait for (F132).
+                // cannot exist: there is nothing to delete or wait for.
                 Err(ClusterError::UnknownKind { .. }) if entry.disabled => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -558,7 +558,7 @@ impl<C: Controller> Rollout<'_, C> {
         self.rendered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Apply every object in render order; the first error stops the component (F80).
+    /// Apply every object in render order; the first error stops the component.
     /// Once all are applied, what the component applied before and no longer renders is
     /// deleted.
     async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
@@ -655,12 +655,12 @@ impl<C: Controller> Rollout<'_, C> {
     }
 
     /// Write `manifest` by the object's method. Conflicts (HTTP 409) are retried with a
-    /// linear back-off (F28, F31); server-side apply sends no resourceVersion and cannot
-    /// conflict on it, so the retry is for the replace method, whose cluster call reads the
-    /// live resourceVersion afresh. A refused change of an immutable field recreates the
-    /// object when the resource asked for it. oper8's fallback to a replace after a
-    /// refused apply (`deploy_unprocessable_put_fallback`, F29) is gone: on a real server the
-    /// replace meets the same validation, so it only cost requests.
+    /// linear back-off; server-side apply sends no resourceVersion and cannot conflict on
+    /// it, so the retry is for the replace method, whose cluster call reads the live
+    /// resourceVersion afresh. A refused change of an immutable field recreates the object
+    /// when the resource asked for it. A refused apply is never retried as a replace
+    /// (`deploy_unprocessable_put_fallback` is ignored): on a real server the replace meets
+    /// the same validation, so it would only cost requests.
     async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
         let cluster = self.session.cluster();
         let library = self.session.library();
@@ -685,7 +685,7 @@ impl<C: Controller> Rollout<'_, C> {
         }
     }
 
-    /// Delete a disabled component's objects, dependents first (F81): the ones it applied
+    /// Delete a disabled component's objects, dependents first: the ones it applied
     /// and that are still there. Nothing is sent once they are gone.
     async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
@@ -828,7 +828,7 @@ fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
     }
 }
 
-/// Make the CR an owner of the object, so deleting the CR garbage-collects it (F137).
+/// Make the CR an owner of the object, so deleting the CR garbage-collects it.
 /// A namespaced CR owns objects in its own namespace only (Kubernetes forbids owners in
 /// another namespace and cluster-scoped dependents of namespaced owners); a cluster-scoped
 /// CR owns everything it renders. Never the CR itself; `blockOwnerDeletion`, and the

@@ -1,7 +1,7 @@
-//! The context of one reconcile (oper8 F85–F91): the CR, typed and raw, its merged backend
-//! config, the library config, the cluster, the temporary patches, the status and versions
-//! as they were when the reconcile began. Components render from it; what it describes
-//! never changes while the rollout runs.
+//! The context of one reconcile: the CR, typed and raw, its merged backend config, the
+//! library config, the cluster, the temporary patches, the status and versions as they were
+//! when the reconcile began. Components render from it; what it describes never changes
+//! while the rollout runs.
 //!
 //! A session also keeps the reconcile's ledger: the freshest copy of every object the
 //! reconcile read or wrote (the object a write returns is the freshest there is), so that
@@ -347,7 +347,7 @@ impl<C: Controller> Session<C> {
     pub fn id(&self) -> &str {
         &self.inner.id
     }
-    /// The CR, typed (after the controller's CR defaults were merged in, F119).
+    /// The CR, typed (after the controller's CR defaults were merged in).
     pub fn cr(&self) -> &C::Resource {
         &self.inner.cr
     }
@@ -382,7 +382,7 @@ impl<C: Controller> Session<C> {
         )
     }
     /// The backend config: [`Controller::Config`]'s defaults ← the config-defaults
-    /// ConfigMap ← the CR's `spec.configOverrides` (F117), parsed once per reconcile.
+    /// ConfigMap ← the CR's `spec.configOverrides`, parsed once per reconcile.
     pub fn config(&self) -> &C::Config {
         &self.inner.config
     }
@@ -455,7 +455,7 @@ impl<C: Controller> Session<C> {
     pub fn current_version(&self) -> Option<&str> {
         self.inner.current_version.as_deref()
     }
-    /// The temporary patch objects in force, oldest first (F118).
+    /// The temporary patch objects in force, oldest first.
     pub fn temporary_patches(&self) -> &[Value] {
         &self.inner.temporary_patches
     }
@@ -463,11 +463,11 @@ impl<C: Controller> Session<C> {
     pub fn dry_run(&self) -> bool {
         self.inner.library.dry_run
     }
-    /// `<cr name>-<name>`, truncated to a valid object name (F87).
+    /// `<cr name>-<name>`, truncated to a valid object name.
     pub fn scoped_name(&self, name: &str) -> String {
         scoped_name(self.name(), name)
     }
-    /// `name` truncated to a valid object name (F87).
+    /// `name` truncated to a valid object name.
     pub fn truncated_name(&self, name: &str) -> String {
         truncated_name(name)
     }
@@ -489,7 +489,7 @@ impl<C: Controller> Session<C> {
         }
     }
 
-    /// A typed object from the CR's namespace (F91), `None` if it does not exist: by
+    /// A typed object from the CR's namespace, `None` if it does not exist: by
     /// [`Ref`], or by full name.
     ///
     /// ```
@@ -566,7 +566,7 @@ fn typed<T: DeserializeOwned>(value: Value, kind: &str) -> Result<T> {
 }
 
 /// The version of a CR manifest: `version_override` if set, else the value at the
-/// dotted `field` (F86, F217).
+/// dotted `field`.
 pub fn manifest_version(manifest: &Value, library: &LibraryConfig) -> Option<String> {
     if let Some(v) = &library.vcs.version_override {
         return Some(v.clone());

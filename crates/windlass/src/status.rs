@@ -1,4 +1,4 @@
-//! The status vocabulary and its bookkeeping, in one place (oper8 F146–F154).
+//! The status vocabulary and its bookkeeping, in one place.
 //!
 //! A managed CR's status carries two conditions, `Ready` and `Updating`, each with a reason
 //! from a fixed vocabulary; a `componentStatus` summary of the last rollout; `versions`
@@ -11,9 +11,9 @@
 //! message, and a write is skipped when nothing but timestamps would change.
 //!
 //! Conditions follow Kubernetes' `metav1.Condition`: the time field is
-//! `lastTransitionTime`, and it changes only when the condition's status flips (oper8
-//! wrote `lastTransactionTime` and refreshed it on every change, quirk Q11). Each written
-//! condition records the `observedGeneration` it describes.
+//! `lastTransitionTime`, and it changes only when the condition's status flips, not
+//! whenever its reason or message changes. Each written condition records the
+//! `observedGeneration` it describes.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -76,7 +76,7 @@ pub struct Status {
 /// A Kubernetes `metav1.Condition`.
 pub type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-/// `status.componentStatus`: which components of the last rollout got how far (F148).
+/// `status.componentStatus`: which components of the last rollout got how far.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentStatus {
@@ -219,7 +219,7 @@ macro_rules! reasons {
 }
 
 reasons! {
-    /// Reasons of the `Ready` condition (F147). It is `True` only for `Stable`.
+    /// Reasons of the `Ready` condition. It is `True` only for `Stable`.
     ReadyReason {
         /// Everything verified.
         Stable,
@@ -235,7 +235,7 @@ reasons! {
 }
 
 reasons! {
-    /// Reasons of the `Updating` condition (F147). It is `False` for `Stable`,
+    /// Reasons of the `Updating` condition. It is `False` for `Stable`,
     /// `ClusterError` and `Errored`: the operator is not working towards a new state.
     UpdatingReason {
         /// Nothing to do.
@@ -270,8 +270,8 @@ impl UpdatingReason {
     }
 }
 
-/// The reasons an error selects, in oper8's order of checks (F123): the `Ready` reason
-/// is `None` where the error leaves `Ready` as it was.
+/// The reasons an error selects: the `Ready` reason is `None` where the error leaves
+/// `Ready` as it was.
 pub fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason) {
     match error {
         Error::Precondition(_) => (None, UpdatingReason::PreconditionWait),
@@ -309,7 +309,7 @@ pub struct StatusUpdate {
     pub inventory: Option<crate::inventory::Inventory>,
 }
 
-/// The status after `update`, starting from `current` (F151). `now` stamps conditions
+/// The status after `update`, starting from `current`. `now` stamps conditions
 /// whose status flips.
 pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
     let mut status = match current {
@@ -406,8 +406,8 @@ pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &st
     status
 }
 
-/// `componentStatus` of a completion state (F148; both `verifiedComponents` and
-/// `unverifiedComponents` are written, where oper8's docs and code disagreed, Q11).
+/// `componentStatus` of a completion state; both `verifiedComponents` and
+/// `unverifiedComponents` are written.
 pub fn component_status(state: &CompletionState) -> Value {
     let sorted = |s: &std::collections::BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>();
     let all = state.all_nodes();
@@ -428,7 +428,7 @@ pub fn component_status(state: &CompletionState) -> Value {
 }
 
 /// The name of the service status field: the kind with a lower-case first letter, plus
-/// `Status` (`WebApp` → `webAppStatus`, F150).
+/// `Status` (`WebApp` → `webAppStatus`).
 pub fn service_status_field(kind: &str) -> String {
     let mut chars = kind.chars();
     match chars.next() {
@@ -437,7 +437,7 @@ pub fn service_status_field(kind: &str) -> String {
     }
 }
 
-/// `Completed`, `Failed` or `InProgress` from the Ready and Updating reasons (F150).
+/// `Completed`, `Failed` or `InProgress` from the Ready and Updating reasons.
 fn service_status(status: &Value) -> &'static str {
     let ready = condition_reason::<ReadyReason>(status, READY);
     let updating = condition_reason::<UpdatingReason>(status, UPDATING);
@@ -449,7 +449,7 @@ fn service_status(status: &Value) -> &'static str {
     }
 }
 
-/// The condition of a type in a status; an error if there is more than one (F152).
+/// The condition of a type in a status; an error if there is more than one.
 pub fn condition<'a>(status: &'a Value, condition_type: &str) -> Result<Option<&'a Value>, Error> {
     find_condition(status.get("conditions"), condition_type)
 }
@@ -481,12 +481,12 @@ pub fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Opt
         .and_then(|r| r.parse().ok())
 }
 
-/// `versions.reconciled`: the last version that was fully rolled out (F152).
+/// `versions.reconciled`: the last version that was fully rolled out.
 pub fn reconciled_version(status: &Value) -> Option<&str> {
     status["versions"]["reconciled"].as_str()
 }
 
-/// Whether two statuses differ in anything but condition timestamps (F153).
+/// Whether two statuses differ in anything but condition timestamps.
 pub fn status_changed(a: &Value, b: &Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return true;
@@ -524,7 +524,7 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
             })
 }
 
-/// The default of [`crate::controller::Controller::should_requeue`] (F71): requeue after
+/// The default of [`crate::controller::Controller::should_requeue`]: requeue after
 /// `requeue_after_seconds` until the CR's status, read back, shows it done: `Ready`,
 /// not `Updating`, and the requested version reconciled (a CR without a version needs
 /// only the conditions). Without a managed status (`manage_status` off, or an

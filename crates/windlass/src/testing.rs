@@ -1,14 +1,14 @@
-//! Test helpers for operator authors (oper8 F219–F227), on the in-memory cluster.
+//! Test helpers for operator authors, on the in-memory cluster.
 //!
 //! - [`TestEnv`]: an in-memory cluster with the controller's CRD installed, a reconciler,
 //!   the progress events, and shortcuts to apply CRs, reconcile them and read them back.
 //! - [`FaultyCluster`]: wraps any cluster and makes chosen calls fail, always or a given
-//!   number of times (oper8's `MockDeployManager` flags and `FailOnce`).
+//!   number of times.
 //! - [`DummyComponent`] and [`DummyController`]: components and controllers built from
 //!   data, with switches to fail, panic or stay unverified, for testing rollout logic.
 //! - [`Widget`]: a ready-made CR type for tests that need any CR; [`Gadget`], the same
 //!   cluster-scoped.
-//! - [`make_patch`]: a temporary-patch object (F224).
+//! - [`make_patch`]: a temporary-patch object.
 //! - assertions on conditions and objects.
 //!
 //! ```
@@ -46,13 +46,12 @@ use crate::progress::{Event, Observer};
 use crate::reconcile::{Reconciler, Report};
 use crate::session::Session;
 
-/// The namespace test CRs live in (F219).
+/// The namespace test CRs live in.
 pub const TEST_NAMESPACE: &str = "test";
-/// The default name of a test CR. oper8 used `test_instance`, which is not a valid
-/// object name.
+/// The default name of a test CR.
 pub const TEST_INSTANCE_NAME: &str = "test-instance";
 
-/// A CR for tests: any spec, with an optional `version` (F219's default `Widget`).
+/// A CR for tests: any spec, with an optional `version`.
 #[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
 #[kube(
     group = "test.windlass.dev",
@@ -275,7 +274,7 @@ impl<C: Controller> TestEnv<C> {
     }
 }
 
-/// A manifest of a CR of kind `K` in the test namespace with this spec (F219).
+/// A manifest of a CR of kind `K` in the test namespace with this spec.
 pub fn cr_manifest<K: PrimaryResource>(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": K::api_version(&()),
@@ -300,7 +299,7 @@ pub fn assert_condition(status: &Value, type_: &str, is_true: bool, reason: &str
     );
 }
 
-/// A temporary patch object (F224), to be stored in the cluster and listed in the CR's
+/// A temporary patch object, to be stored in the cluster and listed in the CR's
 /// `windlass.dev/temporary-patches` annotation.
 pub fn make_patch(name: &str, patch_type: &str, tree: Value) -> Value {
     json!({
@@ -346,7 +345,7 @@ struct Fault {
     remaining: Option<usize>,
 }
 
-/// A cluster that fails chosen operations (F221, F222).
+/// A cluster that fails chosen operations.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -381,7 +380,7 @@ impl FaultyCluster {
         self.push(op, kind, error, None);
     }
 
-    /// Make the next `times` calls of `op` fail (oper8's `FailOnce` for `times == 1`).
+    /// Make the next `times` calls of `op` fail.
     pub fn fail_times(&self, op: Op, kind: Option<&str>, error: ClusterError, times: usize) {
         self.push(op, kind, error, Some(times));
     }
@@ -494,7 +493,7 @@ pub enum Behaviour {
     VerifyError(Error),
 }
 
-/// A component made of data (F223).
+/// A component made of data.
 #[derive(Debug, Clone)]
 pub struct DummyComponent {
     name: String,
@@ -602,7 +601,7 @@ impl Default for Hooks {
     }
 }
 
-/// A controller made of data (F223): components with their upstreams, components
+/// A controller made of data: components with their upstreams, components
 /// switched off by a spec field, hook results, and a finalizer. It records which hooks
 /// ran. It controls [`Widget`]s unless made with [`DummyController::of_kind`] (e.g. for
 /// the cluster-scoped [`Gadget`]).

@@ -1,6 +1,6 @@
 //! Small operations on JSON trees that every other module needs: deep merge, dotted paths,
 //! null pruning and the "is this already there?" comparison that keeps steady-state
-//! reconciles free of writes (oper8 F212–F214).
+//! reconciles free of writes.
 //!
 //! ```
 //! use serde_json::json;
@@ -15,7 +15,7 @@
 use serde_json::{Map, Value};
 
 /// Deep-merge `overrides` into `base`: maps merge key by key, anything else (lists included)
-/// is replaced (F212).
+/// is replaced.
 pub fn merge(base: &mut Value, overrides: Value) {
     match (base, overrides) {
         (Value::Object(base), Value::Object(overrides)) => {
@@ -43,7 +43,7 @@ pub struct PathError {
 }
 
 /// The value at a dotted path, `None` when any level is missing; an error when an
-/// intermediate level is not a map (F213).
+/// intermediate level is not a map.
 pub fn nested_get<'a>(value: &'a Value, path: &str) -> Result<Option<&'a Value>, PathError> {
     let mut current = value;
     for segment in path.split('.') {
@@ -64,7 +64,7 @@ pub fn nested_get<'a>(value: &'a Value, path: &str) -> Result<Option<&'a Value>,
 }
 
 /// Set the value at a dotted path, creating missing levels; an error when an intermediate
-/// level exists but is not a map (F213).
+/// level exists but is not a map.
 pub fn nested_set(value: &mut Value, path: &str, new: Value) -> Result<(), PathError> {
     let mut segments = path.split('.').peekable();
     let mut current = value;
@@ -86,7 +86,7 @@ pub fn nested_set(value: &mut Value, path: &str, new: Value) -> Result<(), PathE
     Ok(())
 }
 
-/// Drop every map entry whose value is `null`, recursively; empty maps and lists stay (F214).
+/// Drop every map entry whose value is `null`, recursively; empty maps and lists stay.
 ///
 /// Typed Kubernetes objects serialize unset optional fields as absent already; this catches
 /// hand-written `json!` manifests, so that "set to null" never reaches an apply by accident.

@@ -1,9 +1,8 @@
-//! Is a deployed object ready? Per-kind rules, condition checks and the subsystem check
-//! (oper8 F155–F158).
+//! Is a deployed object ready? Per-kind rules, condition checks and the subsystem check.
 //!
 //! windlass also requires a workload's status to describe its current spec
 //! (`status.observedGeneration >= metadata.generation`): right after an update, the old
-//! status still says "available" for the old spec, and oper8 would verify too early.
+//! status still says "available" for the old spec, and the object would verify too early.
 
 use serde_json::Value;
 
@@ -12,10 +11,10 @@ use crate::error::{Error, Result};
 use crate::managed::ManagedObject;
 use crate::object::ManifestExt;
 
-/// The default verification of a component's objects (F82): every object must exist and
+/// The default verification of a component's objects: every object must exist and
 /// pass its verify function or its kind's rule. An object that has failed for good (a Job
-/// with its `Failed` condition) fails the component. A failed read is a cluster error
-/// (oper8 made it an assertion, quirk Q12). Dry-run skips verification before calling
+/// with its `Failed` condition) fails the component. A failed read is a cluster error,
+/// not a verification that has not passed yet. Dry-run skips verification before calling
 /// this.
 ///
 /// Pass the session's cluster ([`crate::session::Session::cluster`]): it answers with the
@@ -46,7 +45,7 @@ pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) ->
     Ok(())
 }
 
-/// Whether a live object is ready by its kind's rule (F156); kinds without a rule are
+/// Whether a live object is ready by its kind's rule; kinds without a rule are
 /// ready once they exist.
 ///
 /// - `Pod`: condition `Ready` is true.
@@ -55,8 +54,8 @@ pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) ->
 ///   `NewReplicaSetAvailable`, and, as `kubectl rollout status` checks, every desired
 ///   replica is updated and available with no old one left.
 /// - `StatefulSet`: every desired replica (`spec.replicas`, default 1) is ready and
-///   updated. oper8 compared `readyReplicas` with `status.replicas`, which is 0 right after
-///   creation, so a brand-new StatefulSet counted as ready.
+///   updated. `status.replicas` is not the measure: it is 0 right after creation, and
+///   comparing `readyReplicas` with it would call a brand-new StatefulSet ready.
 /// - `DaemonSet`: every scheduled pod is updated and ready.
 ///
 /// Workloads must also have been observed at their current generation: right after an
@@ -124,11 +123,11 @@ fn observed_current(object: &Value) -> bool {
 }
 
 /// Whether the newest condition of `condition_type` has the expected status and, if
-/// given, reason (F158). "Newest" is by `lastTransitionTime`, then the older oper8
-/// spelling `lastTransactionTime`; conditions without a time count as oldest.
+/// given, reason. "Newest" is by `lastTransitionTime`, then by `lastTransactionTime`, a
+/// misspelling some operators write; conditions without a time count as oldest.
 ///
 /// Statuses are the strings `"True"`/`"False"` (any case) or booleans; a boolean `false`
-/// matches an expected false (oper8 never matched it, quirk Q12).
+/// matches an expected false (it is not judged by truthiness).
 pub fn condition_is(
     object: &Value,
     condition_type: &str,
@@ -164,7 +163,7 @@ fn condition_time(condition: &Value) -> jiff::Timestamp {
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
 
-/// Whether a child CR managed by another windlass (or oper8) operator is done (F157):
+/// Whether a child CR whose status is laid out as windlass's is done:
 /// `Ready` true, `Updating` false, and `versions.reconciled` equal to `desired_version`
 /// (both absent also counts as equal).
 pub fn verify_subsystem(object: &Value, desired_version: Option<&str>) -> bool {
@@ -252,8 +251,8 @@ mod tests {
             json!({"replicas": 2}),
             json!({"replicas": 2, "readyReplicas": 2, "updatedReplicas": 1})
         )));
-        // Right after creation the controller reports zero pods; that is not ready (oper8
-        // compared with status.replicas and said it was).
+        // Right after creation the controller reports zero pods; that is not ready, though
+        // readyReplicas equals status.replicas.
         assert!(!verify_object(&sts(json!({}), json!({"replicas": 0}))));
         assert!(verify_object(&sts(
             json!({}),
@@ -287,7 +286,7 @@ mod tests {
 
     #[test]
     fn boolean_false_matches_expected_false() {
-        // Q12: oper8 compared booleans by truthiness and never matched an expected false.
+        // Booleans are not compared by truthiness: `false` matches an expected false.
         let obj = with_conditions("X", json!([{"type": "Updating", "status": false}]));
         assert!(condition_is(&obj, "Updating", false, None));
         assert!(!condition_is(&obj, "Updating", true, None));

@@ -1,4 +1,4 @@
-//! Per-CR log levels (F114): a CR annotated with its own level is logged at that level
+//! Per-CR log levels: a CR annotated with its own level is logged at that level
 //! while it is reconciled; every other CR keeps the process-wide level.
 //!
 //! A test binary of its own: its subscriber is installed for the whole process before

@@ -141,7 +141,7 @@ async fn library_flags_reach_the_rollout() {
     let (code, out) = cli(&["run", "--dry-run", "--manage_status=false", SHOP]).await;
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
     assert!(!out.contains("status Ready="), "{out}");
-    // As in oper8, a command line without a subcommand is a `run`; `-` works for `_`.
+    // A command line without a subcommand is a `run`; `-` works for `_`.
     let (code, out) = cli(&["--dry-run", "--internal-name-annotation=false", SHOP]).await;
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
     assert!(out.contains("status Ready=Stable"), "{out}");

@@ -4,7 +4,7 @@
 //! - two replicas with Lease election: one leads and only it writes; SIGKILL it and the
 //!   other takes over within the lease duration (plus a poll); every CR converges and
 //!   nothing is written twice or re-created;
-//! - two replicas with the annotation lock (F182), active-active: each CR is locked and
+//! - two replicas with the annotation lock, active-active: each CR is locked and
 //!   rolled out by one of them, no child is written twice, and the CRs of a replica that
 //!   is SIGKILLed are taken over by the other once their locks expire;
 //! - kube-apiserver, and separately etcd, stopped and started again under a running

@@ -1,4 +1,4 @@
-//! The catalogue of yaook's scheduling keys (F241), with their exact label keys.
+//! The catalogue of yaook's scheduling keys, with their exact label keys.
 
 use std::fmt;
 use std::str::FromStr;

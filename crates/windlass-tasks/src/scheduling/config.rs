@@ -1,5 +1,4 @@
-//! Per-node configuration templates (yaook's `extract_labeled_configs`, `transpose_config`;
-//! F246, F247).
+//! Per-node configuration templates (yaook's `extract_labeled_configs`, `transpose_config`).
 //!
 //! yaook CRs carry lists of config templates, each with `nodeSelectors`: a list of label
 //! selectors. A node gets every template one of whose selectors matches its labels, and the

@@ -1,5 +1,5 @@
-//! yaook-style scheduling keys (F241–F248): where a component's pods may run, expressed as a
-//! node affinity and tolerations merged into a pod template.
+//! yaook-style scheduling keys: where a component's pods may run, expressed as a node affinity
+//! and tolerations merged into a pod template.
 //!
 //! # The rule
 //!
@@ -33,7 +33,7 @@
 //! * if the spec already *requires* node selector terms `T1 … Tn`, the result requires
 //!   `(T1 ∨ … ∨ Tn) ∧ (K1 ∨ … ∨ Km)`: each `Ti` is combined with each key's expression, and
 //!   terms implied by a smaller one are dropped. So a constraint the author put in the
-//!   template (an architecture, or yaook's L2 maintenance label, F244) still holds, and
+//!   template (an architecture, or yaook's L2 maintenance label) still holds, and
 //!   applying the same keys twice changes nothing;
 //! * `nodeSelector`, preferred affinities and pod (anti-)affinities are not touched.
 //!

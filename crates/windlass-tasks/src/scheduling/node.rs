@@ -1,4 +1,4 @@
-//! Node-label lookup and guarded node labelling on a `kube::Client` (F248, F245).
+//! Node-label lookup and guarded node labelling on a `kube::Client`.
 
 use std::collections::BTreeMap;
 

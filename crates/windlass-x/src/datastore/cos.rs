@@ -1,5 +1,5 @@
-//! S3-compatible object storage ("COS") connections (oper8 F233): an endpoint, a bucket,
-//! the Secret with the access key and secret key, and optionally the CA certificate's Secret.
+//! S3-compatible object storage ("COS") connections: an endpoint, a bucket, the Secret with
+//! the access key and secret key, and optionally the CA certificate's Secret.
 //!
 //! The CR section (`spec.datastores.cos[.<name>].connection`):
 //!
@@ -14,7 +14,7 @@
 //! tlsSecretCertField: ca.crt
 //! ```
 //!
-//! Besides the parts, [`CosConnection::connection_string`] gives oper8's one-line form
+//! Besides the parts, [`CosConnection::connection_string`] gives the one-line form
 //! `s3,endpoint=<endpoint>,accesskey=<key>,secretkey=<secret>,bucketsuffix=<bucket>` for
 //! applications that take it.
 
@@ -140,8 +140,8 @@ impl CosConnection {
         })
     }
 
-    /// oper8's `s3,endpoint=…,accesskey=…,secretkey=…,bucketsuffix=…`; it holds the secret
-    /// key, so it is a [`SecretString`]. [`Error::not_yet`] when the keys are missing.
+    /// The one-line form `s3,endpoint=…,accesskey=…,secretkey=…,bucketsuffix=…`; it holds the
+    /// secret key, so it is a [`SecretString`]. [`Error::not_yet`] when the keys are missing.
     pub async fn connection_string(&self, secrets: &dyn SecretReader) -> Result<SecretString> {
         let keys = self.keys(secrets).await?;
         Ok(SecretString::new(format!(

@@ -1,5 +1,5 @@
-//! Connections to the datastores an operator's applications use (oper8 F229–F233): Postgres,
-//! Redis and S3-compatible object storage ("COS"), each behind its feature.
+//! Connections to the datastores an operator's applications use: Postgres, Redis and
+//! S3-compatible object storage ("COS"), each behind its feature.
 //!
 //! A datastore either exists already, and the CR says how to reach it, or the operator
 //! deploys it. Application components should not care which, so both end in the same
@@ -38,7 +38,7 @@ use windlass::prelude::*;
 pub use registry::{Datastores, InstanceConfig};
 pub use spec::{ConnectionSpec, SecretReader, SecretString};
 
-/// How to reach one datastore instance, whoever runs it (oper8's `DatastoreConnectionBase`).
+/// How to reach one datastore instance, whoever runs it.
 ///
 /// A connection holds names (of the host, of the Secrets and their keys) and, when the
 /// component that deployed the datastore knows them, the credentials themselves. Secret values
@@ -50,18 +50,17 @@ pub trait Connection: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// config, e.g. `postgres`.
     const TYPE: &'static str;
 
-    /// Read a connection from the CR's section for it (oper8's `from_dict`): a config error
+    /// Read a connection from the CR's section for it: a config error
     /// naming each missing or malformed key, [`Error::not_yet`] for a Secret that is not there
     /// yet (when the section points at a URI Secret).
     async fn from_spec(spec: &ConnectionSpec<'_>, secrets: &dyn SecretReader) -> Result<Self>;
 
-    /// The section that reads back as this connection (oper8's `to_dict`), e.g. for the CR of
-    /// a subsystem that should use the same datastore.
+    /// The section that reads back as this connection, e.g. for the CR of a subsystem that
+    /// should use the same datastore.
     fn to_spec(&self) -> Value;
 }
 
-/// A component that deploys a datastore and hands out how to reach it (oper8's datastore
-/// component interfaces).
+/// A component that deploys a datastore and hands out how to reach it.
 ///
 /// Implementations are registered with [`Datastores::register`] under a type label; the
 /// backend config's `<type>[.<name>].type` picks one when the CR names no datastore.

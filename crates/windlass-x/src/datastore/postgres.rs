@@ -1,4 +1,4 @@
-//! Postgres connections (oper8 F233): host and port, the Secret with the username and
+//! Postgres connections: host and port, the Secret with the username and
 //! password, and optionally the Secret with the CA certificate for TLS.
 //!
 //! The CR section (`spec.datastores.postgres[.<name>].connection`):
@@ -13,12 +13,13 @@
 //! tlsSecretCertField: ca.crt
 //! ```
 //!
-//! **SSL mode.** oper8 asks libpq for `require` with TLS: encrypted, but any server
-//! certificate is accepted, so anyone on the path can pose as the database. A TLS connection
-//! here always comes with the CA certificate (the TLS Secret holds it), so windlass asks for
-//! `verify-full` instead: the server's chain must lead to that CA and its certificate must
-//! name the `hostname` the client dials. Without TLS the mode is `disable`. A server whose
-//! certificate does not carry its hostname is therefore refused, which is the point.
+//! **SSL mode.** With TLS, windlass asks libpq for `verify-full`, not `require`: `require`
+//! encrypts but accepts any server certificate, so anyone on the path could pose as the
+//! database. A TLS connection here always comes with the CA certificate (the TLS Secret
+//! holds it), so the client can verify it: the server's chain must lead to that CA and its
+//! certificate must name the `hostname` the client dials. Without TLS the mode is
+//! `disable`. A server whose certificate does not carry its hostname is therefore refused,
+//! which is the point.
 //!
 //! **Using it.** A controller adds the database's component unless the CR names a database;
 //! its application component asks the [`Datastores`](super::Datastores) registry for the

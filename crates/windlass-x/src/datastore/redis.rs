@@ -1,11 +1,11 @@
-//! Redis connections (oper8 F233): the same fields as Postgres (host, port, the Secret with
-//! the username and password, optionally the CA certificate's Secret), handed to clients as a
-//! `redis://` URL, or `rediss://` with TLS.
+//! Redis connections: the same fields as Postgres (host, port, the Secret with the username
+//! and password, optionally the CA certificate's Secret), handed to clients as a `redis://`
+//! URL, or `rediss://` with TLS.
 //!
-//! The URL is `<scheme>://<user>:<password>@<host>:<port>`, as oper8 builds it, except that
-//! the username and password are percent-encoded: a password with `@`, `:` or `/` in it
-//! would otherwise change where the client connects. A client verifies a `rediss://`
-//! server against [`RedisConnection::tls_cert`].
+//! The URL is `<scheme>://<user>:<password>@<host>:<port>`, with the username and password
+//! percent-encoded: a password with `@`, `:` or `/` in it would otherwise change where the
+//! client connects. A client verifies a `rediss://` server against
+//! [`RedisConnection::tls_cert`].
 
 use async_trait::async_trait;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};

@@ -1,14 +1,12 @@
-//! The registry of datastore implementations and the per-reconcile connections (oper8's
-//! datastore factories, F229–F231), as one value the controller owns and shares with its
-//! components.
+//! The registry of datastore implementations and the per-reconcile connections, as one value
+//! the controller owns and shares with its components.
 //!
-//! oper8 keeps class-level singletons invalidated when the session id changes; it reconciles
-//! one CR at a time. Here the registry is an ordinary value (an `Arc` inside) shared by
-//! reconciles of many CRs that run at once, so every cached component and connection is keyed
-//! by the CR as well as by (type, name), and carries the id of the reconcile that made it: the
-//! CR's next reconcile replaces it. A CR has one reconcile in flight at a time, so one entry
-//! per CR and datastore is enough; past [`MAX_ENTRIES`] the oldest entries (of CRs long gone,
-//! typically) are dropped, so the caches stay bounded.
+//! The registry is an ordinary value (an `Arc` inside) shared by reconciles of many CRs that
+//! run at once, so every cached component and connection is keyed by the CR as well as by
+//! (type, name), and carries the id of the reconcile that made it: the CR's next reconcile
+//! replaces it. A CR has one reconcile in flight at a time, so one entry per CR and datastore
+//! is enough; past [`MAX_ENTRIES`] the oldest entries (of CRs long gone, typically) are
+//! dropped, so the caches stay bounded.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -171,7 +169,7 @@ impl<C: Controller> Datastores<C> {
 
     /// Register an implementation of the datastore type `K::TYPE` under `label`: the backend
     /// config's `<type>[.<name>].type: <label>` selects it. A second registration under the
-    /// same label replaces the first, with a warning (as oper8 does).
+    /// same label replaces the first, with a warning.
     pub fn register<K, D, F>(&self, label: &str, build: F)
     where
         K: Connection,
@@ -204,7 +202,7 @@ impl<C: Controller> Datastores<C> {
     }
 
     /// Add the component that deploys the datastore `K::TYPE` (instance `name`) to `graph`,
-    /// unless the CR gives its connection (then `None`: nothing to deploy; oper8 F230).
+    /// unless the CR gives its connection (then `None`: nothing to deploy).
     ///
     /// The implementation is the one registered under the backend config's
     /// `<type>[.<name>].type`; its component is named `<its name>-<name>` for a named
@@ -244,8 +242,8 @@ impl<C: Controller> Datastores<C> {
             .map(Some)
     }
 
-    /// The connection to the datastore `K::TYPE` (instance `name`), built once per reconcile
-    /// (oper8 F231): from the CR's `spec.datastores.<type>[.<name>].connection` when it has
+    /// The connection to the datastore `K::TYPE` (instance `name`), built once per reconcile:
+    /// from the CR's `spec.datastores.<type>[.<name>].connection` when it has
     /// one, else from the component [`Datastores::add_component`] added in this reconcile.
     /// With neither, a config error saying what to give.
     pub async fn connection<K: Connection>(

@@ -1,5 +1,5 @@
-//! The rules every datastore connection shares (oper8 F232): how a connection is read from
-//! the CR, how Secrets are read and decoded, and how secret values are kept out of logs.
+//! The rules every datastore connection shares: how a connection is read from the CR, how
+//! Secrets are read and decoded, and how secret values are kept out of logs.
 //!
 //! A connection section lives at `spec.datastores.<type>[.<name>].connection` with camelCase
 //! keys. The rules, the same for Postgres, Redis and COS:
@@ -16,7 +16,7 @@
 //! - a Secret that does not exist yet is [`Error::not_yet`] naming it (another operator or a
 //!   user may still create it); a failed read is the cluster error the session returned.
 //!
-//! oper8 requires the TLS keys to be present even when empty; here they may be left out.
+//! The TLS keys may be left out; they need not be present as empty strings.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -330,8 +330,7 @@ impl Tls {
         Tls { secret, cert: None }
     }
 
-    /// Remember the CA certificate; a config error when TLS is off (oper8 rejects a cert
-    /// without TLS).
+    /// Remember the CA certificate; a config error when TLS is off.
     pub(crate) fn set_cert(&mut self, pem: String) -> Result<()> {
         if self.secret.is_none() {
             return Err(Error::config(

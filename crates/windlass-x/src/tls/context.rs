@@ -1,5 +1,5 @@
-//! The TLS context (oper8 F239): where a controller's TLS material comes from, as a trait,
-//! and [`Tls`], the handle components hold.
+//! The TLS context: where a controller's TLS material comes from, as a trait, and [`Tls`], the
+//! handle components hold.
 //!
 //! A context lives for one reconcile: [`crate::tls::TlsRegistry::context`] makes it in
 //! [`Controller::components`], where servers request their pairs, and the components
@@ -18,7 +18,7 @@ use windlass::session::Session;
 use super::pki::{CertRequest, KeyCertPair};
 
 /// Which pair: the server component's name and, for a server with several, a key name.
-/// Displays as `<component>[-<key name>]`, the key oper8 used.
+/// Displays as `<component>[-<key name>]`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PairKey {
     /// The server component's name.
@@ -86,8 +86,7 @@ pub trait TlsContext<C: Controller>: Send + Sync + 'static {
     /// The CA certificate (PEM) clients trust to reach the servers.
     async fn ca_cert(&self, session: &Session<C>) -> Result<String>;
 
-    /// The certificate a client presents, PEM; by default the CA certificate, as oper8's
-    /// contexts answered.
+    /// The certificate a client presents, PEM; by default the CA certificate.
     async fn client_cert(&self, session: &Session<C>) -> Result<String> {
         self.ca_cert(session).await
     }
@@ -158,7 +157,7 @@ impl<C: Controller> Tls<C> {
     }
 
     /// `existing` unchanged when given (a pair the user supplied), else
-    /// [`Tls::server_pair`] (oper8's `existing_key_pem` / `existing_cert_pem`).
+    /// [`Tls::server_pair`].
     pub async fn server_pair_or(
         &self,
         session: &Session<C>,

@@ -1,5 +1,5 @@
-//! The internal TLS context (oper8 F240): a CA the operator generates once and keeps in a
-//! Secret, and server pairs it signs, kept in Secrets too.
+//! The internal TLS context: a CA the operator generates once and keeps in a Secret, and
+//! server pairs it signs, kept in Secrets too.
 //!
 //! The `internal-tls` component owns, per CR:
 //!

@@ -1,6 +1,5 @@
-//! TLS material for the servers an operator deploys (oper8 F238–F240): keys and
-//! certificates from a CA the operator keeps, behind a trait so another source can be
-//! plugged in.
+//! TLS material for the servers an operator deploys: keys and certificates from a CA the
+//! operator keeps, behind a trait so another source can be plugged in.
 //!
 //! - [`pki`]: the primitives — keys (ECDSA P-256 by default, RSA-2048 with `tls-rsa`), a
 //!   CA, server and intermediate certificates, PEM in and out, verification;

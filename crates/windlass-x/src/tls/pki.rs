@@ -1,4 +1,4 @@
-//! Keys and certificates (oper8 F238): an internal CA, the server and intermediate
+//! Keys and certificates: an internal CA, the server and intermediate
 //! certificates it signs, PEM in and out.
 //!
 //! Built on `rcgen` with ring, the crypto library kube's rustls already compiles; stored
@@ -7,23 +7,22 @@
 //! check that matters (is this certificate signed by this CA, valid at that time, for these
 //! names, for this key?) is a verification, not a field comparison.
 //!
-//! Choices, and why they differ from oper8's:
+//! Choices, and why:
 //!
 //! - **ECDSA P-256 keys by default**: generated in microseconds (an RSA-2048 key takes about
 //!   0.1 s optimised and up to a second unoptimised, with a random spread), small, and accepted by
 //!   every TLS stack an operator deploys (OpenSSL-based Postgres and Redis, Go, Java, rustls).
-//!   RSA-2048, oper8's only choice, stays available with the `tls-rsa` feature for clients
-//!   that cannot do ECDSA.
+//!   RSA-2048 stays available with the `tls-rsa` feature for clients that cannot do ECDSA.
 //! - **Validity**: the CA for ten years ([`CA_VALIDITY`]), server and intermediate
 //!   certificates for one year ([`CERT_VALIDITY`]) but never past the CA's own end,
 //!   reissued once they expire within [`RENEW_BEFORE`]; the CA is due for replacement once
 //!   it expires within [`CA_RENEW_BEFORE`]. Trust anchors carry no validity in webpki, so
 //!   the CA's notAfter is read from its certificate (with `yasna`, which rcgen already
-//!   builds) and checked here. oper8 made everything valid for 10 000 days, so a leaked server key
-//!   stayed usable for 27 years. Every certificate starts [`CLOCK_SKEW`] in the past, so a
+//!   builds) and checked here. The short life of server certificates limits how long a
+//!   leaked key stays usable. Every certificate starts [`CLOCK_SKEW`] in the past, so a
 //!   client whose clock is a little behind accepts a fresh one.
-//! - **IP SANs are IP entries** (quirk Q13 fixed): oper8 wrote IPs as DNS names, which no
-//!   conforming client matches against an IP address.
+//! - **IP SANs are IP entries**: no conforming client matches an IP address written as a
+//!   DNS name.
 //! - The CA's KeyUsage is keyCertSign + cRLSign + digitalSignature (no keyEncipherment, which
 //!   has no meaning for a CA's key); intermediates get the same with a path length of 0
 //!   (they sign end-entity certificates only). Server certificates get digitalSignature
@@ -373,7 +372,7 @@ impl CertRequest {
                 })
                 .and_then(|parsed| match parsed {
                     ServerName::DnsName(_) => Ok(()),
-                    // An IP given as a DNS name is quirk Q13: refuse it rather than hide it.
+                    // An IP given as a DNS name would never match: refuse it rather than hide it.
                     _ => Err(TlsError::BadName {
                         name: name.clone(),
                         reason: "it is an IP address: give it as an IP SAN".into(),

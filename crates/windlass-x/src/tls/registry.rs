@@ -1,11 +1,10 @@
-//! Which [`TlsContext`](super::TlsContext) a CR gets (oper8 F239): a registry of context factories keyed by
-//! `tls.type` in the backend config.
+//! Which [`TlsContext`](super::TlsContext) a CR gets: a registry of context factories keyed
+//! by `tls.type` in the backend config.
 //!
-//! oper8 kept one context per session in a process-wide singleton, found by a class
-//! attribute. Here the registry is a value the controller owns (usually built in its
-//! constructor), and [`TlsRegistry::context`] makes a fresh context for each reconcile in
-//! [`Controller::components`]: nothing outlives the reconcile except what is in the
-//! cluster, so a restarted operator behaves exactly like a running one.
+//! The registry is a value the controller owns (usually built in its constructor), and
+//! [`TlsRegistry::context`] makes a fresh context for each reconcile in
+//! [`Controller::components`]: nothing outlives the reconcile except what is in the cluster,
+//! so a restarted operator behaves exactly like a running one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -157,7 +156,7 @@ impl<C: Controller> TlsRegistry<C> {
     }
 
     /// Make `tls.type: <type_label>` use `factory`. Registering a type again replaces it,
-    /// with a warning (as oper8 did).
+    /// with a warning.
     pub fn register<F>(&mut self, type_label: &str, factory: F) -> &mut Self
     where
         F: Fn(&Session<C>, &TlsConfig, &mut Components<C>) -> Result<Tls<C>>

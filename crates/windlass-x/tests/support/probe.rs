@@ -65,7 +65,7 @@ pub struct CosResolved {
     pub bucket: String,
     /// The access key and secret key.
     pub keys: windlass_x::datastore::cos::Keys,
-    /// oper8's one-line form.
+    /// The one-line `s3,endpoint=…` form.
     pub connection_string: windlass_x::datastore::SecretString,
 }
 

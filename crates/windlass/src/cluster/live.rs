@@ -1,5 +1,4 @@
-//! The live cluster: [`Cluster`] over a kube-rs `Client` (oper8's cluster deploy manager,
-//! F125–F135, in its server-side-apply form).
+//! The live cluster: [`Cluster`] over a kube-rs `Client`.
 //!
 //! - Kinds are resolved with kube's single-kind discovery and cached per apiVersion/kind
 //!   (unknown kinds are not cached, so a CRD installed later is found).

@@ -1,10 +1,10 @@
-//! The in-memory cluster: a faithful, in-process stand-in for a kube-apiserver (F140–F145).
+//! The in-memory cluster: a faithful, in-process stand-in for a kube-apiserver.
 //!
 //! Faithful means: what this store accepts, stores and returns is what a real API server
 //! would, for the parts a rollout can observe:
 //!
-//! - objects get a `uid` and `creationTimestamp` once, at creation, and keep them (oper8's
-//!   dry-run regenerated both on every write, quirk Q5);
+//! - objects get a `uid` and `creationTimestamp` once, at creation, and keep them through
+//!   every later write;
 //! - `resourceVersion` is one counter for the whole store, bumped only by writes that
 //!   change something (a no-op apply leaves it alone, as a real server does), and a write
 //!   carrying a stale `resourceVersion` is a conflict;
@@ -305,7 +305,7 @@ impl MemoryCluster {
 
     /// Store objects as they are (their uid, creationTimestamp, generation and status
     /// kept when given), creating their namespaces, without publishing events: the cluster
-    /// state a dry run starts from (F140). Objects are validated as any write is; objects
+    /// state a dry run starts from. Objects are validated as any write is; objects
     /// whose owners were not loaded are garbage, and collected, as a real cluster would.
     pub fn load(&self, manifests: impl IntoIterator<Item = Value>) -> Result<(), ClusterError> {
         for manifest in manifests {

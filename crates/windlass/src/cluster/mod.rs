@@ -1,11 +1,10 @@
-//! All cluster access of a rollout goes through one trait, [`Cluster`] (oper8's deploy
-//! manager, F125). Two implementations share it, so dry-run and production run the same
-//! rollout code:
+//! All cluster access of a rollout goes through one trait, [`Cluster`]. Two implementations
+//! share it, so dry-run and production run the same rollout code:
 //!
 //! - [`MemoryCluster`]: a faithful in-process API server: uids, monotonic resourceVersions,
 //!   generation, owner references with garbage collection, finalizers and deletion
 //!   timestamps, namespaces, label and field selectors, status apart from spec, watch
-//!   events. It is what `--dry-run` and unit tests run on (F140–F145).
+//!   events. It is what `--dry-run` and unit tests run on.
 //! - [`LiveCluster`]: a kube-rs `Client` (server-side apply with a fixed field manager).
 //!
 //! The trait speaks JSON manifests ([`serde_json::Value`]) because rollouts patch, merge and
@@ -37,7 +36,7 @@ pub enum Scope {
     Cluster,
 }
 
-/// How a manifest is written (oper8's `DeployMethod`, F126).
+/// How a manifest is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum WriteMethod {
     /// Server-side apply with windlass's field manager, conflicts forced: fields this

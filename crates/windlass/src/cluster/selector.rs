@@ -1,10 +1,10 @@
-//! Label and field selectors, parsed once and matched against manifests (F143).
+//! Label and field selectors, parsed once and matched against manifests.
 //!
 //! The grammar is Kubernetes': requirements separated by commas outside parentheses;
 //! `key=value`, `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key`
-//! (exists) and `!key` (absent). Set members are trimmed, so `(a, b)` contains `b`
-//! (oper8 kept the space, quirk Q5). Field selectors take `=`, `==` and `!=` on dotted
-//! paths into the whole object (a superset of what real API servers allow per kind).
+//! (exists) and `!key` (absent). Set members are trimmed, so `(a, b)` contains `b`, not
+//! ` b`. Field selectors take `=`, `==` and `!=` on dotted paths into the whole object (a
+//! superset of what real API servers allow per kind).
 //!
 //! ```
 //! use serde_json::json;

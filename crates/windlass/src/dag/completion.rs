@@ -1,4 +1,4 @@
-//! What a run of the graph achieved, node by node (F95).
+//! What a run of the graph achieved, node by node.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -123,7 +123,7 @@ impl CompletionState {
 }
 
 impl PartialEq for CompletionState {
-    /// Compares the four node sets only, not the error (F95).
+    /// Compares the four node sets only, not the error.
     fn eq(&self, other: &Self) -> bool {
         self.verified == other.verified
             && self.unverified == other.unverified

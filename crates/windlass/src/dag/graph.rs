@@ -186,7 +186,7 @@ impl<N, E> Graph<N, E> {
         self.nodes.is_empty()
     }
 
-    /// Nodes with every dependency before its dependents, ties broken by name (F94, rule 8):
+    /// Nodes with every dependency before its dependents, ties broken by name (rule 8):
     /// a post-order depth-first walk visiting nodes and their dependencies sorted by name.
     pub fn topology(&self) -> Vec<NodeId> {
         let mut order = Vec::with_capacity(self.nodes.len());

@@ -1,4 +1,4 @@
-//! The dependency graph of a rollout and the executor that runs it (oper8 F92–F100).
+//! The dependency graph of a rollout and the executor that runs it.
 //!
 //! A [`Graph`] holds named nodes and "waits for" edges; a [`Runner`] executes one action
 //! per node in dependency order and reports a [`CompletionState`]. The rollout runs one
@@ -38,8 +38,9 @@
 //! 9. **Cycles are rejected when the edge is added**, self-edges included, so a graph can
 //!    never be cyclic when it runs.
 //!
-//! oper8's runner polled every 50 ms and had to snapshot the set of completed nodes before
-//! computing ready ones to avoid ending early; rule 3 removes that race by construction.
+//! A runner that polled for ready nodes would have to snapshot the set of completed nodes
+//! before computing ready ones to avoid ending early; rule 3 removes that race by
+//! construction.
 
 mod completion;
 mod graph;

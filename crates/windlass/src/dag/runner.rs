@@ -3,7 +3,7 @@
 //!
 //! Node actions run as futures polled by the caller's task, not spawned: they may borrow
 //! the session and the graph, concurrency is cooperative (which is what I/O-bound
-//! rollouts need), and a limit of 1 gives oper8's inline mode with no extra machinery.
+//! rollouts need), and a limit of 1 runs the nodes one at a time with no extra machinery.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -43,8 +43,8 @@ impl Halt {
     }
 }
 
-/// The concurrency used when none is configured: like Python's thread-pool default that
-/// oper8 relied on, CPUs + 4, at most 32.
+/// The concurrency used when none is configured: CPUs + 4, at most 32, as Python's thread
+/// pool sizes itself by default.
 pub fn default_concurrency() -> usize {
     // available_parallelism reads cgroup files on Linux: far too slow to ask per rollout.
     static CONCURRENCY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -130,8 +130,8 @@ impl<'g, N, E> Runner<'g, N, E> {
         self
     }
 
-    /// oper8's thread setting: `None` = the default, `Some(0)` = one at a time inline,
-    /// `Some(n)` = at most `n` at once (F96).
+    /// The `rollout_manager` thread setting: `None` = the default, `Some(0)` = one at a time
+    /// inline, `Some(n)` = at most `n` at once.
     pub fn threads(self, threads: Option<u32>) -> Self {
         match threads {
             None => self.concurrency(default_concurrency()),
@@ -139,7 +139,7 @@ impl<'g, N, E> Runner<'g, N, E> {
         }
     }
 
-    /// Whether edge conditions are evaluated (off in dry-run, F104).
+    /// Whether edge conditions are evaluated (off in dry-run).
     pub fn check_conditions(mut self, check: bool) -> Self {
         self.check_conditions = check;
         self

@@ -1,5 +1,5 @@
 //! Temporary patches: operator-side overrides of rendered objects, kept in patch objects
-//! the CR lists in its `windlass.dev/temporary-patches` annotation (oper8 F118, F138).
+//! the CR lists in its `windlass.dev/temporary-patches` annotation.
 //!
 //! A patch object's `spec.patch` is a tree walked by the internal name of a rendered
 //! object (`<component>.<resource>`); where the walk consumes every part and ends on a
@@ -34,10 +34,10 @@ use crate::object::ManifestExt;
 pub const STRATEGIC_MERGE: &str = "patchStrategicMerge";
 /// The `spec.patchType` of an RFC 6902 JSON patch.
 pub const JSON_6902: &str = "patchJson6902";
-/// The kind of patch objects when the annotation does not name one (F64).
+/// The kind of patch objects when the annotation does not name one.
 pub const DEFAULT_PATCH_KIND: &str = "TemporaryPatch";
 
-/// Apply, in order, every patch whose tree matches `internal_name` (F138).
+/// Apply, in order, every patch whose tree matches `internal_name`.
 pub fn apply_patches(internal_name: &str, manifest: Value, patches: &[Value]) -> Result<Value> {
     let mut current = manifest;
     for patch in patches {

@@ -1,4 +1,4 @@
-//! Strategic merge patch for the fields oper8 knew the merge keys of (F139): the subset of
+//! Strategic merge patch for the fields whose merge keys are listed here: the subset of
 //! kubectl's and kustomize's semantics that temporary patches use.
 //!
 //! Hand-written: no maintained Rust crate implements strategic merge (it needs the merge
@@ -16,8 +16,8 @@
 
 use serde_json::{Map, Value};
 
-/// Pod-spec paths under which container lists have merge keys. oper8 spelled the CronJob
-/// entry `Cronjob`, which never matched a real object; `CronJob` does.
+/// Pod-spec paths under which container lists have merge keys. The kind is spelled as in
+/// objects, `CronJob` (a `Cronjob` entry would never match a real object).
 const POD_SPECS: [&str; 7] = [
     "Pod.spec",
     "Deployment.spec.template.spec",

@@ -1,15 +1,14 @@
-//! The heartbeat file (oper8 F203) and its check (`check-heartbeat`, F9, F11).
+//! The heartbeat file and its check (`check-heartbeat`).
 //!
 //! With `python_watch_manager.heartbeat_file` set, the runtime writes the current time to
 //! that file every `heartbeat_period`, and a liveness probe that cannot speak HTTP (an
-//! `exec` probe, oper8's `check_heartbeat.sh`) runs `check-heartbeat --delta N`, which
-//! fails once the last beat is more than `N` seconds old. An operator whose runtime is
-//! wedged stops beating and gets restarted; `/healthz` cannot tell that, since the HTTP
-//! server runs on its own tasks.
+//! `exec` probe) runs `check-heartbeat --delta N`, which fails once the last beat is more
+//! than `N` seconds old. An operator whose runtime is wedged stops beating and gets
+//! restarted; `/healthz` cannot tell that, since the HTTP server runs on its own tasks.
 //!
-//! The file holds one line in oper8's format, `%Y-%m-%d %H:%M:%S` in the local time zone
-//! ([`FORMAT`]), so existing probes and the upstream script keep working: the writer and
-//! the probe run in the same container, with the same zone. The check also accepts an
+//! The file holds one line, `%Y-%m-%d %H:%M:%S` in the local time zone ([`FORMAT`]), the
+//! format existing heartbeat probes read; a zone is not needed because the writer and the
+//! probe run in the same container, with the same zone. The check also accepts an
 //! RFC 3339 timestamp, which has no zone ambiguity, for files written by other tools.
 //! A beat is written to a temporary file in the same directory and renamed over the old
 //! one, so the check never reads a half-written file.
@@ -22,10 +21,10 @@ use jiff::{Timestamp, Zoned};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How a beat is written: oper8's `%Y-%m-%d %H:%M:%S`, local time, no zone.
+/// How a beat is written: `%Y-%m-%d %H:%M:%S`, local time, no zone.
 pub const FORMAT: &str = "%Y-%m-%d %H:%M:%S";
 
-/// The shortest period between beats: the format has whole seconds only (F203).
+/// The shortest period between beats: the format has whole seconds only.
 pub const MIN_PERIOD: Duration = Duration::from_secs(1);
 
 /// `timestamp` as a beat in the zone `tz`.
@@ -105,8 +104,8 @@ impl Heartbeat {
         self.beats.clone()
     }
 
-    /// Wait until a beat is written after this call (F203 `wait_for_beat`). Waits forever
-    /// if the file cannot be written, so race it with a timeout.
+    /// Wait until a beat is written after this call. Waits forever if the file cannot be
+    /// written, so race it with a timeout.
     pub async fn wait_for_beat(&self) {
         let mut beats = self.beats.clone();
         beats.borrow_and_update();
@@ -189,7 +188,7 @@ pub enum CheckError {
     },
 }
 
-/// Check `file` at `now` (F9): it must exist and hold a beat no older than `allowed`, in
+/// Check `file` at `now`: it must exist and hold a beat no older than `allowed`, in
 /// the local zone (`tz`, [`TimeZone::system`] in the CLI). Returns the beat's time.
 ///
 /// # Errors
@@ -208,7 +207,7 @@ pub fn check(
         file: file.to_path_buf(),
         content: text.trim().chars().take(64).collect(),
     })?;
-    // F9: too old iff beat + delta < now. A beat from the future (clock skew) is fresh.
+    // Too old iff beat + delta < now. A beat from the future (clock skew) is fresh.
     let age = Duration::try_from(now.duration_since(beat)).unwrap_or(Duration::ZERO);
     if age > allowed {
         return Err(CheckError::TooOld {
@@ -267,7 +266,7 @@ mod tests {
         let after = |s: i64| beat + SignedDuration::from_secs(s);
 
         assert_eq!(check(&file, delta, after(0), &tz).unwrap(), beat);
-        // F9: failure iff beat + delta < now; exactly delta old still passes.
+        // Failure iff beat + delta < now; exactly delta old still passes.
         assert_eq!(check(&file, delta, after(30), &tz).unwrap(), beat);
         let err = check(&file, delta, after(31), &tz).unwrap_err();
         assert!(matches!(err, CheckError::TooOld { .. }), "{err}");

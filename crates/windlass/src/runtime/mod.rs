@@ -1,5 +1,5 @@
 //! The operator runtime: a long-lived process that turns watch events into reconciles
-//! (oper8's watch manager, F159–F203, rebuilt on kube-runtime streams and tokio tasks).
+//! (built on kube-runtime streams and tokio tasks).
 //!
 //! The files follow the path of an event:
 //!
@@ -74,7 +74,7 @@ use worker::{ReconcileObserver, WorkerSettings};
 pub const DRAIN: Duration = Duration::from_secs(20);
 
 /// Runs controllers against a real cluster: one client, one set of watch caches, one
-/// leadership, one shutdown (oper8's `start_all`, F160). Each controller has its own
+/// leadership, one shutdown. Each controller has its own
 /// watches, filters and queue.
 ///
 /// ```no_run

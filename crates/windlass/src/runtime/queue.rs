@@ -1,7 +1,6 @@
-//! The reconcile queue (oper8 F189–F195) on `windlass-tasks`' [`TaskQueue`]: one run per
-//! CR at a time, and one pending run that takes the newest request (oper8 kept the
-//! oldest, quirk Q6); bounded concurrency; per-CR exponential back-off with jitter that a
-//! success resets; requeue-after; the periodic re-reconcile.
+//! The reconcile queue on `windlass-tasks`' [`TaskQueue`]: one run per CR at a time, and
+//! one pending run that takes the newest request; bounded concurrency; per-CR exponential
+//! back-off with jitter that a success resets; requeue-after; the periodic re-reconcile.
 //!
 //! What a reconcile asks for next ([`Outcome`]) becomes the queue's [`TaskOutcome`] here,
 //! with the `reconcile_period` folded in: a CR that is done is reconciled again after the

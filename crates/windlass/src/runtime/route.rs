@@ -1,5 +1,5 @@
-//! From watch events to CRs to reconcile (oper8 F185–F187): filter every event, name the
-//! CR it concerns, and put that CR in the queue.
+//! From watch events to CRs to reconcile: filter every event, name the CR it concerns, and
+//! put that CR in the queue.
 //!
 //! - An event of the **primary kind** concerns the CR itself. It passes the configured
 //!   global filter ([`GlobalFilter`](super::filter::GlobalFilter)) and the controller's
@@ -22,13 +22,13 @@
 //!   is the CR whose reconcile wrote it (the one its ownership label names): another
 //!   CR's reconcile wrote data their pods read.
 //!
-//!   oper8 kept a reconcile from starting on the creation of an object the reconcile
-//!   created itself with a filter that refuses every "added" event (F187's
-//!   `DependentWatchFilter`). windlass does not: a kind's watch starts after the first
-//!   reconcile created objects of it, so its first list reports as "added" an object that
-//!   may already have changed since (a Job that completed meanwhile), and refusing it would
-//!   leave the CR waiting for its periodic requeue. The echo check refuses only the
-//!   versions windlass's own writes made (or superseded), and nothing else.
+//!   Owned kinds get no filter that refuses every "added" event, though one would keep a
+//!   reconcile from starting on the creation of an object it created itself: a kind's watch
+//!   starts after the first reconcile created objects of it, so its first list reports as
+//!   "added" an object that may already have changed since (a Job that completed
+//!   meanwhile), and refusing it would leave the CR waiting for its periodic requeue. The
+//!   echo check refuses only the versions windlass's own writes made (or superseded), and
+//!   nothing else.
 //!
 //! - An event of an object windlass is **writing right now** cannot be judged yet: the
 //!   watch often delivers a write before its response is back, and only the response

@@ -1,4 +1,4 @@
-//! Watches: where events come from (oper8 F183–F184, on kube-runtime's `watcher`).
+//! Watches: where events come from (on kube-runtime's `watcher`).
 //!
 //! One [`Watch`] per kind and namespace (or all namespaces). Each runs kube-runtime's
 //! `watcher` (list, then watch; relist on 410 Gone; bookmarks). The list is a streaming
@@ -7,13 +7,13 @@
 //! bookmark, served from the API server's watch cache, instead of pages of a LIST that the
 //! server must assemble in memory. A server that refuses it gets paged lists from then on;
 //! `KUBE_FEATURE_WatchListClient=false`, client-go's switch for the same feature, turns it
-//! off. A watch that fails (the
-//! API server or etcd is down, the connection broke) is reported unsynced — `/readyz`
-//! answers 503 — and started afresh after a back-off, so it retries forever; its relist
-//! makes it synced again and resets the back-off (oper8 spent a lifetime budget of
-//! failures and then killed the process, quirk Q7). Every object seen goes into the [`Stores`], and every change becomes a
-//! [`SourceEvent`] on a channel for the controller's dispatcher. A relist reports what
-//! changed while the watch was down: objects that are gone as deletions.
+//! off. A watch that fails (the API server or etcd is down, the connection broke) is
+//! reported unsynced — `/readyz` answers 503 — and started afresh after a back-off; its
+//! relist makes it synced again and resets the back-off. It retries forever: a watch that
+//! stopped after some number of failures would leave the operator dead or deaf. Every
+//! object seen goes into the [`Stores`], and every change becomes a [`SourceEvent`] on a
+//! channel for the controller's dispatcher. A relist reports what changed while the watch
+//! was down: objects that are gone as deletions.
 //!
 //! The primary kind is watched whole; the kinds components own are watched
 //! label-scoped, only objects that carry windlass's ownership label
@@ -347,9 +347,9 @@ fn entry(
     Some((reference, Arc::new(value)))
 }
 
-/// A watch a controller asks for besides its own kind and the kinds it renders (oper8's
-/// dependent watches, F183–F186): objects of another kind whose changes concern some of
-/// its CRs — a Secret the CR names, a Node a CR places pods on.
+/// A watch a controller asks for besides its own kind and the kinds it renders: objects of
+/// another kind whose changes concern some of its CRs — a Secret the CR names, a Node a CR
+/// places pods on.
 ///
 /// ```
 /// use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Taking CRs from the queue and reconciling them, while this replica may (oper8 F190–F193).
+//! Taking CRs from the queue and reconciling them, while this replica may.
 //!
 //! The worker starts a reconcile only while [`Leadership::is_leader`] holds at that
 //! moment; with the per-CR annotation lock it first takes the CR's lock. Each reconcile

@@ -1,6 +1,6 @@
-//! Dependency-hash restarts on the in-memory cluster (F236): the annotation on the pod
-//! template, what changes it (and what does not), where the values come from, and that a
-//! steady state writes nothing.
+//! Dependency-hash restarts on the in-memory cluster: the annotation on the pod template,
+//! what changes it (and what does not), where the values come from, and that a steady state
+//! writes nothing.
 
 use serde_json::{Value, json};
 use windlass::annotations::DEPENDENCY_HASH;

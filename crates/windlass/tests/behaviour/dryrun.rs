@@ -1,6 +1,6 @@
-//! Dry-run reconciling of CRs that rollouts create and delete (seed-inventory §22 hard
-//! part 10, F161, F162): child CRs are reconciled, deleting runs finalizers, and an
-//! operator that keeps changing its own spec cannot loop forever.
+//! Dry-run reconciling of CRs that rollouts create and delete: child CRs are reconciled,
+//! deleting runs finalizers, and an operator that keeps changing its own spec cannot loop
+//! forever.
 
 use serde_json::json;
 use windlass::dryrun::{DryRun, MAX_RECONCILES_PER_CR};

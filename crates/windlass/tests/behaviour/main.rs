@@ -1,6 +1,5 @@
 //! Behaviour of whole reconciles on the in-memory cluster: the rollout's phase algebra,
 //! status bookkeeping, the reconcile pipeline, bad input and the quirks windlass fixes.
-//! Each test names the part of `shared/spec/seed-inventory.md` it pins.
 
 #![allow(clippy::unwrap_used)]
 

@@ -1,5 +1,5 @@
-//! Quirks of oper8 (seed-inventory §23) that windlass decides deliberately, one test each
-//! where the quirk is in scope and not pinned next to its code. The README lists them.
+//! Details of status and error handling that windlass decides deliberately, one test each
+//! where the decision is not pinned next to its code. The README lists them.
 
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use windlass::testing::{
 
 use crate::support::{deployment, deployment_ref};
 
-/// Q11: conditions use Kubernetes' `lastTransitionTime`, moved only when the status
+/// Conditions use Kubernetes' `lastTransitionTime`, moved only when the status
 /// flips, and both verified and unverified component lists are written.
 #[tokio::test]
 async fn q11_transition_times_and_component_lists() {
@@ -39,7 +39,7 @@ async fn q11_transition_times_and_component_lists() {
         json!(["b"])
     );
     // A later reconcile writes a new status (a new generation is observed) while Ready
-    // stays False: the transition time must not move. oper8 refreshed it on every write.
+    // stays False: the transition time must not move.
     let first = status["conditions"][0]["lastTransitionTime"].clone();
     // Timestamps have whole seconds: wait (at most 2 s) until "now" is a later one, so a
     // refreshed transition time would differ from the first.
@@ -69,7 +69,7 @@ async fn q11_transition_times_and_component_lists() {
     );
 }
 
-/// Q12: a failed read of a managed object is a cluster error in the status, not an
+/// A failed read of a managed object is a cluster error in the status, not an
 /// assertion that kills the reconcile.
 #[tokio::test]
 async fn q12_a_failed_read_of_a_managed_object_is_a_cluster_error() {

@@ -1,5 +1,5 @@
 //! The reconcile pipeline: pause, finalizers, config layering, error mapping, dry-run
-//! divergence (seed-inventory §22 hard parts 6 and 10, F112–F124, F215, F216).
+//! divergence.
 
 use std::sync::Arc;
 
@@ -307,7 +307,7 @@ async fn backend_config_layers_defaults_configmap_and_overrides() {
         .await;
     env.annotate(&cr, "windlass.dev/config-defaults", "site/ignored")
         .await;
-    // Q3: a top-level configOverrides is not read (a structural CRD schema would prune it).
+    // A top-level configOverrides is not read (a structural CRD schema would prune it).
     env.apply(&json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
         "metadata": {"name": "a", "namespace": TEST_NAMESPACE}, "configOverrides": {"a": "top-level"}})).await;
     env.reconcile(&cr).await;

@@ -1,5 +1,5 @@
-//! The render pipeline (seed-inventory §22 hard part 5, F74–F77, F118, F138): patches →
-//! internal-name annotation → the component's own hook, patches oldest first.
+//! The render pipeline: patches → internal-name annotation → the component's own hook,
+//! patches oldest first.
 
 use std::sync::{Arc, Mutex};
 

@@ -1,4 +1,4 @@
-//! The rollout's phase algebra (seed-inventory §22 hard part 2, F101–F109).
+//! The rollout's phase algebra.
 
 use serde_json::json;
 use windlass::Error;
@@ -230,8 +230,8 @@ async fn a_disabled_component_deletes_its_objects_and_verifies_once_they_are_gon
 
 #[tokio::test]
 async fn a_disabled_component_whose_object_lingers_is_unverified() {
-    // Q16: oper8 re-ran the delete in the verify phase; windlass verifies that the objects
-    // are gone, so an object held by a finalizer keeps the rollout incomplete.
+    // The verify phase checks that the objects are gone rather than deleting them again,
+    // so an object held by a finalizer keeps the rollout incomplete.
     let mut held = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{cr}-cache", "finalizers": ["example.com/hold"]}});
     held["data"] = json!({});
     let controller = DummyController::new().optional_component(

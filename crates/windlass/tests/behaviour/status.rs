@@ -1,5 +1,4 @@
-//! Status bookkeeping and the requeue loop (seed-inventory §22 hard part 3, F121–F124,
-//! F146–F154, F71).
+//! Status bookkeeping and the requeue loop.
 
 use serde_json::json;
 use windlass::reconcile::Outcome;

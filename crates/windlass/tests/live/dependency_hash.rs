@@ -1,9 +1,8 @@
-//! Dependency-hash restarts (F236) end to end: an operator under the runtime, on the real
-//! control plane, where kube-controller-manager turns every new pod template into a new
-//! ReplicaSet. A user's edit of a Secret the pods read rolls the Deployment; a change of
-//! the CR's spec that changes a Secret it renders does too; an unrelated ConfigMap does
-//! not; a reconcile with nothing changed writes nothing; and the operator's requests are
-//! counted.
+//! Dependency-hash restarts end to end: an operator under the runtime, on the real control
+//! plane, where kube-controller-manager turns every new pod template into a new ReplicaSet.
+//! A user's edit of a Secret the pods read rolls the Deployment; a change of the CR's spec
+//! that changes a Secret it renders does too; an unrelated ConfigMap does not; a reconcile
+//! with nothing changed writes nothing; and the operator's requests are counted.
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use serde_json::{Value, json};

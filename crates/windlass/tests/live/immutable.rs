@@ -158,7 +158,7 @@ async fn a_job_whose_template_changed_is_a_config_error_without_the_option() {
 
 #[tokio::test]
 async fn the_put_fallback_is_ignored_because_a_real_server_refuses_the_put_too() {
-    // deploy_unprocessable_put_fallback (oper8: after a 422 from an apply, try a PUT) is
+    // deploy_unprocessable_put_fallback (after a 422 from an apply, try a PUT) is
     // accepted and ignored. On a real server a 422 from apply is the server's validation
     // (or an immutable field), which a PUT meets again (measured before the fallback was
     // removed: the same config error, one GET and one 422 PUT later).

@@ -762,7 +762,7 @@ async fn an_extra_watch_reconciles_the_cr_its_mapping_names() {
 }
 
 /// One manager, two controllers (a namespaced and a cluster-scoped kind): each has its own
-/// watches and queue, and both converge (oper8's `start_all`, F160).
+/// watches and queue, and both converge.
 #[tokio::test]
 async fn one_manager_runs_two_controllers() {
     use windlass::testing::Gadget;

@@ -1,5 +1,4 @@
-//! Tests of the runner's rules, several of which a naive implementation gets wrong
-//! (seed-inventory §22, hard part 1).
+//! Tests of the runner's rules, several of which a naive implementation gets wrong.
 
 use super::*;
 use std::sync::Arc;
@@ -149,9 +148,9 @@ async fn disabled_nodes_are_unstarted_and_block_their_dependents() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_edge_condition_does_not_end_the_run_early() {
-    // oper8 had to snapshot completed nodes before computing ready ones, or a slow edge
-    // check let the run end with the gated node unstarted. Here `leaf`'s condition takes
-    // longer than everything else and must still be honoured.
+    // A polling runner has to snapshot completed nodes before computing ready ones, or a
+    // slow edge check lets the run end with the gated node unstarted. Here `leaf`'s
+    // condition takes longer than everything else and must still be honoured.
     let (g, [_, _, _, leaf]) = diamond();
     let state = Runner::new(&g)
         .run(

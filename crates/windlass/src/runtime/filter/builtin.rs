@@ -1,5 +1,5 @@
-//! The filters themselves: oper8's (F171–F175) and two windlass adds for its default
-//! ([`Labels`], [`DeletionRequested`]).
+//! The filters themselves, among them the two that windlass's default filter needs besides
+//! the generation and resourceVersion checks ([`Labels`], [`DeletionRequested`]).
 //!
 //! Filters that compare with the past keep a 64-bit hash rather than a copy (annotations
 //! can be large, e.g. `kubectl.kubernetes.io/last-applied-configuration`), so their state
@@ -42,7 +42,7 @@ fn hash_value(value: &Value) -> u64 {
     hasher.finish()
 }
 
-/// Yes on [`EventKind::Added`] and [`EventKind::Deleted`]; abstains otherwise (F172).
+/// Yes on [`EventKind::Added`] and [`EventKind::Deleted`]; abstains otherwise.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CreationDeletion;
 
@@ -52,7 +52,7 @@ impl Filter for CreationDeletion {
     }
 }
 
-/// No on [`EventKind::Added`], yes otherwise (F172): for objects the reconcile created
+/// No on [`EventKind::Added`], yes otherwise: for objects the reconcile created
 /// itself, whose creation needs no reconcile of their owner.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DependentWatch;
@@ -63,7 +63,7 @@ impl Filter for DependentWatch {
     }
 }
 
-/// Always yes (F172).
+/// Always yes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Enable;
 
@@ -73,7 +73,7 @@ impl Filter for Enable {
     }
 }
 
-/// Always no (F172).
+/// Always no.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Disable;
 
@@ -84,7 +84,7 @@ impl Filter for Disable {
 }
 
 /// No while the object carries [`annotations::PAUSE_EXECUTION`] = `true` (any case), yes
-/// otherwise (F172). It never abstains, so it belongs in an [`All`](super::All): inside an
+/// otherwise. It never abstains, so it belongs in an [`All`](super::All): inside an
 /// [`Any`](super::Any) it would pass every unpaused event.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pause;
@@ -98,7 +98,7 @@ impl Filter for Pause {
     }
 }
 
-/// Yes when `metadata.generation` differs from the one last seen (F173): the API server
+/// Yes when `metadata.generation` differs from the one last seen: the API server
 /// bumps it on a change of anything but metadata and status.
 ///
 /// Abstains on [`EventKind::Added`] and [`EventKind::Deleted`], and while no generation
@@ -123,15 +123,15 @@ impl Filter for Generation {
 }
 
 /// For kinds without a generation (ConfigMaps, Secrets): yes when a top-level field other
-/// than `metadata`, `status`, `kind` and `apiVersion` changed since the last event (F174).
+/// than `metadata`, `status`, `kind` and `apiVersion` changed since the last event.
 ///
 /// Whether the kind has a generation is decided once, from the first object seen; if it
 /// has one, this filter always abstains and leaves the work to [`Generation`]. It also
 /// abstains on [`EventKind::Added`] and [`EventKind::Deleted`], before anything was
 /// recorded, and on events without a body (metadata-only watches).
 ///
-/// Unlike oper8, a field that appears or disappears counts as a change, and a field that
-/// disappeared is forgotten (oper8 kept its stale hash, and passed every later event).
+/// A field that appears or disappears counts as a change, and a field that disappeared is
+/// forgotten: keeping its last hash would make every later event look like a change.
 #[derive(Debug, Clone, Default)]
 pub struct NoGeneration {
     supports_generation: Option<bool>,
@@ -177,7 +177,7 @@ impl Filter for NoGeneration {
 }
 
 /// No when the event's resourceVersion is one of the last [`RESOURCE_VERSIONS_KEPT`] seen
-/// for the object, yes otherwise (F175): drops the replays a watch sends when it
+/// for the object, yes otherwise: drops the replays a watch sends when it
 /// reconnects. Abstains on [`EventKind::Deleted`].
 #[derive(Debug, Clone, Default)]
 pub struct ResourceVersion {
@@ -209,7 +209,7 @@ impl Filter for ResourceVersion {
     }
 }
 
-/// Yes when the annotations changed since the last event (F171); abstains on
+/// Yes when the annotations changed since the last event; abstains on
 /// [`EventKind::Added`] and [`EventKind::Deleted`]. A filter that has seen nothing yet
 /// counts any annotations as a change.
 #[derive(Debug, Clone, Default)]
@@ -230,9 +230,8 @@ impl Filter for Annotations {
     }
 }
 
-/// [`Annotations`], ignoring the keys that contain one of [`PLATFORM_ANNOTATION_DOMAINS`]
-/// (F171): `deployment.kubernetes.io/revision` changes when a controller writes it, not a
-/// user.
+/// [`Annotations`], ignoring the keys that contain one of [`PLATFORM_ANNOTATION_DOMAINS`]:
+/// `deployment.kubernetes.io/revision` changes when a controller writes it, not a user.
 #[derive(Debug, Clone, Default)]
 pub struct UserAnnotations {
     hash: Option<u64>,
@@ -260,8 +259,8 @@ impl Filter for UserAnnotations {
 }
 
 /// Yes when the labels changed since the last event; abstains on [`EventKind::Added`] and
-/// [`EventKind::Deleted`]. Not in oper8, which missed label edits; part of windlass's
-/// default.
+/// [`EventKind::Deleted`]. Part of windlass's default, so that editing a label starts a
+/// reconcile.
 #[derive(Debug, Clone, Default)]
 pub struct Labels {
     hash: Option<u64>,
@@ -282,8 +281,8 @@ impl Filter for Labels {
 
 /// Yes when `metadata.deletionTimestamp` was set since the last event: deletion was
 /// requested and the finalizer must run. No while it stays set or unset; abstains on
-/// [`EventKind::Added`] and [`EventKind::Deleted`]. Not in oper8; part of windlass's
-/// default, so a deletion is seen even where the API server does not bump the generation.
+/// [`EventKind::Added`] and [`EventKind::Deleted`]. Part of windlass's default, so a
+/// deletion is seen even where the API server does not bump the generation.
 #[derive(Debug, Clone, Default)]
 pub struct DeletionRequested {
     deleting: Option<bool>,
@@ -302,9 +301,9 @@ impl Filter for DeletionRequested {
     }
 }
 
-/// Yes when the reason of the `Ready` condition in the status changed since the last event
-/// (F175, experimental in oper8): lets a parent react to a child CR's progress. Abstains
-/// on [`EventKind::Added`] and [`EventKind::Deleted`] and on events without a body.
+/// Yes when the reason of the `Ready` condition in the status changed since the last event:
+/// lets a parent react to a child CR's progress. Abstains on [`EventKind::Added`] and
+/// [`EventKind::Deleted`] and on events without a body.
 #[derive(Debug, Clone, Default)]
 pub struct SubsystemStatus {
     reason: Option<String>,
@@ -339,7 +338,7 @@ impl Filter for SubsystemStatus {
 }
 
 /// Yes when the object carries every listed label with exactly the listed value, no
-/// otherwise (F175's `LabelFilter`). An empty selector matches everything.
+/// otherwise. An empty selector matches everything.
 ///
 /// ```
 /// use windlass::runtime::filter::{EventKind, Filter, LabelSelector, WatchEvent};

@@ -1,16 +1,16 @@
-//! Composition (F176): [`All`] and [`Any`] combine votes, [`FilterSpec`] describes a filter
-//! (or a tree of them) so that each (object, requester) gets its own fresh instance.
+//! Composition: [`All`] and [`Any`] combine votes, [`FilterSpec`] describes a filter (or a
+//! tree of them) so that each (object, requester) gets its own fresh instance.
 
 use std::fmt;
 use std::sync::Arc;
 
 use super::{Filter, WatchEvent};
 
-/// Passes when no member votes no and at least one votes yes (oper8's list).
+/// Passes when no member votes no and at least one votes yes.
 ///
 /// Abstentions are ignored; an empty `All` votes yes; an `All` whose members all abstain
 /// votes no. Testing stops at the first no, which decides the outcome; every member is
-/// updated on every [`Filter::update`] (quirk Q8, fixed: see the [module doc](super)).
+/// updated on every [`Filter::update`] (see the [module doc](super)).
 ///
 /// ```
 /// use windlass::runtime::filter::{All, Disable, Enable, EventKind, Filter, WatchEvent};
@@ -23,7 +23,7 @@ pub struct All {
     members: Vec<Box<dyn Filter>>,
 }
 
-/// Passes when at least one member votes yes (oper8's tuple).
+/// Passes when at least one member votes yes.
 ///
 /// Abstentions are ignored; an empty `Any` votes yes; an `Any` whose members all abstain
 /// votes no. Testing stops at the first yes, which decides the outcome; every member is

@@ -1,11 +1,11 @@
-//! Which watch events start a reconcile (oper8 F170–F177).
+//! Which watch events start a reconcile.
 //!
 //! A watch delivers every write to an object: the status windlass just wrote, the
 //! finalizer it added, the `deployment.kubernetes.io/revision` a built-in controller bumps,
 //! the same object again after the watch reconnects. Reconciling on each of them would
 //! make every reconcile trigger the next. Filters decide which events matter; they are the
-//! runtime's equivalent of controller-runtime's predicates and of oper8's filters, with the
-//! same voting rules so that oper8 filter sets keep their meaning.
+//! runtime's equivalent of controller-runtime's predicates, except that a filter may also
+//! abstain.
 //!
 //! # The contract
 //!
@@ -13,21 +13,19 @@
 //!   (don't) or `None` (abstain: "not my business").
 //! - [`Filter::test`] takes `&self` and cannot change state; [`Filter::update`] takes
 //!   `&mut self` and records what the filter needs to remember (a generation, a hash).
-//!   [`Filter::evaluate`] tests and then **always** updates, whatever the vote (F170).
+//!   [`Filter::evaluate`] tests and then **always** updates, whatever the vote.
 //!   The split is deliberate: a group may stop testing once its outcome is decided, and the
 //!   type system guarantees that skipping a test cannot change any member's state.
 //! - State belongs to one object and one requester (the CR whose reconcile the event would
 //!   start): a [`FilterTracker`] keeps one filter instance per (object uid, requester),
 //!   built from a [`FilterSpec`], and drops them when the object is deleted.
-//! - [`All`] and [`Any`] combine votes (F176): abstentions are ignored, an empty group
-//!   passes, a group in which every member abstains fails, and every member is updated on
-//!   every event. At the top of the tracker an abstention counts as "no".
+//! - [`All`] and [`Any`] combine votes: abstentions are ignored, an empty group passes, a
+//!   group in which every member abstains fails, and every member is updated on every
+//!   event. At the top of the tracker an abstention counts as "no".
 //!
-//! # Quirk Q8, fixed
+//! # Updating and short-circuiting groups
 //!
-//! oper8's `FilterManager.update()` crashed (an argument clash), and its AND groups never
-//! stopped testing after a `false` (an `and` of a value with its own negation). windlass
-//! pins what oper8 meant, with tests:
+//! Two rules, pinned by tests, let a group skip tests without losing state:
 //!
 //! 1. updating a group updates every member, nested groups included;
 //! 2. evaluating a group tests members until the outcome is decided — the first `false`
@@ -38,41 +36,41 @@
 //! # The global filter
 //!
 //! `python_watch_manager.filter` picks the filter applied to every watched object
-//! ([`GlobalFilter`], F177): `default`, `annotation` or `user-annotation`. oper8 could
-//! also import a Python class named in the config; windlass has no such thing, and custom
-//! filters are passed to the runtime in code: a controller's own filters come from
+//! ([`GlobalFilter`]): `default`, `annotation` or `user-annotation`. The config cannot name
+//! code to load; custom filters are passed to the runtime in code: a controller's own
+//! filters come from
 //! [`Controller::watch_filters`](crate::controller::Controller::watch_filters)
-//! ([`WatchFilters`], F187), AND-ed with the global one.
+//! ([`WatchFilters`]), AND-ed with the global one.
 //!
-//! windlass's `default` differs from oper8's on purpose: oper8's ignored every change that
-//! did not bump the generation, so unpausing a CR or editing its labels waited for the
-//! periodic reconcile. windlass's passes creation and deletion, a generation change (for
-//! kinds without one, a change of anything but `metadata` and `status`), a label change, a
-//! change of a user annotation (pause included) and a deletion request, and rejects
-//! status-only changes, finalizer edits, platform annotations, replays of a
-//! resourceVersion already seen, and anything on a paused object. windlass's own writes to
-//! a CR are its status and its finalizer, so they never start a reconcile; a write to an
-//! object it owns that changes the object's spec starts a reconcile of the owner, which
-//! finds nothing left to change and writes nothing. oper8's default is still available as
-//! [`oper8_default`].
+//! `default` passes more than changes that bump the generation: a filter that ignored every
+//! other change would leave unpausing a CR or editing its labels waiting for the periodic
+//! reconcile. It passes creation and deletion, a generation change (for kinds without one,
+//! a change of anything but `metadata` and `status`), a label change, a change of a user
+//! annotation (pause included) and a deletion request, and rejects status-only changes,
+//! finalizer edits, platform annotations, replays of a resourceVersion already seen, and
+//! anything on a paused object. windlass's own writes to a CR are its status and its
+//! finalizer, so they never start a reconcile; a write to an object it owns that changes
+//! the object's spec starts a reconcile of the owner, which finds nothing left to change
+//! and writes nothing. The generation-only filter is still available as [`oper8_default`].
 //!
-//! # The filters, by their oper8 names
+//! # The filters
 //!
-//! | oper8 (F171–F175)         | windlass                          |
-//! |---------------------------|-----------------------------------|
-//! | `CreationDeletionFilter`  | [`CreationDeletion`]              |
-//! | `GenerationFilter`        | [`Generation`]                    |
-//! | `NoGenerationFilter`      | [`NoGeneration`]                  |
-//! | `ResourceVersionFilter`   | [`ResourceVersion`]               |
-//! | `AnnotationFilter`        | [`Annotations`]                   |
-//! | `UserAnnotationFilter`    | [`UserAnnotations`]               |
-//! | `PauseFilter`             | [`Pause`]                         |
-//! | `DependentWatchFilter`    | [`DependentWatch`]                |
-//! | `EnableFilter` / `DisableFilter` | [`Enable`] / [`Disable`]   |
-//! | `SubsystemStatusFilter`   | [`SubsystemStatus`]               |
-//! | `LabelFilter`             | [`LabelSelector`]                 |
-//! | list / tuple in `FilterManager` | [`All`] / [`Any`]           |
-//! | —                         | [`Labels`], [`DeletionRequested`] |
+//! | filter                   | votes yes on                                      |
+//! |--------------------------|---------------------------------------------------|
+//! | [`CreationDeletion`]     | creation and deletion                             |
+//! | [`Generation`]           | a new generation                                  |
+//! | [`NoGeneration`]         | a content change, for kinds without a generation  |
+//! | [`ResourceVersion`]      | a resourceVersion not seen before                 |
+//! | [`Annotations`]          | an annotation change                              |
+//! | [`UserAnnotations`]      | a change of annotations the platform does not own |
+//! | [`Pause`]                | an object that is not paused                      |
+//! | [`DependentWatch`]       | anything but creation                             |
+//! | [`Enable`] / [`Disable`] | everything / nothing                              |
+//! | [`SubsystemStatus`]      | a new reason of the `Ready` condition             |
+//! | [`LabelSelector`]        | an object carrying the given labels               |
+//! | [`Labels`]               | a label change                                    |
+//! | [`DeletionRequested`]    | a deletion request                                |
+//! | [`All`] / [`Any`]        | no member voting no / some member voting yes      |
 //!
 //! # How the runtime uses it
 //!
@@ -251,7 +249,7 @@ impl<'a> WatchEvent<'a> {
     }
 }
 
-/// Votes on whether a watch event should start a reconcile (F170).
+/// Votes on whether a watch event should start a reconcile.
 ///
 /// One instance exists per (object, requester) and may keep state about the object it
 /// watches. Implement [`Filter::test`], and [`Filter::update`] if the filter remembers

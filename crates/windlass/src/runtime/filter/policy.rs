@@ -1,5 +1,4 @@
-//! Which filters apply where: the configured global filter (F177) and each controller's
-//! own (F187).
+//! Which filters apply where: the configured global filter and each controller's own.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,8 +13,7 @@ use crate::error::{Error, Result};
 use crate::object::TypeRef;
 
 /// The object was created or deleted, or its content changed, in a version not seen
-/// before: `All[CreationDeletion, Generation, NoGeneration, ResourceVersion]`, oper8's
-/// default without the pause check.
+/// before: `All[CreationDeletion, Generation, NoGeneration, ResourceVersion]`.
 ///
 /// "Content" is the generation, or for kinds without one, every top-level field but
 /// `metadata` and `status` when the event carries them. A metadata-only event of a kind
@@ -29,10 +27,10 @@ pub fn changed() -> FilterSpec {
     ])
 }
 
-/// oper8's `default` global filter, exactly (F177):
+/// The generation-only global filter:
 /// `All[CreationDeletion, Generation, NoGeneration, ResourceVersion, Pause]`. It ignores
-/// annotation and label edits, unpausing included; windlass's [`GlobalFilter::Default`]
-/// does not.
+/// annotation and label edits, unpausing included, which then wait for the periodic
+/// reconcile; windlass's [`GlobalFilter::Default`] does not.
 pub fn oper8_default() -> FilterSpec {
     FilterSpec::all([
         CreationDeletion.into(),
@@ -43,8 +41,7 @@ pub fn oper8_default() -> FilterSpec {
     ])
 }
 
-/// The filter every watched object passes, chosen by `python_watch_manager.filter` (F45,
-/// F177).
+/// The filter every watched object passes, chosen by `python_watch_manager.filter`.
 ///
 /// | value             | filter                                                                 |
 /// |-------------------|------------------------------------------------------------------------|
@@ -55,13 +52,13 @@ pub fn oper8_default() -> FilterSpec {
 /// So: nothing passes while the object is paused; otherwise creation, deletion, a content
 /// change, a label change, an annotation change (`default`: only annotations outside
 /// [`PLATFORM_ANNOTATION_DOMAINS`](super::PLATFORM_ANNOTATION_DOMAINS)) and a deletion
-/// request pass, and a status-only change or a replay does not. oper8's `default` passed
-/// no annotation change, which is why it also had `user-annotation`; windlass's `default`
-/// includes it, and keeps the name so oper8 configs still load.
+/// request pass, and a status-only change or a replay does not. Since `default` already
+/// passes user annotation changes, `user-annotation` adds nothing to it; the value is
+/// accepted so that configurations naming it still load.
 ///
-/// oper8 also accepted a `module.Class` to import. windlass cannot import code named in
-/// config: any other value is a config error, and custom filters are given in code, per
-/// controller, through [`WatchFilters`].
+/// windlass cannot load code named in the config: any other value, a `module.Class` path
+/// included, is a config error, and custom filters are given in code, per controller,
+/// through [`WatchFilters`].
 ///
 /// ```
 /// use windlass::runtime::filter::GlobalFilter;
@@ -155,9 +152,8 @@ impl FromStr for GlobalFilter {
     }
 }
 
-/// A controller's own filters (oper8's `pwm_filters`, F187), applied on top of the global
-/// filter: to every kind the controller watches, or to one kind only. All that apply to
-/// a kind are AND-ed.
+/// A controller's own filters, applied on top of the global filter: to every kind the
+/// controller watches, or to one kind only. All that apply to a kind are AND-ed.
 ///
 /// Returned by [`Controller::watch_filters`](crate::controller::Controller::watch_filters);
 /// the runtime asks it for the spec of each watch ([`WatchFilters::for_kind`],
@@ -193,13 +189,13 @@ impl WatchFilters {
     }
 
     /// Add a filter for every kind the controller watches, its owned and dependent kinds
-    /// included (oper8's list form).
+    /// included.
     pub fn every_kind(mut self, filter: impl Into<FilterSpec>) -> Self {
         self.every_kind.push(filter.into());
         self
     }
 
-    /// Add a filter for one watched kind (oper8's map form, keyed by the kind).
+    /// Add a filter for one watched kind.
     pub fn kind(mut self, kind: TypeRef, filter: impl Into<FilterSpec>) -> Self {
         self.by_kind.entry(kind).or_default().push(filter.into());
         self
@@ -234,7 +230,7 @@ impl WatchFilters {
 
     /// The filter for a dependent watch of `kind` (objects the reconcile applied): the
     /// [`DependentWatch`] filter, AND-ed with [`WatchFilters::for_kind`] when the
-    /// controller declared any for `kind` (F187).
+    /// controller declared any for `kind`.
     pub fn for_dependent(&self, kind: &TypeRef) -> FilterSpec {
         let own = self.every_kind.len() + self.by_kind.get(kind).map_or(0, Vec::len);
         if own == 0 {

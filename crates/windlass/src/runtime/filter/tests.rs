@@ -1,5 +1,5 @@
-//! Synthetic event sequences for every filter, the composition rules (Q8 pinned), the
-//! tracker, and the default filter.
+//! Synthetic event sequences for every filter, the composition rules (updating and
+//! short-circuiting groups), the tracker, and the default filter.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -275,7 +275,7 @@ fn no_generation_hashes_everything_but_metadata_and_status_for_kinds_without_gen
                 (Modified, &data),    // data changed
                 (Modified, &new_key), // a field appeared
                 (Modified, &dropped), // a field disappeared
-                (Modified, &again),   // oper8 kept the stale hash and passed this
+                (Modified, &again),   // a stale hash of the dropped field would pass this
                 (Deleted, &again),
             ]
         ),
@@ -369,7 +369,7 @@ fn annotations_pass_any_annotation_change_and_user_annotations_ignore_the_platfo
         votes(&FilterSpec::new(UserAnnotations::default()), &steps),
         [A, N, N, N, Y, Y, A]
     );
-    // Nothing recorded yet: any annotations count as a change (as in oper8).
+    // Nothing recorded yet: any annotations count as a change.
     for spec in [
         FilterSpec::new(Annotations::default()),
         FilterSpec::new(UserAnnotations::default()),
@@ -476,7 +476,7 @@ fn label_selector_requires_every_listed_label_exactly() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Composition (F176) and quirk Q8
+// Composition: updating and short-circuiting groups
 
 /// A filter that votes what it is told and counts its tests and updates.
 #[derive(Clone)]
@@ -512,7 +512,7 @@ impl Filter for Probe {
     }
 }
 
-/// The seed's combination rule, written out without short-cuts.
+/// The combination rule of the module doc, written out without short-cuts.
 fn reference(votes: &[Option<bool>], and: bool) -> Option<bool> {
     if votes.is_empty() {
         return Some(true);
@@ -661,7 +661,7 @@ fn specs_build_independent_instances_and_describe_their_tree() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The tracker (F184): state per (object, requester)
+// The tracker: state per (object, requester)
 
 #[test]
 fn tracker_keeps_state_per_object_and_requester() {
@@ -725,7 +725,7 @@ fn tracker_needs_both_the_global_and_the_requesters_yes_and_abstain_means_no() {
 
 #[test]
 fn tracker_updates_requester_filters_even_when_the_global_filter_says_no() {
-    // oper8 skipped them; their state then lagged behind the object.
+    // Skipping them would leave their state behind the object's.
     let mut tracker = FilterTracker::new(FilterSpec::new(Pause));
     let generation = FilterSpec::new(Generation::default());
     let v1 = Obj::cr();
@@ -834,7 +834,7 @@ fn tracker_keys_objects_without_uid_by_name_and_leaves_nameless_ones_untracked()
 }
 
 // ---------------------------------------------------------------------------------------
-// The global filters (F177)
+// The global filters
 
 /// Run `steps` (label, kind, object) through a tracker with `global` and check the verdicts.
 fn check_table(global: FilterSpec, own: &FilterSpec, steps: &[(&str, EventKind, &Obj, bool)]) {
@@ -1077,7 +1077,7 @@ fn the_configured_global_filter_is_parsed_and_unknown_values_are_config_errors()
 }
 
 // ---------------------------------------------------------------------------------------
-// Per-controller filters (F187)
+// Per-controller filters
 
 #[test]
 fn controller_filters_apply_to_every_kind_or_one_and_dependents_and_them() {

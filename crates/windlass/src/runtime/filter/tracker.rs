@@ -1,4 +1,4 @@
-//! Filter state per watched object and per requester (F170, F184).
+//! Filter state per watched object and per requester.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -47,11 +47,11 @@ impl<R: Eq + Hash + Clone> FilterTracker<R> {
     /// kind, its owner for an owned kind) with the filter that CR's controller asks for
     /// ([`WatchFilters`](super::WatchFilters)); a requester listed twice counts once.
     /// A requester passes when both the global filter and its own vote yes; an abstention
-    /// at this level counts as no (F176).
+    /// at this level counts as no.
     ///
     /// Every filter involved is evaluated, so each is updated on every event of its object
-    /// — the requesters' filters too when the global filter already said no (oper8 skipped
-    /// them, leaving their state behind the object's).
+    /// — the requesters' filters too when the global filter already said no, so that their
+    /// state does not fall behind the object's.
     pub fn admit<'s>(
         &mut self,
         event: WatchEvent<'_>,

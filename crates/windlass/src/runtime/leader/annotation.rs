@@ -1,13 +1,14 @@
-//! The `annotation` lock (F182): active-active replicas, each CR locked by the replica that
+//! The `annotation` lock: active-active replicas, each CR locked by the replica that
 //! reconciles it, with two annotations on the CR itself ([`LEASE_NAME`], [`LEASE_TIME`]).
 //! There is no global leader; a replica that stops renewing a CR's lock loses it
 //! `lock.duration` after its last renewal.
 //!
-//! oper8 marks this lock experimental; windlass keeps its rules and tightens two things:
+//! Two details keep the lock safe:
 //!
 //! - the write that takes a lock is a JSON patch guarded by the resourceVersion that was
-//!   read, so two replicas that saw the same free lock cannot both take it (oper8 deploys
-//!   the whole object, last writer wins); and the release is guarded by the holder's name;
+//!   read, so two replicas that saw the same free lock cannot both take it (writing the
+//!   whole object would let the last writer win); and the release is guarded by the
+//!   holder's name;
 //! - `lease-time` is RFC 3339 in UTC, not the host's local time, so replicas in different
 //!   time zones agree; a value that does not parse counts as expired, so a mangled
 //!   annotation cannot lock a CR forever.
@@ -55,12 +56,12 @@ fn expiry(lease_time: Option<&str>, duration: Duration) -> Option<Timestamp> {
     Some(taken.checked_add(duration).unwrap_or(Timestamp::MAX))
 }
 
-/// oper8's annotation-lock rules (F182) for `identity` at `now`, given the CR's
+/// The annotation-lock rules for `identity` at `now`, given the CR's
 /// `lease-name` (`holder`) and `lease-time`:
 ///
 /// 1. No holder: take the lock.
-/// 2. Held by `identity`: renew it (windlass: only once less than half of `duration` is
-///    left, else keep it as it is).
+/// 2. Held by `identity`: renew it, but only once less than half of `duration` is left;
+///    until then keep it as it is.
 /// 3. Held by another whose lock expired (`now >= lease-time + duration`, or `lease-time`
 ///    missing or unreadable): take it over.
 /// 4. Otherwise: wait.
@@ -95,7 +96,7 @@ pub fn annotation_choice(
     }
 }
 
-/// The per-CR annotation lock (F182) over a [`Cluster`]: the live cluster under the
+/// The per-CR annotation lock over a [`Cluster`]: the live cluster under the
 /// runtime, the in-memory one in tests.
 pub struct AnnotationLock {
     cluster: Arc<dyn Cluster>,
@@ -113,7 +114,7 @@ impl AnnotationLock {
         }
     }
 
-    /// Take or renew the lock on `object` (F182 `acquire_resource`): read it, apply
+    /// Take or renew the lock on `object`: read it, apply
     /// [`annotation_choice`], and write the annotations if needed.
     ///
     /// `Ok(true)`: this replica holds the lock. `Ok(false)`: another replica does, the
@@ -148,9 +149,8 @@ impl AnnotationLock {
         self.patch(object, ops).await
     }
 
-    /// Give up the lock on `object` if this replica holds it (F182 `release_resource`):
-    /// both annotations are removed, guarded by the holder's name, so a lock another replica
-    /// took meanwhile stays.
+    /// Give up the lock on `object` if this replica holds it: both annotations are removed,
+    /// guarded by the holder's name, so a lock another replica took meanwhile stays.
     ///
     /// # Errors
     /// [`LockError::Cluster`] if the read or the write failed.
@@ -173,7 +173,7 @@ impl AnnotationLock {
     }
 
     /// Whether this replica holds a valid lock on `object`, a manifest as the runtime has
-    /// it (F182 `is_leader(resource)`).
+    /// it.
     pub fn holds(&self, object: &Value) -> bool {
         let (holder, time) = lease_annotations(object);
         holder == Some(self.identity.as_str())
@@ -259,7 +259,7 @@ mod tests {
             annotation_choice(Some("other"), Some("yesterday"), "me", MINUTE, at(0)),
             taken
         );
-        // oper8's naive local time has no offset: it does not parse, so it is expired.
+        // A naive local time has no offset: it does not parse, so it is expired.
         assert_eq!(
             annotation_choice(
                 Some("other"),

@@ -1,6 +1,6 @@
-//! The renew loop shared by the replica-wide locks (oper8's threaded lock base, F179, as
-//! one tokio task): try the lock every poll period, publish leadership, and give it up at
-//! the renew deadline when renewals stop succeeding.
+//! The renew loop shared by the replica-wide locks, as one tokio task: try the lock every
+//! poll period, publish leadership, and give it up at the renew deadline when renewals stop
+//! succeeding.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,10 +1,10 @@
-//! The `leader-with-lease` lock (F180): a `coordination.k8s.io/v1` Lease naming its holder,
+//! The `leader-with-lease` lock: a `coordination.k8s.io/v1` Lease naming its holder,
 //! renewed by the holder and taken over by another replica once it expired.
 //!
-//! The rules, as oper8 has them, are one pure function, [`next_lease`]; [`LeaseLock`] reads
-//! the Lease, applies them, and writes the result guarded by the resourceVersion it read
-//! (a create when there is no Lease yet), so of two replicas that saw the same expired
-//! Lease only one can take it: the other's write fails with HTTP 409, and it looks again.
+//! The rules are one pure function, [`next_lease`]; [`LeaseLock`] reads the Lease, applies
+//! them, and writes the result guarded by the resourceVersion it read (a create when there
+//! is no Lease yet), so of two replicas that saw the same expired Lease only one can take
+//! it: the other's write fails with HTTP 409, and it looks again.
 
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ pub enum LeaseChoice {
     },
 }
 
-/// oper8's lease rules (F180), for `identity` at `now` with a lease of `duration_seconds`:
+/// The lease rules, for `identity` at `now` with a lease of `duration_seconds`:
 ///
 /// 1. No Lease (or no spec, or no holder): take it. `acquireTime = renewTime = now`,
 ///    `leaseTransitions` = the previous count + 1, or 1 on a new Lease.

@@ -1,4 +1,4 @@
-//! The `leader-for-life` lock (F181): a ConfigMap whose only owner is the leader's Pod. It
+//! The `leader-for-life` lock: a ConfigMap whose only owner is the leader's Pod. It
 //! never expires; when the Pod is deleted, garbage collection deletes the ConfigMap and the
 //! next replica creates it. Creating is the election: of two replicas creating it at once,
 //! the API server lets one win (the other gets HTTP 409).
@@ -12,7 +12,7 @@ use kube::api::{DeleteParams, PostParams, Preconditions};
 use super::{Attempt, LockError, RenewedLock};
 use crate::error::{ClusterError, Error};
 
-/// Who holds a leader-for-life ConfigMap, by its owner references (F181): held by the Pod
+/// Who holds a leader-for-life ConfigMap, by its owner references: held by the Pod
 /// with `pod_uid` if that Pod is its one owner; anything else (no owner, several owners,
 /// another Pod) is someone else's lock.
 pub fn life_holder(config_map: &ConfigMap, pod_uid: &str) -> Attempt {
@@ -41,7 +41,7 @@ pub struct LifeLock {
 
 impl LifeLock {
     /// The lock for the Pod `namespace/pod_name` (the operator's own), which must exist: its
-    /// uid goes into the ConfigMap's owner reference (F181).
+    /// uid goes into the ConfigMap's owner reference.
     ///
     /// # Errors
     /// [`Error::Config`] if the Pod does not exist (leader-for-life cannot work without

@@ -1,4 +1,4 @@
-//! Which replica may start reconciles (oper8 F178–F182).
+//! Which replica may start reconciles.
 //!
 //! Several replicas of an operator may run at once; leader election makes sure that only
 //! one of them writes, or (with the annotation lock) only one per CR. The runtime asks a
@@ -46,8 +46,8 @@
 //! its watch channel stays `true` while renewals fail (it logs and backs off up to 30 s), so
 //! a replica cut off from the API server keeps leading after its lease expired elsewhere;
 //! and it takes an expired lease over with an unconditional patch (clear, then apply), so
-//! a slow replica can clear a lease another replica has just taken. oper8's rules (F180)
-//! fit in one pure function ([`lease::next_lease`]) and two requests guarded by the
+//! a slow replica can clear a lease another replica has just taken. The lease rules fit
+//! in one pure function ([`lease::next_lease`]) and two requests guarded by the
 //! resourceVersion, which is less code than adapting the crate around both problems.
 //!
 //! # Shutdown
@@ -242,7 +242,7 @@ impl Leadership {
         }
     }
 
-    /// Whether this replica may start reconciles now (F178 `is_leader()`). For the Lease,
+    /// Whether this replica may start reconciles now. For the Lease,
     /// false from the renew deadline on, even if the renew task has not run since.
     pub fn is_leader(&self) -> bool {
         match &*self.inner {
@@ -261,9 +261,8 @@ impl Leadership {
         }
     }
 
-    /// Wait until this replica leads (F179 `acquire()`, which blocks until leader). Returns
-    /// at once if it does; never returns on a replica that keeps losing, so race it with
-    /// shutdown.
+    /// Wait until this replica leads. Returns at once if it does; never returns on a
+    /// replica that keeps losing, so race it with shutdown.
     pub async fn wait_until_leader(&self) {
         let mut changes = self.watch();
         loop {
@@ -277,9 +276,9 @@ impl Leadership {
         }
     }
 
-    /// Take or renew this replica's lock on one object before reconciling it (F182
-    /// `acquire_resource`). With the annotation lock this reads the object and writes its
-    /// lock annotations; with the other locks it is [`Leadership::is_leader`].
+    /// Take or renew this replica's lock on one object before reconciling it. With the
+    /// annotation lock this reads the object and writes its lock annotations; with the
+    /// other locks it is [`Leadership::is_leader`].
     ///
     /// `Ok(false)`: another replica holds the object (or it does not exist); leave its
     /// request pending and try again later.
@@ -293,8 +292,8 @@ impl Leadership {
         }
     }
 
-    /// Give up this replica's lock on one object, if it holds it (F182
-    /// `release_resource`); a no-op for the other locks.
+    /// Give up this replica's lock on one object, if it holds it; a no-op for the other
+    /// locks.
     ///
     /// # Errors
     /// [`LockError`] if the object could not be read or its annotations removed.
@@ -306,8 +305,7 @@ impl Leadership {
     }
 
     /// Whether this replica holds the lock of `object` (a manifest as the runtime's cache
-    /// has it) and the lock is still valid (F182 `is_leader(resource)`); for the other
-    /// locks, [`Leadership::is_leader`].
+    /// has it) and the lock is still valid; for the other locks, [`Leadership::is_leader`].
     pub fn holds(&self, object: &Value) -> bool {
         match &*self.inner {
             Inner::PerObject { lock, .. } => lock.holds(object),
@@ -316,11 +314,10 @@ impl Leadership {
     }
 
     /// Step down and hand the replica-wide lock over: leadership turns false at once, the
-    /// renew loop stops and the lock is released (F179 `release()`), so another replica can
-    /// take over without waiting for the lease to expire. Call it once the in-flight
-    /// reconciles finished. Later calls (from any clone) do nothing. Per-object locks are
-    /// not touched: release them with [`Leadership::release`] where needed, or let them
-    /// expire.
+    /// renew loop stops and the lock is released, so another replica can take over without
+    /// waiting for the lease to expire. Call it once the in-flight reconciles finished.
+    /// Later calls (from any clone) do nothing. Per-object locks are not touched: release
+    /// them with [`Leadership::release`] where needed, or let them expire.
     ///
     /// # Errors
     /// [`LockError`] if the release request failed; the lock then expires on its own.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::config::{LibraryConfig, LockKind};
 use crate::error::Error;
 
-/// Where the namespace of an in-cluster Pod's service account is mounted (F180).
+/// Where the namespace of an in-cluster Pod's service account is mounted.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// The share of the lease duration a holder keeps in reserve: it stops leading at
@@ -31,7 +31,7 @@ pub struct Timing {
 
 impl Timing {
     /// The timing of an expiring lock (the Lease) renewed every `poll`. The lease duration
-    /// is rounded to whole seconds, as `leaseDurationSeconds` holds (F180).
+    /// is rounded to whole seconds, as `leaseDurationSeconds` holds.
     ///
     /// ```
     /// use std::time::Duration;
@@ -105,13 +105,13 @@ impl Timing {
 pub struct LockSettings {
     /// The lock kind; [`LockKind::Dryrun`] whenever `dry_run` is set.
     pub kind: LockKind,
-    /// Name of the Lease or ConfigMap: `operator_name`, else `lock.name` (F180). Empty for
+    /// Name of the Lease or ConfigMap: `operator_name`, else `lock.name`. Empty for
     /// the kinds that have no lock object.
     pub name: String,
     /// Namespace of the lock object: the service account's namespace when running in a
-    /// Pod, else `lock.namespace` (F180).
+    /// Pod, else `lock.namespace`.
     pub namespace: String,
-    /// This replica's identity: `pod_name`, else the hostname (F53); for leader-for-life
+    /// This replica's identity: `pod_name`, else the hostname; for leader-for-life
     /// the name of the operator's own Pod.
     pub identity: String,
     /// When to renew and when to give up.
@@ -119,7 +119,7 @@ pub struct LockSettings {
 }
 
 impl LockSettings {
-    /// Resolve the lock the configuration asks for (F178, F180–F182).
+    /// Resolve the lock the configuration asks for.
     ///
     /// ```
     /// use windlass::config::{LibraryConfig, LockKind};
