@@ -75,9 +75,7 @@ impl std::fmt::Display for ControlPlaneProcess {
     }
 }
 
-/// Environment variable: `1` (or `true`) keeps the directory of a control plane that failed to
-/// start — logs, certificates, etcd data — and prints where it is, instead of removing it.
-pub const KEEP_ENV: &str = "WINDLASS_TESTENV_KEEP";
+use crate::KEEP_ENV;
 
 fn keep_requested() -> bool {
     std::env::var(KEEP_ENV)
@@ -807,6 +805,17 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         }));
     }
 
+    /// Waits until no process mentions `path`. Not at once: a process killed just as it
+    /// forked (the watchdog's `sleep 2 &`) leaves a child that carries its command line
+    /// until that child execs, a moment later.
+    async fn no_process_mentions(path: &Path) {
+        let what = format!("no process mentions {}", path.display());
+        crate::eventually_within(&what, Duration::from_secs(10), || async {
+            processes_mentioning(path).is_empty()
+        })
+        .await;
+    }
+
     /// Processes whose command line mentions `path` (the watchdog has the directory in its).
     fn processes_mentioning(path: &Path) -> Vec<String> {
         let needle = path.to_string_lossy().into_owned();
@@ -876,7 +885,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
             Vec::<PathBuf>::new(),
             "directory left behind"
         );
-        assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+        no_process_mentions(&tmp).await;
     }
 
     #[tokio::test]
@@ -915,7 +924,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
             Vec::<PathBuf>::new(),
             "directory left behind"
         );
-        assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+        no_process_mentions(&tmp).await;
 
         // Asked to keep it: the directory and the log stay, and the error points at them.
         let error = ControlPlane::start_with(&assets, &[], &tmp, true, ports)
@@ -935,7 +944,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         assert_eq!(entries(&tmp).len(), 1);
         assert!(log.starts_with(&tmp));
         // Nothing is left that would remove it later.
-        assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+        no_process_mentions(&tmp).await;
     }
 
     #[test]
@@ -1030,7 +1039,7 @@ E1126 22:30:14.303891   31520 run.go:72] "command failed" err="failed to create 
         }
         assert_eq!(calls, PORT_ATTEMPTS);
         assert_eq!(entries(base.path()), Vec::<PathBuf>::new());
-        assert_eq!(processes_mentioning(base.path()), Vec::<String>::new());
+        no_process_mentions(base.path()).await;
         drop(taken);
     }
 }

@@ -167,7 +167,7 @@ fn log_location(log: &std::path::Path, removed: bool) -> String {
         format!(
             "{} (removed since, with the control plane's directory; set {}=1 to keep it)",
             log.display(),
-            crate::control_plane::KEEP_ENV
+            crate::KEEP_ENV
         )
     } else {
         log.display().to_string()

@@ -68,7 +68,11 @@ pub use assets::{
     ASSETS_ENV, Assets, CACHE_DIR_ENV, KUBEBUILDER_ASSETS_ENV, KUBERNETES_VERSION_ENV,
     PROVISIONED_KUBERNETES_VERSION, default_cache_dir, provisioned_version,
 };
-pub use control_plane::{ControlPlaneProcess, KEEP_ENV, ProcessInfo};
+pub use control_plane::{ControlPlaneProcess, ProcessInfo};
+
+/// Environment variable: `1` (or `true`) keeps the directory of a control plane that failed to
+/// start — logs, certificates, etcd data — and prints where it is, instead of removing it.
+pub const KEEP_ENV: &str = "WINDLASS_TESTENV_KEEP";
 pub use env::{
     ENFORCED_POD_SECURITY, POD_SECURITY_ENFORCE_LABEL, TEST_NAMESPACE_LABEL, TestEnv,
     TestEnvBuilder, TestNamespace, restricted_container_security, restricted_pod_security,

@@ -42,7 +42,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::cluster::{Cluster, MemoryCluster, Scope, WriteMethod};
+use crate::cluster::{Cluster, MemoryCluster};
 use crate::config::layers::{LeafKind, env_name};
 use crate::config::{Layers, LibraryConfig};
 use crate::controller::Controller;
@@ -492,7 +492,7 @@ async fn run_command<C: Controller>(
     let mut crs = Vec::new();
     let mut ok = true;
     for (source, doc) in docs {
-        match store(&memory, doc).await {
+        match memory.store(doc).await {
             Ok(stored)
                 if stored.kind() == Some(target.kind.as_str())
                     && stored.api_version() == Some(target.api_version.as_str()) =>
@@ -608,27 +608,6 @@ fn summary_line(cr: &ObjectRef, live: Option<&Value>, succeeded: bool) -> String
     }
 }
 
-/// Store one manifest as a user would: namespaced objects default to `default`, and the
-/// namespace is created when it does not exist yet.
-pub(crate) async fn store(memory: &MemoryCluster, mut doc: Value) -> Result<Value, String> {
-    let type_ref = TypeRef::new(
-        doc.api_version().ok_or("no apiVersion")?,
-        doc.kind().ok_or("no kind")?,
-    );
-    if memory.scope(&type_ref).await.map_err(|e| e.to_string())? == Scope::Namespaced {
-        let namespace = doc.namespace().unwrap_or("default").to_string();
-        doc.metadata_mut()
-            .insert("namespace".into(), Value::String(namespace.clone()));
-        memory
-            .create_namespace(&namespace)
-            .map_err(|e| e.to_string())?;
-    }
-    memory
-        .apply(&doc, WriteMethod::Update)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 /// Every YAML document in a file, or in the `*.yaml`/`*.yml` files directly in a
 /// directory, in file-name order.
 fn read_manifests(path: &Path, must_be_dir: bool) -> Result<Vec<(PathBuf, Value)>, String> {
@@ -692,8 +671,10 @@ async fn graph_command<C: Controller>(
             return ExitCode::from(2);
         }
     };
-    let stored = match store(&memory, doc)
+    let stored = match memory
+        .store(doc)
         .await
+        .map_err(|e| e.to_string())
         .and_then(|s| ObjectRef::from_manifest(&s).map_err(|e| e.to_string()))
     {
         Ok(r) => r,

@@ -263,6 +263,16 @@ pub fn truncated_name(name: &str) -> String {
     format!("{}{}", &name[..cut], hex)
 }
 
+/// Whether resourceVersion `mine` is newer than `seen`, compared as the integers etcd
+/// makes them; versions that are not integers (or missing) are newer when different.
+pub(crate) fn newer_version(mine: Option<&str>, seen: Option<&str>) -> bool {
+    let parse = |rv: Option<&str>| rv.and_then(|rv| rv.parse::<u64>().ok());
+    match (parse(mine), parse(seen)) {
+        (Some(mine), Some(seen)) => mine > seen,
+        _ => mine != seen,
+    }
+}
+
 /// `text` as a valid label value: at most 63 characters of letters, digits, `-`, `_` and
 /// `.`, beginning and ending with a letter or digit (others become `-`, the ends trimmed).
 ///

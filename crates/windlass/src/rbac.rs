@@ -206,13 +206,10 @@ pub async fn discover_with<C: Controller>(
             (Some(kind), Some(name)) => format!("{kind}/{name}"),
             _ => format!("manifest #{}", i + 1),
         };
-        let stored =
-            crate::cli::store(&memory, doc)
-                .await
-                .map_err(|message| RbacError::Manifest {
-                    source_name: source_name.clone(),
-                    message,
-                })?;
+        let stored = memory.store(doc).await.map_err(|e| RbacError::Manifest {
+            source_name: source_name.clone(),
+            message: e.to_string(),
+        })?;
         if stored.kind() == Some(primary.kind.as_str())
             && stored.api_version() == Some(primary.api_version.as_str())
         {

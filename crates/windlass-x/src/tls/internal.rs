@@ -46,12 +46,10 @@ use windlass::reference::Ref;
 use windlass::session::Session;
 use windlass::{Error, Result};
 
+pub use super::config::INTERNAL;
+use super::config::TlsConfig;
 use super::context::{PairKey, PairSecret, Tls, TlsContext};
 use super::pki::{CertRequest, CertificateAuthority, KeyAlgorithm, KeyCertPair, TlsError};
-use super::registry::TlsConfig;
-
-/// The `tls.type` of this context.
-pub const INTERNAL: &str = "internal";
 /// The name of the component that owns the CA and the pairs.
 pub const CA_COMPONENT: &str = "internal-tls";
 /// The CA Secret, `<cr>-infra-tls-ca`.

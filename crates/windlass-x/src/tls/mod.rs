@@ -136,15 +136,17 @@
 //! # });
 //! ```
 
+pub mod config;
 pub mod context;
 pub mod internal;
 pub mod pki;
 pub mod registry;
 
+pub use config::TlsConfig;
 pub use context::{PairKey, PairSecret, Tls, TlsContext};
 pub use internal::InternalTls;
 pub use pki::{
     CertRequest, CertificateAuthority, KeyAlgorithm, KeyCertPair, PrivateKey, TlsError,
     certificate_public_key_pem,
 };
-pub use registry::{TlsConfig, TlsFactory, TlsRegistry};
+pub use registry::{TlsFactory, TlsRegistry};

@@ -279,6 +279,27 @@ impl MemoryCluster {
         }
     }
 
+    /// Store `manifest` as a user would with `kubectl apply`: a namespaced object without a
+    /// namespace goes to `default`, and a namespace that does not exist is created first.
+    /// What dry runs and RBAC discovery load from files goes in this way.
+    ///
+    /// # Errors
+    /// What [`Cluster::apply`] refuses (no apiVersion or kind, an unknown kind, invalid
+    /// metadata).
+    pub async fn store(&self, mut manifest: Value) -> Result<Value, ClusterError> {
+        if let (Some(api_version), Some(kind)) = (manifest.api_version(), manifest.kind()) {
+            let type_ref = TypeRef::new(api_version, kind);
+            if self.scope(&type_ref).await? == Scope::Namespaced {
+                let namespace = manifest.namespace().unwrap_or("default").to_string();
+                manifest
+                    .metadata_mut()
+                    .insert("namespace".into(), Value::String(namespace.clone()));
+                self.create_namespace(&namespace)?;
+            }
+        }
+        self.apply(&manifest, WriteMethod::Update).await
+    }
+
     /// Create a namespace if it does not exist.
     pub fn create_namespace(&self, name: &str) -> Result<(), ClusterError> {
         let manifest = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});

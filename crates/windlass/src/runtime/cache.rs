@@ -37,19 +37,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::echo::OwnWrites;
+pub use super::echo::WRITTEN_TTL;
 use crate::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
 use crate::error::ClusterError;
-use crate::object::{ManifestExt, ObjectRef, TypeRef};
-
-/// How long a written copy or a tombstone outlives a watch that never delivers it.
-pub const WRITTEN_TTL: Duration = Duration::from_secs(30);
+use crate::object::{ManifestExt, ObjectRef, TypeRef, newer_version};
 
 /// What one watch of one kind has seen.
 #[derive(Debug, Default)]
@@ -383,16 +380,6 @@ impl CachedCluster {
 /// missing) counts as newer, so the written copy wins until the TTL.
 fn newer(mine: &Value, seen: &Value) -> bool {
     newer_version(mine.resource_version(), seen.resource_version())
-}
-
-/// Whether resourceVersion `mine` is newer than `seen`, compared as the integers etcd
-/// makes them; versions that are not integers (or missing) are newer when different.
-pub(crate) fn newer_version(mine: Option<&str>, seen: Option<&str>) -> bool {
-    let parse = |rv: Option<&str>| rv.and_then(|rv| rv.parse::<u64>().ok());
-    match (parse(mine), parse(seen)) {
-        (Some(mine), Some(seen)) => mine > seen,
-        _ => mine != seen,
-    }
 }
 
 #[async_trait]

@@ -28,8 +28,11 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::cache::{WRITTEN_TTL, newer_version};
-use crate::object::ObjectRef;
+use crate::object::{ObjectRef, newer_version};
+
+/// How long a written copy or a tombstone outlives a watch that never delivers it: how long
+/// windlass remembers a write of its own (here, and in the watch caches).
+pub const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// windlass's writes of each object: in flight, or landed and not yet seen on the watch.
 #[derive(Debug, Default)]

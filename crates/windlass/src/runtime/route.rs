@@ -44,7 +44,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use super::cache::{Cached, CachedCluster, newer_version};
+use super::cache::{Cached, CachedCluster};
 use super::dependencies::Dependents;
 use super::filter::{
     CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
@@ -54,6 +54,7 @@ use super::held::{Held, Released, Woken};
 use super::queue::ReconcileQueue;
 use super::source::{ExtraWatch, SourceEvent};
 use crate::annotations;
+use crate::object::newer_version;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 
 /// Routes the events of one controller's watches to its queue.
