@@ -89,17 +89,16 @@ fn three_configmaps() -> DummyController {
 
 /// Start a manager of [`three_configmaps`] over `client` watching `ns`; returns its
 /// shutdown switch and task.
-fn start(
-    client: kube::Client,
-    ns: &str,
-    observer: Finished,
-) -> (
+fn start(client: kube::Client, ns: &str, observer: Finished) -> Started {
+    start_with(client, ns, observer, three_configmaps())
+}
+
+/// A running manager: its shutdown switch, its task and the cluster its reconciles read.
+pub(crate) type Started = (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<windlass::Result<()>>,
     Arc<windlass::runtime::cache::CachedCluster>,
-) {
-    start_with(client, ns, observer, three_configmaps())
-}
+);
 
 /// Start a manager of `controller` over `client` watching `ns`.
 pub(crate) fn start_with<C: windlass::controller::Controller>(
@@ -107,18 +106,25 @@ pub(crate) fn start_with<C: windlass::controller::Controller>(
     ns: &str,
     observer: Finished,
     controller: C,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<windlass::Result<()>>,
-    Arc<windlass::runtime::cache::CachedCluster>,
-) {
+) -> Started {
+    run(manager(client, ns, controller).with_observer(Arc::new(observer)))
+}
+
+/// A manager of `controller` over `client` watching `ns`, not running yet.
+fn manager<C: windlass::controller::Controller>(
+    client: kube::Client,
+    ns: &str,
+    controller: C,
+) -> Manager {
     let library = LibraryConfig {
         watch_namespace: ns.to_string(),
         ..LibraryConfig::default()
     };
-    let manager = Manager::new(client, library)
-        .controller(controller)
-        .with_observer(Arc::new(observer));
+    Manager::new(client, library).controller(controller)
+}
+
+/// Run `manager` until the returned switch is sent.
+fn run(manager: Manager) -> Started {
     let cluster = manager.cluster().clone();
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
@@ -226,18 +232,8 @@ async fn the_watches_fill_their_stores_from_streaming_lists_not_lists() {
     ] {
         let counter = RequestCounter::new();
         let client = counter.client(env.kube_config()).unwrap();
-        let library = LibraryConfig {
-            watch_namespace: ns.name().to_string(),
-            ..LibraryConfig::default()
-        };
-        let manager = Manager::new(client, library)
-            .controller(three_configmaps())
-            .initial_list(initial_list);
-        let cache = manager.cluster().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(manager.run(async {
-            let _ = stopped.await;
-        }));
+        let (stop, task, cache) =
+            run(manager(client, ns.name(), three_configmaps()).initial_list(initial_list));
         eventually("the Widget watch has listed the three CRs", || async {
             cache.stores().is_synced(&widgets, Some(ns.name()))
                 && cache.stores().objects(&widgets).len() == 3
@@ -276,18 +272,8 @@ async fn where_the_server_refuses_streaming_lists_the_watches_list_in_pages() {
     }
     let counter = RequestCounter::new();
     let client = counter.client(env.kube_config()).unwrap();
-    let library = LibraryConfig {
-        watch_namespace: ns.name().to_string(),
-        ..LibraryConfig::default()
-    };
-    let manager = Manager::new(client, library)
-        .controller(three_configmaps())
-        .initial_list(InitialList::Streaming);
-    let cache = manager.cluster().clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(manager.run(async {
-        let _ = stopped.await;
-    }));
+    let (stop, task, cache) =
+        run(manager(client, ns.name(), three_configmaps()).initial_list(InitialList::Streaming));
     let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
     eventually("the Widget watch has listed both CRs in pages", || async {
         cache.stores().is_synced(&widgets, Some(ns.name()))
