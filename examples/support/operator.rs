@@ -34,13 +34,13 @@ impl Operator {
         let mut child = Command::new(super::BINARY)
             .args([
                 "run",
-                "--watch_namespace",
+                "--watch-namespace",
                 namespace,
-                "--metrics_bind_address",
+                "--metrics-bind-address",
                 &address,
-                "--log_level",
+                "--log-level",
                 "debug",
-                "--log_json",
+                "--log-format=json",
             ])
             .args(extra)
             .env("KUBECONFIG", env.kubeconfig_path())

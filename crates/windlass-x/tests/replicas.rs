@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::prelude::*;
 use windlass::reconcile::Reconciler;
@@ -172,7 +172,7 @@ async fn live_a_scale_by_another_field_manager_is_kept_until_the_size_changes() 
 
     let counter = RequestCounter::new();
     let cluster = Arc::new(LiveCluster::new(counter.client(env.kube_config()).unwrap()));
-    let reconciler = Reconciler::new(App, cluster, LibraryConfig::default());
+    let reconciler = Reconciler::new(App, cluster, OperatorConfig::default());
     let cr_manifest = |size: &str| {
         json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
             "metadata": {"name": "shop", "namespace": ns}, "spec": spec(size, false)})

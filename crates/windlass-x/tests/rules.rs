@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use windlass::cluster::MemoryCluster;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::prelude::*;
 use windlass::testing::{FaultyCluster, Op, TestEnv, assert_condition};
 use windlass::{ClusterError, Error};
@@ -256,9 +256,9 @@ async fn a_failed_secret_read_is_the_cluster_error() {
     faulty.fail(Op::Get, Some("Secret"), ClusterError::api("etcd is down"));
     let probe = Probe::<PostgresConnection>::default();
     let seen = probe.seen.clone();
-    let config = LibraryConfig {
+    let config = OperatorConfig {
         dry_run: true,
-        ..LibraryConfig::default()
+        ..OperatorConfig::default()
     };
     let env = TestEnv::on_cluster(probe, config, memory, faulty);
     env.apply(&db_auth()).await;

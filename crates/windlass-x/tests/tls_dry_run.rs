@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tls_support::{SERVER, TlsController, request_for, secret_text, tls_spec};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::ObjectRef;
 use windlass::prelude::*;
 use windlass::progress::Event;
@@ -104,9 +104,9 @@ async fn the_ca_is_made_once_and_a_steady_reconcile_writes_nothing() {
     let restarted = Reconciler::new(
         TlsController::new(),
         env.memory.clone(),
-        LibraryConfig {
+        OperatorConfig {
             dry_run: true,
-            ..LibraryConfig::default()
+            ..OperatorConfig::default()
         },
     )
     .with_observer(log.clone());

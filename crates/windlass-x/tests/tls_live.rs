@@ -19,7 +19,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tls_support::{TlsController, round_trip, secret_text};
 use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::events::LiveEventSink;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::reconcile::{Outcome, Reconciler};
@@ -84,7 +84,7 @@ fn reconciler(
     Reconciler::new(
         TlsController::new(),
         cluster.clone(),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
     )
     .with_events(Arc::new(LiveEventSink::with_reporter(
         env.client().unwrap(),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use windlass::cluster::MemoryCluster;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::ObjectRef;
 use windlass::prelude::*;
 use windlass::reconcile::Reconciler;
@@ -68,9 +68,9 @@ fn setup(components: usize) -> (Reconciler<Tree>, ObjectRef) {
     memory.create_namespace(TEST_NAMESPACE).expect("namespace");
     let cr = cr_manifest::<Widget>("bench", json!({"version": "1.0"}));
     memory.load([cr.clone()]).expect("cr");
-    let config = LibraryConfig {
+    let config = OperatorConfig {
         dry_run: true,
-        ..LibraryConfig::default()
+        ..OperatorConfig::default()
     };
     let reconciler = Reconciler::new(Tree(components), memory, config);
     (reconciler, ObjectRef::from_manifest(&cr).expect("named"))

@@ -26,7 +26,7 @@ pub const DEPENDENCY_HASH: &str = "windlass.dev/dependency-hash";
 /// on this CR.
 pub const LEASE_NAME: &str = "windlass.dev/lease-name";
 /// The annotation lock: when the holder last took or renewed the lock, RFC 3339 in
-/// UTC; the lock expires `python_watch_manager.lock.duration` later.
+/// UTC; the lock expires `leader-election.lease-duration` later.
 pub const LEASE_TIME: &str = "windlass.dev/lease-time";
 
 /// Label on every object windlass applies: the uid of the CR it was rendered for. Lets
@@ -39,20 +39,13 @@ pub const COMPONENT: &str = "windlass.dev/component";
 pub const LOG_DEFAULT_LEVEL: &str = "windlass.dev/log-default-level";
 /// Per-CR log filters.
 pub const LOG_FILTERS: &str = "windlass.dev/log-filters";
-/// Per-CR JSON logging switch: passed on to child CRs, not acted on (the log format is
-/// one per process).
-pub const LOG_JSON: &str = "windlass.dev/log-json";
-/// Per-CR thread-id logging switch: passed on to child CRs, not acted on.
-pub const LOG_THREAD_ID: &str = "windlass.dev/log-thread-id";
 
 /// Annotations a parent CR passes on to the child CRs it renders: config defaults,
 /// the log switches and pause. Temporary patches are deliberately not passed on.
-pub const PASSTHROUGH: [&str; 6] = [
+pub const PASSTHROUGH: [&str; 4] = [
     CONFIG_DEFAULTS,
     LOG_DEFAULT_LEVEL,
     LOG_FILTERS,
-    LOG_JSON,
-    LOG_THREAD_ID,
     PAUSE_EXECUTION,
 ];
 

@@ -172,7 +172,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
     }
 
     /// Whether to reconcile again, given what the rollout achieved. The default re-reads
-    /// the CR and requeues after `requeue_after_seconds` until its status shows Ready, not
+    /// the CR and requeues after `runtime.requeue-after` until its status shows Ready, not
     /// Updating, and the requested version reconciled; see
     /// [`crate::status::default_should_requeue`].
     async fn should_requeue(

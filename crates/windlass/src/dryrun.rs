@@ -1,6 +1,10 @@
 //! Dry-run reconciling driven by the in-memory cluster's own watch events, without
 //! recursion.
 //!
+//! One dry run can hold several controllers: each CR goes to the controller of its kind, so
+//! a parent whose rollout renders CRs of another hosted controller gets them reconciled by
+//! it, as in a live operator hosting both.
+//!
 //! A CR is not reconciled inside the deploy call that applied it, which would need a guard
 //! against re-entering the same CR; a small work loop runs instead, as a real controller
 //! would: every CR of the controller's kind that appears, changes its spec (generation) or
@@ -13,6 +17,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use tokio::sync::broadcast::error::TryRecvError;
 
 use crate::cluster::{MemoryCluster, WatchEvent, WatchEventType};
@@ -23,23 +28,60 @@ use crate::reconcile::{Reconciler, Report};
 /// Reconciles of one CR in one dry run, at most.
 pub const MAX_RECONCILES_PER_CR: usize = 10;
 
-/// Reconciles CRs on an in-memory cluster until no event asks for more.
-pub struct DryRun<C: Controller> {
-    reconciler: Reconciler<C>,
-    memory: Arc<MemoryCluster>,
-    kind: TypeRef,
+/// A reconciler of one kind, whatever its controller's type.
+#[async_trait]
+trait ReconcileKind: Send + Sync {
+    async fn reconcile(&self, cr: &ObjectRef) -> Report;
 }
 
-impl<C: Controller> DryRun<C> {
+#[async_trait]
+impl<C: Controller> ReconcileKind for Reconciler<C> {
+    async fn reconcile(&self, cr: &ObjectRef) -> Report {
+        Reconciler::reconcile(self, cr).await
+    }
+}
+
+/// Reconciles CRs on an in-memory cluster until no event asks for more.
+pub struct DryRun {
+    reconcilers: Vec<(TypeRef, Box<dyn ReconcileKind>)>,
+    memory: Arc<MemoryCluster>,
+}
+
+impl DryRun {
     /// A dry run of `reconciler`, whose cluster must be `memory`.
-    pub fn new(reconciler: Reconciler<C>, memory: Arc<MemoryCluster>) -> Self {
+    pub fn new<C: Controller>(reconciler: Reconciler<C>, memory: Arc<MemoryCluster>) -> Self {
+        DryRun::on(memory).with(reconciler)
+    }
+
+    /// A dry run on `memory` with no controller yet: add them with [`DryRun::with`].
+    pub fn on(memory: Arc<MemoryCluster>) -> Self {
+        DryRun {
+            reconcilers: Vec::new(),
+            memory,
+        }
+    }
+
+    /// Also reconcile the CRs of `reconciler`'s kind with it (its cluster must be this dry
+    /// run's). A second reconciler of a kind already here is ignored.
+    pub fn with<C: Controller>(mut self, reconciler: Reconciler<C>) -> Self {
         use kube::Resource as _;
         let kind = TypeRef::new(C::Resource::api_version(&()), C::Resource::kind(&()));
-        DryRun {
-            reconciler,
-            memory,
-            kind,
+        if !self.reconcilers.iter().any(|(k, _)| *k == kind) {
+            self.reconcilers.push((kind, Box::new(reconciler)));
         }
+        self
+    }
+
+    /// The kinds this dry run reconciles.
+    pub fn kinds(&self) -> Vec<TypeRef> {
+        self.reconcilers.iter().map(|(k, _)| k.clone()).collect()
+    }
+
+    fn reconciler_of(&self, cr: &ObjectRef) -> Option<&dyn ReconcileKind> {
+        self.reconcilers
+            .iter()
+            .find(|(kind, _)| kind.api_version == cr.api_version && kind.kind == cr.kind)
+            .map(|(_, r)| r.as_ref())
     }
 
     /// Reconcile `crs`, then every CR the reconciles create, change or start deleting,
@@ -69,7 +111,11 @@ impl<C: Controller> DryRun<C> {
             if let Ok(Some(live)) = crate::cluster::Cluster::get(self.memory.as_ref(), &cr).await {
                 seen.insert(cr.clone(), Seen::of(&live));
             }
-            let report = self.reconciler.reconcile(&cr).await;
+            let Some(reconciler) = self.reconciler_of(&cr) else {
+                tracing::warn!(%cr, "no controller of this kind in the dry run");
+                continue;
+            };
+            let report = reconciler.reconcile(&cr).await;
             on_report(&report);
             reports.push(report);
             loop {
@@ -91,7 +137,7 @@ impl<C: Controller> DryRun<C> {
         reports
     }
 
-    /// The CR an event asks to reconcile: one of our kind that appeared, got a new
+    /// The CR an event asks to reconcile: one of our kinds that appeared, got a new
     /// generation, or started terminating. Status and metadata writes (the reconciles' own)
     /// ask for nothing.
     fn wants_reconcile(
@@ -100,9 +146,11 @@ impl<C: Controller> DryRun<C> {
         seen: &mut BTreeMap<ObjectRef, Seen>,
     ) -> Option<ObjectRef> {
         let object = &event.object;
-        if object.kind() != Some(self.kind.kind.as_str())
-            || object.api_version() != Some(self.kind.api_version.as_str())
-        {
+        let ours = self.reconcilers.iter().any(|(kind, _)| {
+            object.kind() == Some(kind.kind.as_str())
+                && object.api_version() == Some(kind.api_version.as_str())
+        });
+        if !ours {
             return None;
         }
         let cr = ObjectRef::from_manifest(object).ok()?;

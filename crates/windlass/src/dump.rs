@@ -1,7 +1,7 @@
-//! Writing rendered components to disk when `working_dir` is set, to inspect what a rollout
+//! Writing rendered components to disk when `rollout.dump-dir` is set, to inspect what a rollout
 //! would apply.
 //!
-//! Layout: `<working_dir>/<apiVersion with / as .>.<kind>/<cr name>/[DISABLED/]<component>/
+//! Layout: `<dump-dir>/<apiVersion with / as .>.<kind>/<cr name>/[DISABLED/]<component>/
 //! <cr name>-<component>.k8s.yaml` (the first segment lower-cased), one YAML document per
 //! object.
 
@@ -10,18 +10,18 @@ use crate::error::{Error, Result};
 use crate::managed::ManagedObject;
 use crate::session::Session;
 
-/// Write the component's rendered objects below `working_dir`, if it is set.
+/// Write the component's rendered objects below `rollout.dump-dir`, if it is set.
 pub(crate) fn dump_component<C: Controller>(
     session: &Session<C>,
     component: &str,
     disabled: bool,
     objects: &[ManagedObject],
 ) -> Result<()> {
-    let library = session.library();
-    let Some(dir) = &library.working_dir else {
+    let operator = session.operator_config();
+    let Some(dir) = &operator.rollout.dump_dir else {
         return Ok(());
     };
-    if disabled && !library.dump_disabled {
+    if disabled && !operator.rollout.dump_disabled {
         return Ok(());
     }
     let type_dir = format!(

@@ -7,16 +7,17 @@
 //! 3. its ServiceAccount and the least-privilege RBAC [`crate::rbac`] derives from a dry
 //!    run of the given CRs, plus what the chosen leader-election lock needs
 //!    ([`rbac::lock_rules`]): a ClusterRole and ClusterRoleBinding, or, when
-//!    `watch_namespace` names namespaces, a Role and RoleBinding in each of them (and a
-//!    Role for the lock in the operator's namespace if it is not watched);
+//!    `runtime.watch-namespaces` names namespaces, a Role and RoleBinding in each of them
+//!    (and a Role for the lock in the operator's namespace if it is not watched);
 //! 4. a Deployment running the image's entrypoint with `run`, probed on `/healthz`
-//!    (liveness) and `/readyz` (readiness) at the port of `metrics_bind_address`, which it
-//!    also declares as the `metrics` port.
+//!    (liveness) and `/readyz` (readiness) at the port of
+//!    `server.health-probe-bind-address` (declared as the `health` port) or, when that is
+//!    not set, of `server.metrics-bind-address` (the `metrics` port).
 //!
 //! The configuration given to `manifests` (flags, environment, `--config`) is the one the
-//! Deployment runs with: every key that differs from its default becomes an environment
-//! variable of the container. With `--replicas` above 1 and no lock configured, the
-//! Deployment elects a leader with a Lease (`leader-with-lease`), so that only one replica
+//! Deployment runs with: every key that differs from its default becomes a `WINDLASS_*`
+//! environment variable of the container. With `--replicas` above 1 and no election
+//! configured, the Deployment elects a leader with a Lease, so that only one replica
 //! writes; with one replica and no election it is replaced with the `Recreate` strategy, so
 //! a rollout never runs two unelected operators at once.
 
@@ -25,12 +26,15 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::config::layers::{LeafKind, env_name};
-use crate::config::{Layers, LibraryConfig, LockKind};
+use crate::config::{Layers, LockKind, LockStrategy, OperatorConfig};
 use crate::controller::Controller;
 use crate::rbac::{self, Access, Grant, RbacError};
 
-/// The name of the container port of `/metrics`, `/healthz` and `/readyz`.
+/// The name of the container port of `/metrics` (and of the probes when they share it).
 pub const PORT_NAME: &str = "metrics";
+
+/// The name of the container port of `/healthz` and `/readyz` when they have their own.
+pub const HEALTH_PORT_NAME: &str = "health";
 
 /// Where and how the operator runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +69,7 @@ pub enum InstallError {
     #[error(transparent)]
     Rbac(#[from] RbacError),
     /// The probes would have nothing to reach.
-    #[error("metrics_bind_address: {0}")]
+    #[error("server.health-probe-bind-address or server.metrics-bind-address: {0}")]
     Address(String),
     /// The options are unusable.
     #[error("{0}")]
@@ -75,32 +79,33 @@ pub enum InstallError {
     Yaml(String),
 }
 
-/// The configuration the Deployment runs with: `config` made live (no `dry_run`, no
-/// `pod_name`: each Pod gets its own), named after the Deployment unless it has an
-/// `operator_name`, with Lease election when more than one replica runs and no lock was
-/// chosen.
-pub fn operator_config(config: &LibraryConfig, options: &InstallOptions) -> LibraryConfig {
+/// The configuration the Deployment runs with: `config` made live (no dry run, no
+/// `leader-election.identity`: each Pod is its own), its lock named after the Deployment
+/// unless `leader-election.id` names it, with Lease election when more than one replica
+/// runs and election is off.
+pub fn operator_config(config: &OperatorConfig, options: &InstallOptions) -> OperatorConfig {
     let mut deployed = config.clone();
     deployed.dry_run = false;
-    deployed.pod_name = String::new();
-    if deployed.operator_name.trim().is_empty() {
-        deployed.operator_name = options.name.clone();
+    let election = &mut deployed.leader_election;
+    election.identity = String::new();
+    if election.id.trim().is_empty() {
+        election.id = options.name.clone();
     }
-    let lock = &mut deployed.python_watch_manager.lock;
-    if options.replicas > 1 && lock.kind == LockKind::Dryrun {
-        lock.kind = LockKind::LeaderWithLease;
+    if options.replicas > 1 && !election.enabled {
+        election.enabled = true;
+        election.lock = LockStrategy::Lease;
     }
     deployed
 }
 
 /// The environment variables that give a process `config`: one per key that differs from
-/// its default, named as the environment layer reads them (`WATCH_NAMESPACE`,
-/// `PYTHON_WATCH_MANAGER_LOCK_TYPE`), sorted by name. Keys that cannot be written as one
+/// its default, named as the environment layer reads them
+/// (`WINDLASS_LEADER_ELECTION_ENABLED`), sorted by name. Keys that cannot be written as one
 /// variable (a map, a key reset to no value) are left out with a warning.
-pub fn config_env(config: &LibraryConfig) -> Vec<(String, String)> {
+pub fn config_env(config: &OperatorConfig) -> Vec<(String, String)> {
     let (Ok(ours), Ok(defaults)) = (
         serde_json::to_value(config),
-        serde_json::to_value(LibraryConfig::default()),
+        serde_json::to_value(OperatorConfig::default()),
     ) else {
         return Vec::new();
     };
@@ -141,15 +146,15 @@ pub fn config_env(config: &LibraryConfig) -> Vec<(String, String)> {
 /// The ServiceAccount, roles and bindings of the operator (see the [module docs](self)).
 ///
 /// # Errors
-/// [`RbacError::ClusterScoped`] when `watch_namespace` restricts the operator to
+/// [`RbacError::ClusterScoped`] when `runtime.watch-namespaces` restricts the operator to
 /// namespaces but a kind it uses is cluster-scoped.
 pub fn rbac_objects(
     access: &Access,
     options: &InstallOptions,
-    config: &LibraryConfig,
+    config: &OperatorConfig,
 ) -> Result<Vec<Value>, InstallError> {
     let watched = config.watch_namespaces();
-    let lock = config.python_watch_manager.lock.kind;
+    let lock = config.lock_kind();
     let base = rbac::Options {
         name: options.name.clone(),
         namespace: options.namespace.clone(),
@@ -206,14 +211,17 @@ pub fn rbac_objects(
 /// The Deployment running `config` (as [`operator_config`] made it) with `options`.
 ///
 /// # Errors
-/// [`InstallError::Address`] if `metrics_bind_address` is empty, invalid or on loopback:
-/// the kubelet's probes could not reach the server.
-pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Value, InstallError> {
-    let address = config.metrics_address().ok_or_else(|| {
-        InstallError::Address(format!(
-            "`{}` is not host:port; the Deployment's probes need the server",
-            config.metrics_bind_address
-        ))
+/// [`InstallError::Address`] if neither server address is set, or the probes' is on
+/// loopback: the kubelet's probes could not reach the server.
+pub fn deployment(
+    options: &InstallOptions,
+    config: &OperatorConfig,
+) -> Result<Value, InstallError> {
+    let endpoints = config.endpoints();
+    let address = config.probe_address().ok_or_else(|| {
+        InstallError::Address(
+            "neither is host:port, and the Deployment's probes need a server".to_string(),
+        )
     })?;
     if address.ip().is_loopback() {
         return Err(InstallError::Address(format!(
@@ -221,13 +229,32 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
              0.0.0.0 (or [::])"
         )));
     }
-    let port = address.port();
+    let mut ports = Vec::new();
+    if let Some(metrics) = endpoints.metrics {
+        ports.push(json!({"name": PORT_NAME, "containerPort": metrics.port(), "protocol": "TCP"}));
+    }
+    let probe_port = match endpoints.probes {
+        Some(probes) => {
+            ports.push(
+                json!({"name": HEALTH_PORT_NAME, "containerPort": probes.port(), "protocol": "TCP"}),
+            );
+            HEALTH_PORT_NAME
+        }
+        None => PORT_NAME,
+    };
+    let scrape = endpoints.metrics.map(|metrics| {
+        json!({
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": metrics.port().to_string(),
+            "prometheus.io/path": "/metrics",
+        })
+    });
     let labels = json!({
         "app.kubernetes.io/name": options.name,
         "app.kubernetes.io/component": "operator",
     });
     let mut env = vec![json!({
-        "name": env_name("pod_name"),
+        "name": "POD_NAME",
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
     })];
     env.extend(
@@ -239,8 +266,8 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
     let mut volumes = vec![json!({"name": "tmp", "emptyDir": {}})];
     // The root filesystem is read-only: the heartbeat needs a writable directory.
     if let Some(dir) = config
-        .python_watch_manager
-        .heartbeat_file
+        .heartbeat
+        .file
         .as_deref()
         .and_then(std::path::Path::parent)
         .filter(|dir| *dir != std::path::Path::new("/tmp") && dir.parent().is_some())
@@ -248,7 +275,7 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
         mounts.push(json!({"name": "heartbeat", "mountPath": dir.display().to_string()}));
         volumes.push(json!({"name": "heartbeat", "emptyDir": {}}));
     }
-    let elected = config.python_watch_manager.lock.kind != LockKind::Dryrun;
+    let elected = config.lock_kind() != LockKind::Dryrun;
     // Without election two replicas must never overlap, not even during a rollout.
     let strategy = if elected {
         json!({"type": "RollingUpdate"})
@@ -257,7 +284,7 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
     };
     let probe = |path: &str, period: u32| {
         json!({
-            "httpGet": {"path": path, "port": PORT_NAME},
+            "httpGet": {"path": path, "port": probe_port},
             "periodSeconds": period,
             "failureThreshold": 3,
         })
@@ -273,11 +300,7 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
             "template": {
                 "metadata": {
                     "labels": labels,
-                    "annotations": {
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": port.to_string(),
-                        "prometheus.io/path": "/metrics",
-                    },
+                    "annotations": scrape.unwrap_or_else(|| json!({})),
                 },
                 "spec": {
                     "serviceAccountName": options.name,
@@ -291,7 +314,7 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
                         "image": options.image,
                         "args": ["run"],
                         "env": env,
-                        "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+                        "ports": ports,
                         "livenessProbe": probe("/healthz", 10),
                         "readinessProbe": probe("/readyz", 5),
                         "resources": {
@@ -321,7 +344,7 @@ pub fn deployment(options: &InstallOptions, config: &LibraryConfig) -> Result<Va
 /// or the address are unusable.
 pub async fn manifests<C>(
     controller: C,
-    config: &LibraryConfig,
+    config: &OperatorConfig,
     crs: Vec<Value>,
     options: &InstallOptions,
 ) -> Result<Vec<Value>, InstallError>
@@ -338,10 +361,46 @@ where
 pub async fn manifests_with<C: Controller>(
     controller: C,
     crd: crate::resource::Crd,
-    config: &LibraryConfig,
+    config: &OperatorConfig,
     crs: Vec<Value>,
     options: &InstallOptions,
 ) -> Result<Vec<Value>, InstallError> {
+    check_options(options)?;
+    // Fails early, before the dry run, on an unusable address.
+    deployment(options, &operator_config(config, options))?;
+    let crds: Vec<_> = crd.iter().cloned().collect();
+    let access = rbac::discover_with(controller, crd, config.clone(), crs).await?;
+    objects(&crds, &access, config, options)
+}
+
+/// The manifests that install an operator whose controllers' CRDs are `crds` and whose
+/// rollouts need `access` (see the [module docs](self)), in `kubectl apply` order.
+///
+/// # Errors
+/// [`InstallError`] if the options or the address are unusable, or the RBAC cannot be built.
+pub fn objects(
+    crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+    access: &Access,
+    config: &OperatorConfig,
+    options: &InstallOptions,
+) -> Result<Vec<Value>, InstallError> {
+    check_options(options)?;
+    let deployed = operator_config(config, options);
+    let deployment = deployment(options, &deployed)?;
+    let mut objects = Vec::new();
+    for crd in crds {
+        objects.push(serde_json::to_value(crd).map_err(|e| InstallError::Yaml(e.to_string()))?);
+    }
+    if options.namespace != "default" {
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
+    }
+    objects.extend(rbac_objects(access, options, &deployed)?);
+    objects.push(deployment);
+    Ok(objects)
+}
+
+/// An image and a replica count the Deployment can run with.
+fn check_options(options: &InstallOptions) -> Result<(), InstallError> {
     if options.image.trim().is_empty() {
         return Err(InstallError::Options("--image must not be empty".into()));
     }
@@ -351,20 +410,7 @@ pub async fn manifests_with<C: Controller>(
             options.replicas
         )));
     }
-    let deployed = operator_config(config, options);
-    // Fails early, before the dry run, on an unusable address.
-    let deployment = deployment(options, &deployed)?;
-    let mut objects = Vec::new();
-    if let Some(crd) = &crd {
-        objects.push(serde_json::to_value(crd).map_err(|e| InstallError::Yaml(e.to_string()))?);
-    }
-    let access = rbac::discover_with(controller, crd, config.clone(), crs).await?;
-    if options.namespace != "default" {
-        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
-    }
-    objects.extend(rbac_objects(&access, options, &deployed)?);
-    objects.push(deployment);
-    Ok(objects)
+    Ok(())
 }
 
 /// `objects` as multi-document YAML, each document starting with `---`.
@@ -417,10 +463,8 @@ mod tests {
 
     #[test]
     fn the_deployment_probes_and_exposes_the_metrics_port_and_is_a_valid_deployment() {
-        let config = LibraryConfig {
-            metrics_bind_address: "0.0.0.0:9090".into(),
-            ..LibraryConfig::default()
-        };
+        let mut config = OperatorConfig::default();
+        config.server.metrics_bind_address = "0.0.0.0:9090".into();
         let options = options(1);
         let deployment = deployment(&options, &operator_config(&config, &options)).unwrap();
         let typed: Deployment = serde_json::from_value(deployment.clone()).unwrap();
@@ -455,7 +499,7 @@ mod tests {
         assert_eq!(pod.service_account_name.as_deref(), Some("widget-op"));
         // The address is not the default, so the container gets it.
         let env = env_of(&deployment);
-        assert_eq!(env["METRICS_BIND_ADDRESS"], "0.0.0.0:9090");
+        assert_eq!(env["WINDLASS_SERVER_METRICS_BIND_ADDRESS"], "0.0.0.0:9090");
         assert_eq!(
             env["POD_NAME"],
             json!({"fieldRef": {"fieldPath": "metadata.name"}})
@@ -464,62 +508,65 @@ mod tests {
 
     #[test]
     fn more_than_one_replica_elects_a_leader_with_a_lease_and_rolls_while_one_replica_recreates() {
-        let config = LibraryConfig::default();
+        let config = OperatorConfig::default();
         let one = deployment(&options(1), &operator_config(&config, &options(1))).unwrap();
         assert_eq!(one["spec"]["strategy"]["type"], "Recreate");
-        assert!(!env_of(&one).contains_key("PYTHON_WATCH_MANAGER_LOCK_TYPE"));
+        assert!(!env_of(&one).contains_key("WINDLASS_LEADER_ELECTION_ENABLED"));
 
         let three = deployment(&options(3), &operator_config(&config, &options(3))).unwrap();
         assert_eq!(three["spec"]["replicas"], 3);
         assert_eq!(three["spec"]["strategy"]["type"], "RollingUpdate");
         let env = env_of(&three);
-        assert_eq!(env["PYTHON_WATCH_MANAGER_LOCK_TYPE"], "leader-with-lease");
+        assert_eq!(env["WINDLASS_LEADER_ELECTION_ENABLED"], "true");
+        assert!(
+            !env.contains_key("WINDLASS_LEADER_ELECTION_LOCK"),
+            "a Lease: the default"
+        );
         // The Lease is named after the operator.
-        assert_eq!(env["OPERATOR_NAME"], "widget-op");
+        assert_eq!(env["WINDLASS_LEADER_ELECTION_ID"], "widget-op");
 
         // A lock chosen in the configuration is kept.
-        let mut config = LibraryConfig::default();
-        config.python_watch_manager.lock.kind = LockKind::Annotation;
+        let mut config = OperatorConfig::default();
+        config.leader_election.enabled = true;
+        config.leader_election.lock = LockStrategy::PerCrAnnotation;
         let env = env_of(&deployment(&options(3), &operator_config(&config, &options(3))).unwrap());
-        assert_eq!(env["PYTHON_WATCH_MANAGER_LOCK_TYPE"], "annotation");
+        assert_eq!(env["WINDLASS_LEADER_ELECTION_LOCK"], "per-cr-annotation");
     }
 
     #[test]
     fn the_configuration_travels_as_environment_variables_that_load_back() {
-        let mut config = LibraryConfig {
-            watch_namespace: "a,b".into(),
-            ..LibraryConfig::default()
+        let mut config = OperatorConfig {
+            dry_run: true,
+            ..OperatorConfig::default()
         };
-        config.supported_versions = vec!["1.0".into(), "2.0".into()];
-        config.manage_status = false;
-        config.deploy_retries = 7;
-        config.python_watch_manager.max_concurrent_reconciles = Some(4);
-        config.python_watch_manager.reconcile_period = "90s".parse().unwrap();
-        config.operator_version = Some("1.2.3".into());
-        config.dry_run = true;
-        config.pod_name = "mine".into();
+        config.runtime.watch_namespaces = vec!["a".into(), "b".into()];
+        config.versions.supported = vec!["1.0".into(), "2.0".into()];
+        config.status.manage = false;
+        config.rollout.conflict_retries = 7;
+        config.runtime.max_concurrent_reconciles = 4;
+        config.runtime.sync_period = "90s".parse().unwrap();
+        config.status.operator_version = Some("1.2.3".into());
+        config.leader_election.identity = "mine".into();
         let deployed = operator_config(&config, &options(1));
+        assert!(!deployed.dry_run);
         let env = config_env(&deployed);
         let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
         assert!(
-            !names.contains(&"DRY_RUN") && !names.contains(&"POD_NAME"),
-            "{names:?}"
+            !names.contains(&"WINDLASS_LEADER_ELECTION_IDENTITY"),
+            "each Pod is its own: {names:?}"
         );
         assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted: {names:?}");
         // The environment layer reads them back into the same configuration.
         let loaded = Layers::new().env(env).build().unwrap();
         assert_eq!(loaded, deployed);
-        assert_eq!(
-            loaded.python_watch_manager.max_concurrent_reconciles,
-            Some(4)
-        );
-        assert!(config_env(&LibraryConfig::default()).is_empty());
+        assert_eq!(loaded.runtime.max_concurrent_reconciles, 4);
+        assert!(config_env(&OperatorConfig::default()).is_empty());
     }
 
     #[test]
     fn the_heartbeat_directory_is_writable_on_the_read_only_root() {
-        let mut config = LibraryConfig::default();
-        config.python_watch_manager.heartbeat_file = Some("/var/run/operator/heartbeat".into());
+        let mut config = OperatorConfig::default();
+        config.heartbeat.file = Some("/var/run/operator/heartbeat".into());
         let made = deployment(&options(1), &config).unwrap();
         let mounts = &made["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
         assert_eq!(
@@ -527,7 +574,7 @@ mod tests {
             &json!([{"name": "tmp", "mountPath": "/tmp"},
                     {"name": "heartbeat", "mountPath": "/var/run/operator"}])
         );
-        config.python_watch_manager.heartbeat_file = Some("/tmp/heartbeat".into());
+        config.heartbeat.file = Some("/tmp/heartbeat".into());
         let made = deployment(&options(1), &config).unwrap();
         let mounts = &made["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
         assert_eq!(mounts.as_array().unwrap().len(), 1);
@@ -535,9 +582,9 @@ mod tests {
 
     #[test]
     fn a_server_the_probes_cannot_reach_is_an_error() {
-        let mut config = LibraryConfig::default();
+        let mut config = OperatorConfig::default();
         for address in ["", "127.0.0.1:8080", "[::1]:8080"] {
-            config.metrics_bind_address = address.into();
+            config.server.metrics_bind_address = address.into();
             let err = deployment(&options(1), &config).unwrap_err();
             assert!(matches!(err, InstallError::Address(_)), "{address}: {err}");
         }
@@ -571,7 +618,7 @@ mod tests {
 
     #[test]
     fn cluster_wide_rbac_is_one_cluster_role_and_binding() {
-        let config = operator_config(&LibraryConfig::default(), &options(2));
+        let config = operator_config(&OperatorConfig::default(), &options(2));
         let objects = rbac_objects(&access(), &options(2), &config).unwrap();
         assert_eq!(
             kinds_and_namespaces(&objects),
@@ -588,11 +635,10 @@ mod tests {
 
     #[test]
     fn watched_namespaces_get_a_role_each_and_the_lock_one_in_the_operators_namespace() {
-        let mut config = LibraryConfig {
-            watch_namespace: "shop,blog".into(),
-            ..LibraryConfig::default()
-        };
-        config.python_watch_manager.lock.kind = LockKind::LeaderForLife;
+        let mut config = OperatorConfig::default();
+        config.runtime.watch_namespaces = vec!["shop".into(), "blog".into()];
+        config.leader_election.enabled = true;
+        config.leader_election.lock = LockStrategy::ForLife;
         let config = operator_config(&config, &options(2));
         let objects = rbac_objects(&access(), &options(2), &config).unwrap();
         assert_eq!(
@@ -623,10 +669,8 @@ mod tests {
         assert!(!lock_role.contains("widgets"), "only the lock: {lock_role}");
 
         // Watching its own namespace, the operator needs no separate lock Role.
-        let config = LibraryConfig {
-            watch_namespace: "ops".into(),
-            ..LibraryConfig::default()
-        };
+        let mut config = OperatorConfig::default();
+        config.runtime.watch_namespaces = vec!["ops".into()];
         let objects = rbac_objects(&access(), &options(1), &config).unwrap();
         assert_eq!(objects.len(), 3);
     }

@@ -1,10 +1,10 @@
-//! Logging from the library configuration, with per-CR overrides.
+//! Logging from the operator configuration, with per-CR overrides.
 //!
-//! `log_level`, `log_filters` (`target:level,…`), `log_json` and `log_thread_id` set up a
-//! `tracing` subscriber on standard error; `RUST_LOG`, when set, wins over `log_level` and
-//! `log_filters`. Every reconcile runs in a span carrying `reconciliation_id`, `kind`,
-//! `api_version`, `namespace`, `resource_name` and `resource_version`, so each log line
-//! (JSON or not) says which CR it is about.
+//! `logging.level` (a `RUST_LOG`-style filter), `logging.format` (`text` or `json`),
+//! `logging.thread-ids` and `logging.color` set up a `tracing` subscriber on standard error.
+//! Every reconcile runs in a span carrying `reconciliation_id`, `kind`, `api_version`,
+//! `namespace`, `resource_name` and `resource_version`, so each log line (JSON or not) says
+//! which CR it is about.
 //!
 //! A CR annotated `windlass.dev/log-default-level: debug` (and optionally
 //! `windlass.dev/log-filters: "target:level,…"`) is logged at that level while it is
@@ -12,9 +12,8 @@
 //! them all. The override lives in [`ReconcileFilter`], which wraps the process-wide
 //! `EnvFilter`, and covers windlass's own log lines (targets `windlass…`): their callsites
 //! are always asked per event, so an override never meets a callsite cached as disabled,
-//! while every other crate's disabled callsites stay cached as such. The per-CR
-//! `log-json` and `log-thread-id` switches are deliberately not supported: the output
-//! format belongs to the process, and mixing formats in one stream breaks log collectors.
+//! while every other crate's disabled callsites stay cached as such. The output format is
+//! the process's alone: mixing formats in one stream breaks log collectors.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,56 +31,61 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::annotations;
-use crate::config::{LibraryConfig, LogLevel};
+use crate::config::{ColorChoice, LogFormat, OperatorConfig};
 use crate::object::ManifestExt;
 
-/// The filter directives of a configuration: the level, then per-target levels.
-pub fn filter_directives(config: &LibraryConfig) -> String {
-    directives(config.log_level, &config.log_filters)
-}
-
-fn directives(level: LogLevel, filters: &str) -> String {
-    let mut directives = vec![level.as_directive().to_string()];
+/// A per-CR level and `target:level` filters as one filter. Level names may also be the
+/// older `warning`, `disable` and `debug1`…`debug4`, which CRs annotated for oper8 carry.
+fn directives(level: &'static str, filters: &str) -> Option<String> {
+    let mut directives = vec![level.to_string()];
     for entry in filters.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         match entry.rsplit_once(':') {
             Some((target, level)) => {
-                // The level names of existing configurations (`warning`, `debug1`…)
-                // become tracing's.
-                let level = level.trim();
-                let level = parse_level(level)
-                    .map_or_else(|| level.to_string(), |l| l.as_directive().to_string());
-                directives.push(format!("{}={level}", target.trim()));
+                directives.push(format!("{}={}", target.trim(), level_directive(level)?))
             }
             None => directives.push(entry.to_string()),
         }
     }
-    directives.join(",")
+    Some(directives.join(","))
 }
 
-fn parse_level(text: &str) -> Option<LogLevel> {
-    serde_json::from_value(serde_json::json!(text.trim().to_ascii_lowercase())).ok()
+fn level_directive(name: &str) -> Option<&'static str> {
+    Some(match name.trim().to_ascii_lowercase().as_str() {
+        "disable" | "off" => "off",
+        "error" => "error",
+        "warning" | "warn" => "warn",
+        "info" => "info",
+        "debug" => "debug",
+        "trace" | "debug1" | "debug2" | "debug3" | "debug4" => "trace",
+        _ => return None,
+    })
 }
 
 /// Install the global subscriber. Calling it again (e.g. from tests) does nothing.
-pub fn init(config: &LibraryConfig) {
-    let base = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::try_new(filter_directives(config)).unwrap_or_else(|e| {
-            // A bad log_filters entry must not cost the configured level.
-            eprintln!("ignoring log_filters `{}`: {e}", config.log_filters);
-            EnvFilter::new(config.log_level.as_directive())
-        })
+pub fn init(config: &OperatorConfig) {
+    let logging = &config.logging;
+    // The level was validated with the configuration; a filter that still does not parse
+    // must not cost the default level.
+    let base = EnvFilter::try_new(&logging.level).unwrap_or_else(|e| {
+        eprintln!("ignoring logging.level `{}`: {e}", logging.level);
+        EnvFilter::new("info")
     });
+    let ansi = logging.format == LogFormat::Text
+        && match logging.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => colour(
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ),
+        };
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(colour(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            std::env::var_os("NO_COLOR").as_deref(),
-        ))
-        .with_thread_ids(config.log_thread_id);
-    let fmt = if config.log_json {
-        fmt.json().with_filter(ReconcileFilter::new(base)).boxed()
-    } else {
-        fmt.with_filter(ReconcileFilter::new(base)).boxed()
+        .with_ansi(ansi)
+        .with_thread_ids(logging.thread_ids);
+    let fmt = match logging.format {
+        LogFormat::Json => fmt.json().with_filter(ReconcileFilter::new(base)).boxed(),
+        LogFormat::Text => fmt.with_filter(ReconcileFilter::new(base)).boxed(),
     };
     let _ = tracing_subscriber::registry().with(fmt).try_init();
 }
@@ -125,14 +129,21 @@ pub fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
     if level.is_none() && filters.is_none() {
         return CrLogGuard(None);
     }
-    let Some(level) = level.map_or(Some(LogLevel::Info), parse_level) else {
+    let Some(level) = level.map_or(Some("info"), level_directive) else {
         tracing::warn!(
             "{} is not a log level; ignoring the CR's log annotations",
             annotations::LOG_DEFAULT_LEVEL
         );
         return CrLogGuard(None);
     };
-    let filter = match EnvFilter::try_new(directives(level, filters.unwrap_or(""))) {
+    let Some(directives) = directives(level, filters.unwrap_or("")) else {
+        tracing::warn!(
+            "{} names a level that does not exist; ignoring the CR's log annotations",
+            annotations::LOG_FILTERS
+        );
+        return CrLogGuard(None);
+    };
+    let filter = match EnvFilter::try_new(directives) {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "ignoring the CR's {}", annotations::LOG_FILTERS);
@@ -276,15 +287,11 @@ mod tests {
     }
 
     #[test]
-    fn directives_combine_level_and_filters() {
-        let config = LibraryConfig {
-            log_level: LogLevel::Warning,
-            log_filters: "windlass::rollout:debug4, kube:error".into(),
-            ..LibraryConfig::default()
-        };
+    fn per_cr_directives_combine_level_and_filters() {
         assert_eq!(
-            filter_directives(&config),
-            "warn,windlass::rollout=trace,kube=error"
+            directives("warn", "windlass::rollout:debug4, kube:error").as_deref(),
+            Some("warn,windlass::rollout=trace,kube=error")
         );
+        assert_eq!(directives("info", "windlass:loud"), None);
     }
 }

@@ -50,7 +50,7 @@ use serde_json::Value;
 
 use crate::cluster::validation::builtin_plural;
 use crate::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, Scope, WriteMethod};
-use crate::config::LibraryConfig;
+use crate::config::OperatorConfig;
 use crate::controller::Controller;
 use crate::dryrun::DryRun;
 use crate::error::ClusterError;
@@ -122,11 +122,13 @@ impl KindAccess {
     }
 }
 
-/// Everything one operator touches: its CR kind and the kinds its rollouts use.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Everything one operator touches: the CR kinds of its controllers and the kinds their
+/// rollouts use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Access {
-    /// The CR kind. `writes` is true when rollouts also apply or delete CRs of it.
-    pub primary: KindAccess,
+    /// The CR kind of each controller. `writes` is true when rollouts also apply or delete
+    /// CRs of it.
+    pub primaries: Vec<KindAccess>,
     /// Every other kind, ordered by apiVersion and kind.
     pub kinds: Vec<KindAccess>,
 }
@@ -141,14 +143,51 @@ impl Access {
             Scope::Cluster
         };
         Access {
-            primary: KindAccess {
+            primaries: vec![KindAccess {
                 type_ref: TypeRef::new(C::Resource::api_version(&()), C::Resource::kind(&())),
                 plural: C::Resource::plural(&()).into_owned(),
                 scope,
                 writes: false,
-            },
+            }],
             kinds: Vec::new(),
         }
+    }
+
+    /// The access of two controllers in one operator: both primaries, every kind either
+    /// uses (writing if either writes). A kind one controller renders and another
+    /// reconciles (a child CR) is that one's primary, with `writes` set.
+    pub fn merge(mut self, other: Access) -> Access {
+        for primary in other.primaries {
+            match self
+                .primaries
+                .iter_mut()
+                .find(|p| p.type_ref == primary.type_ref)
+            {
+                Some(known) => known.writes |= primary.writes,
+                None => self.primaries.push(primary),
+            }
+        }
+        for kind in other.kinds {
+            match self.kinds.iter_mut().find(|k| k.type_ref == kind.type_ref) {
+                Some(known) => known.writes |= kind.writes,
+                None => self.kinds.push(kind),
+            }
+        }
+        let primaries = &mut self.primaries;
+        self.kinds.retain(|kind| {
+            match primaries.iter_mut().find(|p| p.type_ref == kind.type_ref) {
+                Some(primary) => {
+                    primary.writes |= kind.writes;
+                    false
+                }
+                None => true,
+            }
+        });
+        self.kinds.sort_by(|a, b| {
+            (&a.type_ref.api_version, &a.type_ref.kind)
+                .cmp(&(&b.type_ref.api_version, &b.type_ref.kind))
+        });
+        self
     }
 
     /// The other kinds' access, by kind name (e.g. `Deployment`), if the operator uses it.
@@ -166,14 +205,14 @@ impl Access {
 /// custom kinds.
 pub async fn discover<C>(
     controller: C,
-    library: LibraryConfig,
+    operator: OperatorConfig,
     manifests: impl IntoIterator<Item = Value>,
 ) -> Result<Access, RbacError>
 where
     C: Controller,
     C::Resource: CustomResourceExt,
 {
-    discover_with(controller, Some(C::Resource::crd()), library, manifests).await
+    discover_with(controller, Some(C::Resource::crd()), operator, manifests).await
 }
 
 /// [`discover`] for a primary kind given its CRD, or none for a kind the cluster already
@@ -181,102 +220,197 @@ where
 pub async fn discover_with<C: Controller>(
     controller: C,
     crd: crate::resource::Crd,
-    library: LibraryConfig,
+    operator: OperatorConfig,
     manifests: impl IntoIterator<Item = Value>,
 ) -> Result<Access, RbacError> {
-    let mut access = Access::of_primary::<C>();
-    let primary = access.primary.type_ref.clone();
-    let memory = Arc::new(MemoryCluster::new());
-    if let Some(crd) = crd {
-        memory.register_crd(&crd);
-        let stored_crd = serde_json::to_value(&crd)
-            .map_err(|e| e.to_string())
-            .and_then(|crd| memory.load([crd]).map_err(|e| e.to_string()));
-        if let Err(message) = stored_crd {
-            return Err(RbacError::Manifest {
-                source_name: format!("the CRD of {primary}"),
-                message,
-            });
+    Discovery::new(operator)
+        .controller(controller, crd)
+        .run(manifests)
+        .await
+}
+
+/// [`discover`] for an operator of several controllers, in one dry run: each CR goes to
+/// the controller of its kind, so the CRs a parent renders for another controller are
+/// reconciled by it and need no file of their own.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use kube::CustomResourceExt;
+/// use windlass::config::OperatorConfig;
+/// use windlass::rbac::Discovery;
+/// use windlass::testing::{DummyController, Gadget, Widget};
+///
+/// let widget = serde_json::json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+///     "metadata": {"name": "w"}, "spec": {}});
+/// let access = Discovery::new(OperatorConfig::default())
+///     .controller(DummyController::new(), Some(Widget::crd()))
+///     .controller(DummyController::<Gadget>::of_kind(), Some(Gadget::crd()))
+///     .run([widget])
+///     .await;
+/// // No Gadget among the files, and no Widget renders one: nothing shows what the
+/// // Gadget controller needs.
+/// assert!(access.unwrap_err().to_string().contains("Gadget"));
+/// # }
+/// ```
+pub struct Discovery {
+    operator: OperatorConfig,
+    memory: Arc<MemoryCluster>,
+    recording: Arc<Recording>,
+    dry: DryRun,
+    access: Access,
+    problem: Option<RbacError>,
+}
+
+impl Discovery {
+    /// A discovery with no controller yet, reconciling with `operator` (in dry-run mode).
+    pub fn new(operator: OperatorConfig) -> Self {
+        let memory = Arc::new(MemoryCluster::new());
+        Discovery {
+            operator: OperatorConfig {
+                dry_run: true,
+                ..operator
+            },
+            recording: Arc::new(Recording::new(memory.clone())),
+            dry: DryRun::on(memory.clone()),
+            memory,
+            access: Access::default(),
+            problem: None,
         }
     }
 
-    let mut crs = Vec::new();
-    for (i, doc) in manifests.into_iter().enumerate() {
-        let source_name = match (doc.kind(), doc.name()) {
-            (Some(kind), Some(name)) => format!("{kind}/{name}"),
-            _ => format!("manifest #{}", i + 1),
+    /// Also discover what `controller` needs; its CR kind's CRD, if the operator installs
+    /// one, is served by the dry run's cluster.
+    pub fn controller<C: Controller>(mut self, controller: C, crd: crate::resource::Crd) -> Self {
+        let mine = Access::of_primary::<C>();
+        let primary = mine.primaries[0].type_ref.clone();
+        if let Some(crd) = crd {
+            self.memory.register_crd(&crd);
+            let stored = serde_json::to_value(&crd)
+                .map_err(|e| e.to_string())
+                .and_then(|crd| self.memory.load([crd]).map_err(|e| e.to_string()));
+            if let Err(message) = stored {
+                self.problem.get_or_insert(RbacError::Manifest {
+                    source_name: format!("the CRD of {primary}"),
+                    message,
+                });
+            }
+        }
+        self.recording.add_primary(primary);
+        self.access = std::mem::take(&mut self.access).merge(mine);
+        let reconciler = Reconciler::new(controller, self.recording.clone(), self.operator.clone())
+            .with_observer(RenderedKinds(self.recording.clone()));
+        self.dry = self.dry.with(reconciler);
+        self
+    }
+
+    /// Reconcile the CRs among `manifests` (stored as `run --dry-run` stores them), then
+    /// delete them so that finalizer rollouts run too, and return what was touched.
+    ///
+    /// # Errors
+    /// [`RbacError::NoCr`] naming a controller whose kind no CR had, in the files or
+    /// rendered by another; a manifest that cannot be stored; a reconcile that failed; a
+    /// kind whose plural is unknown.
+    pub async fn run(
+        self,
+        manifests: impl IntoIterator<Item = Value>,
+    ) -> Result<Access, RbacError> {
+        let Discovery {
+            memory,
+            recording,
+            dry,
+            mut access,
+            problem,
+            ..
+        } = self;
+        if let Some(problem) = problem {
+            return Err(problem);
+        }
+        let primaries: Vec<TypeRef> = access
+            .primaries
+            .iter()
+            .map(|p| p.type_ref.clone())
+            .collect();
+        let is_primary = |object: &Value| {
+            primaries.iter().any(|p| {
+                object.kind() == Some(p.kind.as_str())
+                    && object.api_version() == Some(p.api_version.as_str())
+            })
         };
-        let stored = memory.store(doc).await.map_err(|e| RbacError::Manifest {
-            source_name: source_name.clone(),
-            message: e.to_string(),
-        })?;
-        if stored.kind() == Some(primary.kind.as_str())
-            && stored.api_version() == Some(primary.api_version.as_str())
-        {
-            let cr = ObjectRef::from_manifest(&stored).map_err(|e| RbacError::Manifest {
-                source_name,
+        let mut crs = Vec::new();
+        for (i, doc) in manifests.into_iter().enumerate() {
+            let source_name = match (doc.kind(), doc.name()) {
+                (Some(kind), Some(name)) => format!("{kind}/{name}"),
+                _ => format!("manifest #{}", i + 1),
+            };
+            let stored = memory.store(doc).await.map_err(|e| RbacError::Manifest {
+                source_name: source_name.clone(),
                 message: e.to_string(),
             })?;
-            crs.push(cr);
+            if is_primary(&stored) {
+                let cr = ObjectRef::from_manifest(&stored).map_err(|e| RbacError::Manifest {
+                    source_name,
+                    message: e.to_string(),
+                })?;
+                crs.push(cr);
+            }
         }
-    }
-    if crs.is_empty() {
-        return Err(RbacError::NoCr(primary.to_string()));
-    }
-
-    let recording = Arc::new(Recording::new(memory.clone(), primary.clone()));
-    let reconciler = Reconciler::new(
-        controller,
-        recording.clone(),
-        LibraryConfig {
-            dry_run: true,
-            ..library
-        },
-    )
-    .with_observer(RenderedKinds(recording.clone()));
-    let reports = DryRun::new(reconciler.clone(), memory.clone())
-        .run(crs.clone(), |_| {})
-        .await;
-    check_reports(&reports)?;
-
-    // Deleting the CRs runs the finalizer rollout of a controller that has one.
-    let mut terminating = Vec::new();
-    for cr in &crs {
-        if let Ok(Deletion::Terminating) = memory.delete(cr, None).await {
-            terminating.push(cr.clone());
-        }
-    }
-    if !terminating.is_empty() {
-        let reports = DryRun::new(reconciler, memory.clone())
-            .run(terminating, |_| {})
-            .await;
+        let reports = dry.run(crs.clone(), |_| {}).await;
         check_reports(&reports)?;
-    }
-
-    let crds: Vec<Value> = memory
-        .objects()
-        .into_iter()
-        .filter(|o| o.kind() == Some("CustomResourceDefinition"))
-        .collect();
-    for (type_ref, writes) in recording.touched() {
-        if type_ref == primary {
-            access.primary.writes |= writes;
-            continue;
+        for primary in &primaries {
+            let reconciled = reports
+                .iter()
+                .any(|r| r.cr.kind == primary.kind && r.cr.api_version == primary.api_version);
+            if !reconciled {
+                return Err(RbacError::NoCr(primary.to_string()));
+            }
         }
-        let plural = plural_of(&type_ref, &crds)
-            .ok_or_else(|| RbacError::UnknownPlural(type_ref.clone()))?;
-        let scope = memory
-            .scope(&type_ref)
-            .await
-            .map_err(|_| RbacError::UnknownPlural(type_ref.clone()))?;
-        access.kinds.push(KindAccess {
-            type_ref,
-            plural,
-            scope,
-            writes,
-        });
+
+        // Deleting the CRs runs the finalizer rollout of a controller that has one.
+        let mut reconciled: Vec<ObjectRef> = Vec::new();
+        for report in &reports {
+            if !reconciled.contains(&report.cr) {
+                reconciled.push(report.cr.clone());
+            }
+        }
+        let mut terminating = Vec::new();
+        for cr in &reconciled {
+            if let Ok(Deletion::Terminating) = memory.delete(cr, None).await {
+                terminating.push(cr.clone());
+            }
+        }
+        if !terminating.is_empty() {
+            let reports = dry.run(terminating, |_| {}).await;
+            check_reports(&reports)?;
+        }
+
+        let crds: Vec<Value> = memory
+            .objects()
+            .into_iter()
+            .filter(|o| o.kind() == Some("CustomResourceDefinition"))
+            .collect();
+        let mut kinds = Vec::new();
+        for (type_ref, writes) in recording.touched() {
+            if let Some(primary) = access.primaries.iter_mut().find(|p| p.type_ref == type_ref) {
+                primary.writes |= writes;
+                continue;
+            }
+            let plural = plural_of(&type_ref, &crds)
+                .ok_or_else(|| RbacError::UnknownPlural(type_ref.clone()))?;
+            let scope = memory
+                .scope(&type_ref)
+                .await
+                .map_err(|_| RbacError::UnknownPlural(type_ref.clone()))?;
+            kinds.push(KindAccess {
+                type_ref,
+                plural,
+                scope,
+                writes,
+            });
+        }
+        access.kinds = kinds;
+        Ok(access)
     }
-    Ok(access)
 }
 
 /// Fail on the last reconcile of any CR that ended in an error.
@@ -344,26 +478,27 @@ pub fn rules(access: &Access) -> Vec<PolicyRule> {
         };
         grant(kind.group(), &kind.plural, verbs);
     }
-    let primary = &access.primary;
-    let group = primary.group();
-    grant(
-        group,
-        &primary.plural,
-        &["get", "list", "patch", "update", "watch"],
-    );
-    if primary.writes {
-        grant(group, &primary.plural, &WRITE_VERBS);
+    for primary in &access.primaries {
+        let group = primary.group();
+        grant(
+            group,
+            &primary.plural,
+            &["get", "list", "patch", "update", "watch"],
+        );
+        if primary.writes {
+            grant(group, &primary.plural, &WRITE_VERBS);
+        }
+        grant(
+            group,
+            &format!("{}/status", primary.plural),
+            &["get", "patch", "update"],
+        );
+        grant(
+            group,
+            &format!("{}/finalizers", primary.plural),
+            &["update"],
+        );
     }
-    grant(
-        group,
-        &format!("{}/status", primary.plural),
-        &["get", "patch", "update"],
-    );
-    grant(
-        group,
-        &format!("{}/finalizers", primary.plural),
-        &["update"],
-    );
     for events_group in ["", "events.k8s.io"] {
         grant(events_group, "events", &["create", "patch", "update"]);
     }
@@ -531,7 +666,9 @@ pub fn manifests(access: &Access, options: &Options) -> Result<Manifests, RbacEr
     };
     let rules = Some(rules(access));
     let grant = if options.namespaced {
-        let cluster_scoped = std::iter::once(&access.primary)
+        let cluster_scoped = access
+            .primaries
+            .iter()
             .chain(&access.kinds)
             .find(|k| k.scope == Scope::Cluster);
         if let Some(kind) = cluster_scoped {
@@ -583,19 +720,34 @@ pub fn manifests(access: &Access, options: &Options) -> Result<Manifests, RbacEr
 /// read and which were written.
 struct Recording {
     inner: Arc<MemoryCluster>,
-    /// The CR kind: its status writes and finalizer patches have rules of their own.
-    primary: TypeRef,
+    /// The CR kinds: their status writes and finalizer patches have rules of their own.
+    primaries: Mutex<Vec<TypeRef>>,
     /// kind → whether it was written (applied, patched or deleted).
     touched: Mutex<BTreeMap<TypeRef, bool>>,
 }
 
 impl Recording {
-    fn new(inner: Arc<MemoryCluster>, primary: TypeRef) -> Self {
+    fn new(inner: Arc<MemoryCluster>) -> Self {
         Recording {
             inner,
-            primary,
+            primaries: Mutex::new(Vec::new()),
             touched: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    fn add_primary(&self, primary: TypeRef) {
+        self.primaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(primary);
+    }
+
+    /// A status write or a patch is a write of the kind, except on a CR kind.
+    fn is_primary(&self, type_ref: &TypeRef) -> bool {
+        self.primaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(type_ref)
     }
 
     /// Note a call on `type_ref`, unless the kind is not served (nothing can be granted
@@ -681,7 +833,7 @@ impl Cluster for Recording {
             .write_status(object, status, resource_version)
             .await;
         let type_ref = object.type_ref();
-        let write = type_ref != self.primary;
+        let write = !self.is_primary(&type_ref);
         self.record(type_ref, write, &result);
         result
     }
@@ -693,7 +845,7 @@ impl Cluster for Recording {
     ) -> Result<Value, ClusterError> {
         let result = self.inner.patch(object, patch).await;
         let type_ref = object.type_ref();
-        let write = type_ref != self.primary;
+        let write = !self.is_primary(&type_ref);
         self.record(type_ref, write, &result);
         result
     }
@@ -856,7 +1008,7 @@ mod tests {
     #[test]
     fn a_primary_kind_the_rollouts_create_gets_every_verb() {
         let mut access = widget_access(Vec::new());
-        access.primary.writes = true;
+        access.primaries[0].writes = true;
         let rules = table(&rules(&access));
         assert!(
             rules.contains(&(
@@ -866,6 +1018,57 @@ mod tests {
             )),
             "{rules:?}"
         );
+    }
+
+    #[test]
+    fn merged_access_grants_both_primaries_and_a_child_cr_kind_as_a_primary() {
+        use crate::testing::Gadget;
+        let mut widgets = widget_access(vec![
+            kind("v1", "ConfigMap", "configmaps", Scope::Namespaced, false),
+            // The Widget controller renders Gadgets.
+            kind(
+                "test.windlass.dev/v1",
+                "Gadget",
+                "gadgets",
+                Scope::Namespaced,
+                true,
+            ),
+        ]);
+        widgets.primaries[0].writes = false;
+        let mut gadgets = Access::of_primary::<DummyController<Gadget>>();
+        gadgets.kinds = vec![kind(
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            Scope::Namespaced,
+            true,
+        )];
+        let merged = widgets.merge(gadgets);
+        let primaries: Vec<(&str, bool)> = merged
+            .primaries
+            .iter()
+            .map(|p| (p.type_ref.kind.as_str(), p.writes))
+            .collect();
+        assert_eq!(primaries, [("Widget", false), ("Gadget", true)]);
+        assert_eq!(
+            merged.kinds,
+            [kind(
+                "v1",
+                "ConfigMap",
+                "configmaps",
+                Scope::Namespaced,
+                true
+            )]
+        );
+        let rules = table(&rules(&merged));
+        for resource in ["gadgets/status", "widgets/status"] {
+            assert!(
+                rules
+                    .iter()
+                    .any(|(_, resources, _)| resources.contains(&resource.to_string())),
+                "{resource}: {rules:?}"
+            );
+        }
     }
 
     fn shop(name: &str, cache: bool) -> Value {
@@ -899,7 +1102,7 @@ mod tests {
     #[tokio::test]
     async fn discovery_finds_enabled_disabled_and_finalizer_kinds() {
         // The cache is off: its Service is only ever deleted, and still needs a rule.
-        let access = discover(controller(), LibraryConfig::default(), [shop("a", false)])
+        let access = discover(controller(), OperatorConfig::default(), [shop("a", false)])
             .await
             .unwrap();
         let names: Vec<(&str, &str, bool)> = access
@@ -915,9 +1118,9 @@ mod tests {
                 ("Service", "services", true)
             ]
         );
-        assert_eq!(access.primary.plural, "widgets");
+        assert_eq!(access.primaries[0].plural, "widgets");
         assert!(
-            !access.primary.writes,
+            !access.primaries[0].writes,
             "status and finalizer writes are not creates"
         );
     }
@@ -935,7 +1138,7 @@ mod tests {
             .component(DummyComponent::new("g").with_object("gadget", gadget), &[]);
         let access = discover(
             controller,
-            LibraryConfig::default(),
+            OperatorConfig::default(),
             [crd, shop("a", false)],
         )
         .await
@@ -969,7 +1172,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_cr_and_failed_reconciles_are_errors() {
-        let err = discover(controller(), LibraryConfig::default(), Vec::new())
+        let err = discover(controller(), OperatorConfig::default(), Vec::new())
             .await
             .unwrap_err();
         assert_eq!(err, RbacError::NoCr("test.windlass.dev/v1/Widget".into()));
@@ -979,7 +1182,7 @@ mod tests {
             json!({"apiVersion": "example.com/v1", "kind": "Unknown", "metadata": {"name": "x"}});
         let controller = DummyController::new()
             .component(DummyComponent::new("u").with_object("u", unknown), &[]);
-        let err = discover(controller, LibraryConfig::default(), [shop("a", false)])
+        let err = discover(controller, OperatorConfig::default(), [shop("a", false)])
             .await
             .unwrap_err();
         assert!(matches!(err, RbacError::Reconcile { .. }), "{err}");

@@ -51,7 +51,7 @@ use tracing::Instrument;
 
 use crate::annotations;
 use crate::cluster::Cluster;
-use crate::config::LibraryConfig;
+use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller, Requeue};
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
@@ -129,7 +129,7 @@ impl From<ClusterError> for Failure {
 pub struct Reconciler<C: Controller> {
     controller: Arc<C>,
     cluster: Arc<dyn Cluster>,
-    library: Arc<LibraryConfig>,
+    operator: Arc<OperatorConfig>,
     observer: Arc<dyn Observer>,
     events: Option<Arc<dyn EventSink>>,
 }
@@ -139,7 +139,7 @@ impl<C: Controller> Clone for Reconciler<C> {
         Reconciler {
             controller: self.controller.clone(),
             cluster: self.cluster.clone(),
-            library: self.library.clone(),
+            operator: self.operator.clone(),
             observer: self.observer.clone(),
             events: self.events.clone(),
         }
@@ -148,17 +148,11 @@ impl<C: Controller> Clone for Reconciler<C> {
 
 impl<C: Controller> Reconciler<C> {
     /// A reconciler of `controller`'s CRs on `cluster`.
-    pub fn new(controller: C, cluster: Arc<dyn Cluster>, library: LibraryConfig) -> Self {
-        if library.deploy_unprocessable_put_fallback {
-            tracing::warn!(
-                "deploy_unprocessable_put_fallback is ignored: a replace meets the same \
-                 validation as the refused apply (see LibraryConfig)"
-            );
-        }
+    pub fn new(controller: C, cluster: Arc<dyn Cluster>, operator: OperatorConfig) -> Self {
         Reconciler {
             controller: Arc::new(controller),
             cluster,
-            library: Arc::new(library),
+            operator: Arc::new(operator),
             observer: Arc::new(Quiet),
             events: None,
         }
@@ -180,6 +174,13 @@ impl<C: Controller> Reconciler<C> {
         }
     }
 
+    /// The same reconciler on another cluster (a [`Plan`](crate::cluster::Plan) over this
+    /// one, say).
+    pub fn with_cluster(mut self, cluster: Arc<dyn Cluster>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
     /// Report progress events to `observer`.
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observer = Arc::new(observer);
@@ -196,9 +197,9 @@ impl<C: Controller> Reconciler<C> {
         &self.cluster
     }
 
-    /// The library configuration.
-    pub fn library(&self) -> &LibraryConfig {
-        &self.library
+    /// The operator configuration.
+    pub fn operator_config(&self) -> &OperatorConfig {
+        &self.operator
     }
 
     /// Reconcile the CR `cr` once. Never fails: errors are written to the CR's status
@@ -287,7 +288,7 @@ impl<C: Controller> Reconciler<C> {
                 if let Some(started) = starting {
                     self.publish(&manifest, started).await;
                 }
-                if !status::is_managed::<C>(&self.library) {
+                if !status::is_managed::<C>(&self.operator) {
                     self.publish(
                         &manifest,
                         CrEvent::rollout_waiting(failure.error.to_string()),
@@ -297,7 +298,7 @@ impl<C: Controller> Reconciler<C> {
             }
             // The CR as the last write of this reconcile left it.
             let current = ledger.seen(cr).flatten();
-            if status::is_managed::<C>(&self.library)
+            if status::is_managed::<C>(&self.operator)
                 && let Some(current) = current
             {
                 let author = made.as_ref().and_then(Session::status_changes);
@@ -334,7 +335,7 @@ impl<C: Controller> Reconciler<C> {
         manifest: &Value,
         ledger: Arc<Ledger>,
     ) -> Result<Session<C>> {
-        let library = &self.library;
+        let operator = &self.operator;
         // A CR being deleted must be able to finish: what only shapes a rollout is
         // skipped, with a warning, when it fails.
         let finalizing = manifest.is_terminating();
@@ -358,15 +359,18 @@ impl<C: Controller> Reconciler<C> {
                 e.inner()
             ))
         })?;
-        let version = manifest_version(&merged, library);
-        if library.strict_versioning && !finalizing {
+        let version = manifest_version(&merged, operator);
+        if operator.versions.strict && !finalizing {
             let version = version.as_deref().ok_or_else(|| {
-                Error::config(format!("the CR has no version at {}", library.vcs.field))
+                Error::config(format!(
+                    "the CR has no version at {}",
+                    operator.versions.field
+                ))
             })?;
-            if !library.supported_versions.iter().any(|v| v == version) {
+            if !operator.versions.supported.iter().any(|v| v == version) {
                 return Err(Error::config(format!(
                     "unsupported version {version}: this operator supports {}",
-                    library.supported_versions.join(", ")
+                    operator.versions.supported.join(", ")
                 )));
             }
         }
@@ -378,13 +382,7 @@ impl<C: Controller> Reconciler<C> {
         )?;
         let config: C::Config = lenient(
             finalizing,
-            serde_path_to_error::deserialize(&config_value).map_err(|e| {
-                Error::config(format!(
-                    "backend config (spec.configOverrides or the config-defaults ConfigMap): {}: {}",
-                    e.path(),
-                    e.inner()
-                ))
-            }),
+            typed_config::<C>(&config_value),
             "the backend config",
             C::Config::default(),
         )?;
@@ -413,7 +411,7 @@ impl<C: Controller> Reconciler<C> {
             manifest: merged,
             config,
             config_value,
-            library: library.clone(),
+            operator: operator.clone(),
             cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
             temporary_patches,
             status,
@@ -458,7 +456,7 @@ impl<C: Controller> Reconciler<C> {
             starting,
         } = progress;
         let controller = self.controller.as_ref();
-        let library = &self.library;
+        let operator = &self.operator;
         let finalizing = manifest.is_terminating();
         let finalizer = controller.finalizer();
         let cleanup = manifest.finalizers().contains(&CLEANUP_FINALIZER);
@@ -476,7 +474,7 @@ impl<C: Controller> Reconciler<C> {
         }
         let session = self.session(id, cr, manifest, ledger.clone()).await?;
         *made = Some(session.clone());
-        let manage_status = status::is_managed::<C>(library);
+        let manage_status = status::is_managed::<C>(operator);
         // The CR as stored now: every write below returns the next copy.
         let mut current = manifest.clone();
 
@@ -623,7 +621,7 @@ impl<C: Controller> Reconciler<C> {
     /// What a reconcile that ended in `error` asks for next (see the module docs).
     fn failure_outcome(&self, error: &Error) -> Outcome {
         match error {
-            e if !e.is_fatal() => Outcome::RequeueAfter(self.library.requeue_after()),
+            e if !e.is_fatal() => Outcome::RequeueAfter(self.operator.requeue_after()),
             Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => Outcome::Done,
             _ => Outcome::Retry,
         }
@@ -742,7 +740,7 @@ impl<C: Controller> Reconciler<C> {
 
     /// The status after `update`, starting from `status`, stamped now.
     fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
-        update.operator_version = self.library.operator_version.clone();
+        update.operator_version = self.operator.status.operator_version.clone();
         status::apply_update(status, kind, &update, &crate::object::timestamp_now())
     }
 
@@ -848,7 +846,7 @@ fn start_status<C: Controller>(session: &Session<C>, current: &Value) -> StatusU
     StatusUpdate {
         ready: Some((reason, message)),
         updating,
-        supported_versions: Some(session.library().supported_versions.clone()),
+        supported_versions: Some(session.operator_config().versions.supported.clone()),
         observed_generation: session.manifest().generation(),
         ..Default::default()
     }
@@ -907,6 +905,21 @@ fn waiting_message<'a>(waiting: impl Iterator<Item = &'a (String, String)>) -> S
         .map(|(component, reason)| format!("{component}: {reason}"))
         .collect();
     reasons.join("; ")
+}
+
+/// The backend config from its layers: a key `C::Config` does not have is an error that
+/// names it (serde would drop it), then a value of the wrong type is.
+fn typed_config<C: Controller>(value: &Value) -> Result<C::Config> {
+    const WHERE: &str = "backend config (spec.configOverrides or the config-defaults ConfigMap)";
+    let unknown = crate::config::unknown_keys::<C::Config>(value);
+    if !unknown.is_empty() {
+        return Err(Error::config(format!(
+            "{WHERE}: no such key: {} (`config-schema` prints the keys)",
+            unknown.join(", ")
+        )));
+    }
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| Error::config(format!("{WHERE}: {}: {}", e.path(), e.inner())))
 }
 
 /// The base layer of the backend config: [`Controller::Config`]'s default, as JSON.

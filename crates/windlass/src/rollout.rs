@@ -53,7 +53,10 @@ pub async fn run<C: Controller>(
         waiting: Mutex::new(BTreeMap::new()),
     };
     let graph = &components.graph;
-    let (deploy_threads, verify_threads) = session.library().rollout_threads();
+    let (deploy_threads, verify_threads) = (
+        session.operator_config().rollout.deploy_concurrency,
+        session.operator_config().rollout.verify_concurrency,
+    );
     let check_conditions = !session.dry_run();
     // An edge condition that says "not yet" keeps the component it gates waiting (the
     // runner checks it again), its reason kept for the status; one that errs or panics
@@ -400,7 +403,7 @@ impl<C: Controller> Rollout<'_, C> {
         for (internal_name, manifest, options) in resources.into_ordered() {
             let mut manifest =
                 crate::patch::apply_patches(&internal_name, manifest, session.temporary_patches())?;
-            if session.library().internal_name_annotation {
+            if session.operator_config().rollout.internal_name_annotation {
                 let metadata = manifest.metadata_mut();
                 let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
                 if let Some(map) = annotations.as_object_mut() {
@@ -658,22 +661,23 @@ impl<C: Controller> Rollout<'_, C> {
     /// linear back-off; server-side apply sends no resourceVersion and cannot conflict on
     /// it, so the retry is for the replace method, whose cluster call reads the live
     /// resourceVersion afresh. A refused change of an immutable field recreates the object
-    /// when the resource asked for it. A refused apply is never retried as a replace
-    /// (`deploy_unprocessable_put_fallback` is ignored): on a real server the replace meets
-    /// the same validation, so it would only cost requests.
+    /// when the resource asked for it. A refused apply is never retried as a replace: on a
+    /// real server the replace meets the same validation, so it would only cost requests.
     async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
         let cluster = self.session.cluster();
-        let library = self.session.library();
+        let operator = self.session.operator_config();
         let mut attempt = 0;
         let method = object.method;
         let mut recreated = false;
         loop {
             match cluster.apply(manifest, method).await {
                 Ok(stored) => return Ok(stored),
-                Err(ClusterError::Conflict { .. }) if attempt < library.deploy_retries => {
+                Err(ClusterError::Conflict { .. })
+                    if attempt < operator.rollout.conflict_retries =>
+                {
                     attempt += 1;
-                    let wait = library.retry_backoff_base_seconds * f64::from(attempt);
-                    tokio::time::sleep(Duration::try_from_secs_f64(wait).unwrap_or_default()).await;
+                    let wait = Duration::from(operator.rollout.conflict_backoff) * attempt;
+                    tokio::time::sleep(wait).await;
                 }
                 Err(e) if e.is_immutable_field() && object.recreate && !recreated => {
                     tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");

@@ -1,5 +1,5 @@
 //! The context of one reconcile: the CR, typed and raw, its merged backend config, the
-//! library config, the cluster, the temporary patches, the status and versions as they were
+//! operator config, the cluster, the temporary patches, the status and versions as they were
 //! when the reconcile began. Components render from it; what it describes never changes
 //! while the rollout runs.
 //!
@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
-use crate::config::LibraryConfig;
+use crate::config::OperatorConfig;
 use crate::controller::Controller;
 use crate::error::{ClusterError, Error, Result};
 use crate::inventory::Inventory;
@@ -129,7 +129,7 @@ pub(crate) struct Parts<C: Controller> {
     pub(crate) manifest: Value,
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
-    pub(crate) library: Arc<LibraryConfig>,
+    pub(crate) operator: Arc<OperatorConfig>,
     pub(crate) cluster: Arc<dyn Cluster>,
     pub(crate) temporary_patches: Vec<Value>,
     /// The status as read, and typed (the type's default when it does not parse).
@@ -390,9 +390,9 @@ impl<C: Controller> Session<C> {
     pub fn config_value(&self) -> &Value {
         &self.inner.config_value
     }
-    /// The library configuration.
-    pub fn library(&self) -> &LibraryConfig {
-        &self.inner.library
+    /// The operator configuration.
+    pub fn operator_config(&self) -> &OperatorConfig {
+        &self.inner.operator
     }
     /// The cluster this reconcile reads and writes. Within one reconcile an object is read
     /// at most once: later reads get the copy read first or the one a write returned.
@@ -461,7 +461,7 @@ impl<C: Controller> Session<C> {
     }
     /// Whether this reconcile runs on the in-memory cluster without verification.
     pub fn dry_run(&self) -> bool {
-        self.inner.library.dry_run
+        self.inner.operator.dry_run
     }
     /// `<cr name>-<name>`, truncated to a valid object name.
     pub fn scoped_name(&self, name: &str) -> String {
@@ -567,11 +567,11 @@ fn typed<T: DeserializeOwned>(value: Value, kind: &str) -> Result<T> {
 
 /// The version of a CR manifest: `version_override` if set, else the value at the
 /// dotted `field`.
-pub fn manifest_version(manifest: &Value, library: &LibraryConfig) -> Option<String> {
-    if let Some(v) = &library.vcs.version_override {
+pub fn manifest_version(manifest: &Value, operator: &OperatorConfig) -> Option<String> {
+    if let Some(v) = &operator.versions.version_override {
         return Some(v.clone());
     }
-    crate::values::nested_get(manifest, &library.vcs.field)
+    crate::values::nested_get(manifest, &operator.versions.field)
         .ok()
         .flatten()
         .and_then(|v| match v {

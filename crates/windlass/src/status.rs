@@ -172,11 +172,11 @@ impl schemars::JsonSchema for Status {
 pub struct Unmanaged {}
 
 /// Whether windlass writes the status of the controller's primary: its status type is
-/// not [`Unmanaged`], and the library config's `manage_status` is on.
+/// not [`Unmanaged`], and the operator config's `manage_status` is on.
 pub fn is_managed<C: crate::controller::Controller>(
-    library: &crate::config::LibraryConfig,
+    operator: &crate::config::OperatorConfig,
 ) -> bool {
-    library.manage_status
+    operator.status.manage
         && std::any::TypeId::of::<C::Status>() != std::any::TypeId::of::<Unmanaged>()
 }
 
@@ -525,17 +525,17 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
 }
 
 /// The default of [`crate::controller::Controller::should_requeue`]: requeue after
-/// `requeue_after_seconds` until the CR's status, read back, shows it done: `Ready`,
+/// `runtime.requeue-after` until the CR's status, read back, shows it done: `Ready`,
 /// not `Updating`, and the requested version reconciled (a CR without a version needs
-/// only the conditions). Without a managed status (`manage_status` off, or an
+/// only the conditions). Without a managed status (`status.manage` off, or an
 /// [`Unmanaged`] status type) there is no status to read, so the
 /// rollout's own outcome decides.
 pub async fn default_should_requeue<C: crate::controller::Controller>(
     session: &Session<C>,
     state: &CompletionState,
 ) -> crate::error::Result<Requeue> {
-    let again = Requeue::After(session.library().requeue_after());
-    if !is_managed::<C>(session.library()) {
+    let again = Requeue::After(session.operator_config().requeue_after());
+    if !is_managed::<C>(session.operator_config()) {
         return Ok(if state.verify_completed() {
             Requeue::No
         } else {

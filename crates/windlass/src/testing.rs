@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, Scope, WriteMethod};
 use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
-use crate::config::LibraryConfig;
+use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller, PrimaryResource};
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
@@ -134,13 +134,13 @@ pub struct TestEnv<C: Controller> {
 }
 
 impl<C: Controller> TestEnv<C> {
-    /// A test environment with the default library config (verification on: tests drive
+    /// A test environment with the default operator config (verification on: tests drive
     /// object status themselves, e.g. with [`TestEnv::set_status`]).
     pub async fn new(controller: C) -> Self
     where
         C::Resource: CustomResourceExt,
     {
-        Self::with_config(controller, LibraryConfig::default()).await
+        Self::with_config(controller, OperatorConfig::default()).await
     }
 
     /// A test environment in dry-run mode: verification passes without looking.
@@ -148,15 +148,15 @@ impl<C: Controller> TestEnv<C> {
     where
         C::Resource: CustomResourceExt,
     {
-        let config = LibraryConfig {
+        let config = OperatorConfig {
             dry_run: true,
-            ..LibraryConfig::default()
+            ..OperatorConfig::default()
         };
         Self::with_config(controller, config).await
     }
 
-    /// A test environment with the given library config.
-    pub async fn with_config(controller: C, config: LibraryConfig) -> Self
+    /// A test environment with the given operator config.
+    pub async fn with_config(controller: C, config: OperatorConfig) -> Self
     where
         C::Resource: CustomResourceExt,
     {
@@ -168,7 +168,7 @@ impl<C: Controller> TestEnv<C> {
     /// around `memory`), while the helpers read `memory` directly.
     pub fn on_cluster(
         controller: C,
-        config: LibraryConfig,
+        config: OperatorConfig,
         memory: Arc<MemoryCluster>,
         cluster: Arc<dyn Cluster>,
     ) -> Self
@@ -189,7 +189,7 @@ impl<C: Controller> TestEnv<C> {
     pub fn with_crd(
         controller: C,
         crd: crate::resource::Crd,
-        config: LibraryConfig,
+        config: OperatorConfig,
         memory: Arc<MemoryCluster>,
         cluster: Arc<dyn Cluster>,
     ) -> Self {

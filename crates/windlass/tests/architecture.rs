@@ -17,10 +17,8 @@ use std::path::{Path, PathBuf};
 /// Cycles that exist and are to be removed (issue: "no cycles"), each as its sorted members.
 const KNOWN: &[&[&str]] = &[&[
     "component",
-    "config",
     "controller",
     "dump",
-    "logging",
     "reconcile",
     "rollout",
     "runtime",

@@ -310,7 +310,7 @@ impl Controller for BackupController {
     ///
     /// The Secret watch cannot be label-scoped (the user's Secret carries no label of
     /// ours), so the operator keeps the Secrets of the namespaces it watches in memory;
-    /// `--watch_namespace` bounds that. A watch of a kind the components also render
+    /// `--watch-namespace` bounds that. A watch of a kind the components also render
     /// replaces windlass's own watch of it, so the Job watch's selector must also match
     /// the one-off Job windlass applies.
     fn watches(&self) -> Vec<ExtraWatch> {

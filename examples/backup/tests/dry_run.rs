@@ -359,7 +359,7 @@ async fn bad_input_is_a_config_error_naming_the_field_and_other_backups_are_serv
         (
             "unknown-override",
             backup(json!({"configOverrides": {"imagee": "x"}})),
-            "unknown field `imagee`",
+            "no such key: imagee",
         ),
         (
             "bad-port",

@@ -253,7 +253,12 @@ async fn the_source_secret_holds_the_schedule_until_it_appears() {
     let (env, ns, cluster) = setup("backup-precondition").await;
     let ns = ns.name();
     // A requeue of 10 minutes: only the Secret watch can wake the Backup in time.
-    let operator = Operator::start(env, "precondition", ns, &["--requeue_after_seconds", "600"]);
+    let operator = Operator::start(
+        env,
+        "precondition",
+        ns,
+        &["--set", "runtime.requeue-after=10m"],
+    );
     let manifest = backup_manifest(ns, "shop-db", json!({}));
     cluster.apply(&manifest, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&manifest).unwrap();

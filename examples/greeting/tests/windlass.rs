@@ -6,16 +6,14 @@ mod support;
 
 use greeting_operator::{Greeting, GreetingController};
 use kube::CustomResourceExt as _;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::runtime::Manager;
 use windlass_testenv::TestEnv;
 
 /// Runs the windlass operator for `namespace` until the test ends.
 fn start(_env: &'static TestEnv, client: kube::Client, namespace: &str) -> support::Task {
-    let library = LibraryConfig {
-        watch_namespace: namespace.to_string(),
-        ..LibraryConfig::default()
-    };
+    let mut library = OperatorConfig::default();
+    library.runtime.watch_namespaces = vec![namespace.to_string()];
     let manager = Manager::new(client, library).controller(GreetingController);
     support::Task::spawn(async move {
         if let Err(e) = manager.run(std::future::pending::<()>()).await {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use webapp_operator::{WebApp, WebAppController};
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, RequestCounts, Verb, WriteMethod};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::reconcile::{Outcome, Reconciler};
 use windlass_testenv::TestEnv;
@@ -65,7 +65,7 @@ fn main() {
         while cluster.scope(&kind).await.is_err() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let reconciler = Reconciler::new(WebAppController, cluster.clone(), LibraryConfig::default());
+        let reconciler = Reconciler::new(WebAppController, cluster.clone(), OperatorConfig::default());
         let mut crs = Vec::new();
         for i in 0..n {
             let shop = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",

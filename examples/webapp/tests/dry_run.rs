@@ -76,7 +76,7 @@ async fn a_file_without_a_webapp_exits_non_zero() {
 #[test]
 fn a_piped_log_has_no_colour_codes() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
-        .args(["run", "--dry-run", SHOP, "--log_level", "debug"])
+        .args(["run", "--dry-run", SHOP, "--log-level", "debug"])
         .env_remove("NO_COLOR")
         .env_remove("RUST_LOG")
         .output()
@@ -91,6 +91,43 @@ fn a_piped_log_has_no_colour_codes() {
         !log.contains('\u{1b}'),
         "escape codes in a piped log:\n{log}"
     );
+}
+
+/// The stderr of a dry run of the shop with `args` and the environment `vars`.
+fn dry_run_log(args: &[&str], vars: &[(&str, &str)]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_webapp-operator"))
+        .args(["run", "--dry-run", SHOP])
+        .args(args)
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_log_level_format_and_thread_ids_are_the_configurations() {
+    // RUST_LOG is read when nothing of windlass's says otherwise; the flag beats it.
+    let debug = dry_run_log(&[], &[("RUST_LOG", "debug")]);
+    assert!(debug.contains("DEBUG"), "{debug}");
+    let info = dry_run_log(&[], &[]);
+    assert!(!info.contains("DEBUG"), "{info}");
+    let quiet = dry_run_log(&["--log-level=error"], &[("RUST_LOG", "debug")]);
+    assert!(!quiet.contains("DEBUG"), "{quiet}");
+
+    let json = dry_run_log(
+        &["--log-format", "json", "--set", "logging.thread-ids=true"],
+        &[("WINDLASS_LOGGING_LEVEL", "windlass=debug")],
+    );
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(!lines.is_empty(), "{json}");
+    assert!(lines.iter().any(|l| l["level"] == "DEBUG"), "{json}");
+    assert!(lines.iter().all(|l| l.get("threadId").is_some()), "{json}");
 }
 
 #[tokio::test]
@@ -136,17 +173,33 @@ async fn graph_and_crds_describe_the_operator() {
 }
 
 #[tokio::test]
-async fn library_flags_reach_the_rollout() {
-    // manage_status=false: the rollout runs but no status is written.
-    let (code, out) = cli(&["run", "--dry-run", "--manage_status=false", SHOP]).await;
+async fn operator_configuration_reaches_the_rollout() {
+    // status.manage=false: the rollout runs but no status is written.
+    let (code, out) = cli(&["run", "--dry-run", "--set", "status.manage=false", SHOP]).await;
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
     assert!(!out.contains("status Ready="), "{out}");
-    // A command line without a subcommand is a `run`; `-` works for `_`.
-    let (code, out) = cli(&["--dry-run", "--internal-name-annotation=false", SHOP]).await;
+    // A command line without a subcommand is a `run`.
+    let (code, out) = cli(&[
+        "--dry-run",
+        "--set=rollout.internal-name-annotation=false",
+        SHOP,
+    ])
+    .await;
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
     assert!(out.contains("status Ready=Stable"), "{out}");
-    // A bad key is refused before anything runs.
-    let (code, _) = cli(&["run", "--dry-run", "--deploy_retries=lots", SHOP]).await;
+    // A bad value or an unknown key is refused before anything runs.
+    let (code, _) = cli(&[
+        "run",
+        "--dry-run",
+        "--set=rollout.conflict-retries=lots",
+        SHOP,
+    ])
+    .await;
+    assert_eq!(code, ExitCode::from(2));
+    let (code, _) = cli(&["run", "--dry-run", "--set=rollout.retries=1", SHOP]).await;
+    assert_eq!(code, ExitCode::from(2));
+    // oper8's flags are gone.
+    let (code, _) = cli(&["run", "--dry-run", "--manage_status=false", SHOP]).await;
     assert_eq!(code, ExitCode::from(2));
     // Without --dry-run, manifests make no sense (a live run reconciles what is in the
     // cluster): a usage error.

@@ -33,37 +33,39 @@ const POLL: Duration = Duration::from_secs(1);
 impl Operator {
     /// A replica with Lease election in `namespace`, its identity `name`.
     fn replica(env: &TestEnv, name: &str, namespace: &str) -> Operator {
-        Operator::locked(env, name, namespace, "leader-with-lease")
+        Operator::locked(env, name, namespace, "lease")
     }
 
     /// A replica with the per-CR annotation lock, its identity `name`.
     fn active(env: &TestEnv, name: &str, namespace: &str) -> Operator {
-        Operator::locked(env, name, namespace, "annotation")
+        Operator::locked(env, name, namespace, "per-cr-annotation")
     }
 
     /// A replica with the lock `lock` (in `namespace`, timed by [`LEASE`] and [`POLL`]).
     fn locked(env: &TestEnv, name: &str, namespace: &str, lock: &str) -> Operator {
-        let (lease, poll) = (
-            format!("{}s", LEASE.as_secs()),
-            format!("{}s", POLL.as_secs()),
+        let (lock, lease, poll) = (
+            format!("leader-election.lock={lock}"),
+            format!("leader-election.lease-duration={}s", LEASE.as_secs()),
+            format!("leader-election.retry-period={}s", POLL.as_secs()),
         );
         Operator::start(
             env,
             name,
             namespace,
             &[
-                "--python_watch_manager.lock.type",
-                lock,
-                "--python_watch_manager.lock.namespace",
+                "--leader-elect",
+                "--set",
+                &lock,
+                "--leader-election-namespace",
                 namespace,
-                "--python_watch_manager.lock.duration",
+                "--set",
                 &lease,
-                "--python_watch_manager.lock.poll_time",
+                "--set",
                 &poll,
-                "--operator_name",
+                "--leader-election-id",
                 "webapp-operator",
-                "--pod_name",
-                name,
+                "--set",
+                &format!("leader-election.identity={name}"),
             ],
         )
     }

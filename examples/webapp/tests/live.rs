@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use webapp_operator::WebAppController;
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::progress::Event;
 use windlass::reconcile::{Outcome, Reconciler};
@@ -47,7 +47,7 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
     let cr = ObjectRef::from_manifest(&shop).unwrap();
 
     let log = EventLog::default();
-    let reconciler = Reconciler::new(WebAppController, cluster.clone(), LibraryConfig::default())
+    let reconciler = Reconciler::new(WebAppController, cluster.clone(), OperatorConfig::default())
         .with_observer(log.clone());
     let mut outcomes = Vec::new();
     for _ in 0..90 {
@@ -269,7 +269,7 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
                  "migrationLabels": {}}});
     cluster.apply(&shop, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&shop).unwrap();
-    let reconciler = Reconciler::new(WebAppController, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(WebAppController, cluster.clone(), OperatorConfig::default());
     counter.take();
     reconcile_until_done(&reconciler, &cr).await;
     let statefulset = ObjectRef::new("apps/v1", "StatefulSet", Some(ns.name()), "shop-db");
@@ -396,7 +396,7 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     let shop_yaml =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml")).unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&shop_yaml).unwrap();
-    let access = windlass::rbac::discover(WebAppController, LibraryConfig::default(), docs)
+    let access = windlass::rbac::discover(WebAppController, OperatorConfig::default(), docs)
         .await
         .unwrap();
     // ClusterRoles are cluster-wide: name them after the test's namespace.
@@ -417,7 +417,11 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     let shop = webapp("shop");
     admin.apply(&shop, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&shop).unwrap();
-    let reconciler = Reconciler::new(WebAppController, operator.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(
+        WebAppController,
+        operator.clone(),
+        OperatorConfig::default(),
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         let report = reconciler.reconcile(&cr).await;
@@ -458,7 +462,7 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     let outlet = webapp("outlet");
     admin.apply(&outlet, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&outlet).unwrap();
-    let reconciler = Reconciler::new(WebAppController, operator, LibraryConfig::default());
+    let reconciler = Reconciler::new(WebAppController, operator, OperatorConfig::default());
     let report = reconciler.reconcile(&cr).await;
     let error = report
         .error

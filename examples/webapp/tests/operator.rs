@@ -84,6 +84,19 @@ async fn the_operator_process_converges_crs_and_follows_their_changes() {
             "metadata": {"name": name, "namespace": ns.name()},
             "spec": {"version": "1.4.0", "image": "ghcr.io/example/probe"}})
     };
+    // First the same sync point for what may still be queued: a reconcile of the re-created
+    // Deployment's changes that came in while the last one ran.
+    cluster
+        .apply(&probe("probe-0"), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually(
+        "the queue's probe is reconciled",
+        LONG,
+        &[&operator],
+        || async { operator.reconciles("probe-0") > 0 },
+    )
+    .await;
     let before = operator.reconciles("shop");
     let current = get(cr.clone()).await.unwrap();
     let mut status = current["status"].clone();

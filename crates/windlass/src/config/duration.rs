@@ -1,9 +1,8 @@
 //! Durations as the configuration writes them: `10m`, `30s`, `1h30m`, `1.5s`.
 //!
-//! Hand-written because the grammar is oper8's own (F201: optional hours, minutes and
-//! seconds, in that order, seconds possibly fractional) and `humantime` rejects two of its
-//! forms (`1hr`, `.5s`). windlass accepts `h` as well as oper8's `hr` (quirk Q10: oper8's
-//! docs promised `h` but its parser refused it).
+//! Hand-written because the grammar is small and fixed (optional hours, minutes and
+//! seconds, in that order, seconds possibly fractional, `hr` accepted for hours, which
+//! older configurations use) and `humantime` rejects two of its forms (`1hr`, `.5s`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -132,6 +131,19 @@ impl<'de> Deserialize<'de> for ConfigDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for ConfigDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "Hours, minutes and seconds in that order, e.g. `1h30m`, `10m`, `2.5s`.",
+            "pattern": "^([0-9]+(h|hr))?([0-9]+m)?([0-9]*\\.?[0-9]+s)?$"
+        })
     }
 }
 

@@ -1,22 +1,29 @@
-//! Layering of the library configuration: baked-in defaults ← YAML ← environment ← flags,
-//! then validation that reports every invalid key at once (F2, F3, F12, F13).
+//! Layering of the operator configuration: baked-in defaults ← a YAML file ← `WINDLASS_*`
+//! environment variables ← command-line values, then validation that reports every invalid
+//! key at once.
 //!
-//! The layers work on the configuration as a JSON tree whose leaves are the config keys,
-//! so one code path serves env vars and flags for every key. A raw string from the
-//! environment or a flag is read according to the type of the key's default (a `bool`
-//! default takes `true`/`false`, a list takes several values); keys whose default is
-//! `null` infer the type from the text and fall back to a string when the key wants one.
+//! The layers work on the configuration as a JSON tree whose leaves are the keys, so one
+//! code path serves variables and flags for every key. A raw string from a variable or a
+//! flag is read according to the type of the key's default (a `bool` default takes
+//! `true`/`false`, a list takes comma-separated values); keys whose default is `null` infer
+//! the type from the text and fall back to a string when the key wants one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::LibraryConfig;
+use super::{OperatorConfig, oper8};
 use crate::values::{merge, nested_get, nested_set};
+
+/// The prefix of every environment variable the configuration reads.
+pub const ENV_PREFIX: &str = "WINDLASS_";
+
+/// The variable that names the configuration file when `--config` does not.
+pub const CONFIG_FILE_ENV: &str = "WINDLASS_CONFIG";
 
 /// The configuration could not be built. Every problem is listed, one per key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid library configuration:\n  - {}", problems.join("\n  - "))]
+#[error("invalid operator configuration:\n  - {}", problems.join("\n  - "))]
 pub struct ConfigError {
     /// One line per invalid key, each starting with the key's dotted path.
     pub problems: Vec<String>,
@@ -25,15 +32,15 @@ pub struct ConfigError {
 /// What kind of value a config key holds, from its default. Drives flag parsing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeafKind {
-    /// `--key` alone means true; `--key=false` works too.
+    /// `true` or `false`.
     Bool,
-    /// Takes zero or more values.
+    /// Takes zero or more values (comma-separated in one string).
     List,
     /// Takes one value.
     Scalar,
 }
 
-/// Builder for a [`LibraryConfig`], applying layers in call order.
+/// Builder for an [`OperatorConfig`], applying layers in call order.
 #[derive(Debug, Clone)]
 pub struct Layers {
     defaults: Value,
@@ -41,6 +48,7 @@ pub struct Layers {
     /// Keys set from raw text whose default is `null`: may need reading as a string.
     untyped_overrides: BTreeMap<String, String>,
     problems: Vec<String>,
+    warnings: Vec<String>,
 }
 
 impl Default for Layers {
@@ -52,45 +60,52 @@ impl Default for Layers {
 impl Layers {
     /// Start from the baked-in defaults.
     pub fn new() -> Self {
-        let defaults = serde_json::to_value(LibraryConfig::default())
-            .expect("the default configuration serializes");
+        let defaults = default_tree();
         Layers {
             tree: defaults.clone(),
             defaults,
             untyped_overrides: BTreeMap::new(),
             problems: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
-    /// Every config key as a dotted path, with the kind of value it takes.
+    /// Every config key as a dotted path (`leader-election.enabled`), with the kind of value
+    /// it takes.
     pub fn leaves() -> Vec<(String, LeafKind)> {
-        let defaults = serde_json::to_value(LibraryConfig::default())
-            .expect("the default configuration serializes");
         let mut out = Vec::new();
-        collect_leaves(&defaults, String::new(), &mut out);
+        collect_leaves(&default_tree(), String::new(), &mut out);
         out
     }
 
-    /// Merge a YAML document over the current layers. Unknown keys are reported by
-    /// [`Layers::build`]; a document that is not YAML is an error now.
+    /// Merge a YAML document over the current layers. A document in oper8's schema is
+    /// translated first (see [`oper8`]); what it cannot translate is listed by
+    /// [`Layers::build`], like unknown keys. A document that is not YAML is an error now.
     pub fn yaml(mut self, text: &str) -> Result<Self, ConfigError> {
         let parsed: Value = serde_saphyr::from_str(text).map_err(|e| ConfigError {
-            problems: vec![format!("config YAML does not parse: {e}")],
+            problems: vec![format!("the config file does not parse as YAML: {e}")],
         })?;
         match parsed {
             Value::Null => {}
-            Value::Object(_) => merge(&mut self.tree, parsed),
+            Value::Object(map) if oper8::is_oper8(&map) => {
+                let translated = oper8::translate(&map);
+                self.problems.extend(translated.refused);
+                self.warnings.extend(translated.warnings);
+                merge(&mut self.tree, translated.config);
+            }
+            Value::Object(map) => merge(&mut self.tree, Value::Object(map)),
             other => {
                 return Err(ConfigError {
-                    problems: vec![format!("config YAML must be a map, got {other}")],
+                    problems: vec![format!("the config file must hold a map, not {other}")],
                 });
             }
         }
         Ok(self)
     }
 
-    /// Override keys from environment variables: the key path upper-cased with `.` → `_`
-    /// (`python_watch_manager.lock.type` ← `PYTHON_WATCH_MANAGER_LOCK_TYPE`).
+    /// Override keys from environment variables. `RUST_LOG` sets `logging.level`; then each
+    /// `WINDLASS_<PATH>` sets its key (see [`env_name`]). A `WINDLASS_` variable that names
+    /// no key is an error, so a misspelled one is not ignored; every other variable is.
     pub fn env<I, K, V>(mut self, vars: I) -> Self
     where
         I: IntoIterator<Item = (K, V)>,
@@ -101,15 +116,23 @@ impl Layers {
             .into_iter()
             .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()))
             .collect();
-        for (path, kind) in Self::leaves() {
+        let leaves = Self::leaves();
+        if let Some(filter) = vars.get("RUST_LOG").filter(|f| !f.trim().is_empty()) {
+            self = self.set("logging.level", filter);
+        }
+        let known: BTreeSet<String> = leaves.iter().map(|(path, _)| env_name(path)).collect();
+        for name in vars.keys() {
+            if name.starts_with(ENV_PREFIX) && name != CONFIG_FILE_ENV && !known.contains(name) {
+                self.problems.push(format!(
+                    "{name}: there is no such configuration key (variables are WINDLASS_ and \
+                     a key's path, e.g. WINDLASS_LEADER_ELECTION_ENABLED)"
+                ));
+            }
+        }
+        for (path, kind) in leaves {
             if let Some(raw) = vars.get(&env_name(&path)) {
                 let values = match kind {
-                    LeafKind::List => raw
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_string)
-                        .collect(),
+                    LeafKind::List => split_list(raw),
                     _ => vec![raw.clone()],
                 };
                 self.set_raw(&path, kind, values);
@@ -123,23 +146,17 @@ impl Layers {
         self.env(std::env::vars())
     }
 
-    /// Override keys from command-line flags: `(dotted path, value)`. A `None` value is a
-    /// bare `--flag`, which means `true` for boolean keys.
-    pub fn flags<I, P, V>(self, flags: I) -> Self
-    where
-        I: IntoIterator<Item = (P, Option<V>)>,
-        P: AsRef<str>,
-        V: AsRef<str>,
-    {
-        self.flag_values(flags.into_iter().map(|(p, v)| {
-            (
-                p.as_ref().to_string(),
-                v.into_iter().map(|v| v.as_ref().to_string()).collect(),
-            )
-        }))
+    /// Override one key from its text, as `--set KEY=VALUE` does (a list key takes
+    /// comma-separated values).
+    pub fn set(self, path: &str, value: &str) -> Self {
+        let values = match Self::leaves().iter().find(|(p, _)| p == path) {
+            Some((_, LeafKind::List)) => split_list(value),
+            _ => vec![value.to_string()],
+        };
+        self.flag_values([(path.to_string(), values)])
     }
 
-    /// Override keys from command-line flags with all their values (for list keys).
+    /// Override keys with all their values: `(dotted path, values)`.
     pub fn flag_values<I>(mut self, flags: I) -> Self
     where
         I: IntoIterator<Item = (String, Vec<String>)>,
@@ -154,6 +171,12 @@ impl Layers {
             }
         }
         self
+    }
+
+    /// What the layers set that has no effect, one line each, for the caller to log once
+    /// logging is set up (today: oper8 keys windlass has no use for).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     fn set_raw(&mut self, path: &str, kind: LeafKind, values: Vec<String>) {
@@ -183,21 +206,22 @@ impl Layers {
     }
 
     /// Deserialize and validate, listing every invalid key.
-    pub fn build(self) -> Result<LibraryConfig, ConfigError> {
+    pub fn build(self) -> Result<OperatorConfig, ConfigError> {
         let Layers {
             defaults,
             mut tree,
             untyped_overrides,
             mut problems,
+            warnings: _,
         } = self;
         let mut retried_as_string = BTreeSet::new();
         // Each round fixes one bad key (reset to its default, or removed) and records it, so
         // the loop ends after at most one round per key.
         let config = loop {
-            match serde_path_to_error::deserialize::<_, LibraryConfig>(tree.clone()) {
+            match serde_path_to_error::deserialize::<_, OperatorConfig>(tree.clone()) {
                 Ok(config) => break config,
                 Err(err) => {
-                    // An error inside a list (`supported_versions[0]`) belongs to the key.
+                    // An error inside a list (`versions.supported[0]`) belongs to the key.
                     let path = err.path().to_string();
                     let path = path.split('[').next().unwrap_or_default().to_string();
                     let inner = err.into_inner().to_string();
@@ -277,9 +301,26 @@ fn collect_leaves(value: &Value, prefix: String, out: &mut Vec<(String, LeafKind
     }
 }
 
-/// The environment variable of a config key.
+/// The environment variable of a config key: `WINDLASS_` and the path upper-cased, with
+/// `.` and `-` as `_` (`leader-election.enabled` ← `WINDLASS_LEADER_ELECTION_ENABLED`).
 pub fn env_name(path: &str) -> String {
-    path.replace('.', "_").to_uppercase()
+    format!(
+        "{ENV_PREFIX}{}",
+        path.replace(['.', '-'], "_").to_uppercase()
+    )
+}
+
+fn split_list(raw: &str) -> Vec<String> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn default_tree() -> Value {
+    // Plain structs of strings, numbers and lists: serializing cannot fail.
+    serde_json::to_value(OperatorConfig::default()).unwrap_or(Value::Null)
 }
 
 fn parse_bool(raw: &str) -> Option<bool> {
@@ -315,96 +356,128 @@ fn infer_scalar(raw: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{LockKind, LogLevel};
+    use crate::config::{LockStrategy, LogFormat};
 
     #[test]
     fn later_layers_win() {
         let config = Layers::new()
-            .yaml("log_level: debug\ndeploy_retries: 1\n")
+            .yaml("logging:\n  level: debug\nrollout:\n  conflict-retries: 1\n")
             .expect("yaml")
-            .env([("DEPLOY_RETRIES", "2"), ("LOG_JSON", "true")])
-            .flags([("deploy_retries", Some("5"))])
+            .env([
+                ("WINDLASS_ROLLOUT_CONFLICT_RETRIES", "2"),
+                ("WINDLASS_LOGGING_FORMAT", "json"),
+            ])
+            .set("rollout.conflict-retries", "5")
             .build()
             .expect("valid");
-        assert_eq!(config.log_level, LogLevel::Debug);
-        assert_eq!(config.deploy_retries, 5);
-        assert!(config.log_json);
+        assert_eq!(config.logging.level, "debug");
+        assert_eq!(config.rollout.conflict_retries, 5);
+        assert_eq!(config.logging.format, LogFormat::Json);
     }
 
     #[test]
-    fn boolean_flags_turn_on_and_off() {
-        // Q2: oper8 could never switch a true-by-default boolean off from the CLI.
+    fn rust_log_is_beneath_windlass_logging_level() {
+        let from_rust_log = Layers::new()
+            .yaml("logging:\n  level: warn\n")
+            .expect("yaml")
+            .env([("RUST_LOG", "debug")])
+            .build()
+            .expect("valid");
+        assert_eq!(from_rust_log.logging.level, "debug");
+        let ours = Layers::new()
+            .env([("RUST_LOG", "debug"), ("WINDLASS_LOGGING_LEVEL", "error")])
+            .build()
+            .expect("valid");
+        assert_eq!(ours.logging.level, "error");
+    }
+
+    #[test]
+    fn boolean_keys_turn_on_and_off() {
         let off = Layers::new()
-            .flags([("manage_status", Some("false"))])
+            .set("status.manage", "false")
             .build()
             .expect("valid");
-        assert!(!off.manage_status);
+        assert!(!off.status.manage);
         let on = Layers::new()
-            .flags([("dry_run", None::<&str>)])
+            .flag_values([("leader-election.enabled".to_string(), Vec::new())])
             .build()
             .expect("valid");
-        assert!(on.dry_run);
+        assert!(on.leader_election.enabled);
     }
 
     #[test]
-    fn env_names_are_upper_snake_paths() {
+    fn env_names_are_windlass_and_the_path() {
         assert_eq!(
-            env_name("python_watch_manager.lock.type"),
-            "PYTHON_WATCH_MANAGER_LOCK_TYPE"
+            env_name("leader-election.lock"),
+            "WINDLASS_LEADER_ELECTION_LOCK"
         );
         let config = Layers::new()
             .env([
-                ("PYTHON_WATCH_MANAGER_LOCK_TYPE", "leader-with-lease"),
-                ("PYTHON_WATCH_MANAGER_HEARTBEAT_FILE", "/tmp/hb"),
-                ("SUPPORTED_VERSIONS", "1.0.0, 1.1.0"),
-                ("ROLLOUT_MANAGER_DEPLOY_THREADS", "0"),
+                ("WINDLASS_LEADER_ELECTION_LOCK", "for-life"),
+                ("WINDLASS_HEARTBEAT_FILE", "/tmp/hb"),
+                ("WINDLASS_VERSIONS_SUPPORTED", "1.0.0, 1.1.0"),
+                ("WINDLASS_ROLLOUT_DEPLOY_CONCURRENCY", "0"),
+                // Not windlass's: ignored, whatever they say.
+                ("DRY_RUN", "true"),
+                ("WATCH_NAMESPACE", "elsewhere"),
+                ("PYTHON_WATCH_MANAGER_LOCK_TYPE", "dryrun"),
             ])
             .build()
             .expect("valid");
+        assert_eq!(config.leader_election.lock, LockStrategy::ForLife);
         assert_eq!(
-            config.python_watch_manager.lock.kind,
-            LockKind::LeaderWithLease
-        );
-        assert_eq!(
-            config.python_watch_manager.heartbeat_file.as_deref(),
+            config.heartbeat.file.as_deref(),
             Some(std::path::Path::new("/tmp/hb"))
         );
-        assert_eq!(config.supported_versions, ["1.0.0", "1.1.0"]);
-        assert_eq!(config.rollout_manager.deploy_threads, Some(0));
+        assert_eq!(config.versions.supported, ["1.0.0", "1.1.0"]);
+        assert_eq!(config.rollout.deploy_concurrency, Some(0));
+        assert!(!config.dry_run);
+        assert!(config.runtime.watch_namespaces.is_empty());
+    }
+
+    #[test]
+    fn a_misspelled_windlass_variable_is_an_error() {
+        let err = Layers::new()
+            .env([
+                ("WINDLASS_LEADER_ELECT", "true"),
+                ("WINDLASS_CONFIG", "f.yaml"),
+            ])
+            .build()
+            .expect_err("unknown variable");
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(
+            err.problems[0].starts_with("WINDLASS_LEADER_ELECT: "),
+            "{err}"
+        );
     }
 
     #[test]
     fn null_default_keys_fall_back_to_strings() {
         let config = Layers::new()
-            .flags([("python_watch_manager.lock.name", Some("1234"))])
+            .set("versions.override", "1234")
             .build()
             .expect("valid");
-        assert_eq!(
-            config.python_watch_manager.lock.name.as_deref(),
-            Some("1234")
-        );
+        assert_eq!(config.versions.version_override.as_deref(), Some("1234"));
     }
 
     #[test]
     fn every_invalid_key_is_listed() {
         let err = Layers::new()
-            .yaml("log_level: loud\nnot_a_key: 1\nrollout_manager:\n  deploy_threads: -1\n")
+            .yaml("logging:\n  format: loud\nnot-a-key: 1\nrollout:\n  deploy-concurrency: -1\n")
             .expect("yaml parses")
-            .flags([
-                ("python_watch_manager.reconcile_period", Some("10 minutes")),
-                ("no.such.flag", Some("x")),
-                ("dry_run", Some("perhaps")),
-            ])
+            .set("runtime.sync-period", "10 minutes")
+            .set("no.such.key", "x")
+            .set("leader-election.enabled", "perhaps")
             .build()
             .expect_err("invalid");
         let text = err.to_string();
         for key in [
-            "log_level",
-            "not_a_key",
-            "rollout_manager.deploy_threads",
-            "python_watch_manager.reconcile_period",
-            "no.such.flag",
-            "dry_run",
+            "logging.format",
+            "not-a-key",
+            "rollout.deploy-concurrency",
+            "runtime.sync-period",
+            "no.such.key",
+            "leader-election.enabled",
         ] {
             assert!(text.contains(key), "{key} missing from:\n{text}");
         }
@@ -413,25 +486,22 @@ mod tests {
     #[test]
     fn an_error_inside_a_list_still_lets_every_other_key_be_listed() {
         let err = Layers::new()
-            .yaml("supported_versions: [1.0, {a: b}]\nwatch_manager: bogus\n")
+            .yaml("versions:\n  supported: [1.0, {a: b}]\nleader-election:\n  lock: bogus\n")
             .expect("yaml parses")
             .build()
             .expect_err("invalid");
         let text = err.to_string();
-        assert!(text.contains("supported_versions"), "{text}");
-        assert!(text.contains("watch_manager"), "{text}");
+        assert!(text.contains("versions.supported"), "{text}");
+        assert!(text.contains("leader-election.lock"), "{text}");
     }
 
     #[test]
-    fn leaves_cover_nested_keys() {
+    fn leaves_cover_nested_keys_and_not_the_dry_run_mode() {
         let leaves: BTreeMap<String, LeafKind> = Layers::leaves().into_iter().collect();
-        assert_eq!(leaves.get("dry_run"), Some(&LeafKind::Bool));
-        assert_eq!(leaves.get("supported_versions"), Some(&LeafKind::List));
-        assert_eq!(
-            leaves.get("python_watch_manager.lock.type"),
-            Some(&LeafKind::Scalar)
-        );
-        assert!(leaves.contains_key("vcs.checkout_method"));
-        assert!(leaves.contains_key("ansible_watch_manager.kill_max_wait"));
+        assert_eq!(leaves.get("leader-election.enabled"), Some(&LeafKind::Bool));
+        assert_eq!(leaves.get("versions.supported"), Some(&LeafKind::List));
+        assert_eq!(leaves.get("leader-election.lock"), Some(&LeafKind::Scalar));
+        assert!(leaves.contains_key("rollout.dump-dir"));
+        assert!(!leaves.keys().any(|k| k.contains("dry")), "{leaves:?}");
     }
 }

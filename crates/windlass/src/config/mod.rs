@@ -1,246 +1,407 @@
-//! The library configuration: every key of oper8's `config.yaml` with its default
-//! (F12–F61), typed, validated, and layered YAML → environment → command line.
+//! The operator's own configuration: what the process does, as opposed to what a CR asks
+//! for (that is [`Controller::Config`](crate::controller::Controller::Config)).
+//!
+//! One schema, [`OperatorConfig`], in sections — `runtime`, `leader-election`, `rollout`,
+//! `versions`, `status`, `logging`, `server`, `heartbeat` — with kebab-case keys. Each key
+//! can be set, later layers winning:
+//!
+//! 1. in a YAML file given with `--config FILE` (or `WINDLASS_CONFIG`);
+//! 2. by an environment variable named `WINDLASS_` and the key's path, upper-cased, with
+//!    `.` and `-` as `_` (`leader-election.enabled` ← `WINDLASS_LEADER_ELECTION_ENABLED`);
+//!    no other variable is read as configuration;
+//! 3. on the command line, with `--set KEY=VALUE` for any key, or with the named flag of
+//!    the common ones (`--leader-elect`, `--log-level`, … see [`crate::cli`]).
 //!
 //! ```
-//! use windlass::config::{LibraryConfig, Layers};
+//! use std::time::Duration;
+//! use windlass::config::{Layers, LogFormat};
 //!
-//! // Baked-in defaults ← a YAML file ← env ← CLI flags; the last layer wins.
 //! let config = Layers::new()
-//!     .yaml("requeue_after_seconds: 30\nrollout_manager:\n  deploy_threads: 4\n")
+//!     .yaml("runtime:\n  sync-period: 30m\nlogging:\n  format: json\n")
 //!     .unwrap()
-//!     .env([("PYTHON_WATCH_MANAGER_RECONCILE_PERIOD", "1h")])
-//!     .flags([("dry_run", Some("true")), ("manage_status", Some("false"))])
+//!     .env([("WINDLASS_RUNTIME_MAX_CONCURRENT_RECONCILES", "4"), ("DRY_RUN", "true")])
+//!     .set("leader-election.enabled", "true")
 //!     .build()
 //!     .unwrap();
-//! assert_eq!(config.requeue_after_seconds, 30);
-//! assert_eq!(config.rollout_manager.deploy_threads, Some(4));
-//! assert_eq!(config.python_watch_manager.reconcile_period.to_string(), "1h");
-//! assert!(config.dry_run);
-//! assert!(!config.manage_status); // `--manage_status=false` works (oper8 quirk Q2 fixed)
+//! assert_eq!(Duration::from(config.runtime.sync_period), Duration::from_secs(1800));
+//! assert_eq!(config.runtime.max_concurrent_reconciles, 4);
+//! assert_eq!(config.logging.format, LogFormat::Json);
+//! assert!(config.leader_election.enabled);
+//! assert!(!config.dry_run); // DRY_RUN is not windlass's: it changes nothing
 //! ```
 //!
-//! Keys that configure parts of oper8 windlass does not have (the ansible bridge, VCS
-//! checkouts, subprocess start methods) are still accepted, so an existing oper8
-//! configuration loads; the README's feature table says which ones have no effect.
+//! A file in oper8's `config.yaml` schema is recognised by its keys and translated by
+//! [`oper8`]; nothing else in windlass knows oper8's names.
 
+mod backend;
 mod duration;
 pub mod layers;
+pub mod oper8;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use backend::{ConfigOverrides, unknown_keys};
 pub use duration::{ConfigDuration, DurationError};
 pub use layers::{ConfigError, Layers};
 
-/// The whole library configuration. Field names are the config keys; nested structs are
-/// nested maps. Environment variables are the upper-cased path joined with `_`
-/// (`PYTHON_WATCH_MANAGER_LOCK_TYPE`); command-line flags are the dotted path
-/// (`--python_watch_manager.lock.type`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LibraryConfig {
-    /// Default log verbosity (F15).
-    pub log_level: LogLevel,
-    /// Per-target log levels, `target:level,target:level` (F16).
-    pub log_filters: String,
-    /// Log lines as JSON (F17).
-    pub log_json: bool,
-    /// Include the thread id in log lines (F18).
-    pub log_thread_id: bool,
-    /// Run against the in-memory cluster; verification always passes (F19).
+/// Everything the operator process can be configured with. `Default` is what an operator
+/// runs with when nothing is set.
+///
+/// [`dry_run`](Self::dry_run) is not a key: it is the mode `run --dry-run` and
+/// `TestEnv::dry_run` choose, carried here so the engine has one place to ask.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct OperatorConfig {
+    /// Watches, the reconcile queue and its timing.
+    pub runtime: RuntimeConfig,
+    /// Which replica reconciles.
+    pub leader_election: LeaderElectionConfig,
+    /// How a CR's components are applied and checked.
+    pub rollout: RolloutConfig,
+    /// Which application versions this operator reconciles, and where a CR names one.
+    pub versions: VersionsConfig,
+    /// What windlass writes to a CR's status.
+    pub status: StatusConfig,
+    /// Log lines on standard error.
+    pub logging: LoggingConfig,
+    /// The HTTP server of `/metrics`, `/healthz` and `/readyz`.
+    pub server: ServerConfig,
+    /// A file touched periodically, for exec liveness probes.
+    pub heartbeat: HeartbeatConfig,
+    /// Reconcile against the in-memory cluster, with verification passing without looking.
+    /// Not a configuration key (set by `run --dry-run` and the test environments), so no
+    /// file or variable can turn a live operator into a pretend one.
+    #[serde(skip)]
+    #[schemars(skip)]
     pub dry_run: bool,
-    /// If set, every rendered component is written below this directory as YAML (F20, F79).
-    pub working_dir: Option<PathBuf>,
-    /// Also write disabled components, under a `DISABLED/` segment (F21).
-    pub dump_disabled: bool,
-    /// Run every rollout inline, one component at a time (F22).
-    pub standalone: bool,
-    /// Reject CRs whose version is not in `supported_versions` (F23).
-    pub strict_versioning: bool,
-    /// Versions this operator can reconcile; written to `status.versions.available` (F24).
-    pub supported_versions: Vec<String>,
-    /// Write the CR's status at the start, end and on errors of a reconcile (F25).
-    pub manage_status: bool,
-    /// Stamp the internal-name annotation on rendered objects (F26).
-    pub internal_name_annotation: bool,
-    /// Restrict `run` to the controller of this name (F27).
-    pub controller_name: String,
-    /// Retries of a write that hit an HTTP 409 conflict (F28).
-    pub deploy_retries: u32,
-    /// oper8's "on HTTP 422 from an apply, fall back to a replace" (F29). Accepted so
-    /// oper8 configurations load, and ignored (with a warning when set): a real API server
-    /// refuses the replace with the same 422, since both meet the same validation, and
-    /// what server-side apply alone refuses it answers with a 500, not a 422. A change of
-    /// an immutable field has its own remedy:
-    /// [`ResourceOptions::recreate_when_immutable`](crate::component::ResourceOptions::recreate_when_immutable).
-    pub deploy_unprocessable_put_fallback: bool,
-    /// Live annotations whose key contains one of these are kept on applied objects (F30).
-    pub cluster_passthrough_annotations: Vec<String>,
-    /// Conflict retries wait this many seconds times the attempt number (F31).
-    pub retry_backoff_base_seconds: f64,
-    /// Default requeue delay, in seconds (F32).
-    pub requeue_after_seconds: u64,
-    /// Concurrency of the rollout phases (F33).
-    pub rollout_manager: RolloutManagerConfig,
-    /// Comma-separated namespaces to watch; empty or `*` means cluster-wide (F34).
-    pub watch_namespace: String,
-    /// Which watch runtime to use (F35). windlass has one runtime of its own, selected by
-    /// `python` (the name oper8 configurations use for the native runtime); `ansible` is
-    /// not supported. The default is `python`, not oper8's `ansible`.
-    pub watch_manager: WatchManagerKind,
-    /// The watch runtime (F36–F50).
-    pub python_watch_manager: WatchManagerConfig,
-    /// The ansible bridge (F51); accepted for compatibility, has no effect.
-    pub ansible_watch_manager: AnsibleWatchManagerConfig,
-    /// Name of the operator, used as the leader-election lock name (F52).
-    pub operator_name: String,
-    /// This pod's name for leader election; defaults to the hostname (F53).
-    pub pod_name: String,
-    /// Per-version source checkouts (F54–F59); accepted for compatibility, has no effect
-    /// except `vcs.field` and `vcs.version_override`, which say where a CR's version is.
-    pub vcs: VcsConfig,
-    /// Written to `status.operatorVersion` when set (F60).
-    pub operator_version: Option<String>,
-    /// Where `run` serves `/metrics`, `/healthz` and `/readyz` (one HTTP server), as
-    /// `host:port`; empty: no server. Not an oper8 key (oper8 had no metrics or probes);
-    /// named after controller-runtime's `--metrics-bind-address`. The `manifests` command
-    /// points the Deployment's probes and metrics port at its port.
-    pub metrics_bind_address: String,
 }
 
-impl Default for LibraryConfig {
+/// `runtime.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RuntimeConfig {
+    /// Namespaces whose CRs (and rendered objects) are watched; empty: every namespace.
+    pub watch_namespaces: Vec<String>,
+    /// Reconciles running at once, across all CRs of a controller; at least 1. Reconciles
+    /// wait on the API server, not the CPU, so the bound is about the server's load, not
+    /// the core count.
+    pub max_concurrent_reconciles: u32,
+    /// Every CR is reconciled again this long after its last reconcile even when nothing
+    /// changed, to repair what no watch event reported; `0s` turns it off.
+    pub sync_period: ConfigDuration,
+    /// When a reconcile fails with a retryable error, or waits on a component that is not
+    /// ready, the CR is reconciled again after this long.
+    pub requeue_after: ConfigDuration,
+    /// Which changes of a CR start a reconcile.
+    pub event_filter: EventFilter,
+}
+
+impl Default for RuntimeConfig {
     fn default() -> Self {
-        LibraryConfig {
-            log_level: LogLevel::Info,
-            log_filters: String::new(),
-            log_json: false,
-            log_thread_id: true,
-            dry_run: false,
-            working_dir: None,
-            dump_disabled: false,
-            standalone: false,
-            strict_versioning: false,
-            supported_versions: Vec::new(),
-            manage_status: true,
-            internal_name_annotation: true,
-            controller_name: String::new(),
-            deploy_retries: 3,
-            deploy_unprocessable_put_fallback: false,
-            cluster_passthrough_annotations: [
-                "kubernetes.io",
-                "openshift.io",
-                "k8s.ovn.org",
-                "cncf.io",
-            ]
-            .map(String::from)
-            .to_vec(),
-            retry_backoff_base_seconds: 0.01,
-            requeue_after_seconds: 60,
-            rollout_manager: RolloutManagerConfig::default(),
-            watch_namespace: String::new(),
-            watch_manager: WatchManagerKind::Python,
-            python_watch_manager: WatchManagerConfig::default(),
-            ansible_watch_manager: AnsibleWatchManagerConfig::default(),
-            operator_name: String::new(),
-            pod_name: String::new(),
-            vcs: VcsConfig::default(),
-            operator_version: None,
-            metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.to_string(),
+        RuntimeConfig {
+            watch_namespaces: Vec::new(),
+            max_concurrent_reconciles: 16,
+            sync_period: ConfigDuration(Duration::from_secs(600)),
+            requeue_after: ConfigDuration(Duration::from_secs(60)),
+            event_filter: EventFilter::Default,
         }
     }
 }
 
-/// The default of [`LibraryConfig::metrics_bind_address`]: every IPv4 interface, port 8080.
+/// `runtime.event-filter`: which changes of a watched object start a reconcile (besides
+/// creation, deletion, a generation change and the pause annotation, which always count).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventFilter {
+    /// A change of labels, or of an annotation a user sets (not Kubernetes' or windlass's).
+    #[default]
+    Default,
+    /// A change of labels or of any annotation.
+    Annotation,
+}
+
+/// `leader-election.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LeaderElectionConfig {
+    /// Elect a leader, so that several replicas can run and one reconciles. Off: this
+    /// process reconciles everything it watches.
+    pub enabled: bool,
+    /// Name of the lock object (the Lease, or the ConfigMap of `for-life`); `manifests`
+    /// fills in the Deployment's name.
+    pub id: String,
+    /// Namespace of the lock object; empty: the service account's namespace in a Pod,
+    /// else `default`.
+    pub namespace: String,
+    /// What is locked.
+    pub lock: LockStrategy,
+    /// How long a lease lasts without renewal before another replica may take it.
+    pub lease_duration: ConfigDuration,
+    /// How often the leader renews, and a follower retries.
+    pub retry_period: ConfigDuration,
+    /// This replica's identity; empty: `POD_NAME`, else the host name.
+    pub identity: String,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        LeaderElectionConfig {
+            enabled: false,
+            id: String::new(),
+            namespace: String::new(),
+            lock: LockStrategy::Lease,
+            lease_duration: ConfigDuration(Duration::from_secs(15)),
+            retry_period: ConfigDuration(Duration::from_secs(10)),
+            identity: String::new(),
+        }
+    }
+}
+
+/// `leader-election.lock`: what a replica holds to lead.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockStrategy {
+    /// A `coordination.k8s.io` Lease, renewed; a new leader within a lease duration of the
+    /// old one's death.
+    #[default]
+    Lease,
+    /// A ConfigMap owned by the leader's Pod, released only when that Pod is deleted.
+    ForLife,
+    /// A lease per CR, in an annotation on the CR: replicas share the CRs.
+    PerCrAnnotation,
+}
+
+/// How leadership is decided, from the configuration: the one place that reads
+/// `leader-election.enabled`, `lock` and the dry-run mode together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// A ConfigMap owned by the leader's pod.
+    LeaderForLife,
+    /// A `coordination.k8s.io` Lease.
+    LeaderWithLease,
+    /// A per-CR annotation lock.
+    Annotation,
+    /// No election: always leader.
+    Dryrun,
+}
+
+/// `rollout.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RolloutConfig {
+    /// Components deployed at once; none: one per CPU; `0`: one at a time, inline.
+    pub deploy_concurrency: Option<u32>,
+    /// Components verified at once; same meaning as `deploy-concurrency`.
+    pub verify_concurrency: Option<u32>,
+    /// Retries of a write that hit an HTTP 409 conflict.
+    pub conflict_retries: u32,
+    /// The wait before a conflict retry, times the attempt number.
+    pub conflict_backoff: ConfigDuration,
+    /// Stamp `windlass.dev/internal-name` (the component and object name in the graph) on
+    /// every applied object.
+    pub internal_name_annotation: bool,
+    /// If set, every rendered component is written below this directory as YAML.
+    pub dump_dir: Option<PathBuf>,
+    /// Also dump disabled components, under a `DISABLED/` segment.
+    pub dump_disabled: bool,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig {
+            deploy_concurrency: None,
+            verify_concurrency: None,
+            conflict_retries: 3,
+            conflict_backoff: ConfigDuration(Duration::from_millis(10)),
+            internal_name_annotation: true,
+            dump_dir: None,
+            dump_disabled: false,
+        }
+    }
+}
+
+/// `versions.*`: the application version a CR asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct VersionsConfig {
+    /// Versions this operator can reconcile; written to `status.versions.available`.
+    pub supported: Vec<String>,
+    /// Refuse CRs whose version is missing or not in `supported`.
+    pub strict: bool,
+    /// Dotted path of the CR's version field.
+    pub field: String,
+    /// If set, the version of every CR, whatever its field says.
+    #[serde(rename = "override")]
+    pub version_override: Option<String>,
+}
+
+impl Default for VersionsConfig {
+    fn default() -> Self {
+        VersionsConfig {
+            supported: Vec::new(),
+            strict: false,
+            field: "spec.version".to_string(),
+            version_override: None,
+        }
+    }
+}
+
+/// `status.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StatusConfig {
+    /// Write the CR's status at the start and end of a reconcile and on errors.
+    pub manage: bool,
+    /// Written to `status.operatorVersion` when set.
+    pub operator_version: Option<String>,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        StatusConfig {
+            manage: true,
+            operator_version: None,
+        }
+    }
+}
+
+/// `logging.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LoggingConfig {
+    /// What is logged, in `RUST_LOG`'s syntax: a level, then `target=level` directives
+    /// (`info,windlass::rollout=debug`). `RUST_LOG` is used when neither
+    /// `WINDLASS_LOGGING_LEVEL` nor `--log-level` is given.
+    pub level: String,
+    /// `text` for people, `json` for log collectors.
+    pub format: LogFormat,
+    /// Include the thread id in each line.
+    pub thread_ids: bool,
+    /// Colour of text lines: `auto` colours only on a terminal without `NO_COLOR`.
+    pub color: ColorChoice,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            level: "info".to_string(),
+            format: LogFormat::Text,
+            thread_ids: false,
+            color: ColorChoice::Auto,
+        }
+    }
+}
+
+/// `logging.format`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// One line per event, for people.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// `logging.color`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set.
+    #[default]
+    Auto,
+    /// Always, even into a file.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// `server.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerConfig {
+    /// Where `/metrics` is served, as `host:port`; empty or `0`: nowhere.
+    pub metrics_bind_address: String,
+    /// Where `/healthz` and `/readyz` are served; empty: with `/metrics`, on one server.
+    pub health_probe_bind_address: String,
+}
+
+/// The default of [`ServerConfig::metrics_bind_address`]: every IPv4 interface, port 8080.
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "0.0.0.0:8080";
 
-impl LibraryConfig {
-    /// The default requeue delay.
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.to_string(),
+            health_probe_bind_address: String::new(),
+        }
+    }
+}
+
+/// `heartbeat.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HeartbeatConfig {
+    /// If set, the time is written to this file every `period`; `check-heartbeat` reads it.
+    pub file: Option<PathBuf>,
+    /// How often the file is written.
+    pub period: ConfigDuration,
+}
+
+impl Default for HeartbeatConfig {
+    fn default() -> Self {
+        HeartbeatConfig {
+            file: None,
+            period: ConfigDuration(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// Where the HTTP endpoints are served: one server, or two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoints {
+    /// The `/metrics` server (with the probes when `probes` is `None`).
+    pub metrics: Option<std::net::SocketAddr>,
+    /// A separate server of `/healthz` and `/readyz`.
+    pub probes: Option<std::net::SocketAddr>,
+}
+
+impl OperatorConfig {
+    /// The delay before a failed or waiting CR is reconciled again.
     pub fn requeue_after(&self) -> Duration {
-        Duration::from_secs(self.requeue_after_seconds)
+        self.runtime.requeue_after.into()
     }
 
-    /// Worker counts of the deploy and verify phases: `standalone` forces both to 0
-    /// (inline), as oper8 does (F101).
-    pub fn rollout_threads(&self) -> (Option<u32>, Option<u32>) {
-        if self.standalone {
-            (Some(0), Some(0))
-        } else {
-            (
-                self.rollout_manager.deploy_threads,
-                self.rollout_manager.verify_threads,
-            )
+    /// How leadership is decided: no election in a dry run or when it is not enabled.
+    pub fn lock_kind(&self) -> LockKind {
+        if self.dry_run || !self.leader_election.enabled {
+            return LockKind::Dryrun;
         }
-    }
-
-    /// Check the constraints serde cannot express (F13); every violation is listed.
-    pub fn validate(&self) -> Result<(), Vec<String>> {
-        let mut problems = Vec::new();
-        if !(self.retry_backoff_base_seconds.is_finite() && self.retry_backoff_base_seconds >= 0.0)
-        {
-            problems.push("retry_backoff_base_seconds: must be a number >= 0".to_string());
-        }
-        if self.python_watch_manager.max_concurrent_reconciles == Some(0) {
-            problems.push(
-                "python_watch_manager.max_concurrent_reconciles: must be >= 1 or null".to_string(),
-            );
-        }
-        if !["fork", "spawn", "forkserver"]
-            .contains(&self.python_watch_manager.process_context.as_str())
-        {
-            problems.push(format!(
-                "python_watch_manager.process_context: `{}` is not one of fork, spawn, forkserver",
-                self.python_watch_manager.process_context
-            ));
-        }
-        if let Err(unknown) = self
-            .python_watch_manager
-            .filter
-            .parse::<crate::runtime::filter::GlobalFilter>()
-        {
-            problems.push(format!("python_watch_manager.filter: {unknown}"));
-        }
-        if self.python_watch_manager.lock.namespace.trim().is_empty() {
-            problems.push("python_watch_manager.lock.namespace: must not be empty".to_string());
-        }
-        if self.ansible_watch_manager.kill_max_wait < 0.0 {
-            problems.push("ansible_watch_manager.kill_max_wait: must be >= 0".to_string());
-        }
-        if !["worktree", "clone"].contains(&self.vcs.checkout_method.as_str()) {
-            problems.push(format!(
-                "vcs.checkout_method: `{}` is not one of worktree, clone",
-                self.vcs.checkout_method
-            ));
-        }
-        if self.vcs.field.trim().is_empty() {
-            problems.push("vcs.field: must not be empty".to_string());
-        }
-        let address = self.metrics_bind_address.trim();
-        if !address.is_empty() && address.parse::<std::net::SocketAddr>().is_err() {
-            problems.push(format!(
-                "metrics_bind_address: `{address}` is not host:port (e.g. 0.0.0.0:8080), nor empty"
-            ));
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
+        match self.leader_election.lock {
+            LockStrategy::Lease => LockKind::LeaderWithLease,
+            LockStrategy::ForLife => LockKind::LeaderForLife,
+            LockStrategy::PerCrAnnotation => LockKind::Annotation,
         }
     }
 
-    /// The address of the `/metrics`, `/healthz` and `/readyz` server, or `None` when
-    /// [`metrics_bind_address`](Self::metrics_bind_address) is empty (or invalid, which
-    /// [`validate`](Self::validate) reports).
-    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
-        self.metrics_bind_address.trim().parse().ok()
-    }
-
-    /// The namespaces to watch; empty means cluster-wide (F34).
+    /// The namespaces to watch; empty means all.
     pub fn watch_namespaces(&self) -> Vec<String> {
         let namespaces: Vec<String> = self
-            .watch_namespace
-            .split(',')
+            .runtime
+            .watch_namespaces
+            .iter()
+            .flat_map(|ns| ns.split(','))
             .map(str::trim)
             .filter(|ns| !ns.is_empty())
             .map(str::to_string)
@@ -251,339 +412,343 @@ impl LibraryConfig {
             namespaces
         }
     }
-}
 
-/// Log verbosity names (F15). The four `debugN` levels all map to `tracing`'s `TRACE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogLevel {
-    /// No logging.
-    Disable,
-    /// No logging.
-    Off,
-    /// Errors only.
-    Error,
-    /// Warnings and errors.
-    Warning,
-    /// The default.
-    Info,
-    /// Everything.
-    Trace,
-    /// Debug.
-    Debug,
-    /// Finer than debug.
-    Debug1,
-    /// Finer than debug.
-    Debug2,
-    /// Finer than debug.
-    Debug3,
-    /// Finer than debug.
-    Debug4,
-}
+    /// The address of the `/metrics` server, if there is one.
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        address(&self.server.metrics_bind_address)
+    }
 
-impl LogLevel {
-    /// The `tracing` filter directive of this level.
-    pub fn as_directive(self) -> &'static str {
-        match self {
-            LogLevel::Disable | LogLevel::Off => "off",
-            LogLevel::Error => "error",
-            LogLevel::Warning => "warn",
-            LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
-            LogLevel::Trace
-            | LogLevel::Debug1
-            | LogLevel::Debug2
-            | LogLevel::Debug3
-            | LogLevel::Debug4 => "trace",
+    /// Where the endpoints are served: the probes get their own server only when their
+    /// address is set and differs from the metrics address.
+    pub fn endpoints(&self) -> Endpoints {
+        let metrics = self.metrics_address();
+        let probes =
+            address(&self.server.health_probe_bind_address).filter(|p| Some(*p) != metrics);
+        Endpoints { metrics, probes }
+    }
+
+    /// The address the kubelet probes: the probe server's, else the metrics server's.
+    pub fn probe_address(&self) -> Option<std::net::SocketAddr> {
+        let endpoints = self.endpoints();
+        endpoints.probes.or(endpoints.metrics)
+    }
+
+    /// Check what serde cannot; every violation is listed, each starting with its key.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        if self.runtime.max_concurrent_reconciles == 0 {
+            problems.push("runtime.max-concurrent-reconciles: must be at least 1".to_string());
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.logging.level) {
+            problems.push(format!(
+                "logging.level: `{}` is not a log filter such as `info` or \
+                 `info,windlass::rollout=debug`: {e}",
+                self.logging.level
+            ));
+        }
+        if self.versions.field.trim().is_empty() {
+            problems.push("versions.field: must not be empty".to_string());
+        }
+        for (key, value) in [
+            (
+                "server.metrics-bind-address",
+                &self.server.metrics_bind_address,
+            ),
+            (
+                "server.health-probe-bind-address",
+                &self.server.health_probe_bind_address,
+            ),
+        ] {
+            let value = value.trim();
+            if !value.is_empty() && value != "0" && value.parse::<std::net::SocketAddr>().is_err() {
+                problems.push(format!(
+                    "{key}: `{value}` is not host:port (e.g. 0.0.0.0:8080), nor empty or 0"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
         }
     }
 }
 
-/// The watch runtimes oper8 knew (F35).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WatchManagerKind {
-    /// windlass's own runtime.
-    Python,
-    /// oper8's ansible bridge: not supported by windlass.
-    Ansible,
+fn address(text: &str) -> Option<std::net::SocketAddr> {
+    text.trim().parse().ok()
 }
 
-/// `rollout_manager.*` (F33).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RolloutManagerConfig {
-    /// Components deployed at once; `null` = a CPU-based default, `0` = one at a time inline.
-    pub deploy_threads: Option<u32>,
-    /// Components verified at once; same meaning as `deploy_threads`.
-    pub verify_threads: Option<u32>,
-}
-
-/// `python_watch_manager.*` (F36–F50).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WatchManagerConfig {
-    /// Reconciles running at once; `null` = the CPU count (F36).
-    pub max_concurrent_reconciles: Option<u32>,
-    /// Periodic re-reconcile when no requeue was asked for (F37).
-    pub reconcile_period: ConfigDuration,
-    /// oper8's subprocess start method (F38); windlass runs reconciles as tasks, so this
-    /// is validated and otherwise ignored.
-    pub process_context: String,
-    /// Watch applied objects and re-reconcile their owner when they change (F39).
-    pub watch_dependent_resources: bool,
-    /// Reconcile child CRs inline when the parent applies them (F40).
-    pub subsystem_rollout: bool,
-    /// If set, a heartbeat is written to this file (F41).
-    pub heartbeat_file: Option<PathBuf>,
-    /// Heartbeat interval (F42).
-    pub heartbeat_period: ConfigDuration,
-    /// Watch-stream failures tolerated (F43).
-    pub watch_retry_count: u32,
-    /// Wait between watch restarts (F44).
-    pub watch_retry_delay: ConfigDuration,
-    /// The global event filter: `default`, `annotation`, `user-annotation` (F45); see
-    /// [`crate::runtime::filter::GlobalFilter`].
-    pub filter: String,
-    /// Leader election (F46–F50).
-    pub lock: LockConfig,
-}
-
-impl Default for WatchManagerConfig {
-    fn default() -> Self {
-        WatchManagerConfig {
-            max_concurrent_reconciles: None,
-            reconcile_period: ConfigDuration(Duration::from_secs(600)),
-            process_context: "spawn".to_string(),
-            watch_dependent_resources: false,
-            subsystem_rollout: false,
-            heartbeat_file: None,
-            heartbeat_period: ConfigDuration(Duration::from_secs(30)),
-            watch_retry_count: 5,
-            watch_retry_delay: ConfigDuration(Duration::from_secs(5)),
-            filter: "default".to_string(),
-            lock: LockConfig::default(),
-        }
-    }
-}
-
-/// `python_watch_manager.lock.*` (F46–F50).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LockConfig {
-    /// The lock strategy (F46). An unknown name is an error rather than oper8's silent
-    /// fallback to `dryrun`, so a typo cannot switch leader election off.
-    #[serde(rename = "type")]
-    pub kind: LockKind,
-    /// Lock object name; `operator_name` takes precedence (F47).
-    pub name: Option<String>,
-    /// Fallback operator namespace (F48).
-    pub namespace: String,
-    /// Lease validity (F49).
-    pub duration: ConfigDuration,
-    /// Renew period (F50).
-    pub poll_time: ConfigDuration,
-}
-
-impl Default for LockConfig {
-    fn default() -> Self {
-        LockConfig {
-            kind: LockKind::Dryrun,
-            name: None,
-            namespace: "default".to_string(),
-            duration: ConfigDuration(Duration::from_secs(15)),
-            poll_time: ConfigDuration(Duration::from_secs(10)),
-        }
-    }
-}
-
-/// Leader-election strategies (F46, F178).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LockKind {
-    /// A ConfigMap owned by the leader's pod.
-    LeaderForLife,
-    /// A `coordination.k8s.io` Lease.
-    LeaderWithLease,
-    /// A per-CR annotation lock.
-    Annotation,
-    /// Always leader.
-    Dryrun,
-}
-
-/// `ansible_watch_manager.*` (F51): accepted so oper8 configurations load.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[allow(missing_docs)]
-pub struct AnsibleWatchManagerConfig {
-    pub log_file_dir: Option<String>,
-    pub kill_max_wait: f64,
-    pub ansible_base_path: Option<String>,
-    pub ansible_entrypoint: Option<String>,
-    pub ansible_args: Option<String>,
-    pub manage_status: Option<bool>,
-    pub watch_dependent_resources: Option<bool>,
-    pub reconcile_period: Option<String>,
-    pub playbook_parameters: Option<serde_json::Value>,
-}
-
-impl Default for AnsibleWatchManagerConfig {
-    fn default() -> Self {
-        AnsibleWatchManagerConfig {
-            log_file_dir: None,
-            kill_max_wait: 5.0,
-            ansible_base_path: None,
-            ansible_entrypoint: None,
-            ansible_args: None,
-            manage_status: None,
-            watch_dependent_resources: None,
-            reconcile_period: None,
-            playbook_parameters: None,
-        }
-    }
-}
-
-/// `vcs.*` (F54–F59).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct VcsConfig {
-    /// Per-version checkouts: not supported (compile versions in instead).
-    pub enabled: bool,
-    /// Source repository.
-    pub repo: Option<String>,
-    /// Destination template.
-    pub dest: Option<String>,
-    /// Module directory inside a checkout.
-    pub module_dir: String,
-    /// Dotted path of the CR's version field (F57).
-    pub field: String,
-    /// If set, the version of every CR (F58).
-    pub version_override: Option<String>,
-    /// `worktree` or `clone`.
-    pub checkout_method: String,
-}
-
-impl Default for VcsConfig {
-    fn default() -> Self {
-        VcsConfig {
-            enabled: false,
-            repo: None,
-            dest: None,
-            module_dir: "src".to_string(),
-            field: "spec.version".to_string(),
-            version_override: None,
-            checkout_method: "worktree".to_string(),
-        }
-    }
-}
+/// Every configuration key and the test that shows its effect, as `(key, file, test)`;
+/// files are relative to the repository. A test checks the list against the keys, so a new
+/// key cannot land without one, and that each named test exists.
+#[cfg(test)]
+const EFFECTS: [(&str, &str, &str); 35] = [
+    (
+        "runtime.watch-namespaces",
+        "crates/windlass/tests/live/manifests.rs",
+        "with_watch_namespace_the_operator_gets_roles_in_the_watched_namespace_only",
+    ),
+    (
+        "runtime.max-concurrent-reconciles",
+        "crates/windlass/src/runtime/queue.rs",
+        "the_configuration_sets_the_concurrency_and_the_sync_period",
+    ),
+    (
+        "runtime.sync-period",
+        "crates/windlass/src/runtime/queue.rs",
+        "the_configuration_sets_the_concurrency_and_the_sync_period",
+    ),
+    (
+        "runtime.requeue-after",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "requeue_after_is_how_long_a_waiting_cr_waits",
+    ),
+    (
+        "runtime.event-filter",
+        "crates/windlass/src/runtime/filter/tests.rs",
+        "the_configured_event_filter_picks_the_global_filter",
+    ),
+    (
+        "leader-election.enabled",
+        "examples/webapp/tests/faults.rs",
+        "two_replicas_one_leads_and_the_other_takes_over_after_sigkill",
+    ),
+    (
+        "leader-election.id",
+        "crates/windlass/src/runtime/leader/settings.rs",
+        "the_mounted_namespace_wins_over_the_configured_and_the_identity_over_pod_name",
+    ),
+    (
+        "leader-election.namespace",
+        "crates/windlass/src/runtime/leader/settings.rs",
+        "the_mounted_namespace_wins_over_the_configured_and_the_identity_over_pod_name",
+    ),
+    (
+        "leader-election.lock",
+        "examples/webapp/tests/faults.rs",
+        "two_active_replicas_share_the_crs_by_annotation_lock",
+    ),
+    (
+        "leader-election.lease-duration",
+        "crates/windlass/src/runtime/leader/settings.rs",
+        "lease_durations_are_whole_seconds_and_leave_room_for_renewals",
+    ),
+    (
+        "leader-election.retry-period",
+        "crates/windlass/src/runtime/leader/settings.rs",
+        "lease_durations_are_whole_seconds_and_leave_room_for_renewals",
+    ),
+    (
+        "leader-election.identity",
+        "crates/windlass/src/runtime/leader/settings.rs",
+        "the_mounted_namespace_wins_over_the_configured_and_the_identity_over_pod_name",
+    ),
+    (
+        "rollout.deploy-concurrency",
+        "crates/windlass/src/dag/runner/tests.rs",
+        "the_concurrency_limit_holds",
+    ),
+    (
+        "rollout.verify-concurrency",
+        "crates/windlass/src/dag/runner/tests.rs",
+        "the_concurrency_limit_holds",
+    ),
+    (
+        "rollout.conflict-retries",
+        "crates/windlass/tests/behaviour/reconcile.rs",
+        "conflicts_are_retried_within_the_reconcile",
+    ),
+    (
+        "rollout.conflict-backoff",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "conflict_retries_wait_the_backoff_times_the_attempt",
+    ),
+    (
+        "rollout.internal-name-annotation",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "without_the_internal_name_annotation_applied_objects_carry_none",
+    ),
+    (
+        "rollout.dump-dir",
+        "crates/windlass/tests/behaviour/reconcile.rs",
+        "the_dump_dir_receives_the_rendered_components",
+    ),
+    (
+        "rollout.dump-disabled",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "disabled_components_are_dumped_only_when_asked",
+    ),
+    (
+        "versions.supported",
+        "crates/windlass/tests/behaviour/reconcile.rs",
+        "strict_versioning_rejects_unsupported_versions",
+    ),
+    (
+        "versions.strict",
+        "crates/windlass/tests/behaviour/reconcile.rs",
+        "strict_versioning_rejects_unsupported_versions",
+    ),
+    (
+        "versions.field",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "the_version_field_and_override_say_which_version_a_cr_asks_for",
+    ),
+    (
+        "versions.override",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "the_version_field_and_override_say_which_version_a_cr_asks_for",
+    ),
+    (
+        "status.manage",
+        "crates/windlass/tests/behaviour/status.rs",
+        "without_managed_status_the_rollout_decides_the_requeue",
+    ),
+    (
+        "status.operator-version",
+        "crates/windlass/tests/behaviour/operator_config.rs",
+        "the_operator_version_is_written_to_the_status",
+    ),
+    (
+        "logging.level",
+        "examples/webapp/tests/dry_run.rs",
+        "the_log_level_format_and_thread_ids_are_the_configurations",
+    ),
+    (
+        "logging.format",
+        "examples/webapp/tests/dry_run.rs",
+        "the_log_level_format_and_thread_ids_are_the_configurations",
+    ),
+    (
+        "logging.thread-ids",
+        "examples/webapp/tests/dry_run.rs",
+        "the_log_level_format_and_thread_ids_are_the_configurations",
+    ),
+    (
+        "logging.color",
+        "examples/webapp/tests/dry_run.rs",
+        "a_piped_log_has_no_colour_codes",
+    ),
+    (
+        "server.metrics-bind-address",
+        "crates/windlass/tests/live/runtime.rs",
+        "the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them",
+    ),
+    (
+        "server.health-probe-bind-address",
+        "crates/windlass/tests/live/runtime.rs",
+        "the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them",
+    ),
+    (
+        "heartbeat.file",
+        "crates/windlass/tests/live/runtime.rs",
+        "the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them",
+    ),
+    (
+        "heartbeat.period",
+        "crates/windlass/src/runtime/heartbeat.rs",
+        "the_task_beats_at_once_then_every_period_until_stopped",
+    ),
+    // oper8 keys: each mapped, refused or warned about, in one test.
+    (
+        "--config (an oper8 file)",
+        "crates/windlass/src/config/oper8.rs",
+        "every_oper8_key_is_mapped_refused_or_warned_about",
+    ),
+    (
+        "--set (any key)",
+        "crates/windlass/src/cli/tests.rs",
+        "a_bad_set_or_an_unknown_key_is_a_usage_error",
+    ),
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_oper8s() {
-        let c = LibraryConfig::default();
-        assert_eq!(c.log_level, LogLevel::Info);
-        assert!(c.log_thread_id && c.manage_status && c.internal_name_annotation);
-        assert_eq!(c.deploy_retries, 3);
-        assert_eq!(c.requeue_after_seconds, 60);
-        assert_eq!(c.retry_backoff_base_seconds, 0.01);
-        assert_eq!(c.python_watch_manager.reconcile_period.to_string(), "10m");
-        assert_eq!(c.python_watch_manager.heartbeat_period.to_string(), "30s");
-        assert_eq!(c.python_watch_manager.watch_retry_delay.to_string(), "5s");
-        assert_eq!(c.python_watch_manager.watch_retry_count, 5);
-        assert_eq!(c.python_watch_manager.lock.kind, LockKind::Dryrun);
-        assert_eq!(c.python_watch_manager.lock.duration.to_string(), "15s");
-        assert_eq!(c.python_watch_manager.lock.poll_time.to_string(), "10s");
-        assert_eq!(c.vcs.field, "spec.version");
-        assert_eq!(c.ansible_watch_manager.kill_max_wait, 5.0);
+    fn every_key_has_a_test_of_its_effect() {
+        use std::collections::BTreeSet;
+        let keys: BTreeSet<String> = Layers::leaves().into_iter().map(|(k, _)| k).collect();
+        let listed: BTreeSet<String> = EFFECTS
+            .iter()
+            .map(|(key, ..)| key.to_string())
+            .filter(|key| !key.starts_with("--"))
+            .collect();
         assert_eq!(
-            c.cluster_passthrough_annotations,
-            ["kubernetes.io", "openshift.io", "k8s.ovn.org", "cncf.io"]
+            keys, listed,
+            "keys without a test, or tests of keys that are gone"
         );
-        assert!(c.validate().is_ok());
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for (key, file, test) in EFFECTS {
+            let text = std::fs::read_to_string(root.join(file))
+                .unwrap_or_else(|e| panic!("{key}: {file}: {e}"));
+            assert!(
+                text.contains(&format!("fn {test}(")),
+                "{key}: no test `{test}` in {file}"
+            );
+        }
     }
 
     #[test]
-    fn the_metrics_address_defaults_to_port_8080_and_can_be_switched_off() {
-        let mut c = LibraryConfig::default();
+    fn the_defaults_are_valid_and_elect_no_leader() {
+        let c = OperatorConfig::default();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.lock_kind(), LockKind::Dryrun);
+        assert_eq!(c.runtime.max_concurrent_reconciles, 16);
+        assert_eq!(c.requeue_after(), Duration::from_secs(60));
         assert_eq!(
             c.metrics_address(),
             Some(std::net::SocketAddr::from(([0, 0, 0, 0], 8080)))
         );
-        c.metrics_bind_address = "[::1]:9090".into();
-        assert_eq!(c.metrics_address().map(|a| a.port()), Some(9090));
-        c.metrics_bind_address = String::new();
-        assert_eq!(c.metrics_address(), None);
+        assert_eq!(c.endpoints().probes, None);
+        assert_eq!(c.probe_address(), c.metrics_address());
+    }
+
+    #[test]
+    fn a_dry_run_never_elects() {
+        let mut c = OperatorConfig::default();
+        c.leader_election.enabled = true;
+        assert_eq!(c.lock_kind(), LockKind::LeaderWithLease);
+        c.leader_election.lock = LockStrategy::PerCrAnnotation;
+        assert_eq!(c.lock_kind(), LockKind::Annotation);
+        c.dry_run = true;
+        assert_eq!(c.lock_kind(), LockKind::Dryrun);
+    }
+
+    #[test]
+    fn the_probes_get_their_own_server_only_at_another_address() {
+        let mut c = OperatorConfig::default();
+        c.server.health_probe_bind_address = "0.0.0.0:8080".into();
+        assert_eq!(c.endpoints().probes, None);
+        c.server.health_probe_bind_address = "0.0.0.0:8081".into();
+        assert_eq!(c.endpoints().probes.map(|a| a.port()), Some(8081));
+        assert_eq!(c.probe_address().map(|a| a.port()), Some(8081));
+        c.server.metrics_bind_address = "0".into();
+        assert_eq!(c.endpoints().metrics, None);
         assert!(c.validate().is_ok());
-        c.metrics_bind_address = ":8080".into();
+        c.server.metrics_bind_address = ":8080".into();
         let problems = c.validate().unwrap_err();
         assert!(
-            problems[0].starts_with("metrics_bind_address: "),
+            problems[0].starts_with("server.metrics-bind-address: "),
             "{problems:?}"
         );
     }
 
     #[test]
-    fn standalone_forces_inline_rollouts() {
-        let mut c = LibraryConfig::default();
-        c.rollout_manager.deploy_threads = Some(8);
-        assert_eq!(c.rollout_threads(), (Some(8), None));
-        c.standalone = true;
-        assert_eq!(c.rollout_threads(), (Some(0), Some(0)));
+    fn watch_namespaces_split_and_star_means_all() {
+        let mut c = OperatorConfig::default();
+        assert!(c.watch_namespaces().is_empty());
+        c.runtime.watch_namespaces = vec!["a, b,".into()];
+        assert_eq!(c.watch_namespaces(), ["a", "b"]);
+        c.runtime.watch_namespaces.push("*".into());
+        assert!(c.watch_namespaces().is_empty());
     }
 
     #[test]
-    fn watch_namespaces_split_and_star_means_all() {
-        let mut c = LibraryConfig::default();
-        assert!(c.watch_namespaces().is_empty());
-        c.watch_namespace = "a, b,".into();
-        assert_eq!(c.watch_namespaces(), ["a", "b"]);
-        c.watch_namespace = "a,*".into();
-        assert!(c.watch_namespaces().is_empty());
-    }
-}
-
-/// The CR's `spec.configOverrides`: per-CR changes to the backend config
-/// ([`Controller::Config`](crate::controller::Controller::Config)), the last of its layers.
-/// Add it to a spec to let users override the operator's defaults per CR:
-///
-/// ```
-/// #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, schemars::JsonSchema)]
-/// #[serde(rename_all = "camelCase")]
-/// struct AppSpec {
-///     #[serde(default, skip_serializing_if = "windlass::config::ConfigOverrides::is_empty")]
-///     config_overrides: windlass::config::ConfigOverrides,
-/// }
-/// ```
-///
-/// Its schema accepts any object: the keys are checked when the layered config is parsed
-/// into the controller's config type, and a wrong one becomes a config error in the CR's
-/// status that names it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ConfigOverrides(pub serde_json::Map<String, serde_json::Value>);
-
-impl ConfigOverrides {
-    /// Whether no key is overridden.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl schemars::JsonSchema for ConfigOverrides {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ConfigOverrides".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "object",
-            "description": "Per-CR overrides of the operator's backend config.",
-            "x-kubernetes-preserve-unknown-fields": true
-        })
+    fn a_log_level_that_is_no_filter_is_refused() {
+        let mut c = OperatorConfig::default();
+        c.logging.level = "info,windlass=loud".into();
+        let problems = c.validate().unwrap_err();
+        assert!(problems[0].starts_with("logging.level: "), "{problems:?}");
     }
 }

@@ -273,18 +273,41 @@ fn describe(watch: &Watch) -> String {
     text
 }
 
-/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until `shutdown` completes.
+/// What one server answers: both kinds of endpoints on one port, or one kind each on two
+/// (`server.health-probe-bind-address`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serves {
+    /// `/metrics`, `/healthz` and `/readyz`.
+    Everything,
+    /// `/metrics` only.
+    Metrics,
+    /// `/healthz` and `/readyz` only.
+    Probes,
+}
+
+impl Serves {
+    fn paths(self) -> &'static str {
+        match self {
+            Serves::Everything => "/metrics, /healthz and /readyz",
+            Serves::Metrics => "/metrics",
+            Serves::Probes => "/healthz and /readyz",
+        }
+    }
+}
+
+/// Serve what `serves` says on `addr` until `shutdown` completes.
 ///
 /// # Errors
 /// The address cannot be bound (in use, not permitted), or the server failed.
 pub async fn serve(
     addr: SocketAddr,
+    serves: Serves,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    serve_listener(listener, metrics, health, shutdown).await
+    serve_listener(listener, serves, metrics, health, shutdown).await
 }
 
 /// [`serve`] on a listener bound already, e.g. to port 0 to learn the port it got.
@@ -293,14 +316,15 @@ pub async fn serve(
 /// The server failed.
 pub async fn serve_listener(
     listener: TcpListener,
+    serves: Serves,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        tracing::info!(%addr, "serving {}", serves.paths());
     }
-    axum::serve(listener, router(metrics, health))
+    axum::serve(listener, router(serves, metrics, health))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -311,12 +335,17 @@ struct Endpoints {
     health: Arc<Health>,
 }
 
-fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
-    Router::new()
-        .route("/metrics", get(scrape))
-        .route("/healthz", get(alive))
-        .route("/readyz", get(ready))
-        .with_state(Endpoints { metrics, health })
+fn router(serves: Serves, metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    let mut router = Router::new();
+    if serves != Serves::Probes {
+        router = router.route("/metrics", get(scrape));
+    }
+    if serves != Serves::Metrics {
+        router = router
+            .route("/healthz", get(alive))
+            .route("/readyz", get(ready));
+    }
+    router.with_state(Endpoints { metrics, health })
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -394,13 +423,39 @@ mod tests {
     }
 
     async fn start(metrics: Arc<Metrics>, health: Arc<Health>) -> Server {
+        start_serving(Serves::Everything, metrics, health).await
+    }
+
+    async fn start_serving(serves: Serves, metrics: Arc<Metrics>, health: Arc<Health>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_listener(listener, metrics, health, async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(serve_listener(
+            listener,
+            serves,
+            metrics,
+            health,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Server { addr, stop, task }
+    }
+
+    #[tokio::test]
+    async fn a_probe_server_answers_only_the_probes_and_a_metrics_server_only_metrics() {
+        let (metrics, health) = (Arc::new(Metrics::new()), Arc::new(Health::new()));
+        let probes = start_serving(Serves::Probes, metrics.clone(), health.clone()).await;
+        let scrapes = start_serving(Serves::Metrics, metrics, health).await;
+        assert_eq!(get(probes.addr, "/healthz").await.0, 200);
+        assert_eq!(get(probes.addr, "/readyz").await.0, 200);
+        assert_eq!(get(probes.addr, "/metrics").await.0, 404);
+        assert_eq!(get(scrapes.addr, "/metrics").await.0, 200);
+        assert_eq!(get(scrapes.addr, "/healthz").await.0, 404);
+        for server in [probes, scrapes] {
+            let _ = server.stop.send(());
+            server.task.await.unwrap().unwrap();
+        }
     }
 
     #[tokio::test]
@@ -505,6 +560,7 @@ mod tests {
         let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let err = serve(
             taken.local_addr().unwrap(),
+            Serves::Everything,
             Arc::new(Metrics::new()),
             Arc::new(Health::new()),
             std::future::pending(),

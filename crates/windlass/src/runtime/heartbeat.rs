@@ -1,7 +1,7 @@
 //! The heartbeat file and its check (`check-heartbeat`).
 //!
-//! With `python_watch_manager.heartbeat_file` set, the runtime writes the current time to
-//! that file every `heartbeat_period`, and a liveness probe that cannot speak HTTP (an
+//! With `heartbeat.file` set, the runtime writes the current time to that file every
+//! `heartbeat.period`, and a liveness probe that cannot speak HTTP (an
 //! `exec` probe) runs `check-heartbeat --delta N`, which fails once the last beat is more
 //! than `N` seconds old. An operator whose runtime is wedged stops beating and gets
 //! restarted; `/healthz` cannot tell that, since the HTTP server runs on its own tasks.
@@ -131,7 +131,7 @@ async fn run(file: PathBuf, period: Duration, beats: watch::Sender<u64>) {
     if period < MIN_PERIOD {
         tracing::warn!(
             ?period,
-            "python_watch_manager.heartbeat_period is below one second; beating every second"
+            "heartbeat.period is below one second; beating every second"
         );
     }
     let mut ticks = tokio::time::interval(period.max(MIN_PERIOD));

@@ -53,7 +53,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 use crate::cluster::{Cluster, LiveCluster, RequestCounter, Scope};
-use crate::config::{LibraryConfig, LockKind};
+use crate::config::{LockKind, OperatorConfig};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::events::LiveEventSink;
@@ -81,7 +81,7 @@ pub const DRAIN: Duration = Duration::from_secs(20);
 /// # use windlass::prelude::*;
 /// # async fn run<C: Controller>(controller: C) -> windlass::Result<()> {
 /// let client = kube::Client::try_default().await.map_err(|e| windlass::Error::other(e.to_string()))?;
-/// windlass::runtime::Manager::new(client, windlass::config::LibraryConfig::default())
+/// windlass::runtime::Manager::new(client, windlass::config::OperatorConfig::default())
 ///     .controller(controller)
 ///     .run(async { let _ = tokio::signal::ctrl_c().await; })
 ///     .await
@@ -91,7 +91,7 @@ pub struct Manager {
     client: kube::Client,
     live: Arc<LiveCluster>,
     cluster: Arc<CachedCluster>,
-    library: Arc<LibraryConfig>,
+    operator: Arc<OperatorConfig>,
     controllers: Vec<Box<dyn Start>>,
     observers: Vec<Arc<dyn ReconcileObserver>>,
     metrics: Arc<Metrics>,
@@ -100,10 +100,10 @@ pub struct Manager {
 }
 
 impl Manager {
-    /// A manager over `client`, configured by `library`. Its `/metrics` carry no API
+    /// A manager over `client`, configured by `operator`. Its `/metrics` carry no API
     /// request counts; [`Manager::from_config`] builds a client that counts them.
-    pub fn new(client: kube::Client, library: LibraryConfig) -> Self {
-        Self::with_metrics(client, library, Metrics::new())
+    pub fn new(client: kube::Client, operator: OperatorConfig) -> Self {
+        Self::with_metrics(client, operator, Metrics::new())
     }
 
     /// A manager with a client built from `config` whose requests are counted by verb,
@@ -111,19 +111,19 @@ impl Manager {
     ///
     /// # Errors
     /// [`Error::Other`] when the client cannot be built from `config`.
-    pub fn from_config(config: kube::Config, library: LibraryConfig) -> Result<Self> {
+    pub fn from_config(config: kube::Config, operator: OperatorConfig) -> Result<Self> {
         let requests = RequestCounter::new();
         let client = requests
             .client(config)
             .map_err(|e| Error::other(format!("cannot build the kube client: {e}")))?;
         Ok(Self::with_metrics(
             client,
-            library,
+            operator,
             Metrics::with_requests(requests),
         ))
     }
 
-    fn with_metrics(client: kube::Client, library: LibraryConfig, metrics: Metrics) -> Self {
+    fn with_metrics(client: kube::Client, operator: OperatorConfig, metrics: Metrics) -> Self {
         let live = Arc::new(LiveCluster::new(client.clone()));
         let cluster = Arc::new(CachedCluster::new(live.clone(), Arc::new(Stores::new())));
         let metrics = Arc::new(metrics);
@@ -131,7 +131,7 @@ impl Manager {
             client,
             live,
             cluster,
-            library: Arc::new(library),
+            operator: Arc::new(operator),
             controllers: Vec::new(),
             observers: vec![metrics.clone()],
             metrics,
@@ -182,8 +182,8 @@ impl Manager {
     /// [`Error::Config`] for a configuration the runtime cannot work with (the global
     /// filter, the lock); a cluster error if the lock cannot be set up.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let global = GlobalFilter::from_config(&self.library)?.spec();
-        let settings = LockSettings::from_config(&self.library)?;
+        let global = GlobalFilter::from_config(&self.operator).spec();
+        let settings = LockSettings::from_config(&self.operator)?;
         let leadership = Leadership::start(
             &settings,
             self.client.clone(),
@@ -204,35 +204,45 @@ impl Manager {
             self.health.clone(),
             self.metrics.clone(),
         ));
-        if let Some(address) = self.library.metrics_address() {
+        let endpoints = self.operator.endpoints();
+        let servers = match (endpoints.metrics, endpoints.probes) {
+            (Some(metrics), Some(probes)) => vec![
+                (metrics, health::Serves::Metrics),
+                (probes, health::Serves::Probes),
+            ],
+            (Some(metrics), None) => vec![(metrics, health::Serves::Everything)],
+            (None, Some(probes)) => vec![(probes, health::Serves::Probes)],
+            (None, None) => Vec::new(),
+        };
+        if servers
+            .iter()
+            .any(|(_, serves)| *serves != health::Serves::Metrics)
+        {
             self.health.probe_api(self.client.clone());
+        }
+        for (address, serves) in servers {
             let mut stopped = stop.clone();
             let (metrics, health) = (self.metrics.clone(), self.health.clone());
             background.spawn(async move {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                if let Err(e) = health::serve(address, metrics, health, until).await {
-                    tracing::error!(%address, error = %e, "cannot serve /metrics, /healthz, /readyz");
+                if let Err(e) = health::serve(address, serves, metrics, health, until).await {
+                    tracing::error!(%address, error = %e, "cannot serve {serves:?}");
                 }
             });
         }
         let heartbeat = self
-            .library
-            .python_watch_manager
-            .heartbeat_file
+            .operator
+            .heartbeat
+            .file
             .clone()
-            .map(|file| {
-                Heartbeat::spawn(
-                    file,
-                    self.library.python_watch_manager.heartbeat_period.into(),
-                )
-            });
+            .map(|file| Heartbeat::spawn(file, self.operator.heartbeat.period.into()));
         let context = Context {
             client: self.client.clone(),
             live: self.live.clone(),
             cluster: self.cluster.clone(),
-            library: self.library.clone(),
+            operator: self.operator.clone(),
             leadership: leadership.clone(),
             observer: Arc::new(Fanout(self.observers.clone())),
             watches: Arc::new(Telemetry {
@@ -277,7 +287,7 @@ struct Context {
     client: kube::Client,
     live: Arc<LiveCluster>,
     cluster: Arc<CachedCluster>,
-    library: Arc<LibraryConfig>,
+    operator: Arc<OperatorConfig>,
     leadership: Leadership,
     observer: Arc<dyn ReconcileObserver>,
     watches: Arc<dyn WatchObserver>,
@@ -309,24 +319,16 @@ impl<C: Controller> Start for Pending<C> {
             TypeRef::new(C::Resource::api_version(&()), C::Resource::kind(&()))
         };
         let name = crate::controller::controller_display::<C>();
-        let library = &context.library;
-        let concurrency = library
-            .python_watch_manager
-            .max_concurrent_reconciles
-            .map_or(queue::DEFAULT_CONCURRENCY, |n| n as usize);
-        let queue = queue::new_queue(concurrency, Default::default())
-            .map_err(|e| Error::config(format!("max_concurrent_reconciles: {e}")))?;
-        let period = Some(Duration::from(
-            library.python_watch_manager.reconcile_period,
-        ))
-        .filter(|p| !p.is_zero());
+        let operator = &context.operator;
+        let (queue, period) = queue::from_config(operator)
+            .map_err(|e| Error::config(format!("runtime.max-concurrent-reconciles: {e}")))?;
         let filters = controller.watch_filters();
         let controller_watches = controller.watches();
         let (kinds_tx, kinds_rx) = mpsc::unbounded_channel();
         let reconciler = Reconciler::new(
             controller,
             context.cluster.clone() as Arc<dyn Cluster>,
-            (**library).clone(),
+            (**operator).clone(),
         )
         .with_observer(KindsSeen {
             primary: primary.clone(),
@@ -347,7 +349,7 @@ impl<C: Controller> Start for Pending<C> {
             Sources {
                 live: context.live.clone(),
                 stores: context.cluster.stores().clone(),
-                namespaces: library.watch_namespaces(),
+                namespaces: operator.watch_namespaces(),
                 observer: context.watches.clone(),
                 initial_list: context.initial_list,
             },
@@ -356,7 +358,7 @@ impl<C: Controller> Start for Pending<C> {
         let settings = WorkerSettings {
             name,
             period,
-            lock_poll: library.python_watch_manager.lock.poll_time.into(),
+            lock_poll: operator.leader_election.retry_period.into(),
             drain: DRAIN,
         };
         let worker = tokio::spawn(worker::run(

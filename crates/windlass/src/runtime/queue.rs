@@ -3,7 +3,7 @@
 //! back-off with jitter that a success resets; requeue-after; the periodic re-reconcile.
 //!
 //! What a reconcile asks for next ([`Outcome`]) becomes the queue's [`TaskOutcome`] here,
-//! with the `reconcile_period` folded in: a CR that is done is reconciled again after the
+//! with the `runtime.sync-period` folded in: a CR that is done is reconciled again after the
 //! period (and a failing one after its back-off, whatever the period), so the period
 //! survives failures and a requeue is never later than the period.
 
@@ -12,12 +12,9 @@ use std::time::Duration;
 use windlass_tasks::backoff::BackOffPolicy;
 use windlass_tasks::queue::{QueueConfigError, TaskOutcome, TaskQueue};
 
+use crate::config::OperatorConfig;
 use crate::object::ObjectRef;
 use crate::reconcile::Outcome;
-
-/// How many reconciles run at once when the config does not say: reconciles wait on the
-/// API server, not the CPU, so the bound is about the server's load, not the core count.
-pub const DEFAULT_CONCURRENCY: usize = 16;
 
 /// The queue of CRs to reconcile.
 pub type ReconcileQueue = TaskQueue<ObjectRef>;
@@ -32,6 +29,19 @@ pub fn new_queue(
         .max_concurrent(concurrency)
         .backoff(backoff)
         .build()
+}
+
+/// The queue a controller runs on and its periodic re-reconcile (`None`: off), as `config`
+/// sets them: `runtime.max-concurrent-reconciles` and `runtime.sync-period`.
+pub fn from_config(
+    config: &OperatorConfig,
+) -> Result<(ReconcileQueue, Option<Duration>), QueueConfigError> {
+    let queue = new_queue(
+        config.runtime.max_concurrent_reconciles as usize,
+        BackOffPolicy::default(),
+    )?;
+    let period = Some(Duration::from(config.runtime.sync_period)).filter(|p| !p.is_zero());
+    Ok((queue, period))
 }
 
 /// What the queue does after a reconcile that ended in `outcome`, with the periodic
@@ -51,6 +61,21 @@ pub fn next_run(outcome: Outcome, period: Option<Duration>) -> TaskOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configuration_sets_the_concurrency_and_the_sync_period() {
+        let mut config = OperatorConfig::default();
+        let (queue, period) = from_config(&config).unwrap();
+        assert_eq!(queue.max_concurrent(), 16);
+        assert_eq!(period, Some(Duration::from_secs(600)));
+        config.runtime.max_concurrent_reconciles = 3;
+        config.runtime.sync_period = Duration::ZERO.into();
+        let (queue, period) = from_config(&config).unwrap();
+        assert_eq!(queue.max_concurrent(), 3);
+        assert_eq!(period, None, "0s: no periodic reconcile");
+        config.runtime.max_concurrent_reconciles = 0;
+        assert!(from_config(&config).is_err());
+    }
 
     #[test]
     fn the_period_bounds_every_success_and_never_a_failure() {

@@ -26,7 +26,7 @@ use crate::reconcile::Reconciler;
 pub struct WorkerSettings {
     /// The controller's name in logs and metrics.
     pub name: String,
-    /// The periodic re-reconcile (`reconcile_period`), if on.
+    /// The periodic re-reconcile (`runtime.sync-period`), if on.
     pub period: Option<Duration>,
     /// How soon to try again a CR whose per-CR lock another replica holds.
     pub lock_poll: Duration,

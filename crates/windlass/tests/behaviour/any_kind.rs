@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use serde_json::json;
 use windlass::cluster::{Cluster, MemoryCluster};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::events::{MemoryEventSink, Reason};
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
@@ -69,7 +69,7 @@ async fn a_namespace_controller_provisions_writes_no_status_and_reports_in_event
     let memory = Arc::new(MemoryCluster::new());
     memory.create_namespace("tenant-a").unwrap();
     let events = Arc::new(MemoryEventSink::new());
-    let reconciler = Reconciler::new(NamespaceDefaults, memory.clone(), LibraryConfig::default())
+    let reconciler = Reconciler::new(NamespaceDefaults, memory.clone(), OperatorConfig::default())
         .with_events(events.clone());
 
     let report = reconciler.reconcile(&namespace("tenant-a")).await;
@@ -114,7 +114,7 @@ async fn a_namespace_that_must_wait_says_why_in_an_event() {
     let memory = Arc::new(MemoryCluster::new());
     memory.create_namespace("kube-extra").unwrap();
     let events = Arc::new(MemoryEventSink::new());
-    let reconciler = Reconciler::new(NamespaceDefaults, memory.clone(), LibraryConfig::default())
+    let reconciler = Reconciler::new(NamespaceDefaults, memory.clone(), OperatorConfig::default())
         .with_events(events.clone());
 
     let report = reconciler.reconcile(&namespace("kube-extra")).await;
@@ -147,9 +147,8 @@ async fn the_cli_runs_a_controller_without_a_crd() {
         .unwrap(),
     )
     .unwrap();
-    let code = windlass::cli::run_with(
+    let code = windlass::cli::run_without_crd(
         NamespaceDefaults,
-        None,
         [
             "namespace-operator",
             "run",
@@ -163,6 +162,7 @@ async fn the_cli_runs_a_controller_without_a_crd() {
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{printed}");
     assert!(printed.contains("tenant-defaults"), "{printed}");
     let code =
-        windlass::cli::run_with(NamespaceDefaults, None, ["namespace-operator", "crds"], out).await;
+        windlass::cli::run_without_crd(NamespaceDefaults, ["namespace-operator", "crds"], out)
+            .await;
     assert_eq!(code, std::process::ExitCode::SUCCESS);
 }

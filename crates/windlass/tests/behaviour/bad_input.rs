@@ -248,6 +248,24 @@ async fn malformed_annotations_and_overrides_are_reported() {
 }
 
 #[tokio::test]
+async fn a_misspelled_config_override_is_a_config_error_naming_the_key() {
+    let (env, _) = env().await;
+    let bad = env
+        .apply_cr(
+            "bad",
+            json!({"replicas": 1, "title": "t", "configOverrides": {"maxItem": 7}}),
+        )
+        .await;
+    let report = env.reconcile(&bad).await;
+    assert_eq!(report.outcome, Outcome::Done, "only a spec change can help");
+    let status = env.status(&bad).await;
+    assert_condition(&status, "Ready", false, "ConfigError");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("no such key: maxItem"), "{message}");
+    assert!(env.get(&cm_ref("bad-front")).await.is_none());
+}
+
+#[tokio::test]
 async fn a_config_override_of_the_wrong_type_is_a_config_error_naming_the_key() {
     let (env, _) = env().await;
     let bad = env

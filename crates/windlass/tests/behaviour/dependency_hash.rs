@@ -236,15 +236,15 @@ async fn a_missing_required_dependency_is_left_out_until_it_appears() {
 async fn a_failed_read_fails_the_component() {
     use std::sync::Arc;
     use windlass::cluster::MemoryCluster;
-    use windlass::config::LibraryConfig;
+    use windlass::config::OperatorConfig;
     use windlass::error::ClusterError;
     use windlass::testing::{FaultyCluster, Op};
 
     let memory = Arc::new(MemoryCluster::new());
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
-    let config = LibraryConfig {
+    let config = OperatorConfig {
         dry_run: true,
-        ..LibraryConfig::default()
+        ..OperatorConfig::default()
     };
     let env = TestEnv::on_cluster(Shop, config, memory, faulty.clone());
     let cr = env.apply_cr("shop", json!({"greeting": "hello"})).await;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::events::{MemoryEventSink, Reason};
 use windlass::reconcile::{Outcome, Reconciler};
@@ -24,7 +24,7 @@ async fn a_rollout_done_in_one_reconcile_is_announced_once_when_it_completes() {
     // publishes to the sink.
     let env = TestEnv::new(DummyController::new()).await;
     let sink = Arc::new(MemoryEventSink::new());
-    let reconciler = Reconciler::new(controller, env.memory.clone(), LibraryConfig::default())
+    let reconciler = Reconciler::new(controller, env.memory.clone(), OperatorConfig::default())
         .with_events(sink.clone());
     let cr = env.apply_cr("a", json!({})).await;
     assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
@@ -53,7 +53,7 @@ async fn a_rollout_that_waits_is_announced_when_it_starts_and_when_it_completes(
         Reconciler::new(
             DummyController::new().component(web, &[]),
             env.memory.clone(),
-            LibraryConfig::default(),
+            OperatorConfig::default(),
         )
         .with_events(sink.clone())
     };
@@ -83,7 +83,7 @@ async fn a_failed_rollout_is_a_warning_naming_the_error() {
     // publishes to the sink.
     let env = TestEnv::new(DummyController::new()).await;
     let sink = Arc::new(MemoryEventSink::new());
-    let reconciler = Reconciler::new(controller, env.memory.clone(), LibraryConfig::default())
+    let reconciler = Reconciler::new(controller, env.memory.clone(), OperatorConfig::default())
         .with_events(sink.clone());
     let cr = env.apply_cr("a", json!({})).await;
     assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Retry);

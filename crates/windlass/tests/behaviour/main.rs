@@ -8,6 +8,7 @@ mod bad_input;
 mod dependency_hash;
 mod dryrun;
 mod events;
+mod operator_config;
 mod quirks;
 mod reconcile;
 mod render;

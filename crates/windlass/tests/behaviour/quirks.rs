@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use windlass::cluster::MemoryCluster;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::testing::{
     Behaviour, DummyComponent, DummyController, FaultyCluster, Op, TestEnv, assert_condition,
 };
@@ -79,7 +79,12 @@ async fn q12_a_failed_read_of_a_managed_object_is_a_cluster_error() {
         DummyComponent::new("web").with_object("d", deployment("web")),
         &[],
     );
-    let env = TestEnv::on_cluster(controller, LibraryConfig::default(), memory, faulty.clone());
+    let env = TestEnv::on_cluster(
+        controller,
+        OperatorConfig::default(),
+        memory,
+        faulty.clone(),
+    );
     let cr = env.apply_cr("x", json!({})).await;
     env.reconcile(&cr).await;
     assert!(env.get(&deployment_ref("web")).await.is_some());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use windlass::ClusterError;
 use windlass::cluster::MemoryCluster;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
 use windlass::reconcile::Outcome;
@@ -118,7 +118,7 @@ async fn a_finalizer_removal_the_cluster_refuses_is_reported_not_retried_as_a_co
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
     let env = TestEnv::on_cluster(
         one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
         memory,
         faulty.clone(),
     );
@@ -212,7 +212,7 @@ async fn a_finalizer_list_changed_meanwhile_is_read_again_and_both_finalizers_st
     });
     let env = TestEnv::on_cluster(
         one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
         memory,
         cluster.clone(),
     );
@@ -373,7 +373,7 @@ async fn a_cluster_error_leaves_ready_alone_and_retries() {
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
     let env = TestEnv::on_cluster(
         one_configmap(),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
         memory,
         faulty.clone(),
     );
@@ -400,7 +400,7 @@ async fn conflicts_are_retried_within_the_reconcile() {
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
     let env = TestEnv::on_cluster(
         one_configmap(),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
         memory,
         faulty.clone(),
     );
@@ -412,7 +412,7 @@ async fn conflicts_are_retried_within_the_reconcile() {
     faulty.fail_times(Op::Apply, Some("ConfigMap"), conflict.clone(), 3);
     assert!(
         env.reconcile(&cr).await.error.is_none(),
-        "deploy_retries = 3 absorbs three conflicts"
+        "rollout.conflict-retries = 3 absorbs three conflicts"
     );
     faulty.fail_times(Op::Apply, Some("ConfigMap"), conflict, 4);
     env.apply_cr("b", json!({})).await;
@@ -476,11 +476,9 @@ async fn dry_run_skips_edge_conditions_and_verification() {
 
 #[tokio::test]
 async fn strict_versioning_rejects_unsupported_versions() {
-    let config = LibraryConfig {
-        strict_versioning: true,
-        supported_versions: vec!["1.0".into()],
-        ..LibraryConfig::default()
-    };
+    let mut config = OperatorConfig::default();
+    config.versions.strict = true;
+    config.versions.supported = vec!["1.0".into()];
     let env = TestEnv::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("a", json!({"version": "9.9"})).await;
     env.reconcile(&cr).await;
@@ -521,13 +519,13 @@ async fn temporary_patches_apply_to_rendered_objects() {
 }
 
 #[tokio::test]
-async fn working_dir_receives_the_rendered_components() {
+async fn the_dump_dir_receives_the_rendered_components() {
     let dir = std::env::temp_dir().join(format!("windlass-dump-{}", std::process::id()));
-    let config = LibraryConfig {
+    let mut config = OperatorConfig {
         dry_run: true,
-        working_dir: Some(dir.clone()),
-        ..LibraryConfig::default()
+        ..OperatorConfig::default()
     };
+    config.rollout.dump_dir = Some(dir.clone());
     let env = TestEnv::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;

@@ -135,7 +135,7 @@ async fn foreign_conditions_and_user_status_fields_survive_reconciles() {
 #[tokio::test]
 async fn requeue_follows_the_status_read_back() {
     // A component that never verifies: the default should_requeue reads the status back
-    // and keeps requeueing after requeue_after_seconds.
+    // and keeps requeueing after runtime.requeue-after.
     let controller = DummyController::new().component(
         DummyComponent::new("w").behave(Behaviour::NeverVerifies),
         &[],
@@ -211,11 +211,9 @@ async fn dropping_the_version_is_not_a_version_change() {
 
 #[tokio::test]
 async fn without_managed_status_the_rollout_decides_the_requeue() {
-    use windlass::config::LibraryConfig;
-    let config = LibraryConfig {
-        manage_status: false,
-        ..LibraryConfig::default()
-    };
+    use windlass::config::OperatorConfig;
+    let mut config = OperatorConfig::default();
+    config.status.manage = false;
     let env =
         TestEnv::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
     let cr = env.apply_cr("a", json!({"version": "1"})).await;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb};
 use windlass::component::ResourceOptions;
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::error::{ClusterError, Error};
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::reconcile::{Outcome, Reconciler};
@@ -54,7 +54,7 @@ async fn first_rollout(
     let v1 = Reconciler::new(
         migrating("v1", options),
         cluster.clone(),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
     );
     let report = v1.reconcile(&cr).await;
     assert!(report.error.is_none(), "{report:?}");
@@ -73,7 +73,7 @@ async fn a_job_whose_template_changed_is_deleted_and_recreated_when_allowed() {
     let v2 = Reconciler::new(
         migrating("v2", recreate),
         cluster.clone(),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
     );
     let report = v2.reconcile(&cr).await;
     let requests = counter.take();
@@ -147,7 +147,7 @@ async fn a_job_whose_template_changed_is_a_config_error_without_the_option() {
     let v2 = Reconciler::new(
         migrating("v2", ResourceOptions::new()),
         cluster.clone(),
-        LibraryConfig::default(),
+        OperatorConfig::default(),
     );
     let report = v2.reconcile(&cr).await;
     let requests = counter.take();
@@ -157,17 +157,13 @@ async fn a_job_whose_template_changed_is_a_config_error_without_the_option() {
 }
 
 #[tokio::test]
-async fn the_put_fallback_is_ignored_because_a_real_server_refuses_the_put_too() {
-    // deploy_unprocessable_put_fallback (after a 422 from an apply, try a PUT) is
-    // accepted and ignored. On a real server a 422 from apply is the server's validation
-    // (or an immutable field), which a PUT meets again (measured before the fallback was
-    // removed: the same config error, one GET and one 422 PUT later).
+async fn a_refused_apply_is_never_retried_as_a_put() {
+    // On a real server a 422 from apply is the server's validation (or an immutable
+    // field), which a PUT meets again (measured when windlass still tried: the same config
+    // error, one GET and one 422 PUT later), so windlass never tries.
     let (cluster, counter, _ns, cr, job, first) =
         first_rollout("put-fallback", ResourceOptions::new()).await;
-    let fallback = LibraryConfig {
-        deploy_unprocessable_put_fallback: true,
-        ..LibraryConfig::default()
-    };
+    let fallback = OperatorConfig::default();
     counter.take();
     let v2 = Reconciler::new(
         migrating("v2", ResourceOptions::new()),

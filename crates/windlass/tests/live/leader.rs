@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use windlass::Error;
 use windlass::annotations::{LEASE_NAME, LEASE_TIME};
 use windlass::cluster::{Cluster, WriteMethod};
-use windlass::config::{ConfigDuration, LibraryConfig, LockKind};
+use windlass::config::{ConfigDuration, LockKind, LockStrategy, OperatorConfig};
 use windlass::object::ObjectRef;
 use windlass::runtime::leader::{Leadership, LockSettings};
 use windlass_testenv::{TestEnv, TestNamespace};
@@ -37,15 +37,18 @@ fn settings(
     duration: Duration,
     poll: Duration,
 ) -> LockSettings {
-    let mut config = LibraryConfig {
-        operator_name: LOCK.into(),
-        pod_name: identity.into(),
-        ..LibraryConfig::default()
+    let mut config = OperatorConfig::default();
+    let election = &mut config.leader_election;
+    election.enabled = true;
+    election.id = LOCK.into();
+    election.identity = identity.into();
+    election.lock = match kind {
+        LockKind::LeaderForLife => LockStrategy::ForLife,
+        LockKind::Annotation => LockStrategy::PerCrAnnotation,
+        LockKind::LeaderWithLease | LockKind::Dryrun => LockStrategy::Lease,
     };
-    let lock = &mut config.python_watch_manager.lock;
-    lock.kind = kind;
-    lock.duration = ConfigDuration(duration);
-    lock.poll_time = ConfigDuration(poll);
+    election.lease_duration = ConfigDuration(duration);
+    election.retry_period = ConfigDuration(poll);
     let mut settings = LockSettings::from_config(&config).unwrap();
     // Also where the tests run inside a Pod with a mounted service-account namespace.
     settings.namespace = ns.name().to_string();

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use windlass::cluster::{
     Cluster, Deletion, ListQuery, LiveCluster, RequestCounter, Scope, Verb, WriteMethod,
 };
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::error::ClusterError;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass::reconcile::{Outcome, Reconciler, Report};
@@ -134,7 +134,7 @@ async fn a_status_write_that_conflicts_keeps_the_other_writers_condition() {
     });
     let controller =
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
-    let reconciler = Reconciler::new(controller, interloper.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, interloper.clone(), OperatorConfig::default());
     let report = reconciler.reconcile(&cr).await;
     assert!(
         interloper.fired.load(Ordering::SeqCst),
@@ -158,7 +158,7 @@ async fn deleting_the_namespace_of_a_cr_with_a_finalizer_finishes() {
     let controller = DummyController::new()
         .component(DummyComponent::new("web").with_configmap("web"), &[])
         .finalizer("test.windlass.dev/cleanup", vec![]);
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let defaults = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "defaults", "namespace": ns.name()}, "data": {"size": "small"}});
     cluster.apply(&defaults, WriteMethod::Apply).await.unwrap();
@@ -218,7 +218,7 @@ async fn a_failed_job_fails_its_component() {
             "spec": {"restartPolicy": "Never", "securityContext": restricted_pod_security(), "containers": [{"name": "main", "image": "busybox", "securityContext": restricted_container_security()}]}}}});
     let controller = DummyController::new()
         .component(DummyComponent::new("migrate").with_object("job", job), &[]);
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
     // Until the Job controller marks the Job failed the component waits; then it fails.
     let report = reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Retry).await;
@@ -245,7 +245,7 @@ async fn an_invalid_object_names_the_field_and_waits_for_a_change() {
         DummyComponent::new("web").with_object("deployment", deployment),
         &[],
     );
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
     let report = reconciler.reconcile(&cr).await;
     assert_eq!(
@@ -283,7 +283,7 @@ async fn a_cr_deleted_in_the_middle_of_a_rollout_ends_the_reconcile_quietly() {
     });
     let controller =
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
-    let reconciler = Reconciler::new(controller, interloper.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, interloper.clone(), OperatorConfig::default());
     let report = reconciler.reconcile(&cr).await;
     assert!(interloper.fired.load(Ordering::SeqCst));
     assert_eq!(report.outcome, Outcome::Done, "{report:?}");
@@ -308,7 +308,7 @@ async fn a_first_reconcile_writes_each_object_and_the_status_once() {
         .component(DummyComponent::new("a").with_configmap("a"), &[])
         .component(DummyComponent::new("b").with_configmap("b"), &["a"])
         .component(DummyComponent::new("c").with_configmap("c"), &["b"]);
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     counter.take();
     let report = reconciler.reconcile(&cr).await;
     assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
@@ -367,7 +367,7 @@ async fn objects_out_of_the_garbage_collectors_reach_are_deleted_with_the_cr() {
                 ),
             &["local"],
         );
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), home.name(), "w", json!({})).await;
     reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
 
@@ -429,7 +429,7 @@ async fn a_finalizer_the_server_refuses_is_a_config_error_not_a_retry_loop() {
     let controller = DummyController::new()
         .component(DummyComponent::new("web").with_configmap("web"), &[])
         .finalizer(finalizer, vec![]);
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
     counter.take();
 

@@ -170,9 +170,10 @@ async fn the_manifests_apply_and_grant_the_operator_what_it_needs_cluster_wide()
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert!(
-        container["env"].as_array().unwrap().contains(
-            &json!({"name": "PYTHON_WATCH_MANAGER_LOCK_TYPE", "value": "leader-with-lease"})
-        ),
+        container["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "WINDLASS_LEADER_ELECTION_ENABLED", "value": "true"})),
         "{container}"
     );
     assert!(
@@ -216,7 +217,7 @@ async fn with_watch_namespace_the_operator_gets_roles_in_the_watched_namespace_o
     let home = env.namespace("manifests-home").await.unwrap();
     let watched = env.namespace("manifests-watched").await.unwrap();
     let name = format!("widget-op-{}", home.name());
-    let watch = format!("--watch_namespace={}", watched.name());
+    let watch = format!("--watch-namespace={}", watched.name());
     let yaml = manifests(&[
         "--image",
         "example.invalid/widget-operator:0",

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use windlass::cluster::{Cluster, WriteMethod};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::reconcile::{Outcome, Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, Gadget, assert_condition};
@@ -64,7 +64,7 @@ async fn components_are_verified_once_their_workloads_really_are_ready() {
             DummyComponent::new("web").with_object("deployment", deployment("{cr}-web", json!({}))),
             &["migrate"],
         );
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "shop").await;
 
     let reports = reconcile_until_done(&reconciler, &cr, 60).await;
@@ -100,7 +100,7 @@ async fn a_failing_workload_keeps_the_cr_waiting() {
         ),
         &[],
     );
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "broken").await;
     let reports = reconcile_until_done(&reconciler, &cr, 6).await;
     assert!(
@@ -126,7 +126,7 @@ async fn a_finalizer_holds_the_cr_until_its_finalize_rollout_is_done() {
     let controller = DummyController::new()
         .component(DummyComponent::new("web").with_configmap("web"), &[])
         .finalizer("test.windlass.dev/cleanup", vec![cleanup]);
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "shop").await;
     assert_eq!(
         reconcile_until_done(&reconciler, &cr, 10)
@@ -176,7 +176,7 @@ async fn a_cluster_scoped_cr_owns_its_namespaced_children_and_their_collection()
             .with_object("deployment", in_ns(deployment("{cr}-web", json!({})))),
         &[],
     );
-    let reconciler = Reconciler::new(controller, cluster.clone(), LibraryConfig::default());
+    let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let gadget = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Gadget",
         "metadata": {"name": name}, "spec": {"version": "1.0"}});
     let stored = cluster.apply(&gadget, WriteMethod::Update).await.unwrap();

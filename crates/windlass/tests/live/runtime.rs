@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod};
-use windlass::config::LibraryConfig;
+use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::reconcile::{Outcome, Report};
@@ -116,10 +116,8 @@ fn manager<C: windlass::controller::Controller>(
     ns: &str,
     controller: C,
 ) -> Manager {
-    let library = LibraryConfig {
-        watch_namespace: ns.to_string(),
-        ..LibraryConfig::default()
-    };
+    let mut library = OperatorConfig::default();
+    library.runtime.watch_namespaces = vec![ns.to_string()];
     Manager::new(client, library).controller(controller)
 }
 
@@ -709,10 +707,8 @@ impl windlass::controller::Controller for Copier {
 async fn an_extra_watch_reconciles_the_cr_its_mapping_names() {
     let (admin, env) = live().await;
     let ns = env.namespace("runtime-extra").await.unwrap();
-    let library = LibraryConfig {
-        watch_namespace: ns.name().to_string(),
-        ..LibraryConfig::default()
-    };
+    let mut library = OperatorConfig::default();
+    library.runtime.watch_namespaces = vec![ns.name().to_string()];
     let manager = Manager::new(env.client().unwrap(), library).controller(Copier);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(manager.run(async {
@@ -763,7 +759,7 @@ async fn one_manager_runs_two_controllers() {
         ),
         &[],
     );
-    let manager = Manager::new(env.client().unwrap(), LibraryConfig::default())
+    let manager = Manager::new(env.client().unwrap(), OperatorConfig::default())
         .controller(three_configmaps())
         .controller(gadgets)
         .with_observer(Arc::new(finished.clone()));
@@ -840,7 +836,7 @@ impl windlass::controller::Controller for TenantDefaults {
 async fn a_controller_of_namespaces_provisions_them_and_leaves_their_status_alone() {
     let (admin, env) = live().await;
     let finished = Finished::default();
-    let manager = Manager::new(env.client().unwrap(), LibraryConfig::default())
+    let manager = Manager::new(env.client().unwrap(), OperatorConfig::default())
         .controller(TenantDefaults)
         .with_observer(Arc::new(finished.clone()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -897,5 +893,60 @@ async fn a_controller_of_namespaces_provisions_them_and_leaves_their_status_alon
     })
     .await;
     stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The status code of `GET path` on `127.0.0.1:port`, or `None` if nothing answers.
+async fn status_of(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test]
+async fn the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them() {
+    let (_, env) = live().await;
+    let ns = env.namespace("runtime-endpoints").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let beat = dir.path().join("beat");
+    let (metrics, probes) = (free_port(), free_port());
+    let mut config = OperatorConfig::default();
+    config.runtime.watch_namespaces = vec![ns.name().to_string()];
+    config.server.metrics_bind_address = format!("127.0.0.1:{metrics}");
+    config.server.health_probe_bind_address = format!("127.0.0.1:{probes}");
+    config.heartbeat.file = Some(beat.clone());
+    config.heartbeat.period = Duration::from_secs(1).into();
+    let manager = Manager::new(env.client().unwrap(), config).controller(three_configmaps());
+    let (stop, task, _) = run(manager);
+
+    eventually("the probe server is ready", || async {
+        status_of(probes, "/readyz").await == Some(200)
+    })
+    .await;
+    assert_eq!(status_of(probes, "/healthz").await, Some(200));
+    assert_eq!(status_of(probes, "/metrics").await, Some(404));
+    eventually("the metrics server answers", || async {
+        status_of(metrics, "/metrics").await == Some(200)
+    })
+    .await;
+    assert_eq!(status_of(metrics, "/readyz").await, Some(404));
+    eventually("the heartbeat file is written", || async {
+        std::fs::read_to_string(&beat).is_ok_and(|text| !text.trim().is_empty())
+    })
+    .await;
+
+    let _ = stop.send(());
     task.await.unwrap().unwrap();
 }

@@ -11,11 +11,11 @@
 //!
 //! - `WINDLASS_FLEET_NS`: the fleet sizes, comma-separated (default `100,500,1000`).
 //! - `WINDLASS_FLEET_STEADY_SECS`: the steady-state window after all are Ready (default 300).
-//! - `WINDLASS_FLEET_PERIOD`: the operator's `reconcile_period` (default `30s`).
+//! - `WINDLASS_FLEET_PERIOD`: the operator's `--sync-period` (default `30s`).
 //! - `WINDLASS_FLEET_CEILING_IN_FLIGHT`: requests in flight when measuring the ceilings,
 //!   comma-separated (default `16,64`); each ceiling is the fastest of them.
 //! - `WINDLASS_FLEET_DEADLINE_SECS`: how long to wait for all CRs to be Ready (default 900).
-//! - `WINDLASS_FLEET_LOG_LEVEL`: the operator's `--log_level` (default `info`); its log goes
+//! - `WINDLASS_FLEET_LOG_LEVEL`: the operator's `--log-level` (default `info`); its log goes
 //!   to `$TMPDIR/fleet-operator-<N>.log`.
 //!
 //! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
@@ -513,13 +513,13 @@ impl Operator {
             .args([
                 "operator",
                 "run",
-                "--watch_namespace",
+                "--watch-namespace",
                 namespace,
-                "--metrics_bind_address",
+                "--metrics-bind-address",
                 &address,
-                "--python_watch_manager.reconcile_period",
+                "--sync-period",
                 period,
-                "--log_level",
+                "--log-level",
                 &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
             ])
             .env("KUBECONFIG", env.kubeconfig_path())
@@ -770,7 +770,7 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
     let _ = writeln!(
         out,
         "\nwindlass fleet benchmark: {OBJECTS} objects per CR (3 ConfigMaps, a Secret, a Service; 3-level DAG), \
-         operator in its own process (debug build unless built with --release), reconcile_period {}, \
+         operator in its own process (debug build unless built with --release), sync-period {}, \
          control plane: windlass-testenv (kube-apiserver {}, loopback, {} cores)\n",
         settings.period,
         server_version,

@@ -35,8 +35,8 @@
 //!
 //! # The global filter
 //!
-//! `python_watch_manager.filter` picks the filter applied to every watched object
-//! ([`GlobalFilter`]): `default`, `annotation` or `user-annotation`. The config cannot name
+//! `runtime.event-filter` picks the filter applied to every watched object
+//! ([`GlobalFilter`]): `default` or `annotation`. The config cannot name
 //! code to load; custom filters are passed to the runtime in code: a controller's own
 //! filters come from
 //! [`Controller::watch_filters`](crate::controller::Controller::watch_filters)
@@ -51,7 +51,7 @@
 //! anything on a paused object. windlass's own writes to a CR are its status and its
 //! finalizer, so they never start a reconcile; a write to an object it owns that changes
 //! the object's spec starts a reconcile of the owner, which finds nothing left to change
-//! and writes nothing. The generation-only filter is still available as [`oper8_default`].
+//! and writes nothing. The generation-only filter is available as [`generation_only`].
 //!
 //! # The filters
 //!
@@ -80,11 +80,11 @@
 //!
 //! ```
 //! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-//! use windlass::config::LibraryConfig;
+//! use windlass::config::OperatorConfig;
 //! use windlass::runtime::filter::{EventKind, FilterTracker, GlobalFilter, WatchEvent, WatchFilters};
 //!
-//! let config = LibraryConfig::default();
-//! let global = GlobalFilter::from_config(&config)?.spec();
+//! let config = OperatorConfig::default();
+//! let global = GlobalFilter::from_config(&config).spec();
 //! // What `Controller::watch_filters` returned, narrowed to the watched kind.
 //! let own = WatchFilters::new().for_kind(&windlass::object::TypeRef::new("example.com/v1", "App"));
 //! let mut tracker = FilterTracker::new(global);
@@ -128,7 +128,7 @@ pub use builtin::{
     RESOURCE_VERSIONS_KEPT, ResourceVersion, SubsystemStatus, UserAnnotations,
 };
 pub use compose::{All, Any, FilterSpec};
-pub use policy::{GlobalFilter, UnknownGlobalFilter, WatchFilters, changed, oper8_default};
+pub use policy::{GlobalFilter, WatchFilters, changed, generation_only};
 pub use tracker::FilterTracker;
 
 /// What happened to the object: the three watch event types of the Kubernetes API.

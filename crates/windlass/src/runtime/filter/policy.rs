@@ -1,15 +1,12 @@
 //! Which filters apply where: the configured global filter and each controller's own.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
 use super::{
     Annotations, CreationDeletion, DeletionRequested, DependentWatch, Enable, FilterSpec,
     Generation, Labels, NoGeneration, Pause, ResourceVersion, UserAnnotations,
 };
-use crate::config::LibraryConfig;
-use crate::error::{Error, Result};
+use crate::config::{EventFilter, OperatorConfig};
 use crate::object::TypeRef;
 
 /// The object was created or deleted, or its content changed, in a version not seen
@@ -27,11 +24,12 @@ pub fn changed() -> FilterSpec {
     ])
 }
 
-/// The generation-only global filter:
+/// The generation-only filter:
 /// `All[CreationDeletion, Generation, NoGeneration, ResourceVersion, Pause]`. It ignores
 /// annotation and label edits, unpausing included, which then wait for the periodic
-/// reconcile; windlass's [`GlobalFilter::Default`] does not.
-pub fn oper8_default() -> FilterSpec {
+/// reconcile; windlass's [`GlobalFilter::Default`] does not. For a controller that wants
+/// exactly that, through [`WatchFilters`].
+pub fn generation_only() -> FilterSpec {
     FilterSpec::all([
         CreationDeletion.into(),
         Generation::default().into(),
@@ -41,34 +39,19 @@ pub fn oper8_default() -> FilterSpec {
     ])
 }
 
-/// The filter every watched object passes, chosen by `python_watch_manager.filter`.
+/// The filter every watched object passes, chosen by `runtime.event-filter`.
 ///
-/// | value             | filter                                                                 |
-/// |-------------------|------------------------------------------------------------------------|
-/// | `default`         | `All[Pause, Any[`[`changed`]`, UserAnnotations, Labels, DeletionRequested]]` |
-/// | `annotation`      | `All[Pause, Any[`[`changed`]`, Annotations, Labels, DeletionRequested]]`     |
-/// | `user-annotation` | the same as `default`                                                  |
+/// | value        | filter                                                                       |
+/// |--------------|------------------------------------------------------------------------------|
+/// | `default`    | `All[Pause, Any[`[`changed`]`, UserAnnotations, Labels, DeletionRequested]]` |
+/// | `annotation` | `All[Pause, Any[`[`changed`]`, Annotations, Labels, DeletionRequested]]`     |
 ///
 /// So: nothing passes while the object is paused; otherwise creation, deletion, a content
 /// change, a label change, an annotation change (`default`: only annotations outside
 /// [`PLATFORM_ANNOTATION_DOMAINS`](super::PLATFORM_ANNOTATION_DOMAINS)) and a deletion
-/// request pass, and a status-only change or a replay does not. Since `default` already
-/// passes user annotation changes, `user-annotation` adds nothing to it; the value is
-/// accepted so that configurations naming it still load.
+/// request pass, and a status-only change or a replay does not.
 ///
-/// windlass cannot load code named in the config: any other value, a `module.Class` path
-/// included, is a config error, and custom filters are given in code, per controller,
-/// through [`WatchFilters`].
-///
-/// ```
-/// use windlass::runtime::filter::GlobalFilter;
-///
-/// let chosen: GlobalFilter = "annotation".parse()?;
-/// assert_eq!(chosen, GlobalFilter::Annotation);
-/// let err = "mymodule.MyFilter".parse::<GlobalFilter>().unwrap_err();
-/// assert!(err.to_string().contains("is not one of default, annotation, user-annotation"));
-/// # Ok::<(), windlass::runtime::filter::UnknownGlobalFilter>(())
-/// ```
+/// Custom filters are given in code, per controller, through [`WatchFilters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GlobalFilter {
     /// `default`.
@@ -76,41 +59,21 @@ pub enum GlobalFilter {
     Default,
     /// `annotation`: every annotation change counts, platform annotations included.
     Annotation,
-    /// `user-annotation`: an alias of `default`.
-    UserAnnotation,
 }
 
 impl GlobalFilter {
-    /// The accepted config values.
-    pub const NAMES: [&'static str; 3] = ["default", "annotation", "user-annotation"];
-
-    /// The filter `config` chooses; [`Error::Config`] naming the key and the accepted
-    /// values if it is none of them.
-    pub fn from_config(config: &LibraryConfig) -> Result<Self> {
-        config
-            .python_watch_manager
-            .filter
-            .parse()
-            .map_err(|e: UnknownGlobalFilter| {
-                Error::config(format!("python_watch_manager.filter: {e}"))
-            })
-    }
-
-    /// The config value naming this filter.
-    pub fn name(self) -> &'static str {
-        match self {
-            GlobalFilter::Default => "default",
-            GlobalFilter::Annotation => "annotation",
-            GlobalFilter::UserAnnotation => "user-annotation",
+    /// The filter `config` chooses.
+    pub fn from_config(config: &OperatorConfig) -> Self {
+        match config.runtime.event_filter {
+            EventFilter::Default => GlobalFilter::Default,
+            EventFilter::Annotation => GlobalFilter::Annotation,
         }
     }
 
     /// The filter itself.
     pub fn spec(self) -> FilterSpec {
         let annotations = match self {
-            GlobalFilter::Default | GlobalFilter::UserAnnotation => {
-                FilterSpec::new(UserAnnotations::default())
-            }
+            GlobalFilter::Default => FilterSpec::new(UserAnnotations::default()),
             GlobalFilter::Annotation => FilterSpec::new(Annotations::default()),
         };
         FilterSpec::all([
@@ -122,33 +85,6 @@ impl GlobalFilter {
                 DeletionRequested::default().into(),
             ]),
         ])
-    }
-}
-
-impl fmt::Display for GlobalFilter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A `python_watch_manager.filter` value that names no [`GlobalFilter`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "`{0}` is not one of default, annotation, user-annotation (custom filters cannot be \
-     named in config; give them in code with Controller::watch_filters)"
-)]
-pub struct UnknownGlobalFilter(pub String);
-
-impl FromStr for GlobalFilter {
-    type Err = UnknownGlobalFilter;
-
-    fn from_str(value: &str) -> std::result::Result<Self, Self::Err> {
-        match value.trim() {
-            "default" => Ok(GlobalFilter::Default),
-            "annotation" => Ok(GlobalFilter::Annotation),
-            "user-annotation" => Ok(GlobalFilter::UserAnnotation),
-            _ => Err(UnknownGlobalFilter(value.to_string())),
-        }
     }
 }
 

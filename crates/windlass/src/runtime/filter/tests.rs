@@ -1004,10 +1004,6 @@ fn the_annotation_filter_also_passes_platform_annotations() {
         ],
     );
     assert_eq!(
-        format!("{:?}", GlobalFilter::UserAnnotation.spec()),
-        format!("{:?}", GlobalFilter::Default.spec())
-    );
-    assert_eq!(
         format!("{:?}", GlobalFilter::Default.spec()),
         "All[Pause, Any[All[CreationDeletion, Generation, NoGeneration, ResourceVersion], \
          UserAnnotations, Labels, DeletionRequested]]"
@@ -1015,20 +1011,20 @@ fn the_annotation_filter_also_passes_platform_annotations() {
 }
 
 #[test]
-fn oper8s_default_is_available_and_ignores_annotation_changes() {
+fn the_generation_only_filter_ignores_annotation_changes() {
     let add = Obj::cr();
     let paused = add.next(|o| o.annotate(PAUSE_EXECUTION, "true"));
     let unpaused = paused.next(|o| o.unannotate(PAUSE_EXECUTION));
     let spec = unpaused.next(Obj::bump_generation);
     let status = spec.next(|o| o.set_status(json!({"x": 1})));
     check_table(
-        oper8_default(),
+        generation_only(),
         &FilterSpec::new(Enable),
         &[
             ("add", Added, &add, true),
             ("pause", Modified, &paused, false),
             (
-                "unpause (oper8 waited for the periodic reconcile)",
+                "unpause (waits for the periodic reconcile)",
                 Modified,
                 &unpaused,
                 false,
@@ -1041,39 +1037,11 @@ fn oper8s_default_is_available_and_ignores_annotation_changes() {
 }
 
 #[test]
-fn the_configured_global_filter_is_parsed_and_unknown_values_are_config_errors() {
-    for (value, expected) in [
-        ("default", GlobalFilter::Default),
-        ("annotation", GlobalFilter::Annotation),
-        (" user-annotation ", GlobalFilter::UserAnnotation),
-    ] {
-        assert_eq!(value.parse::<GlobalFilter>(), Ok(expected));
-        assert_eq!(expected.to_string(), value.trim());
-    }
-    let mut config = crate::config::LibraryConfig::default();
-    assert_eq!(
-        GlobalFilter::from_config(&config),
-        Ok(GlobalFilter::Default)
-    );
-    for bad in ["my.module.MyFilter", "", "Default"] {
-        config.python_watch_manager.filter = bad.to_string();
-        let err = GlobalFilter::from_config(&config).unwrap_err();
-        assert!(matches!(err, crate::Error::Config(_)), "{err}");
-        let message = err.to_string();
-        assert!(message.contains("python_watch_manager.filter"), "{message}");
-        assert!(
-            message.contains("default, annotation, user-annotation"),
-            "{message}"
-        );
-        assert!(message.contains("Controller::watch_filters"), "{message}");
-        let problems = config.validate().unwrap_err();
-        assert!(
-            problems
-                .iter()
-                .any(|p| p.starts_with("python_watch_manager.filter: `")),
-            "{problems:?}"
-        );
-    }
+fn the_configured_event_filter_picks_the_global_filter() {
+    let mut config = crate::config::OperatorConfig::default();
+    assert_eq!(GlobalFilter::from_config(&config), GlobalFilter::Default);
+    config.runtime.event_filter = crate::config::EventFilter::Annotation;
+    assert_eq!(GlobalFilter::from_config(&config), GlobalFilter::Annotation);
 }
 
 // ---------------------------------------------------------------------------------------

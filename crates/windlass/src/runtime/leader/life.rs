@@ -60,8 +60,8 @@ impl LifeLock {
         })?;
         let uid = pod.and_then(|p| p.metadata.uid).ok_or_else(|| {
             Error::config(format!(
-                "leader-for-life: Pod {namespace}/{pod_name} does not exist; pod_name must name \
-                 the operator's own Pod, which owns the lock"
+                "the for-life lock: Pod {namespace}/{pod_name} does not exist; POD_NAME (or \
+                 leader-election.identity) must name the operator's own Pod, which owns the lock"
             ))
         })?;
         Ok(LifeLock {

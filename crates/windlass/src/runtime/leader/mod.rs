@@ -7,18 +7,18 @@
 //!
 //! # The locks
 //!
-//! Chosen by `python_watch_manager.lock.type` ([`LockKind`]), resolved by
+//! Chosen by `leader-election.enabled` and `leader-election.lock` ([`LockKind`]), resolved by
 //! [`LockSettings::from_config`] and started by [`Leadership::start`]:
 //!
 //! | kind | lock object | taken over when | module |
 //! |------|-------------|-----------------|--------|
-//! | `leader-with-lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`lease`] |
-//! | `leader-for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`life`] |
-//! | `annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lock duration | [`annotation`] |
-//! | `dryrun` | none | never: every replica leads | — |
+//! | `lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`lease`] |
+//! | `for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`life`] |
+//! | `per-cr-annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lease duration | [`annotation`] |
+//! | election off | none | never: every replica leads | — |
 //!
 //! The two replica-wide locks are [`RenewedLock`]s driven by one renew loop
-//! ([`Leadership::elect`]): an attempt every `lock.poll_time`, sooner after a failed
+//! ([`Leadership::elect`]): an attempt every `leader-election.retry-period`, sooner after a failed
 //! request.
 //!
 //! # Stepping down before the others take over

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{LibraryConfig, LockKind};
+use crate::config::{LockKind, OperatorConfig};
 use crate::error::Error;
 
 /// Where the namespace of an in-cluster Pod's service account is mounted.
@@ -23,7 +23,7 @@ pub struct Timing {
     /// considers itself leader; `None` for locks that stay held until released or
     /// garbage-collected (leader-for-life). Shorter than `lease_duration`.
     pub renew_deadline: Option<Duration>,
-    /// Pause between attempts while all is well, leader or not (`lock.poll_time`).
+    /// Pause between attempts while all is well, leader or not (`leader-election.retry-period`).
     pub poll: Duration,
     /// Pause after a failed attempt.
     pub retry_after_error: Duration,
@@ -51,7 +51,7 @@ impl Timing {
         let seconds = lease_duration.as_secs_f64().round();
         if !(1.0..=f64::from(i32::MAX)).contains(&seconds) {
             return Err(Error::config(format!(
-                "python_watch_manager.lock.duration: {lease_duration:?} must be at least 1s (a \
+                "leader-election.lease-duration: {lease_duration:?} must be at least 1s (a \
                  Lease counts whole seconds)"
             )));
         }
@@ -59,7 +59,7 @@ impl Timing {
         let renew_deadline = lease_duration - lease_duration / SAFETY_DIVISOR;
         if poll.is_zero() || poll >= renew_deadline {
             return Err(Error::config(format!(
-                "python_watch_manager.lock.poll_time: {poll:?} must be more than zero and less \
+                "leader-election.retry-period: {poll:?} must be more than zero and less \
                  than {renew_deadline:?} (the lock duration {lease_duration:?} minus a fifth), or \
                  the leader loses its lease between renewals"
             )));
@@ -80,7 +80,7 @@ impl Timing {
     pub fn until_released(poll: Duration) -> Result<Timing, Error> {
         if poll.is_zero() {
             return Err(Error::config(
-                "python_watch_manager.lock.poll_time: must be more than zero",
+                "leader-election.retry-period: must be more than zero",
             ));
         }
         Ok(Timing {
@@ -103,16 +103,16 @@ impl Timing {
 /// One lock, resolved from the configuration: what [`super::Leadership::start`] starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockSettings {
-    /// The lock kind; [`LockKind::Dryrun`] whenever `dry_run` is set.
+    /// The lock kind; [`LockKind::Dryrun`] without election or in a dry run.
     pub kind: LockKind,
-    /// Name of the Lease or ConfigMap: `operator_name`, else `lock.name`. Empty for
-    /// the kinds that have no lock object.
+    /// Name of the Lease or ConfigMap: `leader-election.id`. Empty for the kinds that have
+    /// no lock object.
     pub name: String,
     /// Namespace of the lock object: the service account's namespace when running in a
-    /// Pod, else `lock.namespace`.
+    /// Pod, else `leader-election.namespace`, else `default`.
     pub namespace: String,
-    /// This replica's identity: `pod_name`, else the hostname; for leader-for-life
-    /// the name of the operator's own Pod.
+    /// This replica's identity: `leader-election.identity`, else `POD_NAME`, else the
+    /// hostname; for the `for-life` lock the name of the operator's own Pod.
     pub identity: String,
     /// When to renew and when to give up.
     pub timing: Timing,
@@ -122,66 +122,70 @@ impl LockSettings {
     /// Resolve the lock the configuration asks for.
     ///
     /// ```
-    /// use windlass::config::{LibraryConfig, LockKind};
+    /// use windlass::config::{LockStrategy, OperatorConfig};
     /// use windlass::runtime::leader::LockSettings;
     ///
-    /// let mut config = LibraryConfig::default();
-    /// config.python_watch_manager.lock.kind = LockKind::LeaderForLife;
-    /// config.operator_name = "webapp-operator".into();
+    /// let mut config = OperatorConfig::default();
+    /// config.leader_election.enabled = true;
+    /// config.leader_election.lock = LockStrategy::ForLife;
+    /// config.leader_election.id = "webapp-operator".into();
+    /// # if std::env::var_os("POD_NAME").is_none() {
     /// let err = LockSettings::from_config(&config).unwrap_err();
-    /// assert!(err.to_string().contains("pod_name"), "{err}");
-    /// config.pod_name = "webapp-operator-7d9f-x2x4q".into();
+    /// assert!(err.to_string().contains("POD_NAME"), "{err}");
+    /// # }
+    /// config.leader_election.identity = "webapp-operator-7d9f-x2x4q".into();
     /// let settings = LockSettings::from_config(&config).unwrap();
     /// assert_eq!(settings.name, "webapp-operator");
     /// ```
     ///
     /// # Errors
     /// [`Error::Config`] naming what is missing or impossible: a lock name for the Lease and
-    /// leader-for-life, `pod_name` for leader-for-life (the lock is owned by that Pod), an
-    /// identity when there is neither `pod_name` nor a hostname, durations the lock cannot
-    /// work with (see [`Timing::for_lease`]).
-    pub fn from_config(config: &LibraryConfig) -> Result<LockSettings, Error> {
+    /// the `for-life` lock, the Pod's name for `for-life` (the lock is owned by that Pod),
+    /// an identity when there is no Pod name nor a hostname, durations the lock cannot work
+    /// with (see [`Timing::for_lease`]).
+    pub fn from_config(config: &OperatorConfig) -> Result<LockSettings, Error> {
         let mounted = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
-        resolve(config, mounted.as_deref(), hostname().as_deref())
+        let pod_name = std::env::var("POD_NAME").ok();
+        resolve(
+            config,
+            mounted.as_deref(),
+            pod_name.as_deref(),
+            hostname().as_deref(),
+        )
     }
 }
 
 fn resolve(
-    config: &LibraryConfig,
+    config: &OperatorConfig,
     mounted_namespace: Option<&str>,
+    pod_name_env: Option<&str>,
     hostname: Option<&str>,
 ) -> Result<LockSettings, Error> {
-    let lock = &config.python_watch_manager.lock;
-    let kind = if config.dry_run {
-        LockKind::Dryrun
-    } else {
-        lock.kind
-    };
+    let election = &config.leader_election;
+    let kind = config.lock_kind();
     let non_empty = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
     let namespace = mounted_namespace
         .and_then(non_empty)
-        .or_else(|| non_empty(&lock.namespace))
-        .unwrap_or_default();
-    let name = non_empty(&config.operator_name)
-        .or_else(|| lock.name.as_deref().and_then(non_empty))
-        .unwrap_or_default();
-    let pod_name = non_empty(&config.pod_name);
+        .or_else(|| non_empty(&election.namespace))
+        .unwrap_or_else(|| "default".to_string());
+    let name = non_empty(&election.id).unwrap_or_default();
+    let pod_name = non_empty(&election.identity).or_else(|| pod_name_env.and_then(non_empty));
     let identity = pod_name
         .clone()
         .or_else(|| hostname.and_then(|h| non_empty(h.split('.').next().unwrap_or(h))))
         .unwrap_or_default();
     let kind_name = match kind {
-        LockKind::LeaderForLife => "leader-for-life",
-        LockKind::LeaderWithLease => "leader-with-lease",
-        LockKind::Annotation => "annotation",
-        LockKind::Dryrun => "dryrun",
+        LockKind::LeaderForLife => "for-life",
+        LockKind::LeaderWithLease => "lease",
+        LockKind::Annotation => "per-cr-annotation",
+        LockKind::Dryrun => "no",
     };
     let needs = |what: &str, how: &str| {
         Error::config(format!(
-            "the {kind_name} lock needs {what}: set {how} (python_watch_manager.lock.type)"
+            "the {kind_name} lock (leader-election.lock) needs {what}: set {how}"
         ))
     };
-    let (duration, poll) = (lock.duration.0, lock.poll_time.0);
+    let (duration, poll) = (election.lease_duration.0, election.retry_period.0);
     let timing = match kind {
         LockKind::Dryrun => Timing {
             lease_duration: duration,
@@ -194,8 +198,8 @@ fn resolve(
         LockKind::Annotation => {
             if duration.is_zero() {
                 return Err(Error::config(
-                    "python_watch_manager.lock.duration: the annotation lock needs a duration \
-                     above zero",
+                    "leader-election.lease-duration: the per-cr-annotation lock needs a \
+                     duration above zero",
                 ));
             }
             Timing {
@@ -206,31 +210,22 @@ fn resolve(
             }
         }
     };
-    if matches!(kind, LockKind::LeaderWithLease | LockKind::LeaderForLife) {
-        if name.is_empty() {
-            return Err(needs(
-                "a lock object name",
-                "operator_name or python_watch_manager.lock.name",
-            ));
-        }
-        if namespace.is_empty() {
-            return Err(needs(
-                "a namespace",
-                "python_watch_manager.lock.namespace (in a Pod, its service account's namespace \
-                 is used)",
-            ));
-        }
+    if matches!(kind, LockKind::LeaderWithLease | LockKind::LeaderForLife) && name.is_empty() {
+        return Err(needs(
+            "a lock object name",
+            "leader-election.id (--leader-election-id)",
+        ));
     }
     if kind == LockKind::LeaderForLife && pod_name.is_none() {
         return Err(needs(
             "the name of the operator's own Pod, which owns the lock ConfigMap",
-            "pod_name (env POD_NAME, e.g. from the downward API's metadata.name)",
+            "POD_NAME (e.g. from the downward API's metadata.name) or leader-election.identity",
         ));
     }
     if matches!(kind, LockKind::LeaderWithLease | LockKind::Annotation) && identity.is_empty() {
         return Err(needs(
             "an identity unique among the replicas",
-            "pod_name (env POD_NAME); there is no hostname to fall back on",
+            "POD_NAME or leader-election.identity; there is no hostname to fall back on",
         ));
     }
     Ok(LockSettings {
@@ -257,11 +252,16 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::config::ConfigDuration;
+    use crate::config::{ConfigDuration, LockStrategy};
 
-    fn config(kind: LockKind) -> LibraryConfig {
-        let mut config = LibraryConfig::default();
-        config.python_watch_manager.lock.kind = kind;
+    fn config(kind: LockKind) -> OperatorConfig {
+        let mut config = OperatorConfig::default();
+        config.leader_election.enabled = kind != LockKind::Dryrun;
+        config.leader_election.lock = match kind {
+            LockKind::LeaderForLife => LockStrategy::ForLife,
+            LockKind::Annotation => LockStrategy::PerCrAnnotation,
+            LockKind::LeaderWithLease | LockKind::Dryrun => LockStrategy::Lease,
+        };
         config
     }
 
@@ -273,70 +273,72 @@ mod tests {
     fn dry_run_overrides_the_lock_kind() {
         let mut c = config(LockKind::LeaderWithLease);
         c.dry_run = true;
-        assert_eq!(resolve(&c, None, None).unwrap().kind, LockKind::Dryrun);
+        assert_eq!(
+            resolve(&c, None, None, None).unwrap().kind,
+            LockKind::Dryrun
+        );
     }
 
     #[test]
-    fn operator_name_wins_over_lock_name_and_the_mounted_namespace_over_the_configured() {
+    fn the_mounted_namespace_wins_over_the_configured_and_the_identity_over_pod_name() {
         let mut c = config(LockKind::LeaderWithLease);
-        c.python_watch_manager.lock.name = Some("from-lock".into());
-        c.python_watch_manager.lock.namespace = "configured".into();
-        let s = resolve(&c, Some("mounted\n"), Some("host-1.example.com")).unwrap();
+        c.leader_election.id = "op".into();
+        c.leader_election.namespace = "configured".into();
+        let s = resolve(&c, Some("mounted\n"), None, Some("host-1.example.com")).unwrap();
         assert_eq!(
             (s.name.as_str(), s.namespace.as_str(), s.identity.as_str()),
-            ("from-lock", "mounted", "host-1")
+            ("op", "mounted", "host-1")
         );
-        c.operator_name = "op".into();
-        c.pod_name = "pod-1".into();
-        let s = resolve(&c, None, Some("host-1")).unwrap();
+        let s = resolve(&c, None, Some("pod-1"), Some("host-1")).unwrap();
         assert_eq!(
-            (s.name.as_str(), s.namespace.as_str(), s.identity.as_str()),
-            ("op", "configured", "pod-1")
+            (s.namespace.as_str(), s.identity.as_str()),
+            ("configured", "pod-1")
+        );
+        c.leader_election.identity = "chosen".into();
+        c.leader_election.namespace = String::new();
+        let s = resolve(&c, None, Some("pod-1"), Some("host-1")).unwrap();
+        assert_eq!(
+            (s.namespace.as_str(), s.identity.as_str()),
+            ("default", "chosen")
         );
     }
 
     #[test]
     fn impossible_combinations_are_config_errors_that_say_what_to_set() {
         let lease = config(LockKind::LeaderWithLease);
-        let err = resolve(&lease, None, Some("h")).unwrap_err();
-        assert!(err.to_string().contains("operator_name"), "{err}");
+        let err = resolve(&lease, None, None, Some("h")).unwrap_err();
+        assert!(err.to_string().contains("leader-election.id"), "{err}");
 
         let mut life = config(LockKind::LeaderForLife);
-        life.operator_name = "op".into();
-        let err = resolve(&life, None, Some("host-is-not-enough")).unwrap_err();
+        life.leader_election.id = "op".into();
+        let err = resolve(&life, None, None, Some("host-is-not-enough")).unwrap_err();
         assert!(matches!(err, Error::Config(_)));
-        assert!(err.to_string().contains("pod_name"), "{err}");
+        assert!(err.to_string().contains("POD_NAME"), "{err}");
 
         let mut anonymous = config(LockKind::Annotation);
-        anonymous.operator_name = "op".into();
-        let err = resolve(&anonymous, None, None).unwrap_err();
+        anonymous.leader_election.id = "op".into();
+        let err = resolve(&anonymous, None, None, None).unwrap_err();
         assert!(err.to_string().contains("identity"), "{err}");
-
-        let mut no_namespace = config(LockKind::LeaderWithLease);
-        no_namespace.operator_name = "op".into();
-        no_namespace.python_watch_manager.lock.namespace = " ".into();
-        let err = resolve(&no_namespace, None, Some("h")).unwrap_err();
-        assert!(err.to_string().contains("namespace"), "{err}");
     }
 
     #[test]
     fn lease_durations_are_whole_seconds_and_leave_room_for_renewals() {
         let mut c = config(LockKind::LeaderWithLease);
-        c.operator_name = "op".into();
-        c.python_watch_manager.lock.duration = secs(2.4);
-        c.python_watch_manager.lock.poll_time = secs(0.5);
-        let t = resolve(&c, None, Some("h")).unwrap().timing;
+        c.leader_election.id = "op".into();
+        c.leader_election.lease_duration = secs(2.4);
+        c.leader_election.retry_period = secs(0.5);
+        let t = resolve(&c, None, None, Some("h")).unwrap().timing;
         assert_eq!(t.lease_duration, Duration::from_secs(2));
         assert_eq!(t.renew_deadline, Some(Duration::from_millis(1600)));
         assert_eq!(t.retry_after_error, Duration::from_millis(400));
 
-        c.python_watch_manager.lock.duration = secs(0.4);
-        assert!(resolve(&c, None, Some("h")).is_err());
-        c.python_watch_manager.lock.duration = secs(2.0);
-        c.python_watch_manager.lock.poll_time = secs(1.6);
-        assert!(resolve(&c, None, Some("h")).is_err());
-        c.python_watch_manager.lock.poll_time = secs(0.0);
-        assert!(resolve(&c, None, Some("h")).is_err());
+        c.leader_election.lease_duration = secs(0.4);
+        assert!(resolve(&c, None, None, Some("h")).is_err());
+        c.leader_election.lease_duration = secs(2.0);
+        c.leader_election.retry_period = secs(1.6);
+        assert!(resolve(&c, None, None, Some("h")).is_err());
+        c.leader_election.retry_period = secs(0.0);
+        assert!(resolve(&c, None, None, Some("h")).is_err());
     }
 
     #[test]
@@ -348,9 +350,8 @@ mod tests {
             LockKind::Dryrun,
         ] {
             let mut c = config(kind);
-            c.operator_name = "op".into();
-            c.pod_name = "pod".into();
-            let s = resolve(&c, None, None).unwrap();
+            c.leader_election.id = "op".into();
+            let s = resolve(&c, None, Some("pod"), None).unwrap();
             assert_eq!(s.kind, kind);
         }
     }

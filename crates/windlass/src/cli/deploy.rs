@@ -1,0 +1,157 @@
+//! The commands that install an operator: `crds`, `rbac` and `manifests`. The RBAC of
+//! several controllers is the union of what each one's dry run touches.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::ArgMatches;
+use serde_json::Value;
+
+use super::Output;
+use super::files::read_manifests;
+use super::hosted::Hosted;
+use crate::config::OperatorConfig;
+use crate::rbac::{Access, Discovery, RbacError};
+
+/// `crds`: the CRD of every controller that has one, as YAML documents.
+pub(super) fn crds(controllers: &[Box<dyn Hosted>], out: &Output) -> ExitCode {
+    for crd in controllers.iter().filter_map(|c| c.crd()) {
+        match serde_saphyr::to_string(&crd) {
+            Ok(yaml) => out.line(format!("---\n{}", yaml.trim_end())),
+            Err(e) => {
+                eprintln!("cannot render the CRD: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The CR documents named by the `manifests` and `--cr` arguments; at least one, else a
+/// usage error that shows `usage`.
+fn cr_documents(matches: &ArgMatches, usage: &str) -> Result<Vec<Value>, ExitCode> {
+    let mut docs = Vec::new();
+    for id in ["manifests", "cr"] {
+        for path in matches.get_many::<String>(id).into_iter().flatten() {
+            match read_manifests(Path::new(path), false) {
+                Ok(found) => docs.extend(found.into_iter().map(|(_, doc)| doc)),
+                Err(e) => {
+                    eprintln!("{e}");
+                    return Err(ExitCode::from(2));
+                }
+            }
+        }
+    }
+    if docs.is_empty() {
+        eprintln!("no CR manifests given: {usage}");
+        return Err(ExitCode::from(2));
+    }
+    Ok(docs)
+}
+
+/// What the controllers touch, found by one dry run of the CRs among `docs`, each
+/// reconciled by the controller of its kind.
+async fn discover(
+    controllers: Vec<Box<dyn Hosted>>,
+    config: &OperatorConfig,
+    docs: Vec<Value>,
+) -> Result<Access, RbacError> {
+    let mut discovery = Discovery::new(config.clone());
+    for controller in controllers {
+        discovery = controller.add_to_discovery(discovery);
+    }
+    discovery.run(docs).await
+}
+
+/// `rbac CR…`: the ServiceAccount, role and binding the controllers need.
+pub(super) async fn rbac(
+    name: &str,
+    controllers: Vec<Box<dyn Hosted>>,
+    config: OperatorConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let docs = match cr_documents(matches, "rbac <file.yaml | directory>…") {
+        Ok(docs) => docs,
+        Err(code) => return code,
+    };
+    let options = crate::rbac::Options {
+        name: matches
+            .get_one::<String>("name")
+            .cloned()
+            .unwrap_or_else(|| name.to_string()),
+        namespace: matches
+            .get_one::<String>("namespace")
+            .cloned()
+            .unwrap_or_else(|| "default".to_string()),
+        namespaced: matches.get_flag("namespaced"),
+    };
+    let lock = config.lock_kind();
+    let yaml = match discover(controllers, &config, docs).await {
+        Ok(access) => crate::rbac::manifests(&access, &options).and_then(|mut m| {
+            m.rules_mut().extend(crate::rbac::lock_rules(lock));
+            m.to_yaml()
+        }),
+        Err(e) => Err(e),
+    };
+    match yaml {
+        Ok(yaml) => {
+            out.line(yaml.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `manifests CR… --image IMAGE`: everything that installs and runs the operator.
+pub(super) async fn manifests(
+    name: &str,
+    controllers: Vec<Box<dyn Hosted>>,
+    config: OperatorConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let docs = match cr_documents(matches, "manifests --image IMAGE <file.yaml | directory>…") {
+        Ok(docs) => docs,
+        Err(code) => return code,
+    };
+    let options = crate::install::InstallOptions {
+        name: matches
+            .get_one::<String>("name")
+            .cloned()
+            .unwrap_or_else(|| name.to_string()),
+        namespace: matches
+            .get_one::<String>("namespace")
+            .cloned()
+            .unwrap_or_else(|| "default".to_string()),
+        image: matches
+            .get_one::<String>("image")
+            .cloned()
+            .unwrap_or_default(),
+        replicas: matches.get_one::<i32>("replicas").copied().unwrap_or(1),
+    };
+    let crds: Vec<_> = controllers.iter().filter_map(|c| c.crd()).collect();
+    // Unusable options and addresses fail before the dry runs.
+    let checked = crate::install::objects(&crds, &Access::default(), &config, &options);
+    let yaml = match checked {
+        Err(e) => Err(e),
+        Ok(_) => match discover(controllers, &config, docs).await {
+            Ok(access) => crate::install::objects(&crds, &access, &config, &options)
+                .and_then(|objects| crate::install::to_yaml(&objects)),
+            Err(e) => Err(e.into()),
+        },
+    };
+    match yaml {
+        Ok(yaml) => {
+            out.line(yaml.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! `describe KIND/NAME`: why is this CR (not) Ready?
+//!
+//! windlass reconciles the CR through a [`Plan`](super::plan::Plan): reads go to the cluster, writes are
+//! recorded instead of made. So what `describe` prints is what the operator would do now,
+//! judged by the same rules: each component's state (verified, waiting and why, failed and
+//! with what, disabled, not reached), each object it renders (present or missing, ready or
+//! not by the rules verify uses, in sync or drifted: a field windlass applied was taken by
+//! another writer), and what a reconcile would write. Then the CR's conditions and its
+//! latest Events. Render, verify and the controller's hooks run as in a reconcile; only the
+//! cluster is spared, so a hook that acts outside the cluster acts.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::ArgMatches;
+
+use super::Output;
+use super::files::{install_crds, read_manifests};
+use super::hosted::Hosted;
+use crate::cluster::{Cluster, LiveCluster, MemoryCluster, Scope};
+use crate::config::OperatorConfig;
+use crate::object::ObjectRef;
+
+/// `describe KIND/NAME`: find the controller of KIND and describe the CR, on the live
+/// cluster or, with `--dry-run`, on the in-memory cluster after a dry run of the files.
+pub(super) async fn command(
+    controllers: Vec<Box<dyn Hosted>>,
+    mut config: OperatorConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    let target = matches
+        .get_one::<String>("target")
+        .cloned()
+        .unwrap_or_default();
+    let Some((kind, name)) = target.split_once('/') else {
+        eprintln!("describe KIND/NAME, e.g. describe webapp/shop: `{target}` has no `/`");
+        return ExitCode::from(2);
+    };
+    let kinds: Vec<String> = controllers.iter().map(|c| c.kind().kind).collect();
+    let Some(controller) = controllers
+        .into_iter()
+        .find(|c| c.kind().kind.eq_ignore_ascii_case(kind))
+    else {
+        eprintln!(
+            "{kind}: not a kind this operator reconciles ({})",
+            kinds.join(", ")
+        );
+        return ExitCode::from(2);
+    };
+    let type_ref = controller.kind();
+    config.dry_run = matches.get_flag("dry-run");
+    let (cluster, memory): (Arc<dyn Cluster>, Option<Arc<MemoryCluster>>) = if config.dry_run {
+        let memory = Arc::new(MemoryCluster::new());
+        if let Err(e) = install_crds(&memory, controller.crd()) {
+            eprintln!("cannot install the CRD in the in-memory cluster: {e}");
+            return ExitCode::FAILURE;
+        }
+        if let Err(e) = load(&memory, matches).await {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+        (memory.clone(), Some(memory))
+    } else {
+        let client = match kube::Config::infer()
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|c| kube::Client::try_from(c).map_err(|e| e.to_string()))
+        {
+            Ok(client) => client,
+            Err(e) => {
+                eprintln!("cannot find a cluster (KUBECONFIG or the in-cluster config): {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        (Arc::new(LiveCluster::new(client)), None)
+    };
+    let namespace = match cluster.scope(&type_ref).await {
+        Ok(Scope::Namespaced) => Some(
+            matches
+                .get_one::<String>("namespace")
+                .cloned()
+                .unwrap_or_else(|| "default".to_string()),
+        ),
+        Ok(Scope::Cluster) => None,
+        Err(e) => {
+            eprintln!("{type_ref}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cr = ObjectRef::new(
+        &type_ref.api_version,
+        &type_ref.kind,
+        namespace.as_deref(),
+        name,
+    );
+    match cluster.get(&cr).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            eprintln!("{cr}: not found");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("{cr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let description = match controller.describe(cluster, config, cr, memory).await {
+        Ok(description) => description,
+        Err(e) => {
+            eprintln!("{target}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match matches.get_one::<String>("output").map(String::as_str) {
+        Some("json") => match serde_json::to_string_pretty(&description) {
+            Ok(json) => out.line(json),
+            Err(e) => {
+                eprintln!("cannot write JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Some("mermaid") => out.line(description.mermaid.trim_end()),
+        _ => out.line(description.to_text(out.colour())),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Store the `-f` files and the `-r` directory in `memory`.
+async fn load(memory: &MemoryCluster, matches: &ArgMatches) -> Result<(), String> {
+    if let Some(dir) = matches.get_one::<String>("resource_dir") {
+        let docs = read_manifests(Path::new(dir), true)?;
+        memory
+            .load(docs.into_iter().map(|(_, d)| d))
+            .map_err(|e| format!("{dir}: {e}"))?;
+    }
+    for file in matches.get_many::<String>("cr").into_iter().flatten() {
+        for (_, doc) in read_manifests(Path::new(file), false)? {
+            memory
+                .store(doc)
+                .await
+                .map_err(|e| format!("{file}: {e}"))?;
+        }
+    }
+    Ok(())
+}
