@@ -68,6 +68,11 @@ impl Operator {
         }
     }
 
+    /// The URL of its HTTP server.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
     /// GET `path` from the operator's HTTP server: the status code and the body.
     pub fn http(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};

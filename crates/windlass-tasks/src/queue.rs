@@ -161,6 +161,29 @@ pub enum QueueConfigError {
     ZeroConcurrency,
 }
 
+/// Where one key is in a [`TaskQueue`] ([`TaskQueue::inspect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPlace {
+    /// Due now, waiting for a free slot.
+    Ready,
+    /// Waiting until this instant: a back-off after a failure, or a requested delay.
+    Delayed(Instant),
+    /// Leased to a worker; `rerun`: it was enqueued again meanwhile and runs once more.
+    Running {
+        /// Whether it runs again when this run ends.
+        rerun: bool,
+    },
+}
+
+/// One key's state in a [`TaskQueue`] ([`TaskQueue::inspect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyState {
+    /// Where it is.
+    pub place: KeyPlace,
+    /// Its runs in a row that failed; 0 once one succeeds.
+    pub failures: u32,
+}
+
 /// Counts for metrics and health checks: a snapshot taken under the queue's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QueueStats {
@@ -349,6 +372,24 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// Whether `key` is pending or running.
     pub fn contains(&self, key: &K) -> bool {
         self.shared.lock().entries.contains_key(key)
+    }
+
+    /// Where `key` is, if the queue holds it (pending or running), and how many of its runs
+    /// in a row failed: what an operator's "why is this one not done" needs.
+    pub fn inspect(&self, key: &K) -> Option<KeyState> {
+        let state = self.shared.lock();
+        let entry = state.entries.get(key)?;
+        let place = match entry.slot {
+            Slot::Ready { .. } => KeyPlace::Ready,
+            Slot::Delayed { due, .. } => KeyPlace::Delayed(due),
+            Slot::Running { rerun } => KeyPlace::Running {
+                rerun: rerun.is_some(),
+            },
+        };
+        Some(KeyState {
+            place,
+            failures: entry.backoff.attempts(),
+        })
     }
 
     /// A snapshot of the queue's counts.

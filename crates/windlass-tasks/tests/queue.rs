@@ -10,7 +10,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::{Instant, sleep};
 use windlass_tasks::backoff::BackOffPolicy;
-use windlass_tasks::queue::{Enqueued, TaskOutcome, TaskQueue};
+use windlass_tasks::queue::{Enqueued, KeyPlace, KeyState, TaskOutcome, TaskQueue};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1123,4 +1123,37 @@ async fn a_lease_reports_how_long_its_key_waited_since_it_was_due() {
         "due at 1 s, run at 5 s"
     );
     third.complete(TaskOutcome::Done);
+}
+
+#[tokio::test(start_paused = true)]
+async fn inspect_tells_where_a_key_is_and_how_often_it_failed() {
+    let q: TaskQueue<&str> = queue(1, policy(secs(1), secs(60), 0.0));
+    assert_eq!(q.inspect(&"a"), None);
+    q.enqueue("a");
+    assert_eq!(
+        q.inspect(&"a"),
+        Some(KeyState {
+            place: KeyPlace::Ready,
+            failures: 0
+        })
+    );
+    let lease = q.try_acquire().expect("a is due");
+    assert_eq!(
+        q.inspect(&"a").map(|s| s.place),
+        Some(KeyPlace::Running { rerun: false })
+    );
+    q.enqueue("a");
+    assert_eq!(
+        q.inspect(&"a").map(|s| s.place),
+        Some(KeyPlace::Running { rerun: true })
+    );
+    let failed_at = Instant::now();
+    lease.complete(TaskOutcome::Retry);
+    let state = q.inspect(&"a").expect("backing off");
+    assert_eq!(state.failures, 1);
+    assert_eq!(state.place, KeyPlace::Delayed(failed_at + secs(1)));
+    sleep(secs(1)).await;
+    let lease = q.acquire().await.expect("due after the back-off");
+    lease.complete(TaskOutcome::Done);
+    assert_eq!(q.inspect(&"a"), None, "done and gone, failures forgotten");
 }

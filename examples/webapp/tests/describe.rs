@@ -145,3 +145,67 @@ async fn a_field_another_writer_took_shows_as_drifted_with_the_crs_events() {
         "describe put nothing back"
     );
 }
+
+#[tokio::test]
+async fn describe_reads_the_operators_view_of_a_failing_cr() {
+    let (env, ns, cluster) = setup("describe-operator").await;
+    let ns = ns.name();
+    let operator = Operator::start(env, "debug", ns, &["--set", "server.debug-endpoints=true"]);
+    let mut manifest = webapp(ns, "typo");
+    manifest["spec"]["configOverrides"] = json!({"migrationImag": "x"});
+    cluster.apply(&manifest, WriteMethod::Update).await.unwrap();
+    let cr = ObjectRef::from_manifest(&manifest).unwrap();
+    eventually("the typo is a config error", LONG, &[&operator], || async {
+        cluster.get(&cr).await.unwrap().is_some_and(|cr| {
+            cr["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["reason"] == "ConfigError")
+        })
+    })
+    .await;
+    eventually(
+        "the operator has reported the reconcile",
+        LONG,
+        &[&operator],
+        || async {
+            operator
+                .http(&format!("/debug/windlass/webapp/{ns}/typo"))
+                .is_some_and(|(code, body)| code == 200 && body.contains("no such key"))
+        },
+    )
+    .await;
+
+    let url = operator.url();
+    let text = describe(env, ns, "typo", &["--operator", &url]);
+    println!("{text}");
+    assert!(text.contains("operator:"), "{text}");
+    assert!(
+        text.contains("queue: queued, due in "),
+        "waiting for the next sync period:\n{text}"
+    );
+    assert!(
+        text.contains("last reconcile: ") && text.contains("no such key: migrationImag"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(&describe(
+        env,
+        ns,
+        "typo",
+        &["--operator", &url, "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(json["operator"]["queue"]["state"], "delayed", "{json}");
+
+    // Off by default: an operator without the switch has no such path.
+    let plain = Operator::start(env, "plain", ns, &[]);
+    eventually("the second operator serves", LONG, &[&plain], || async {
+        plain.http("/healthz").is_some_and(|(code, _)| code == 200)
+    })
+    .await;
+    let (code, _) = plain
+        .http(&format!("/debug/windlass/webapp/{ns}/typo"))
+        .unwrap();
+    assert_eq!(code, 404);
+}

@@ -155,6 +155,7 @@ pub(super) fn command(name: &str, about: &str) -> Command {
                 .arg(Arg::new("namespace").short('n').long("namespace").value_name("NS").help("The CR's namespace [default: default]"))
                 .arg(Arg::new("output").short('o').long("output").value_parser(["text", "json", "mermaid"]).default_value("text"))
                 .arg(Arg::new("dry-run").long("dry-run").action(ArgAction::SetTrue).help("On the in-memory cluster, after a dry run of the CR files given with -f"))
+                .arg(Arg::new("operator").long("operator").value_name("URL").help("Also ask the operator process at URL (its metrics server, with server.debug-endpoints on) where the CR is in its queue"))
                 .arg(Arg::new("cr").short('f').long("file").action(ArgAction::Append).value_name("FILE").help("A CR manifest for --dry-run"))
                 .arg(Arg::new("resource_dir").short('r').long("resource-dir").value_name("DIR").help("Objects that already exist in the cluster (--dry-run)")),
         )

@@ -106,8 +106,20 @@ pub(super) async fn command(
             return ExitCode::FAILURE;
         }
     }
+    let operator = matches.get_one::<String>("operator").cloned();
+    let path = format!(
+        "/debug/windlass/{}/{}/{}",
+        cr.kind,
+        cr.namespace.as_deref().unwrap_or("-"),
+        cr.name
+    );
     let description = match controller.describe(cluster, config, cr, memory).await {
-        Ok(description) => description,
+        Ok(mut description) => {
+            if let Some(url) = operator {
+                description.operator = Some(operator_view(&url, &path).await);
+            }
+            description
+        }
         Err(e) => {
             eprintln!("{target}: {e}");
             return ExitCode::FAILURE;
@@ -144,4 +156,27 @@ async fn load(memory: &MemoryCluster, matches: &ArgMatches) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// GET `path` from the operator at `url` (its metrics server, with `server.debug-endpoints`
+/// on): its view of the CR, or why it could not be read.
+async fn operator_view(url: &str, path: &str) -> serde_json::Value {
+    let read = async {
+        let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        // kube's client speaks HTTP to any server, not only to an API server.
+        let client = kube::Client::try_from(kube::Config::new(uri)).map_err(|e| e.to_string())?;
+        let request = http::Request::get(path)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        let text = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            client.request_text(request),
+        )
+        .await
+        .map_err(|_| "no answer within 10 s".to_string())?
+        .map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))
+    };
+    read.await
+        .unwrap_or_else(|error: String| serde_json::json!({ "error": error }))
 }

@@ -48,6 +48,9 @@ pub(super) struct Description {
     pub error: Option<String>,
     /// The CR's latest Events, oldest first.
     pub events: Vec<EventView>,
+    /// The operator process's view of the CR (`describe --operator`): its place in the
+    /// queue, its failures in a row, its last reconcile; or why it could not be read.
+    pub operator: Option<Value>,
     /// The component graph as a Mermaid flowchart.
     #[serde(skip)]
     pub mermaid: String,
@@ -198,6 +201,7 @@ pub(super) async fn build(
         outcome: format!("{:?}", report.outcome),
         error: report.error.as_ref().map(ToString::to_string),
         events: cr_events(cluster, cr, live["metadata"]["uid"].as_str()).await,
+        operator: None,
         mermaid,
     }
 }
@@ -327,6 +331,10 @@ impl Description {
             Some(error) => out.push(format!("outcome: {} ({error})", self.outcome)),
             None => out.push(format!("outcome: {}", self.outcome)),
         }
+        if let Some(operator) = &self.operator {
+            out.push("operator:".into());
+            out.extend(operator_lines(operator));
+        }
         if !self.events.is_empty() {
             out.push("events:".into());
             for event in &self.events {
@@ -338,4 +346,47 @@ impl Description {
         }
         out.join("\n")
     }
+}
+
+/// The operator's view of the CR as lines: where it is in the queue, its last reconcile.
+fn operator_lines(view: &Value) -> Vec<String> {
+    if let Some(error) = view["error"].as_str() {
+        return vec![format!("  cannot be read: {error}")];
+    }
+    let queue = &view["queue"];
+    let failures = queue["failures"].as_u64().unwrap_or(0);
+    let after = if failures > 0 {
+        format!(", after {failures} failed reconcile(s) in a row")
+    } else {
+        String::new()
+    };
+    let place = match queue["state"].as_str() {
+        None => "not queued".to_string(),
+        Some("ready") => format!("queued, due now{after}"),
+        Some("running") if queue["rerun"] == true => {
+            format!("being reconciled, and again after that{after}")
+        }
+        Some("running") => format!("being reconciled{after}"),
+        Some("delayed") => format!(
+            "queued, due in {:.1} s{after}",
+            queue["inSeconds"].as_f64().unwrap_or_default()
+        ),
+        Some(other) => other.to_string(),
+    };
+    let mut lines = vec![format!("  queue: {place}")];
+    let last = &view["lastReconcile"];
+    if last.is_object() {
+        let error = last["error"]
+            .as_str()
+            .map(|e| format!(" ({})", e.lines().next().unwrap_or_default()))
+            .unwrap_or_default();
+        lines.push(format!(
+            "  last reconcile: {} {}{error}",
+            last["finishedAt"].as_str().unwrap_or_default(),
+            last["outcome"].as_str().unwrap_or_default(),
+        ));
+    } else {
+        lines.push("  last reconcile: none since the operator started".to_string());
+    }
+    lines
 }

@@ -177,14 +177,20 @@ impl<C: Controller> Hosted for Controlled<C> {
         let planned = reconciler
             .with_cluster(plan.clone())
             .with_observer(recorder.clone());
-        let graph = planned.components(&cr).await.map_err(|e| e.to_string())?;
-        let names: Vec<(String, bool)> = graph
-            .names(false)
-            .into_iter()
-            .map(|n| (n.to_string(), false))
-            .chain(graph.names(true).into_iter().map(|n| (n.to_string(), true)))
-            .collect();
-        let mermaid = graph.to_mermaid();
+        // A CR whose graph cannot be built (a config error, say) is still described: its
+        // conditions, the error, its Events, the operator's view.
+        let (names, mermaid) = match planned.components(&cr).await {
+            Ok(graph) => (
+                graph
+                    .names(false)
+                    .into_iter()
+                    .map(|n| (n.to_string(), false))
+                    .chain(graph.names(true).into_iter().map(|n| (n.to_string(), true)))
+                    .collect(),
+                graph.to_mermaid(),
+            ),
+            Err(_) => (Vec::new(), String::new()),
+        };
         let report = planned.reconcile(&cr).await;
         Ok(description::build(
             cluster.as_ref(),

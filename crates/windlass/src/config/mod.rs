@@ -335,6 +335,11 @@ pub struct ServerConfig {
     pub metrics_bind_address: String,
     /// Where `/healthz` and `/readyz` are served; empty: with `/metrics`, on one server.
     pub health_probe_bind_address: String,
+    /// Also serve the runtime's view of each CR (its place in the queue, its failures, its
+    /// last reconcile) at `/debug/windlass/<kind>/<namespace>/<name>` on the metrics
+    /// server, for `describe --operator`. Off by default: that server has no
+    /// authentication.
+    pub debug_endpoints: bool,
 }
 
 /// The default of [`ServerConfig::metrics_bind_address`]: every IPv4 interface, port 8080.
@@ -345,6 +350,7 @@ impl Default for ServerConfig {
         ServerConfig {
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.to_string(),
             health_probe_bind_address: String::new(),
+            debug_endpoints: false,
         }
     }
 }
@@ -482,7 +488,7 @@ fn address(text: &str) -> Option<std::net::SocketAddr> {
 /// files are relative to the repository. A test checks the list against the keys, so a new
 /// key cannot land without one, and that each named test exists.
 #[cfg(test)]
-const EFFECTS: [(&str, &str, &str); 35] = [
+const EFFECTS: [(&str, &str, &str); 36] = [
     (
         "runtime.watch-namespaces",
         "crates/windlass/tests/live/manifests.rs",
@@ -637,6 +643,11 @@ const EFFECTS: [(&str, &str, &str); 35] = [
         "server.health-probe-bind-address",
         "crates/windlass/tests/live/runtime.rs",
         "the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them",
+    ),
+    (
+        "server.debug-endpoints",
+        "examples/webapp/tests/describe.rs",
+        "describe_reads_the_operators_view_of_a_failing_cr",
     ),
     (
         "heartbeat.file",

@@ -302,12 +302,11 @@ impl Serves {
 pub async fn serve(
     addr: SocketAddr,
     serves: Serves,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
+    endpoints: Endpoints,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    serve_listener(listener, serves, metrics, health, shutdown).await
+    serve_listener(listener, serves, endpoints, shutdown).await
 }
 
 /// [`serve`] on a listener bound already, e.g. to port 0 to learn the port it got.
@@ -317,35 +316,77 @@ pub async fn serve(
 pub async fn serve_listener(
     listener: TcpListener,
     serves: Serves,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
+    endpoints: Endpoints,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving {}", serves.paths());
     }
-    axum::serve(listener, router(serves, metrics, health))
+    axum::serve(listener, router(serves, endpoints))
         .with_graceful_shutdown(shutdown)
         .await
 }
 
+/// What the server answers from.
 #[derive(Clone)]
-struct Endpoints {
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
+pub struct Endpoints {
+    /// `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// `/healthz` and `/readyz`.
+    pub health: Arc<Health>,
+    /// `/debug/windlass/…`, when on (see [`super::debug`]).
+    pub debug: Option<Arc<super::debug::Debug>>,
 }
 
-fn router(serves: Serves, metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+impl Endpoints {
+    /// Metrics and health, no debug endpoint.
+    pub fn new(metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
+        Endpoints {
+            metrics,
+            health,
+            debug: None,
+        }
+    }
+}
+
+fn router(serves: Serves, endpoints: Endpoints) -> Router {
     let mut router = Router::new();
     if serves != Serves::Probes {
         router = router.route("/metrics", get(scrape));
+        if endpoints.debug.is_some() {
+            router = router.route("/debug/windlass/{kind}/{namespace}/{name}", get(debug_view));
+        }
     }
     if serves != Serves::Metrics {
         router = router
             .route("/healthz", get(alive))
             .route("/readyz", get(ready));
     }
-    router.with_state(Endpoints { metrics, health })
+    router.with_state(endpoints)
+}
+
+async fn debug_view(
+    extract::State(endpoints): extract::State<Endpoints>,
+    extract::Path((kind, namespace, name)): extract::Path<(String, String, String)>,
+) -> Response {
+    let namespace = (namespace != "-").then_some(namespace.as_str());
+    match endpoints
+        .debug
+        .as_ref()
+        .and_then(|debug| debug.view(&kind, namespace, &name))
+    {
+        Some(view) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            view.to_string(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, TEXT)],
+            format!("no controller of {kind} here\n"),
+        )
+            .into_response(),
+    }
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -433,8 +474,7 @@ mod tests {
         let task = tokio::spawn(serve_listener(
             listener,
             serves,
-            metrics,
-            health,
+            Endpoints::new(metrics, health),
             async move {
                 let _ = stopped.await;
             },
@@ -561,8 +601,7 @@ mod tests {
         let err = serve(
             taken.local_addr().unwrap(),
             Serves::Everything,
-            Arc::new(Metrics::new()),
-            Arc::new(Health::new()),
+            Endpoints::new(Arc::new(Metrics::new()), Arc::new(Health::new())),
             std::future::pending(),
         )
         .await

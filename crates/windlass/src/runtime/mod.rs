@@ -29,8 +29,11 @@
 //! - [`metrics`]: what `/metrics` exports.
 //! - [`heartbeat`]: the heartbeat file and its check, for exec liveness probes.
 //! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
+//! - [`debug`]: the runtime's view of one CR (queue place, failures, last reconcile), for
+//!   `describe`, when `server.debug-endpoints` is on.
 
 pub mod cache;
+pub mod debug;
 pub mod dependencies;
 pub mod echo;
 pub mod filter;
@@ -220,14 +223,27 @@ impl Manager {
         {
             self.health.probe_api(self.client.clone());
         }
+        let debug = self
+            .operator
+            .server
+            .debug_endpoints
+            .then(|| Arc::new(debug::Debug::default()));
+        let mut observers = self.observers.clone();
+        if let Some(debug) = &debug {
+            observers.push(debug.clone());
+        }
         for (address, serves) in servers {
             let mut stopped = stop.clone();
-            let (metrics, health) = (self.metrics.clone(), self.health.clone());
+            let endpoints = health::Endpoints {
+                metrics: self.metrics.clone(),
+                health: self.health.clone(),
+                debug: debug.clone(),
+            };
             background.spawn(async move {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                if let Err(e) = health::serve(address, serves, metrics, health, until).await {
+                if let Err(e) = health::serve(address, serves, endpoints, until).await {
                     tracing::error!(%address, error = %e, "cannot serve {serves:?}");
                 }
             });
@@ -244,7 +260,7 @@ impl Manager {
             cluster: self.cluster.clone(),
             operator: self.operator.clone(),
             leadership: leadership.clone(),
-            observer: Arc::new(Fanout(self.observers.clone())),
+            observer: Arc::new(Fanout(observers)),
             watches: Arc::new(Telemetry {
                 health: self.health.clone(),
                 metrics: self.metrics.clone(),
@@ -255,7 +271,11 @@ impl Manager {
         };
         let mut running = Vec::new();
         for controller in self.controllers {
-            running.push(controller.start(&context)?);
+            let started = controller.start(&context)?;
+            if let Some(debug) = &debug {
+                debug.register(started.kind.clone(), started.queue.clone());
+            }
+            running.push(started);
         }
         tracing::info!(controllers = running.len(), "running");
         shutdown.await;
@@ -298,6 +318,7 @@ struct Context {
 
 /// A controller that runs.
 struct Running {
+    kind: TypeRef,
     queue: queue::ReconcileQueue,
     worker: JoinHandle<()>,
     router: JoinHandle<()>,
@@ -370,6 +391,7 @@ impl<C: Controller> Start for Pending<C> {
             context.stop.clone(),
         ));
         Ok(Running {
+            kind: primary,
             queue,
             worker,
             router,
