@@ -31,7 +31,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::annotations;
-use crate::config::{ColorChoice, LogFormat, OperatorConfig};
+use crate::config::{ColorChoice, LogFormat, OperatorConfig, oper8};
 use crate::object::ManifestExt;
 
 /// A per-CR level and `target:level` filters as one filter. Level names may also be the
@@ -41,24 +41,12 @@ fn directives(level: &'static str, filters: &str) -> Option<String> {
     for entry in filters.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         match entry.rsplit_once(':') {
             Some((target, level)) => {
-                directives.push(format!("{}={}", target.trim(), level_directive(level)?))
+                directives.push(format!("{}={}", target.trim(), oper8::level_name(level)?))
             }
             None => directives.push(entry.to_string()),
         }
     }
     Some(directives.join(","))
-}
-
-fn level_directive(name: &str) -> Option<&'static str> {
-    Some(match name.trim().to_ascii_lowercase().as_str() {
-        "disable" | "off" => "off",
-        "error" => "error",
-        "warning" | "warn" => "warn",
-        "info" => "info",
-        "debug" => "debug",
-        "trace" | "debug1" | "debug2" | "debug3" | "debug4" => "trace",
-        _ => return None,
-    })
 }
 
 /// Install the global subscriber. Calling it again (e.g. from tests) does nothing.
@@ -129,7 +117,7 @@ pub fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
     if level.is_none() && filters.is_none() {
         return CrLogGuard(None);
     }
-    let Some(level) = level.map_or(Some("info"), level_directive) else {
+    let Some(level) = level.map_or(Some("info"), oper8::level_name) else {
         tracing::warn!(
             "{} is not a log level; ignoring the CR's log annotations",
             annotations::LOG_DEFAULT_LEVEL

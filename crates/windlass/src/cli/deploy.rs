@@ -75,15 +75,10 @@ pub(super) async fn rbac(
         Ok(docs) => docs,
         Err(code) => return code,
     };
+    let (name, namespace) = name_and_namespace(matches, name);
     let options = crate::rbac::Options {
-        name: matches
-            .get_one::<String>("name")
-            .cloned()
-            .unwrap_or_else(|| name.to_string()),
-        namespace: matches
-            .get_one::<String>("namespace")
-            .cloned()
-            .unwrap_or_else(|| "default".to_string()),
+        name,
+        namespace,
         namespaced: matches.get_flag("namespaced"),
     };
     let lock = config.lock_kind();
@@ -94,16 +89,7 @@ pub(super) async fn rbac(
         }),
         Err(e) => Err(e),
     };
-    match yaml {
-        Ok(yaml) => {
-            out.line(yaml.trim_end());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    print(yaml, &out)
 }
 
 /// `manifests CR… --image IMAGE`: everything that installs and runs the operator.
@@ -118,15 +104,10 @@ pub(super) async fn manifests(
         Ok(docs) => docs,
         Err(code) => return code,
     };
+    let (name, namespace) = name_and_namespace(matches, name);
     let options = crate::install::InstallOptions {
-        name: matches
-            .get_one::<String>("name")
-            .cloned()
-            .unwrap_or_else(|| name.to_string()),
-        namespace: matches
-            .get_one::<String>("namespace")
-            .cloned()
-            .unwrap_or_else(|| "default".to_string()),
+        name,
+        namespace,
         image: matches
             .get_one::<String>("image")
             .cloned()
@@ -144,6 +125,20 @@ pub(super) async fn manifests(
             Err(e) => Err(e.into()),
         },
     };
+    print(yaml, &out)
+}
+
+/// `--name` (else the operator's name) and `--namespace` (else `default`).
+fn name_and_namespace(matches: &ArgMatches, name: &str) -> (String, String) {
+    let given = |id: &str| matches.get_one::<String>(id).cloned();
+    (
+        given("name").unwrap_or_else(|| name.to_string()),
+        given("namespace").unwrap_or_else(|| "default".to_string()),
+    )
+}
+
+/// Print the YAML, or the error that kept it from being made.
+fn print(yaml: Result<String, impl std::fmt::Display>, out: &Output) -> ExitCode {
     match yaml {
         Ok(yaml) => {
             out.line(yaml.trim_end());

@@ -340,19 +340,22 @@ fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
     }
 }
 
+/// The `tracing` level of one of oper8's level names (`warning`, `disable`, `debug1`…
+/// `debug4`, and the plain ones), as CRs annotated for oper8 and oper8 files carry them.
+pub(crate) fn level_name(name: &str) -> Option<&'static str> {
+    Some(match name.trim().to_ascii_lowercase().as_str() {
+        "disable" | "off" => "off",
+        "error" => "error",
+        "warning" | "warn" => "warn",
+        "info" => "info",
+        "debug" => "debug",
+        "trace" | "debug1" | "debug2" | "debug3" | "debug4" => "trace",
+        _ => return None,
+    })
+}
+
 /// oper8's level names and `target:level,…` filters as one `RUST_LOG`-style filter.
 fn log_filter(level: Option<&Value>, filters: Option<&Value>) -> Result<String, String> {
-    let level_name = |name: &str| -> Option<&'static str> {
-        Some(match name.trim().to_ascii_lowercase().as_str() {
-            "disable" | "off" => "off",
-            "error" => "error",
-            "warning" | "warn" => "warn",
-            "info" => "info",
-            "debug" => "debug",
-            "trace" | "debug1" | "debug2" | "debug3" | "debug4" => "trace",
-            _ => return None,
-        })
-    };
     let level = match level {
         None | Some(Value::Null) => "info",
         Some(Value::String(name)) => level_name(name)
