@@ -424,6 +424,38 @@ impl<C: Controller> Reconciler<C> {
         }))
     }
 
+    /// The objects the component `component` renders for the CR `cr` (read from the
+    /// cluster), as the rollout would apply them — after the temporary patches, the
+    /// internal-name annotation and the component's `update_object_definition`, before the
+    /// owner reference and windlass's labels — without applying anything: to test one
+    /// component ([`TestEnv::render`](crate::testing::TestEnv::render)).
+    ///
+    /// # Errors
+    /// The CR is missing or does not parse, its config is invalid, the graph cannot be
+    /// built, no component has that name, or the component fails to render.
+    pub async fn render(&self, cr: &ObjectRef, component: &str) -> Result<Vec<Value>> {
+        let manifest = self
+            .cluster
+            .get(cr)
+            .await?
+            .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
+        let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+        let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
+        let components = self.controller.components(&session)?;
+        let Some(id) = components.get(component) else {
+            return Err(Error::config(format!(
+                "{cr} has no component {component} (it has {})",
+                components.names(false).join(", ")
+            )));
+        };
+        let entry = components.graph.data(id.0);
+        let rendered = crate::rollout::render_component(&session, entry, component).await?;
+        Ok(rendered
+            .into_iter()
+            .map(|(_, manifest, _)| manifest)
+            .collect())
+    }
+
     /// The component graph the controller would roll out for the CR now, e.g. to draw it.
     pub async fn components(&self, cr: &ObjectRef) -> Result<Components<C>> {
         let manifest = self

@@ -32,8 +32,8 @@ use serde_json::{Value, json};
 
 use crate::annotations;
 use crate::cluster::{Deletion, Scope};
-use crate::component::{ManagedObject, Resources};
-use crate::controller::{Components, Controller, EdgeCondition};
+use crate::component::{ManagedObject, ResourceOptions, Resources};
+use crate::controller::{ComponentEntry, Components, Controller, EdgeCondition};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
@@ -395,25 +395,10 @@ impl<C: Controller> Rollout<'_, C> {
         let session = self.session;
         let entry = self.components.graph.data(id);
         let name = self.name(id);
-        let mut resources =
-            Resources::new(name, session.namespace(), session.kind(), session.name());
-        entry.component.render(session, &mut resources).await?;
-        let mut objects = Vec::with_capacity(resources.len());
-        let mut restart_on_change = Vec::with_capacity(resources.len());
-        for (internal_name, manifest, options) in resources.into_ordered() {
-            let mut manifest =
-                crate::patch::apply_patches(&internal_name, manifest, session.temporary_patches())?;
-            if session.operator_config().rollout.internal_name_annotation {
-                let metadata = manifest.metadata_mut();
-                let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
-                if let Some(map) = annotations.as_object_mut() {
-                    map.insert(annotations::INTERNAL_NAME.into(), json!(internal_name));
-                }
-            }
-            let mut manifest =
-                entry
-                    .component
-                    .update_object_definition(session, &internal_name, manifest)?;
+        let rendered = render_component(session, entry, name).await?;
+        let mut objects = Vec::with_capacity(rendered.len());
+        let mut restart_on_change = Vec::with_capacity(rendered.len());
+        for (internal_name, mut manifest, options) in rendered {
             // Patches and the hook may have broken what `Resources::add` checked.
             let mut reference = ObjectRef::from_manifest(&manifest).map_err(|e| {
                 Error::config(format!(
@@ -867,6 +852,37 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     {
         list.push(reference);
     }
+}
+
+/// What the component `entry` (named `name`) renders for the session's CR, as the rollout
+/// applies it: after the temporary patches, the internal-name annotation and the
+/// component's `update_object_definition`; before the owner reference, windlass's labels,
+/// the scope check and the dependency hash. Each object with its internal name and options.
+pub(crate) async fn render_component<C: Controller>(
+    session: &Session<C>,
+    entry: &ComponentEntry<C>,
+    name: &str,
+) -> Result<Vec<(String, Value, ResourceOptions)>> {
+    let mut resources = Resources::new(name, session.namespace(), session.kind(), session.name());
+    entry.component.render(session, &mut resources).await?;
+    let mut rendered = Vec::with_capacity(resources.len());
+    for (internal_name, manifest, options) in resources.into_ordered() {
+        let mut manifest =
+            crate::patch::apply_patches(&internal_name, manifest, session.temporary_patches())?;
+        if session.operator_config().rollout.internal_name_annotation {
+            let metadata = manifest.metadata_mut();
+            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(map) = annotations.as_object_mut() {
+                map.insert(annotations::INTERNAL_NAME.into(), json!(internal_name));
+            }
+        }
+        let manifest =
+            entry
+                .component
+                .update_object_definition(session, &internal_name, manifest)?;
+        rendered.push((internal_name, manifest, options));
+    }
+    Ok(rendered)
 }
 
 #[cfg(test)]

@@ -240,6 +240,32 @@ impl<C: Controller> TestEnv<C> {
         self.reconciler.reconcile(cr).await
     }
 
+    /// The objects the component `component` renders for `cr`, without a rollout: to test
+    /// one component's output. See [`Reconciler::render`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use serde_json::json;
+    /// use windlass::testing::{DummyComponent, DummyController, TestEnv};
+    ///
+    /// let controller =
+    ///     DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
+    /// let env = TestEnv::dry_run(controller).await;
+    /// let cr = env.apply_cr("shop", json!({})).await;
+    /// let objects = env.render("web", &cr).await.unwrap();
+    /// assert_eq!(objects[0]["metadata"]["name"], "shop-web");
+    /// assert!(env.get(&windlass::object::ObjectRef::new("v1", "ConfigMap", Some("test"), "shop-web")).await.is_none(), "nothing applied");
+    /// assert!(env.render("db", &cr).await.is_err(), "no such component");
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Reconciler::render`].
+    pub async fn render(&self, component: &str, cr: &ObjectRef) -> crate::Result<Vec<Value>> {
+        self.reconciler.render(cr, component).await
+    }
+
     /// The object, if it exists.
     pub async fn get(&self, object: &ObjectRef) -> Option<Value> {
         self.memory
