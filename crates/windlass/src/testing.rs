@@ -41,6 +41,7 @@ use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
 use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller, PrimaryResource};
 use crate::error::{ClusterError, Error, Result};
+use crate::events::{MemoryEventSink, Reason, RecordedEvent};
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::{Reconciler, Report};
@@ -131,6 +132,8 @@ pub struct TestEnv<C: Controller> {
     pub reconciler: Reconciler<C>,
     /// What reconciles reported.
     pub log: EventLog,
+    /// The Kubernetes Events reconciles published about CRs.
+    pub events: Arc<MemoryEventSink>,
 }
 
 impl<C: Controller> TestEnv<C> {
@@ -200,11 +203,15 @@ impl<C: Controller> TestEnv<C> {
             .create_namespace(TEST_NAMESPACE)
             .expect("the test namespace name is valid");
         let log = EventLog::default();
-        let reconciler = Reconciler::new(controller, cluster, config).with_observer(log.clone());
+        let events = Arc::new(MemoryEventSink::new());
+        let reconciler = Reconciler::new(controller, cluster, config)
+            .with_observer(log.clone())
+            .with_events(events.clone());
         TestEnv {
             memory,
             reconciler,
             log,
+            events,
         }
     }
 
@@ -238,6 +245,47 @@ impl<C: Controller> TestEnv<C> {
     /// Reconcile a CR once.
     pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
         self.reconciler.reconcile(cr).await
+    }
+
+    /// Assert that the CR is Ready: `Ready=True` and `Updating=False`, both `Stable`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use serde_json::json;
+    /// use windlass::events::Reason;
+    /// use windlass::testing::{DummyComponent, DummyController, TestEnv};
+    ///
+    /// let controller =
+    ///     DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
+    /// let env = TestEnv::dry_run(controller).await;
+    /// let cr = env.apply_cr("shop", json!({})).await;
+    /// env.reconcile(&cr).await;
+    /// env.assert_ready(&cr).await;
+    /// env.assert_event(&cr, Reason::RolloutCompleted);
+    /// # }
+    /// ```
+    pub async fn assert_ready(&self, cr: &ObjectRef) {
+        let status = self.status(cr).await;
+        assert_condition(&status, "Ready", true, "Stable");
+        assert_condition(&status, "Updating", false, "Stable");
+    }
+
+    /// Assert that a Kubernetes Event with `reason` was published about the CR.
+    #[track_caller]
+    pub fn assert_event(&self, cr: &ObjectRef, reason: Reason) {
+        let events = self.events.events();
+        let about = |e: &&RecordedEvent| {
+            e.regarding.name.as_deref() == Some(cr.name.as_str())
+                && e.regarding.namespace.as_deref() == cr.namespace.as_deref()
+        };
+        assert!(
+            events
+                .iter()
+                .filter(about)
+                .any(|e| e.event.reason() == reason),
+            "no {reason:?} Event about {cr} among {events:#?}"
+        );
     }
 
     /// The objects the component `component` renders for `cr`, without a rollout: to test

@@ -100,3 +100,19 @@ async fn a_failed_rollout_is_a_warning_naming_the_error() {
         "{events:?}"
     );
 }
+
+#[tokio::test]
+async fn the_test_env_records_events_for_one_line_assertions() {
+    let env = TestEnv::dry_run(
+        DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]),
+    )
+    .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    env.reconcile(&cr).await;
+    env.assert_ready(&cr).await;
+    env.assert_event(&cr, Reason::RolloutCompleted);
+    let missing = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        env.assert_event(&cr, Reason::RolloutFailed)
+    }));
+    assert!(missing.is_err(), "an Event never published is not found");
+}
