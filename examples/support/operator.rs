@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
 use windlass::object::TypeRef;
-use windlass_testenv::TestEnv;
+use windlass_testenv::{TestEnv, TestNamespace};
 
 /// The operator process, its log lines collected as they come.
 pub struct Operator {
@@ -189,4 +189,19 @@ where
         assert!(tokio::time::Instant::now() < deadline, "CRD never served");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// For one live test: the shared control plane, a namespace of its own named after
+/// `prefix`, a cluster client, and the CRD of `K` installed and served.
+pub async fn setup<K>(prefix: &str) -> (&'static TestEnv, TestNamespace, Arc<LiveCluster>)
+where
+    K: kube::CustomResourceExt + kube::Resource<DynamicType = ()>,
+{
+    let env = TestEnv::shared()
+        .await
+        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
+    let ns = env.namespace(prefix).await.unwrap();
+    let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
+    install_crd_of::<K>(&cluster).await;
+    (env, ns, cluster)
 }

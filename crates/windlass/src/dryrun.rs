@@ -72,11 +72,6 @@ impl DryRun {
         self
     }
 
-    /// The kinds this dry run reconciles.
-    pub fn kinds(&self) -> Vec<TypeRef> {
-        self.reconcilers.iter().map(|(k, _)| k.clone()).collect()
-    }
-
     fn reconciler_of(&self, cr: &ObjectRef) -> Option<&dyn ReconcileKind> {
         self.reconcilers
             .iter()

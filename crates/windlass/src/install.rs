@@ -365,9 +365,8 @@ pub async fn manifests_with<C: Controller>(
     crs: Vec<Value>,
     options: &InstallOptions,
 ) -> Result<Vec<Value>, InstallError> {
-    check_options(options)?;
-    // Fails early, before the dry run, on an unusable address.
-    deployment(options, &operator_config(config, options))?;
+    // Fails early, before the dry run, on unusable options or an unusable address.
+    check(config, options)?;
     let crds: Vec<_> = crd.iter().cloned().collect();
     let access = rbac::discover_with(controller, crd, config.clone(), crs).await?;
     objects(&crds, &access, config, options)
@@ -397,6 +396,16 @@ pub fn objects(
     objects.extend(rbac_objects(access, options, &deployed)?);
     objects.push(deployment);
     Ok(objects)
+}
+
+/// Whether `options` and `config` make a Deployment that can run (an image, a replica
+/// count, an address the probes reach), without the RBAC: what to find out before a dry run.
+///
+/// # Errors
+/// As [`objects`], but for the RBAC.
+pub fn check(config: &OperatorConfig, options: &InstallOptions) -> Result<(), InstallError> {
+    check_options(options)?;
+    deployment(options, &operator_config(config, options)).map(|_| ())
 }
 
 /// An image and a replica count the Deployment can run with.

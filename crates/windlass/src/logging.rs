@@ -78,10 +78,10 @@ pub fn init(config: &OperatorConfig) {
     let _ = tracing_subscriber::registry().with(fmt).try_init();
 }
 
-/// Whether log lines get colour: only on a terminal, and not when `NO_COLOR` is set to
-/// anything but the empty string (no-color.org). A log piped into a file or collected by a
-/// container runtime would otherwise carry escape codes.
-fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+/// Whether log lines (and what the CLI prints) get colour: only on a terminal, and not when
+/// `NO_COLOR` is set to anything but the empty string (no-color.org). A log piped into a
+/// file or collected by a container runtime would otherwise carry escape codes.
+pub(crate) fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
     terminal && no_color.is_none_or(|v| v.is_empty())
 }
 

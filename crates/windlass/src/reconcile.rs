@@ -434,13 +434,7 @@ impl<C: Controller> Reconciler<C> {
     /// The CR is missing or does not parse, its config is invalid, the graph cannot be
     /// built, no component has that name, or the component fails to render.
     pub async fn render(&self, cr: &ObjectRef, component: &str) -> Result<Vec<Value>> {
-        let manifest = self
-            .cluster
-            .get(cr)
-            .await?
-            .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
-        let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
-        let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
+        let (session, _) = self.stored_session(cr).await?;
         let components = self.controller.components(&session)?;
         let Some(id) = components.get(component) else {
             return Err(Error::config(format!(
@@ -458,6 +452,16 @@ impl<C: Controller> Reconciler<C> {
 
     /// The component graph the controller would roll out for the CR now, e.g. to draw it.
     pub async fn components(&self, cr: &ObjectRef) -> Result<Components<C>> {
+        let (session, manifest) = self.stored_session(cr).await?;
+        if manifest.is_terminating() {
+            self.controller.finalize_components(&session)
+        } else {
+            self.controller.components(&session)
+        }
+    }
+
+    /// A session for the CR as the cluster stores it, outside a reconcile, and that manifest.
+    async fn stored_session(&self, cr: &ObjectRef) -> Result<(Session<C>, Value)> {
         let manifest = self
             .cluster
             .get(cr)
@@ -465,11 +469,7 @@ impl<C: Controller> Reconciler<C> {
             .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
         let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
         let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
-        if manifest.is_terminating() {
-            self.controller.finalize_components(&session)
-        } else {
-            self.controller.components(&session)
-        }
+        Ok((session, manifest))
     }
 
     /// One reconcile (see the module docs); what it got to is left in `progress` for the

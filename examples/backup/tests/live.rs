@@ -27,7 +27,7 @@ use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass_testenv::TestEnv;
 
 mod support;
-use support::{LONG, Operator, eventually, install_crd, ready};
+use support::{LONG, Operator, eventually, ready};
 
 /// The control plane, a namespace, the Backup CRD and a cluster client for one test.
 async fn setup(
@@ -37,13 +37,7 @@ async fn setup(
     windlass_testenv::TestNamespace,
     Arc<LiveCluster>,
 ) {
-    let env = TestEnv::shared()
-        .await
-        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
-    let ns = env.namespace(prefix).await.unwrap();
-    let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    install_crd(&cluster).await;
-    (env, ns, cluster)
+    support::setup::<backup_operator::Backup>(prefix).await
 }
 
 fn backup_manifest(namespace: &str, name: &str, spec: Value) -> Value {

@@ -5,12 +5,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
+use windlass::cluster::{Cluster, WriteMethod};
 use windlass::object::ObjectRef;
-use windlass_testenv::TestEnv;
 
 mod support;
 use support::{LONG, Operator, eventually, install_crd_of, ready};
@@ -31,13 +29,8 @@ fn backup(namespace: &str) -> Value {
 
 #[tokio::test]
 async fn one_process_reconciles_both_kinds() {
-    let env = TestEnv::shared()
-        .await
-        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
-    let ns = env.namespace("shop").await.unwrap();
+    let (env, ns, cluster) = support::setup::<webapp_operator::WebApp>("shop").await;
     let ns = ns.name();
-    let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    install_crd_of::<webapp_operator::WebApp>(&cluster).await;
     install_crd_of::<backup_operator::Backup>(&cluster).await;
 
     let operator = Operator::start(env, "shop", ns, &[]);

@@ -5,17 +5,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
+use windlass::cluster::{Cluster, WriteMethod};
 use windlass::object::ObjectRef;
 use windlass_testenv::TestEnv;
 
 mod support;
-use support::{LONG, Operator, eventually, install_crd, ready};
+use support::{LONG, Operator, eventually, ready};
 
 fn webapp(namespace: &str, name: &str) -> Value {
     json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
@@ -38,25 +37,9 @@ fn describe(env: &TestEnv, namespace: &str, name: &str, extra: &[&str]) -> Strin
     stdout
 }
 
-async fn setup(
-    prefix: &str,
-) -> (
-    &'static TestEnv,
-    windlass_testenv::TestNamespace,
-    Arc<LiveCluster>,
-) {
-    let env = TestEnv::shared()
-        .await
-        .expect("the control plane starts (see scripts/provision-control-plane.sh)");
-    let ns = env.namespace(prefix).await.unwrap();
-    let cluster = Arc::new(LiveCluster::new(env.client().unwrap()));
-    install_crd(&cluster).await;
-    (env, ns, cluster)
-}
-
 #[tokio::test]
 async fn a_webapp_without_its_database_waits_and_describe_writes_nothing() {
-    let (env, ns, cluster) = setup("describe-waiting").await;
+    let (env, ns, cluster) = support::setup::<webapp_operator::WebApp>("describe-waiting").await;
     let ns = ns.name();
     // No operator runs: nothing has been created for the WebApp.
     cluster
@@ -99,7 +82,7 @@ async fn a_webapp_without_its_database_waits_and_describe_writes_nothing() {
 
 #[tokio::test]
 async fn a_field_another_writer_took_shows_as_drifted_with_the_crs_events() {
-    let (env, ns, cluster) = setup("describe-drift").await;
+    let (env, ns, cluster) = support::setup::<webapp_operator::WebApp>("describe-drift").await;
     let ns = ns.name();
     let mut operator = Operator::start(env, "describe", ns, &[]);
     let manifest = webapp(ns, "drift");
@@ -148,7 +131,7 @@ async fn a_field_another_writer_took_shows_as_drifted_with_the_crs_events() {
 
 #[tokio::test]
 async fn describe_reads_the_operators_view_of_a_failing_cr() {
-    let (env, ns, cluster) = setup("describe-operator").await;
+    let (env, ns, cluster) = support::setup::<webapp_operator::WebApp>("describe-operator").await;
     let ns = ns.name();
     let operator = Operator::start(env, "debug", ns, &["--set", "server.debug-endpoints=true"]);
     let mut manifest = webapp(ns, "typo");

@@ -82,13 +82,13 @@ pub(super) async fn rbac(
         namespaced: matches.get_flag("namespaced"),
     };
     let lock = config.lock_kind();
-    let yaml = match discover(controllers, &config, docs).await {
-        Ok(access) => crate::rbac::manifests(&access, &options).and_then(|mut m| {
-            m.rules_mut().extend(crate::rbac::lock_rules(lock));
-            m.to_yaml()
-        }),
-        Err(e) => Err(e),
-    };
+    let yaml = discover(controllers, &config, docs)
+        .await
+        .and_then(|access| crate::rbac::manifests(&access, &options))
+        .and_then(|mut manifests| {
+            manifests.rules_mut().extend(crate::rbac::lock_rules(lock));
+            manifests.to_yaml()
+        });
     print(yaml, &out)
 }
 
@@ -115,16 +115,13 @@ pub(super) async fn manifests(
         replicas: matches.get_one::<i32>("replicas").copied().unwrap_or(1),
     };
     let crds: Vec<_> = controllers.iter().filter_map(|c| c.crd()).collect();
-    // Unusable options and addresses fail before the dry runs.
-    let checked = crate::install::objects(&crds, &Access::default(), &config, &options);
-    let yaml = match checked {
-        Err(e) => Err(e),
-        Ok(_) => match discover(controllers, &config, docs).await {
-            Ok(access) => crate::install::objects(&crds, &access, &config, &options)
-                .and_then(|objects| crate::install::to_yaml(&objects)),
-            Err(e) => Err(e.into()),
-        },
-    };
+    let yaml = async {
+        // Unusable options and addresses fail before the dry runs.
+        crate::install::check(&config, &options)?;
+        let access = discover(controllers, &config, docs).await?;
+        crate::install::to_yaml(&crate::install::objects(&crds, &access, &config, &options)?)
+    }
+    .await;
     print(yaml, &out)
 }
 

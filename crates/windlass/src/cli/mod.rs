@@ -84,11 +84,12 @@ pub struct Output {
 impl Output {
     /// Standard output; coloured where it is a terminal and `NO_COLOR` is not set.
     pub fn stdout() -> Self {
-        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
         Output {
             writer: Arc::new(Mutex::new(Box::new(std::io::stdout()))),
-            colour: terminal && !no_color,
+            colour: crate::logging::colour(
+                std::io::IsTerminal::is_terminal(&std::io::stdout()),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ),
         }
     }
 
@@ -293,14 +294,6 @@ impl Operator {
             _ => ExitCode::from(2),
         }
     }
-
-    /// The operator of one controller of kind `K`, named `<k>-operator`.
-    fn of_one(kind: &str, controller: Box<dyn Hosted>) -> Self {
-        Operator {
-            name: format!("{}-operator", kind.to_lowercase()),
-            controllers: vec![controller],
-        }
-    }
 }
 
 /// Parse the process's arguments and run the subcommand on a new tokio runtime.
@@ -386,7 +379,10 @@ where
 /// The operator of one controller, named after its kind.
 fn one<C: Controller>(controlled: Controlled<C>) -> Operator {
     let kind = controlled.kind().kind;
-    Operator::of_one(&kind, Box::new(controlled))
+    Operator {
+        name: format!("{}-operator", kind.to_lowercase()),
+        controllers: vec![Box::new(controlled)],
+    }
 }
 
 /// `run` against the cluster of `KUBECONFIG` (or the in-cluster config) until SIGTERM or

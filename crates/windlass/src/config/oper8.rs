@@ -100,7 +100,7 @@ pub fn is_oper8(file: &Map<String, Value>) -> bool {
 }
 
 /// Whether `key` is one of oper8's top-level keys.
-pub fn is_top_level(key: &str) -> bool {
+fn is_top_level(key: &str) -> bool {
     KEYS.iter().any(|k| k.split('.').next() == Some(key))
 }
 
