@@ -463,6 +463,13 @@ impl<C: Controller> Session<C> {
     pub fn dry_run(&self) -> bool {
         self.inner.operator.dry_run
     }
+    /// Whether what this reconcile writes takes effect: false in a dry run (the in-memory
+    /// cluster) and in `describe` (writes are recorded, not made). A hook or component that
+    /// acts outside the cluster (calls a service's API, sends a message) does so only when
+    /// this is true, so that describing a CR never acts.
+    pub fn writes_take_effect(&self) -> bool {
+        !self.inner.operator.dry_run && !self.inner.operator.planning
+    }
     /// `<cr name>-<name>`, truncated to a valid object name.
     pub fn scoped_name(&self, name: &str) -> String {
         scoped_name(self.name(), name)

@@ -135,6 +135,22 @@ pub(super) fn command(name: &str, about: &str) -> Command {
                 .help_heading("Configuration")
                 .help("Set any configuration key, e.g. --set rollout.conflict-retries=5 (env: WINDLASS_ and the key, e.g. WINDLASS_ROLLOUT_CONFLICT_RETRIES)"),
         )
+        .arg(
+            Arg::new("kubeconfig")
+                .long("kubeconfig")
+                .global(true)
+                .value_name("FILE")
+                .help_heading("Cluster")
+                .help("The kubeconfig to reach the cluster with (run, describe) [default: KUBECONFIG, ~/.kube/config, or the in-cluster config]"),
+        )
+        .arg(
+            Arg::new("context")
+                .long("context")
+                .global(true)
+                .value_name("NAME")
+                .help_heading("Cluster")
+                .help("The kubeconfig context to use [default: its current context]"),
+        )
         .subcommand(
             Command::new("run")
                 .about("Reconcile the CRs in the cluster. With --dry-run: the CRs in files, on the in-memory cluster, printing the rollout and the final status")

@@ -7,7 +7,8 @@
 //! not by the rules verify uses, in sync or drifted: a field windlass applied was taken by
 //! another writer), and what a reconcile would write. Then the CR's conditions and its
 //! latest Events. Render, verify and the controller's hooks run as in a reconcile; only the
-//! cluster is spared, so a hook that acts outside the cluster acts.
+//! cluster is spared. A hook that acts outside the cluster must ask
+//! [`Session::writes_take_effect`](crate::session::Session::writes_take_effect) first.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ use crate::object::ObjectRef;
 pub(super) async fn command(
     controllers: Vec<Box<dyn Hosted>>,
     mut config: OperatorConfig,
+    top: &ArgMatches,
     matches: &ArgMatches,
     out: Output,
 ) -> ExitCode {
@@ -51,6 +53,7 @@ pub(super) async fn command(
     };
     let type_ref = controller.kind();
     config.dry_run = matches.get_flag("dry-run");
+    config.planning = !config.dry_run;
     let (cluster, memory): (Arc<dyn Cluster>, Option<Arc<MemoryCluster>>) = if config.dry_run {
         let memory = Arc::new(MemoryCluster::new());
         if let Err(e) = install_crds(&memory, controller.crd()) {
@@ -63,14 +66,13 @@ pub(super) async fn command(
         }
         (memory.clone(), Some(memory))
     } else {
-        let client = match kube::Config::infer()
+        let client = match super::kube_config(top)
             .await
-            .map_err(|e| e.to_string())
             .and_then(|c| kube::Client::try_from(c).map_err(|e| e.to_string()))
         {
             Ok(client) => client,
             Err(e) => {
-                eprintln!("cannot find a cluster (KUBECONFIG or the in-cluster config): {e}");
+                eprintln!("{e}");
                 return ExitCode::FAILURE;
             }
         };

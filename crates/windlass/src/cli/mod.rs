@@ -56,6 +56,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use clap::ArgMatches;
 use kube::CustomResourceExt;
 
 use crate::config::OperatorConfig;
@@ -280,10 +281,12 @@ impl Operator {
                     );
                     return ExitCode::from(2);
                 }
-                live_run(controllers, config).await
+                live_run(controllers, config, &matches).await
             }
             Some(("graph", sub)) => inspect::graph(controllers, config, sub, out).await,
-            Some(("describe", sub)) => describe::command(controllers, config, sub, out).await,
+            Some(("describe", sub)) => {
+                describe::command(controllers, config, &matches, sub, out).await
+            }
             Some(("config-schema", sub)) => inspect::config_schema(&controllers, sub, &out),
             Some(("check-heartbeat", sub)) => inspect::check_heartbeat(&config, sub, out),
             Some(("crds", _)) => deploy::crds(&controllers, &out),
@@ -385,13 +388,42 @@ fn one<C: Controller>(controlled: Controlled<C>) -> Operator {
     }
 }
 
-/// `run` against the cluster of `KUBECONFIG` (or the in-cluster config) until SIGTERM or
-/// SIGINT; exit 0 after a clean shutdown.
-async fn live_run(controllers: Vec<Box<dyn Hosted>>, config: OperatorConfig) -> ExitCode {
-    let kube_config = match kube::Config::infer().await {
+/// How to reach the cluster: `--kubeconfig` and `--context` when given, else what kube-rs
+/// infers (`KUBECONFIG`, `~/.kube/config`, the in-cluster service account), as kubectl
+/// and controller-runtime's operators do.
+pub(super) async fn kube_config(matches: &ArgMatches) -> Result<kube::Config, String> {
+    let options = kube::config::KubeConfigOptions {
+        context: matches.get_one::<String>("context").cloned(),
+        ..Default::default()
+    };
+    let found =
+        match matches.get_one::<String>("kubeconfig") {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| format!("--kubeconfig {path}: {e}"))?;
+                kube::Config::from_custom_kubeconfig(file, &options).await
+            }
+            None if options.context.is_some() => kube::Config::from_kubeconfig(&options).await,
+            None => return kube::Config::infer().await.map_err(|e| {
+                format!(
+                    "cannot find a cluster (--kubeconfig, KUBECONFIG or the in-cluster config): {e}"
+                )
+            }),
+        };
+    found.map_err(|e| format!("cannot use the kubeconfig: {e}"))
+}
+
+/// `run` against the cluster [`kube_config`] finds until SIGTERM or SIGINT; exit 0 after a
+/// clean shutdown.
+async fn live_run(
+    controllers: Vec<Box<dyn Hosted>>,
+    config: OperatorConfig,
+    matches: &ArgMatches,
+) -> ExitCode {
+    let kube_config = match kube_config(matches).await {
         Ok(kube_config) => kube_config,
         Err(e) => {
-            eprintln!("cannot find a cluster (KUBECONFIG or the in-cluster config): {e}");
+            eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::{Output, run};
+use super::{Output, args, run};
 use crate::config::OperatorConfig;
 use crate::object::ManifestExt;
 use crate::testing::{DummyComponent, DummyController};
@@ -595,4 +595,42 @@ async fn describe_shows_each_component_with_its_state_and_objects() {
         ExitCode::FAILURE,
         "no such CR"
     );
+}
+
+#[tokio::test]
+async fn kubeconfig_and_context_flags_choose_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kubeconfig");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Config\ncurrent-context: one\n\
+         clusters:\n- name: one\n  cluster: {server: 'https://one.example:6443'}\n\
+         - name: two\n  cluster: {server: 'https://two.example:6443'}\n\
+         users:\n- name: u\n  user: {token: t}\n\
+         contexts:\n- name: one\n  context: {cluster: one, user: u}\n\
+         - name: two\n  context: {cluster: two, user: u}\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let matches = |extra: &[&str]| {
+        let mut argv = vec!["op", "--kubeconfig", path];
+        argv.extend_from_slice(extra);
+        argv.push("crds");
+        args::command("op", "").try_get_matches_from(argv).unwrap()
+    };
+    let host = |c: kube::Config| c.cluster_url.host().unwrap().to_string();
+    assert_eq!(
+        host(super::kube_config(&matches(&[])).await.unwrap()),
+        "one.example"
+    );
+    let two = super::kube_config(&matches(&["--context", "two"])).await;
+    assert_eq!(host(two.unwrap()), "two.example");
+
+    let missing = super::kube_config(&matches(&["--context", "three"])).await;
+    assert!(missing.unwrap_err().contains("three"));
+    let none = args::command("op", "")
+        .try_get_matches_from(["op", "--kubeconfig", "/nonexistent/kubeconfig", "crds"])
+        .unwrap();
+    let error = super::kube_config(&none).await.unwrap_err();
+    assert!(error.contains("/nonexistent/kubeconfig"), "{error}");
 }

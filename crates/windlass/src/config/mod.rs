@@ -77,6 +77,14 @@ pub struct OperatorConfig {
     #[serde(skip)]
     #[schemars(skip)]
     pub dry_run: bool,
+    /// Reconcile to see what would happen, writing nothing: `describe` on a live cluster
+    /// reads through to it and records writes instead of making them. Not a configuration
+    /// key either (set by `describe` only). See [`Session::writes_take_effect`].
+    ///
+    /// [`Session::writes_take_effect`]: crate::session::Session::writes_take_effect
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub planning: bool,
 }
 
 /// `runtime.*`.

@@ -5,6 +5,7 @@
 //!   cluster stays faithful;
 //! - `rollout`: whole reconciles on the real control plane, where the node simulator makes
 //!   workloads really become ready and the verify phase waits for them;
+//! - `describe`: `describe` of a CR whose component fails, in process;
 //! - `events`: Events about a CR through [`windlass::events::LiveEventSink`];
 //! - `live_path`: conflicts, deletions and failures on the live path;
 //! - `leader`: leader election (Lease, leader-for-life, annotation lock);
@@ -17,6 +18,7 @@
 
 mod conformance;
 mod dependency_hash;
+mod describe;
 mod events;
 mod immutable;
 mod leader;
