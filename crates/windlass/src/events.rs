@@ -51,9 +51,9 @@
 //! data (a Secret's in particular) reaches an Event. Notes are cut to the API's limit of
 //! [`NOTE_LIMIT`] bytes.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -311,16 +311,12 @@ impl MemoryEventSink {
 
     /// Every distinct event so far, in the order first published.
     pub fn events(&self) -> Vec<RecordedEvent> {
-        self.lock().iter().map(|(_, e)| e.clone()).collect()
+        self.events.lock().iter().map(|(_, e)| e.clone()).collect()
     }
 
     /// Forget every event.
     pub fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(SeriesKey, RecordedEvent)>> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner())
+        self.events.lock().clear();
     }
 }
 
@@ -329,7 +325,7 @@ impl EventSink for MemoryEventSink {
     async fn publish(&self, cr: &Value, event: CrEvent) -> Result<(), ClusterError> {
         let regarding = object_reference(cr)?;
         let key = SeriesKey::new(&regarding, &event);
-        let mut events = self.lock();
+        let mut events = self.events.lock();
         match events.iter_mut().find(|(k, _)| *k == key) {
             Some((_, recorded)) => recorded.count = recorded.count.saturating_add(1),
             None => events.push((
@@ -405,7 +401,7 @@ impl LiveEventSink {
     fn series(&self, regarding: ObjectReference, event: &CrEvent) -> (Recorder, ObjectReference) {
         let key = SeriesKey::new(&regarding, event);
         let now = Instant::now();
-        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        let mut series = self.series.lock();
         series.retain(|_, s| now.duration_since(s.used) < SERIES_TTL);
         if !series.contains_key(&key)
             && series.len() >= MAX_SERIES

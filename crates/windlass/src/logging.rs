@@ -15,9 +15,10 @@
 //! while every other crate's disabled callsites stay cached as such. The output format is
 //! the process's alone: mixing formats in one stream breaks log collectors.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 use tracing::level_filters::LevelFilter;
@@ -98,10 +99,7 @@ pub struct CrLogGuard(Option<String>);
 impl Drop for CrLogGuard {
     fn drop(&mut self) {
         if let Some(id) = self.0.take() {
-            let removed = OVERRIDES
-                .write()
-                .map(|mut o| o.remove(&id).is_some())
-                .unwrap_or(false);
+            let removed = OVERRIDES.write().remove(&id).is_some();
             if removed {
                 ACTIVE.fetch_sub(1, Ordering::SeqCst);
             }
@@ -138,10 +136,7 @@ pub fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
             return CrLogGuard(None);
         }
     };
-    let Ok(mut overrides) = OVERRIDES.write() else {
-        return CrLogGuard(None);
-    };
-    overrides.insert(id.to_string(), Arc::new(filter));
+    OVERRIDES.write().insert(id.to_string(), Arc::new(filter));
     ACTIVE.fetch_add(1, Ordering::SeqCst);
     CrLogGuard(Some(id.to_string()))
 }
@@ -169,7 +164,7 @@ impl ReconcileFilter {
         let id = current
             .scope()
             .find_map(|span| span.extensions().get::<ReconcileId>().map(|r| r.0.clone()))?;
-        OVERRIDES.read().ok()?.get(&id).cloned()
+        OVERRIDES.read().get(&id).cloned()
     }
 }
 

@@ -36,8 +36,9 @@
 //! that only some spec value makes a component render needs a CR with that value among
 //! the manifests.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -736,18 +737,12 @@ impl Recording {
     }
 
     fn add_primary(&self, primary: TypeRef) {
-        self.primaries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(primary);
+        self.primaries.lock().push(primary);
     }
 
     /// A status write or a patch is a write of the kind, except on a CR kind.
     fn is_primary(&self, type_ref: &TypeRef) -> bool {
-        self.primaries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(type_ref)
+        self.primaries.lock().contains(type_ref)
     }
 
     /// Note a call on `type_ref`, unless the kind is not served (nothing can be granted
@@ -756,15 +751,12 @@ impl Recording {
         if matches!(result, Err(ClusterError::UnknownKind { .. })) {
             return;
         }
-        let mut touched = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        let mut touched = self.touched.lock();
         *touched.entry(type_ref).or_default() |= write;
     }
 
     fn touched(&self) -> BTreeMap<TypeRef, bool> {
-        self.touched
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.touched.lock().clone()
     }
 }
 

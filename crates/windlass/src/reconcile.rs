@@ -416,7 +416,7 @@ impl<C: Controller> Reconciler<C> {
             temporary_patches,
             status,
             typed_status,
-            status_changes: std::sync::Mutex::new(None),
+            status_changes: parking_lot::Mutex::new(None),
             version,
             current_version,
             observer: self.observer.clone(),

@@ -21,10 +21,11 @@
 //! unverified = everything else that deployed; unstarted = what phase 1 never started;
 //! error = the first of the deploy, after-deploy, verify and after-verify errors.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -175,7 +176,7 @@ pub async fn run<C: Controller>(
             p4_error.or(hook_verdict(session, "after_verify", result, "After-verify failed").err());
     }
 
-    let waiting = std::mem::take(&mut *lock(&rollout.waiting))
+    let waiting = std::mem::take(&mut *rollout.waiting.lock())
         .into_iter()
         .collect();
     combine(
@@ -262,10 +263,6 @@ struct Rollout<'a, C: Controller> {
     waiting: Mutex<BTreeMap<String, String>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl<C: Controller> Rollout<'_, C> {
     fn name(&self, id: NodeId) -> &str {
         self.components.graph.name(id)
@@ -273,7 +270,7 @@ impl<C: Controller> Rollout<'_, C> {
 
     /// Note why `component` waits, or that it no longer does.
     fn waiting_for(&self, component: &str, reason: Option<String>) {
-        let mut waiting = lock(&self.waiting);
+        let mut waiting = self.waiting.lock();
         match reason {
             Some(reason) => waiting.insert(component.to_string(), reason),
             None => waiting.remove(component),
@@ -389,7 +386,7 @@ impl<C: Controller> Rollout<'_, C> {
     }
 
     async fn render(&self, id: NodeId) -> Result<Arc<Vec<ManagedObject>>> {
-        if let Some(done) = self.lock_rendered().get(&id) {
+        if let Some(done) = self.rendered.lock().get(&id) {
             return Ok(done.clone());
         }
         let session = self.session;
@@ -446,7 +443,7 @@ impl<C: Controller> Rollout<'_, C> {
             objects: objects.iter().map(|o| o.reference.clone()).collect(),
         });
         let objects = Arc::new(objects);
-        self.lock_rendered().insert(id, objects.clone());
+        self.rendered.lock().insert(id, objects.clone());
         Ok(objects)
     }
 
@@ -475,7 +472,8 @@ impl<C: Controller> Rollout<'_, C> {
             // whenever its rendered copy and the cluster's differ.
             let graph = &self.components.graph;
             let earlier: Vec<Arc<Vec<ManagedObject>>> = self
-                .lock_rendered()
+                .rendered
+                .lock()
                 .iter()
                 .filter(|(other, _)| {
                     **other != id && graph.depends_on(id, **other) && !graph.data(**other).disabled
@@ -540,10 +538,6 @@ impl<C: Controller> Rollout<'_, C> {
             objects: external.into_iter().collect(),
         });
         Ok(())
-    }
-
-    fn lock_rendered(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Arc<Vec<ManagedObject>>>> {
-        self.rendered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Apply every object in render order; the first error stops the component.

@@ -7,8 +7,9 @@
 //! reconcile read or wrote (the object a write returns is the freshest there is), so that
 //! one reconcile reads each object at most once, and the inventory of what it applied.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -170,14 +171,14 @@ impl Ledger {
 
     /// A dependency hash is about to be computed from `object` as the cluster holds it.
     pub(crate) fn dependency_read(&self, object: ObjectRef) {
-        lock(&self.dependencies).0.insert(object);
+        self.dependencies.lock().0.insert(object);
     }
 
     /// The rollout wrote `object`. Returns whether a dependency hash was computed from its
     /// copy in the cluster before (that hash is stale; the reconcile is marked for a
     /// requeue, see [`Ledger::stale_dependency_hash`]).
     pub(crate) fn dependency_written(&self, object: &ObjectRef) -> bool {
-        let mut dependencies = lock(&self.dependencies);
+        let mut dependencies = self.dependencies.lock();
         let stale = dependencies.0.contains(object);
         dependencies.1 |= stale;
         stale
@@ -186,33 +187,33 @@ impl Ledger {
     /// Whether a dependency hash of this reconcile was computed from a copy that the
     /// rollout overwrote later.
     pub(crate) fn stale_dependency_hash(&self) -> bool {
-        lock(&self.dependencies).1
+        self.dependencies.lock().1
     }
 
     /// The copy seen last, if the object was read or written in this reconcile.
     pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Value>> {
-        lock(&self.objects).get(object).cloned()
+        self.objects.lock().get(object).cloned()
     }
 
     /// Remember the freshest copy of `object` (`None`: it is absent).
     pub(crate) fn remember(&self, object: ObjectRef, value: Option<Value>) {
-        lock(&self.objects).insert(object, value);
+        self.objects.lock().insert(object, value);
     }
 
     /// Forget `object`, so the next look reads it (after a delete, whose outcome the
     /// cluster decides later).
     pub(crate) fn forget(&self, object: &ObjectRef) {
-        lock(&self.objects).remove(object);
+        self.objects.lock().remove(object);
     }
 
     /// Change the inventory.
     pub(crate) fn inventory_mut<T>(&self, change: impl FnOnce(&mut Inventory) -> T) -> T {
-        change(&mut lock(&self.inventory))
+        change(&mut self.inventory.lock())
     }
 
     /// The inventory as it is now.
     pub(crate) fn inventory(&self) -> Inventory {
-        lock(&self.inventory).clone()
+        self.inventory.lock().clone()
     }
 }
 
@@ -309,10 +310,6 @@ impl Cluster for Recorded {
         self.remember(&stored);
         Ok(stored)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<C: Controller> Session<C> {
@@ -421,13 +418,13 @@ impl<C: Controller> Session<C> {
     /// # }
     /// ```
     pub fn update_status(&self, change: impl FnOnce(&mut C::Status)) {
-        let mut changes = lock(&self.inner.status_changes);
+        let mut changes = self.inner.status_changes.lock();
         change(changes.get_or_insert_with(|| self.inner.typed_status.clone()));
     }
     /// The author's status changes as one JSON merge over the status (keys that changed,
     /// `null` for keys that went away), if any were made.
     pub(crate) fn status_changes(&self) -> Option<Map<String, Value>> {
-        let changed = lock(&self.inner.status_changes).clone()?;
+        let changed = self.inner.status_changes.lock().clone()?;
         let before = serde_json::to_value(&self.inner.typed_status).ok()?;
         let after = serde_json::to_value(&changed).ok()?;
         let (Value::Object(before), Value::Object(after)) = (before, after) else {

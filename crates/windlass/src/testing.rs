@@ -27,8 +27,9 @@
 //! # });
 //! ```
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use kube::CustomResourceExt;
@@ -95,13 +96,11 @@ pub struct EventLog(Arc<Mutex<Vec<Event>>>);
 impl EventLog {
     /// Every event so far.
     pub fn events(&self) -> Vec<Event> {
-        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+        self.0.lock().clone()
     }
     /// Forget the events so far.
     pub fn clear(&self) {
-        if let Ok(mut e) = self.0.lock() {
-            e.clear();
-        }
+        self.0.lock().clear();
     }
     /// Objects written by `Deployed` events since the last clear.
     pub fn applied(&self) -> Vec<ObjectRef> {
@@ -117,9 +116,7 @@ impl EventLog {
 
 impl Observer for EventLog {
     fn event(&self, event: &Event) {
-        if let Ok(mut e) = self.0.lock() {
-            e.push(event.clone());
-        }
+        self.0.lock().push(event.clone());
     }
 }
 
@@ -461,26 +458,20 @@ impl FaultyCluster {
 
     /// Stop failing.
     pub fn heal(&self) {
-        if let Ok(mut f) = self.faults.lock() {
-            f.clear();
-        }
+        self.faults.lock().clear();
     }
 
     fn push(&self, op: Op, kind: Option<&str>, error: ClusterError, remaining: Option<usize>) {
-        if let Ok(mut f) = self.faults.lock() {
-            f.push(Fault {
-                op,
-                kind: kind.map(str::to_string),
-                error,
-                remaining,
-            });
-        }
+        self.faults.lock().push(Fault {
+            op,
+            kind: kind.map(str::to_string),
+            error,
+            remaining,
+        });
     }
 
     fn check(&self, op: Op, kind: &str) -> std::result::Result<(), ClusterError> {
-        let Ok(mut faults) = self.faults.lock() else {
-            return Ok(());
-        };
+        let mut faults = self.faults.lock();
         let hit = faults.iter_mut().find(|f| {
             f.op == op
                 && f.kind.as_deref().is_none_or(|k| k == kind)
@@ -751,9 +742,7 @@ impl<K: PrimaryResource> DummyController<K> {
     }
 
     fn record(&self, hook: &str, result: &Result<()>) -> Result<()> {
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.push(hook.to_string());
-        }
+        self.calls.lock().push(hook.to_string());
         result.clone()
     }
 }

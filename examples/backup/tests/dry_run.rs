@@ -20,7 +20,7 @@ async fn cli(args: &[&str]) -> (ExitCode, String) {
     let mut argv = vec!["backup-operator"];
     argv.extend_from_slice(args);
     let code = run(BackupController::default(), argv, out).await;
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let text = buffer.text();
     (code, text)
 }
 

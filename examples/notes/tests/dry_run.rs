@@ -335,7 +335,7 @@ async fn the_quick_start_rolls_out_the_database_before_the_app() {
         out,
     )
     .await;
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let text = buffer.text();
     assert_eq!(code, ExitCode::SUCCESS, "{text}");
     let position = |needle: &str| {
         text.find(needle)

@@ -8,9 +8,10 @@
 //! is enough; past [`MAX_ENTRIES`] the oldest entries (of CRs long gone, typically) are
 //! dropped, so the caches stay bounded.
 
+use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -136,7 +137,10 @@ impl<C: Controller> Default for Datastores<C> {
 
 impl<C: Controller> std::fmt::Debug for Datastores<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut labels: Vec<String> = lock(&self.inner.builders)
+        let mut labels: Vec<String> = self
+            .inner
+            .builders
+            .lock()
             .keys()
             .map(|(t, l)| format!("{t}/{l}"))
             .collect();
@@ -145,10 +149,6 @@ impl<C: Controller> std::fmt::Debug for Datastores<C> {
             .field("implementations", &labels)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn describe(datastore_type: &str, name: Option<&str>) -> String {
@@ -179,8 +179,11 @@ impl<C: Controller> Datastores<C> {
         let build: Arc<Build<C, K>> = Arc::new(move |config: &InstanceConfig| {
             build(config).map(|d| Arc::new(d) as Arc<dyn Datastore<C, Connection = K>>)
         });
-        let previous =
-            lock(&self.inner.builders).insert((K::TYPE, label.to_string()), Box::new(build));
+        let previous = self
+            .inner
+            .builders
+            .lock()
+            .insert((K::TYPE, label.to_string()), Box::new(build));
         if previous.is_some() {
             tracing::warn!(
                 datastore = K::TYPE,
@@ -192,7 +195,10 @@ impl<C: Controller> Datastores<C> {
 
     /// The labels registered for the datastore type `datastore_type`, sorted.
     pub fn labels(&self, datastore_type: &str) -> Vec<String> {
-        let mut labels: Vec<String> = lock(&self.inner.builders)
+        let mut labels: Vec<String> = self
+            .inner
+            .builders
+            .lock()
             .keys()
             .filter(|(t, _)| *t == datastore_type)
             .map(|(_, l)| l.clone())
@@ -229,7 +235,7 @@ impl<C: Controller> Datastores<C> {
             Some(name) => format!("{}-{name}", component.name()),
             None => component.name().to_string(),
         };
-        lock(&self.inner.components).insert(
+        self.inner.components.lock().insert(
             key::<C, K>(session, name),
             session.id(),
             Box::new(component.clone()),
@@ -325,7 +331,7 @@ impl<C: Controller> Datastores<C> {
     }
 
     fn builder<K: Connection>(&self, config: &InstanceConfig) -> Result<Arc<Build<C, K>>> {
-        let builders = lock(&self.inner.builders);
+        let builders = self.inner.builders.lock();
         builders
             .get(&(K::TYPE, config.type_label.clone()))
             .and_then(|b| b.downcast_ref::<Arc<Build<C, K>>>())
@@ -356,7 +362,9 @@ impl<C: Controller> Datastores<C> {
         session: &Session<C>,
         name: Option<&str>,
     ) -> Option<Arc<dyn Datastore<C, Connection = K>>> {
-        lock(&self.inner.components)
+        self.inner
+            .components
+            .lock()
             .get(&key::<C, K>(session, name), session.id())?
             .downcast_ref::<Arc<dyn Datastore<C, Connection = K>>>()
             .cloned()
@@ -367,7 +375,7 @@ impl<C: Controller> Datastores<C> {
         session: &Session<C>,
         name: Option<&str>,
     ) -> Arc<OnceCell<Arc<K>>> {
-        let mut connections = lock(&self.inner.connections);
+        let mut connections = self.inner.connections.lock();
         let key = key::<C, K>(session, name);
         if let Some(cell) = connections.get(&key, session.id())
             && let Ok(cell) = cell.clone().downcast::<OnceCell<Arc<K>>>()

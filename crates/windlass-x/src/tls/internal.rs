@@ -32,9 +32,10 @@
 //! key algorithm. New material appears only when something changed: no CA yet, a partial
 //! CA Secret, a new CA, a CA or a pair close to expiry, other names.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::ByteString;
@@ -124,7 +125,7 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
         request
             .validate()
             .map_err(|e| Error::config(format!("TLS server pair for {key}: {e}")))?;
-        let mut requests = lock(&self.shared.requests);
+        let mut requests = self.shared.requests.lock();
         if requests.contains_key(&key) {
             tracing::warn!(pair = %key, "a TLS server pair was requested twice; the repeat is ignored");
             return Ok(());
@@ -159,7 +160,9 @@ impl<C: Controller> TlsContext<C> for InternalTls<C> {
     }
 
     fn pair_secret(&self, session: &Session<C>, key: &PairKey) -> Option<PairSecret> {
-        lock(&self.shared.requests)
+        self.shared
+            .requests
+            .lock()
             .contains_key(key)
             .then(|| PairSecret {
                 name: pair_secret_name(session, key),
@@ -286,7 +289,7 @@ impl Shared {
     }
 
     fn requested(&self, key: &PairKey) -> Option<Requested> {
-        lock(&self.requests).get(key).cloned()
+        self.requests.lock().get(key).cloned()
     }
 
     async fn pair<C: Controller>(
@@ -362,10 +365,6 @@ fn material_error(e: TlsError) -> Error {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The `internal-tls` component: renders the CA Secret and one Secret per enabled pair.
 struct CaComponent {
     shared: Arc<Shared>,
@@ -396,7 +395,10 @@ impl<C: Controller> Component<C> for CaComponent {
                 ..Default::default()
             },
         )?;
-        let enabled: Vec<(PairKey, Requested)> = lock(&self.shared.requests)
+        let enabled: Vec<(PairKey, Requested)> = self
+            .shared
+            .requests
+            .lock()
             .iter()
             .filter(|(_, r)| r.enabled)
             .map(|(k, r)| (k.clone(), r.clone()))

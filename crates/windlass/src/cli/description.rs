@@ -1,8 +1,9 @@
 //! What `describe` tells about a CR, put together from a reconcile through a
 //! [`Plan`](super::plan::Plan): the model `-o json` prints, and its text form.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -20,15 +21,13 @@ pub(super) struct Recorder(Arc<Mutex<Vec<Event>>>);
 
 impl Observer for Recorder {
     fn event(&self, event: &Event) {
-        if let Ok(mut events) = self.0.lock() {
-            events.push(event.clone());
-        }
+        self.0.lock().push(event.clone());
     }
 }
 
 impl Recorder {
     pub(super) fn events(&self) -> Vec<Event> {
-        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+        self.0.lock().clone()
     }
 }
 

@@ -51,10 +51,11 @@
 //! }
 //! ```
 
+use parking_lot::Mutex;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use clap::ArgMatches;
 use kube::CustomResourceExt;
@@ -94,14 +95,14 @@ impl Output {
         }
     }
 
-    /// An in-memory buffer, and a handle to read it.
-    pub fn buffer() -> (Self, Arc<Mutex<Vec<u8>>>) {
+    /// An in-memory buffer, and a handle to read what was written to it.
+    pub fn buffer() -> (Self, Captured) {
         let buffer = Arc::new(Mutex::new(Vec::new()));
         let output = Output {
             writer: Arc::new(Mutex::new(Box::new(SharedBuffer(buffer.clone())))),
             colour: false,
         };
-        (output, buffer)
+        (output, Captured(buffer))
     }
 
     /// Whether what is written may carry colour codes.
@@ -110,11 +111,21 @@ impl Output {
     }
 
     pub(crate) fn line(&self, text: impl AsRef<str>) {
-        if let Ok(mut out) = self.writer.lock() {
-            // Output is best effort: a closed pipe must not crash the operator.
-            let _ = writeln!(out, "{}", text.as_ref());
-            let _ = out.flush();
-        }
+        let mut out = self.writer.lock();
+        // Output is best effort: a closed pipe must not crash the operator.
+        let _ = writeln!(out, "{}", text.as_ref());
+        let _ = out.flush();
+    }
+}
+
+/// What was written to an [`Output::buffer`].
+#[derive(Clone)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Everything written so far, as text (bytes that are not UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
 }
 
@@ -122,10 +133,7 @@ struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
 
 impl Write for SharedBuffer {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::Error::other("buffer poisoned"))?
-            .extend_from_slice(buf);
+        self.0.lock().extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -330,7 +338,7 @@ impl Operator {
 /// let (out, buffer) = Output::buffer();
 /// let code = run(MyController, ["my-operator", "crds"], out).await;
 /// assert_eq!(code, std::process::ExitCode::SUCCESS);
-/// let crd = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+/// let crd = buffer.text();
 /// assert!(crd.contains("name: widgets.test.windlass.dev"));
 /// # });
 /// # }

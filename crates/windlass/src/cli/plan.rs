@@ -2,7 +2,8 @@
 //! reconcile would write, and why. `describe` reconciles a live CR through it to show what
 //! the operator would do now, without doing it.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -39,17 +40,11 @@ impl Plan {
     /// The writes asked for so far, in order. Status writes and finalizer patches are not
     /// among them: they are bookkeeping, not changes to what the CR describes.
     pub(super) fn planned(&self) -> Vec<Planned> {
-        self.planned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.planned.lock().clone()
     }
 
     fn record(&self, planned: Planned) {
-        self.planned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(planned);
+        self.planned.lock().push(planned);
     }
 }
 

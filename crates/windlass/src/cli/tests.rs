@@ -28,7 +28,7 @@ async fn cli(args: &[&str]) -> (ExitCode, String) {
     let mut argv = vec!["widget-operator"];
     argv.extend_from_slice(args);
     let code = run(widget_operator(), argv, out).await;
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let text = buffer.text();
     (code, text)
 }
 
@@ -409,7 +409,7 @@ async fn shop_cli(args: &[&str]) -> (ExitCode, String) {
     let mut argv = vec!["shop-operator"];
     argv.extend_from_slice(args);
     let code = two_controllers().run(argv, out).await;
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let text = buffer.text();
     (code, text)
 }
 
@@ -535,7 +535,7 @@ async fn describe(extra: &[&str]) -> (ExitCode, String) {
     let code = run(broken_operator(), argv, out).await;
     (
         code,
-        String::from_utf8(buffer.lock().unwrap().clone()).unwrap(),
+        buffer.text(),
     )
 }
 

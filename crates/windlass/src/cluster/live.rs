@@ -18,8 +18,8 @@
 //!   as its source. kube's default client stack already retries 429 (honouring
 //!   `Retry-After`), 503 and 504 beneath this.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use kube::api::{
@@ -88,7 +88,7 @@ impl LiveCluster {
     }
 
     async fn kind(&self, type_ref: &TypeRef) -> Result<Kind, ClusterError> {
-        if let Some(kind) = self.lock().get(type_ref) {
+        if let Some(kind) = self.kinds.lock().get(type_ref) {
             return Ok(kind.clone());
         }
         let (group, version) = match type_ref.api_version.split_once('/') {
@@ -117,12 +117,8 @@ impl LiveCluster {
             },
             resource,
         };
-        self.lock().insert(type_ref.clone(), kind.clone());
+        self.kinds.lock().insert(type_ref.clone(), kind.clone());
         Ok(kind)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TypeRef, Kind>> {
-        self.kinds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn api(

@@ -36,8 +36,8 @@
 //! conflicts between field managers (windlass always forces its apply), and API versions
 //! of one group converting between each other (objects are keyed by group and kind).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
@@ -254,7 +254,7 @@ impl MemoryCluster {
                 .create_namespace(ns)
                 .expect("built-in namespaces are valid");
         }
-        cluster.lock().pending.clear();
+        cluster.state.lock().pending.clear();
         cluster
     }
 
@@ -266,7 +266,7 @@ impl MemoryCluster {
             status_subresource: true,
             generation: true,
         };
-        self.lock().kinds.insert(type_ref, info);
+        self.state.lock().kinds.insert(type_ref, info);
     }
 
     /// Serve the kinds a CRD defines, e.g. `cluster.register_crd(&MyApp::crd())`.
@@ -275,7 +275,7 @@ impl MemoryCluster {
         crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     ) {
         if let Ok(manifest) = serde_json::to_value(crd) {
-            register_crd_kinds(&mut self.lock(), &manifest);
+            register_crd_kinds(&mut self.state.lock(), &manifest);
         }
     }
 
@@ -303,7 +303,7 @@ impl MemoryCluster {
     /// Create a namespace if it does not exist.
     pub fn create_namespace(&self, name: &str) -> Result<(), ClusterError> {
         let manifest = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let key = Key {
             group: String::new(),
             kind: "Namespace".into(),
@@ -334,12 +334,12 @@ impl MemoryCluster {
                 manifest.api_version().unwrap_or_default(),
                 manifest.kind().unwrap_or_default(),
             );
-            if self.lock().scope(&type_ref)? == Scope::Namespaced
+            if self.state.lock().scope(&type_ref)? == Scope::Namespaced
                 && let Some(ns) = manifest.namespace()
             {
                 self.create_namespace(ns)?;
             }
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             let stored = apply_locked(
                 &mut state,
                 &manifest,
@@ -361,7 +361,7 @@ impl MemoryCluster {
             }
             state.pending.clear();
         }
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         collect_garbage(&mut state);
         state.pending.clear();
         Ok(())
@@ -377,7 +377,7 @@ impl MemoryCluster {
         method: WriteMethod,
     ) -> Result<Value, ClusterError> {
         let result = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             apply_locked(&mut state, manifest, method, manager).map(|stored| {
                 state
                     .objects
@@ -397,17 +397,12 @@ impl MemoryCluster {
 
     /// Every stored object, ordered by group, kind, namespace and name.
     pub fn objects(&self) -> Vec<Value> {
-        self.lock()
+        self.state
+            .lock()
             .objects
             .values()
             .map(|e| e.object.clone())
             .collect()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave the store half-written (every write
-        // builds the new object first and then swaps it in), so a poisoned lock is usable.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Publish the events of the last operation. They are sent while the store is
@@ -415,7 +410,7 @@ impl MemoryCluster {
     /// and a watcher would see a resourceVersion go backwards (and a watch cache keep an
     /// older copy of an object). Sending on a broadcast channel never blocks.
     fn flush(&self) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         for event in state.pending.drain(..) {
             // No subscribers is fine: nobody is watching.
             let _ = self.events.send(event);
@@ -481,18 +476,18 @@ impl State {
 #[async_trait]
 impl Cluster for MemoryCluster {
     async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
-        self.lock().scope(type_ref)
+        self.state.lock().scope(type_ref)
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        let state = self.lock();
+        let state = self.state.lock();
         let (key, _) = Self::key_of(&state, object)?;
         Ok(state.objects.get(&key).map(|e| e.view(&self.field_manager)))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
         let (labels, fields) = query.selectors()?;
-        let state = self.lock();
+        let state = self.state.lock();
         let scope = state.scope(&query.type_ref)?;
         let group = query.type_ref.group();
         let namespace = match scope {
@@ -520,7 +515,7 @@ impl Cluster for MemoryCluster {
         uid: Option<&str>,
     ) -> Result<Deletion, ClusterError> {
         let result = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             let (key, _) = Self::key_of(&state, object)?;
             let stored_uid = state.objects.get(&key).and_then(|e| e.object.uid());
             if uid.is_some_and(|uid| stored_uid.is_some_and(|s| s != uid)) {
@@ -541,7 +536,7 @@ impl Cluster for MemoryCluster {
         resource_version: Option<&str>,
     ) -> Result<Option<Value>, ClusterError> {
         let result = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             let (key, _) = Self::key_of(&state, object)?;
             match state.objects.get(&key) {
                 None => Ok(None),
@@ -576,7 +571,7 @@ impl Cluster for MemoryCluster {
         patch: &json_patch::Patch,
     ) -> Result<Value, ClusterError> {
         let result = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             let (key, _) = Self::key_of(&state, object)?;
             let stored = state
                 .objects

@@ -24,11 +24,12 @@
 //! # Ok(()) }
 //! ```
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
@@ -225,20 +226,16 @@ impl RequestCounter {
 
     /// What was counted so far.
     pub fn snapshot(&self) -> RequestCounts {
-        self.lock().clone()
+        self.0.lock().clone()
     }
 
     /// What was counted so far, and start again from zero.
     pub fn take(&self) -> RequestCounts {
-        std::mem::take(&mut *self.lock())
+        std::mem::take(&mut *self.0.lock())
     }
 
     fn record(&self, key: RequestKey) {
-        *self.lock().0.entry(key).or_insert(0) += 1;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, RequestCounts> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *self.0.lock().0.entry(key).or_insert(0) += 1;
     }
 }
 

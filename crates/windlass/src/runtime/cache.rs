@@ -35,8 +35,9 @@
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
 //! kube-runtime's `watcher` (see [`super::source`]).
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -294,7 +295,7 @@ impl CachedCluster {
             reference,
             object.map(|o| o.resource_version().unwrap_or_default()),
         );
-        let mut written = lock(&self.written);
+        let mut written = self.written.lock();
         let Some(entry) = written.get(reference) else {
             return;
         };
@@ -309,7 +310,7 @@ impl CachedCluster {
     }
 
     fn remember(&self, reference: ObjectRef, object: Option<Value>) {
-        let mut written = lock(&self.written);
+        let mut written = self.written.lock();
         written.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
@@ -331,11 +332,11 @@ impl CachedCluster {
 
     /// [`Cluster::get`] or, with `own`, [`Cluster::get_own`] (see the module docs).
     async fn get_with(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
-        let read_through = lock(&self.stale).remove(object);
+        let read_through = self.stale.lock().remove(object);
         if !read_through {
             // A written copy past its TTL is dropped: the store answers again.
             let written = {
-                let mut written = lock(&self.written);
+                let mut written = self.written.lock();
                 match written.get(object) {
                     Some(w) if w.at.elapsed() > WRITTEN_TTL => {
                         written.remove(object);
@@ -370,7 +371,7 @@ impl CachedCluster {
         result: Result<T, ClusterError>,
     ) -> Result<T, ClusterError> {
         if let Err(ClusterError::Conflict { .. }) = &result {
-            lock(&self.stale).insert(object.clone());
+            self.stale.lock().insert(object.clone());
         }
         result
     }
@@ -410,7 +411,7 @@ impl Cluster for CachedCluster {
         // Read your writes (rule 2): a written copy or a tombstone newer than the store's.
         let mut objects: std::collections::BTreeMap<ObjectRef, Value> =
             cached.into_iter().collect();
-        for (reference, written) in lock(&self.written).iter() {
+        for (reference, written) in self.written.lock().iter() {
             if reference.type_ref() != query.type_ref
                 || !in_namespace(reference, query.namespace.as_deref())
                 || written.at.elapsed() > WRITTEN_TTL
@@ -454,8 +455,8 @@ impl Cluster for CachedCluster {
             }
             // Still there, with a deletionTimestamp: the watch tells.
             Deletion::Terminating => {
-                lock(&self.written).remove(object);
-                lock(&self.stale).insert(object.clone());
+                self.written.lock().remove(object);
+                self.stale.lock().insert(object.clone());
             }
         }
         Ok(deletion)
@@ -488,7 +489,7 @@ impl Cluster for CachedCluster {
         let result = self.live.patch(object, patch).await;
         // A failed `test` (422) means the copy the patch was computed from is stale.
         if let Err(ClusterError::Invalid { .. }) = &result {
-            lock(&self.stale).insert(object.clone());
+            self.stale.lock().insert(object.clone());
         }
         let stored = self.on_error(object, result)?;
         self.remember(object.clone(), Some(stored.clone()));
@@ -503,16 +504,12 @@ fn in_namespace(object: &ObjectRef, namespace: Option<&str>) -> bool {
     namespace.is_none() || object.namespace.is_none() || object.namespace.as_deref() == namespace
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+fn read<T>(lock: &RwLock<T>) -> parking_lot::RwLockReadGuard<'_, T> {
+    lock.read()
 }
 
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|p| p.into_inner())
+fn write<T>(lock: &RwLock<T>) -> parking_lot::RwLockWriteGuard<'_, T> {
+    lock.write()
 }
 
 #[cfg(test)]

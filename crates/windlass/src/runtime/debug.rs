@@ -5,8 +5,8 @@
 //! `server.debug-endpoints` is on: there is no authentication on that server, and error
 //! messages name objects.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -35,15 +35,13 @@ pub struct Debug {
 impl Debug {
     /// Answer for the CRs of `kind` from `queue`.
     pub(crate) fn register(&self, kind: TypeRef, queue: ReconcileQueue) {
-        if let Ok(mut queues) = self.queues.lock() {
-            queues.push((kind, queue));
-        }
+        self.queues.lock().push((kind, queue));
     }
 
     /// The view of the CR `name` (in `namespace`) of the kind named `kind` (its `kind`,
     /// any case); `None` when no controller here reconciles that kind.
     pub fn view(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let queues = self.queues.lock().ok()?;
+        let queues = self.queues.lock();
         let (type_ref, queue) = queues
             .iter()
             .find(|(type_ref, _)| type_ref.kind.eq_ignore_ascii_case(kind))?;
@@ -61,14 +59,12 @@ impl Debug {
             view["failures"] = json!(state.failures);
             view
         });
-        let last = self.last.lock().ok().and_then(|last| {
-            last.get(&cr).map(|last| {
-                json!({
-                    "finishedAt": last.at.to_string(),
-                    "outcome": format!("{:?}", last.outcome),
-                    "error": last.error,
-                    "tookSeconds": last.took.as_secs_f64(),
-                })
+        let last = self.last.lock().get(&cr).map(|last| {
+            json!({
+                "finishedAt": last.at.to_string(),
+                "outcome": format!("{:?}", last.outcome),
+                "error": last.error,
+                "tookSeconds": last.took.as_secs_f64(),
             })
         });
         Some(json!({"cr": cr.to_string(), "queue": queued, "lastReconcile": last}))
@@ -79,17 +75,15 @@ impl ReconcileObserver for Debug {
     fn started(&self, _controller: &str, _waited: Duration) {}
 
     fn finished(&self, _controller: &str, report: &Report, took: Duration) {
-        if let Ok(mut last) = self.last.lock() {
-            last.insert(
-                report.cr.clone(),
-                Last {
-                    at: jiff::Timestamp::now(),
-                    outcome: report.outcome,
-                    error: report.error.as_ref().map(ToString::to_string),
-                    took,
-                },
-            );
-        }
+        self.last.lock().insert(
+            report.cr.clone(),
+            Last {
+                at: jiff::Timestamp::now(),
+                outcome: report.outcome,
+                error: report.error.as_ref().map(ToString::to_string),
+                took,
+            },
+        );
     }
 }
 

@@ -19,10 +19,10 @@
 //! (a disabled component's object, one recreated because it is immutable) is an echo
 //! too, until the watch delivers it: the reconcile that deleted it knows it is gone.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
@@ -75,7 +75,8 @@ impl OwnWrites {
     /// A write of `object` is about to be sent. Tell the returned [`Write`] what it
     /// returned; dropped untold (an error, a cancelled reconcile), it counts as failed.
     pub fn begin(&self, object: &ObjectRef) -> Write<'_> {
-        lock(&self.objects)
+        self.objects
+            .lock()
             .entry(object.clone())
             .or_default()
             .in_flight += 1;
@@ -89,7 +90,7 @@ impl OwnWrites {
     /// If a write of `object` is in flight: a future that resolves once every write of it
     /// in flight has landed or failed. `None`: nothing in flight, judge at once.
     pub fn landing(&self, object: &ObjectRef) -> Option<Landing> {
-        let mut objects = lock(&self.objects);
+        let mut objects = self.objects.lock();
         let entry = objects.get_mut(object).filter(|e| e.in_flight > 0)?;
         let (tx, rx) = oneshot::channel();
         entry.waiters.push(tx);
@@ -99,7 +100,7 @@ impl OwnWrites {
     /// Whether `object` at `resource_version` is windlass's own write: the version a write
     /// of it returned, or an older one (see the module docs).
     pub fn is_own(&self, object: &ObjectRef, resource_version: Option<&str>) -> bool {
-        let objects = lock(&self.objects);
+        let objects = self.objects.lock();
         match (
             objects.get(object).and_then(|e| e.landed.as_ref()),
             resource_version,
@@ -112,7 +113,8 @@ impl OwnWrites {
     /// Whether windlass's own delete removed `object` and the watch has not delivered
     /// the deletion yet.
     pub fn is_own_delete(&self, object: &ObjectRef) -> bool {
-        lock(&self.objects)
+        self.objects
+            .lock()
             .get(object)
             .is_some_and(|e| e.deleted.is_some())
     }
@@ -120,7 +122,7 @@ impl OwnWrites {
     /// The watch delivered `object` at `resource_version` (`None`: deleted): a landed
     /// version it reaches has had its echo, and so has a deletion.
     pub fn observed(&self, object: &ObjectRef, resource_version: Option<&str>) {
-        let mut objects = lock(&self.objects);
+        let mut objects = self.objects.lock();
         let Some(entry) = objects.get_mut(object) else {
             return;
         };
@@ -146,7 +148,7 @@ impl OwnWrites {
 
     /// A write of `object` returned `returned` (`Landed::Deleted`: the object is gone).
     fn finish(&self, object: &ObjectRef, returned: Landed<'_>) {
-        let mut objects = lock(&self.objects);
+        let mut objects = self.objects.lock();
         // A landed version or a deletion whose echo never comes (a kind no router
         // watches) goes in time.
         objects.retain(|_, e| {
@@ -259,10 +261,6 @@ impl Future for Landing {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,7 +281,7 @@ mod tests {
         assert!(!ledger.is_own(&cm("b"), Some("10")));
         ledger.observed(&a, Some("10"));
         assert!(!ledger.is_own(&a, Some("10")), "the echo came: forgotten");
-        assert!(lock(&ledger.objects).is_empty());
+        assert!(ledger.objects.lock().is_empty());
     }
 
     #[test]
@@ -314,7 +312,7 @@ mod tests {
         let write = ledger.begin(&a);
         ledger.observed(&a, Some("10"));
         write.landed(Some("10"));
-        assert!(lock(&ledger.objects).is_empty());
+        assert!(ledger.objects.lock().is_empty());
     }
 
     #[test]
@@ -331,13 +329,13 @@ mod tests {
         assert!(!ledger.is_own_delete(&cm("b")));
         ledger.observed(&a, None);
         assert!(!ledger.is_own_delete(&a));
-        assert!(lock(&ledger.objects).is_empty());
+        assert!(ledger.objects.lock().is_empty());
 
         // The watch delivers the deletion before the delete's response is back.
         let delete = ledger.begin(&a);
         ledger.observed(&a, None);
         delete.deleted();
-        assert!(lock(&ledger.objects).is_empty(), "nothing left behind");
+        assert!(ledger.objects.lock().is_empty(), "nothing left behind");
     }
 
     #[test]

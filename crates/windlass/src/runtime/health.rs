@@ -24,10 +24,11 @@
 //! [`Health`] is the state the runtime sets; [`serve`] answers from it and from
 //! [`Metrics`].
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract;
@@ -147,9 +148,7 @@ impl Health {
 
     fn state(&self) -> MutexGuard<'_, Readiness> {
         // Every change is one assignment: a poisoned lock holds a consistent state.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// Readiness waits for `watch` to sync. Declaring it again keeps what it reported.

@@ -30,7 +30,7 @@
 //!
 //! [`prometheus-client`]: prometheus_client
 
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -220,9 +220,7 @@ impl Metrics {
     /// for it.
     pub fn registry(&self) -> MutexGuard<'_, Registry> {
         // Registering cannot leave the registry half-changed: a poisoned lock is usable.
-        self.registry
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.registry.lock()
     }
 
     /// A reconcile of `controller`'s CR started.

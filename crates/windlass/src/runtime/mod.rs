@@ -47,9 +47,10 @@ pub mod route;
 pub mod source;
 pub mod worker;
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -594,7 +595,7 @@ impl Observer for KindsSeen {
         else {
             return;
         };
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock();
         for object in objects {
             let kind = object.type_ref();
             if kind != self.primary && seen.insert(kind.clone()) {

@@ -499,7 +499,7 @@ mod tests {
 
 #[cfg(test)]
 mod follow_tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use super::*;
 
@@ -509,10 +509,10 @@ mod follow_tests {
 
     impl WatchObserver for Reports {
         fn synced(&self, _: &Watch, synced: bool) {
-            self.0.lock().unwrap().push(format!("synced {synced}"));
+            self.0.lock().push(format!("synced {synced}"));
         }
         fn failed(&self, _: &Watch, _: &watcher::Error) {
-            self.0.lock().unwrap().push("failed".into());
+            self.0.lock().push("failed".into());
         }
     }
 
@@ -554,7 +554,7 @@ mod follow_tests {
             &mut backoff,
         )
         .await;
-        (ended, reports.0.into_inner().unwrap())
+        (ended, reports.0.into_inner())
     }
 
     #[tokio::test]

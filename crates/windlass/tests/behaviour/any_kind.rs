@@ -158,7 +158,7 @@ async fn the_cli_runs_a_controller_without_a_crd() {
         out.clone(),
     )
     .await;
-    let printed = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let printed = buffer.text();
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{printed}");
     assert!(printed.contains("tenant-defaults"), "{printed}");
     let code =

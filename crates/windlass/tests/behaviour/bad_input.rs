@@ -308,7 +308,7 @@ async fn the_cli_prints_the_schema_of_the_backend_config() {
     )
     .await;
     assert_eq!(code, std::process::ExitCode::SUCCESS);
-    let yaml = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let yaml = buffer.text();
     let schema: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(
         schema["properties"]["maxItems"]["type"], "integer",

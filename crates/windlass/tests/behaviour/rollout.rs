@@ -37,7 +37,7 @@ async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed(
     assert_eq!(state.unstarted(), &set(&["web"]));
     assert!(!state.failed());
     assert_eq!(
-        *calls.lock().unwrap(),
+        *calls.lock(),
         ["after_deploy_unsuccessful(failed=false)"]
     );
     assert!(env.log.events().iter().any(|e| matches!(e, windlass::progress::Event::Verified { component, ok: true } if component == "cache")));
@@ -70,7 +70,7 @@ async fn a_failed_deploy_skips_the_verify_phase() {
     assert_eq!(state.unverified(), &set(&["cache"]));
     assert!(state.verified().is_empty());
     assert_eq!(
-        *calls.lock().unwrap(),
+        *calls.lock(),
         ["after_deploy_unsuccessful(failed=true)"]
     );
     assert!(!env.log.events().iter().any(|e| matches!(
@@ -87,7 +87,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let calls = controller.calls();
     let env = TestEnv::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
-    assert_eq!(*calls.lock().unwrap(), ["after_deploy", "after_verify"]);
+    assert_eq!(*calls.lock(), ["after_deploy", "after_verify"]);
 
     // Deployed but not verified: after_deploy then after_verify_unsuccessful(false).
     let controller = DummyController::new().component(
@@ -98,7 +98,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let env = TestEnv::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
-        *calls.lock().unwrap(),
+        *calls.lock(),
         ["after_deploy", "after_verify_unsuccessful(failed=false)"]
     );
 
@@ -111,7 +111,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let env = TestEnv::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
-        *calls.lock().unwrap(),
+        *calls.lock(),
         ["after_deploy", "after_verify_unsuccessful(failed=true)"]
     );
 
@@ -125,7 +125,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let env = TestEnv::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
-        *calls.lock().unwrap(),
+        *calls.lock(),
         ["after_deploy_unsuccessful(failed=false)"]
     );
 
@@ -139,7 +139,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let calls = controller.calls();
     let env = TestEnv::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
-    assert_eq!(*calls.lock().unwrap(), ["after_deploy"]);
+    assert_eq!(*calls.lock(), ["after_deploy"]);
 }
 
 #[tokio::test]

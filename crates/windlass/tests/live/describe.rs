@@ -91,7 +91,7 @@ async fn describe_shows_a_failing_component_of_a_live_cr_and_writes_nothing() {
         async move {
             let (out, buffer) = Output::buffer();
             let code = run(sealed_operator(), argv, out).await;
-            let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+            let text = buffer.text();
             assert_eq!(code, ExitCode::SUCCESS, "{text}");
             text
         }

@@ -42,7 +42,7 @@ async fn manifests(args: &[&str]) -> String {
     let mut argv = vec!["widget-operator", "manifests", cr.to_str().unwrap()];
     argv.extend_from_slice(args);
     let code = run(widget_operator(), argv, out).await;
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    let text = buffer.text();
     assert_eq!(code, ExitCode::SUCCESS, "{text}");
     text
 }

@@ -1,8 +1,8 @@
 //! Tests of the runner's rules, several of which a naive implementation gets wrong.
 
 use super::*;
+use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Barrier;
@@ -38,13 +38,13 @@ async fn dependencies_run_first() {
         .concurrency(1)
         .run(
             |id| {
-                order.lock().unwrap().push(g.name(id).to_string());
+                order.lock().push(g.name(id).to_string());
                 async { Ok(()) }
             },
             always,
         )
         .await;
-    assert_eq!(*order.lock().unwrap(), ["base", "left", "leaf", "right"]);
+    assert_eq!(*order.lock(), ["base", "left", "leaf", "right"]);
     assert!(state.verify_completed());
 }
 

@@ -2,8 +2,9 @@
 //! poll period, publish leadership, and give it up at the renew deadline when renewals stop
 //! succeeding.
 
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
@@ -74,9 +75,7 @@ impl Shared {
 
     fn held(&self) -> MutexGuard<'_, Held> {
         // A panic while holding this lock cannot leave `Held` half-written.
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.held.lock()
     }
 
     fn is_leader(&self) -> bool {
@@ -164,11 +163,7 @@ impl Elector {
     }
 
     pub(super) async fn shutdown(&self) -> Result<(), LockError> {
-        let stop = self
-            .stop
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let stop = self.stop.lock().take();
         let Some(stop) = stop else {
             return Ok(());
         };
@@ -305,7 +300,7 @@ mod tests {
     #[async_trait]
     impl RenewedLock for Scripted {
         async fn try_acquire(&mut self) -> Result<Attempt, LockError> {
-            self.log.lock().unwrap().attempts.push(Instant::now());
+            self.log.lock().attempts.push(Instant::now());
             let answer = if self.answers.len() > 1 {
                 self.answers.pop_front().unwrap()
             } else {
@@ -324,7 +319,7 @@ mod tests {
         }
 
         async fn release(&mut self) -> Result<(), LockError> {
-            self.log.lock().unwrap().released = true;
+            self.log.lock().released = true;
             Ok(())
         }
     }
@@ -353,7 +348,7 @@ mod tests {
         leadership.wait_until_leader().await;
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert!(leadership.is_leader());
-        let attempts = log.lock().unwrap().attempts.clone();
+        let attempts = log.lock().attempts.clone();
         let gaps: Vec<_> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(
             gaps.iter().all(|g| *g == Duration::from_secs(2)),
@@ -367,7 +362,7 @@ mod tests {
         let leadership = Leadership::elect(lock, timing());
         let mut changes = leadership.watch();
         changes.wait_for(|l| *l).await.unwrap();
-        let last_success = log.lock().unwrap().attempts[0];
+        let last_success = log.lock().attempts[0];
         changes.wait_for(|l| !*l).await.unwrap();
         let stepped_down = Instant::now();
         // Stepped down exactly at the renew deadline, counted from the start of the last
@@ -376,7 +371,7 @@ mod tests {
         assert!(stepped_down < last_success + Duration::from_secs(10));
         assert!(!leadership.is_leader());
         // Failures were retried in between, more often than the poll period allows for.
-        let attempts = log.lock().unwrap().attempts.len();
+        let attempts = log.lock().attempts.len();
         assert!(attempts >= 4, "{attempts} attempts");
     }
 
@@ -385,7 +380,7 @@ mod tests {
         let (lock, log) = scripted(&[Answer::Held, Answer::Hang]);
         let leadership = Leadership::elect(lock, timing());
         leadership.wait_until_leader().await;
-        let last_success = log.lock().unwrap().attempts[0];
+        let last_success = log.lock().attempts[0];
         let mut changes = leadership.watch();
         changes.wait_for(|l| !*l).await.unwrap();
         assert_eq!(Instant::now() - last_success, Duration::from_secs(8));
@@ -423,7 +418,7 @@ mod tests {
         leadership.shutdown().await.unwrap();
         assert!(!leadership.is_leader());
         assert!(!*watcher.borrow());
-        assert!(log.lock().unwrap().released);
+        assert!(log.lock().released);
         // A second shutdown (from any clone) is a no-op.
         leadership.clone().shutdown().await.unwrap();
 
@@ -434,7 +429,7 @@ mod tests {
         drop(leadership);
         watcher.wait_for(|l| !*l).await.ok();
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let log = log.lock().unwrap();
+        let log = log.lock();
         assert!(!log.released);
         assert_eq!(log.attempts.len(), 1, "no renewals after the drop");
     }
