@@ -35,7 +35,7 @@ pub(crate) fn dump_component<C: Controller>(
         path.push("DISABLED");
     }
     path.push(component);
-    let io = |e: std::io::Error| Error::other(format!("writing {}: {e}", path.display()));
+    let io = |e: std::io::Error| Error::with_source(format!("writing {}", path.display()), e);
     std::fs::create_dir_all(&path).map_err(io)?;
     let mut text = String::from("---\n");
     for (i, object) in objects.iter().enumerate() {
@@ -43,7 +43,7 @@ pub(crate) fn dump_component<C: Controller>(
             text.push_str("---\n");
         }
         let yaml = serde_saphyr::to_string(&object.manifest).map_err(|e| {
-            Error::other(format!("rendering {} as YAML: {e}", object.internal_name))
+            Error::with_source(format!("rendering {} as YAML", object.internal_name), e)
         })?;
         text.push_str(&yaml);
     }

@@ -60,10 +60,16 @@ pub enum Error {
         message: String,
     },
 
-    /// Any other error raised by operator code (for example an `anyhow::Error` converted with
-    /// [`Error::other`]). Treated as fatal.
-    #[error("{0}")]
-    Other(String),
+    /// Any other error raised by operator code (for example an `anyhow::Error` or an
+    /// `io::Error`, converted with [`Error::with_source`] or [`Error::other`]). Fatal.
+    #[error("{message}")]
+    Other {
+        /// What failed, including the source's own text (this becomes the status message).
+        message: String,
+        /// The error behind it, kept whole for code that inspects or downcasts it.
+        #[source]
+        source: Option<SharedSource>,
+    },
 }
 
 /// A failed call to the cluster, typed by what the caller can do about it.
@@ -96,6 +102,9 @@ pub enum ClusterError {
         object: String,
         /// The server's explanation, naming the bad field.
         message: String,
+        /// The fields the server named, as its status details list them (empty when it
+        /// gave none, or the refusal came from windlass's own checks).
+        causes: Vec<FieldCause>,
     },
     /// The operator's service account may not do this (HTTP 403). The message names the
     /// refused verb and resource; fix the operator's RBAC (the `rbac` command prints what
@@ -133,11 +142,71 @@ impl ClusterError {
         )
     }
 
+    /// A [`ClusterError::Invalid`] about `object` with windlass's own `message` and no
+    /// causes from a server.
+    pub fn invalid(object: impl Into<String>, message: impl Into<String>) -> Self {
+        ClusterError::Invalid {
+            object: object.into(),
+            message: message.into(),
+            causes: Vec::new(),
+        }
+    }
+
     /// Whether the server refused a change to a field that cannot change after creation
-    /// (a Job's template, a StatefulSet's volumeClaimTemplates, a Service's clusterIP).
+    /// (a Job's template, a StatefulSet's volumeClaimTemplates, a Service's clusterIP):
+    /// one of the causes it listed is such a field (see [`FieldCause::is_immutable`]).
     pub fn is_immutable_field(&self) -> bool {
-        matches!(self, ClusterError::Invalid { message, .. }
-            if message.contains("field is immutable") || message.contains("Forbidden: updates to"))
+        matches!(self, ClusterError::Invalid { causes, .. } if causes.iter().any(FieldCause::is_immutable))
+    }
+}
+
+/// One field an API server named when it refused an object: a `causes` entry of the
+/// `details` of its `422 Invalid` status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldCause {
+    /// The field's path, e.g. `spec.template`.
+    pub field: String,
+    /// The machine-readable kind of refusal, e.g. `FieldValueInvalid`, `FieldValueForbidden`.
+    pub reason: String,
+    /// The server's words about this field.
+    pub message: String,
+}
+
+impl FieldCause {
+    /// Whether this cause refuses a change of a field that is fixed once the object
+    /// exists. Kubernetes has no cause type of its own for that: its validation reports
+    /// an immutable field as `FieldValueInvalid` with the fixed text `field is immutable`
+    /// (apimachinery's `ValidateImmutableField`), and a StatefulSet's spec as
+    /// `FieldValueForbidden` with `updates to statefulset spec for fields other than …`.
+    pub fn is_immutable(&self) -> bool {
+        match self.reason.as_str() {
+            "FieldValueInvalid" => self.message.ends_with("field is immutable"),
+            "FieldValueForbidden" => self.message.starts_with("updates to "),
+            _ => false,
+        }
+    }
+}
+
+/// An error kept as the [`std::error::Error::source`] of an [`Error::Other`]: shared, so
+/// errors stay cheap to clone; two are equal when they print the same.
+#[derive(Debug, Clone)]
+pub struct SharedSource(pub Arc<dyn std::error::Error + Send + Sync>);
+
+impl fmt::Display for SharedSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for SharedSource {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
     }
 }
 
@@ -208,9 +277,33 @@ impl Error {
     pub fn verification(message: impl Into<String>) -> Self {
         Error::Verification(message.into())
     }
-    /// Wrap any foreign error (an `anyhow::Error`, an `io::Error`, …) as [`Error::Other`].
-    pub fn other(err: impl fmt::Display) -> Self {
-        Error::Other(err.to_string())
+    /// An [`Error::Other`] with this message and no source. For a foreign error, prefer
+    /// [`Error::with_source`], which keeps it.
+    pub fn other(message: impl fmt::Display) -> Self {
+        Error::Other {
+            message: message.to_string(),
+            source: None,
+        }
+    }
+    /// An [`Error::Other`] saying `context: <the source's text>`, keeping `source` whole
+    /// (any `std::error::Error`, an `anyhow::Error`).
+    ///
+    /// ```
+    /// let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "read-only");
+    /// let e = windlass::Error::with_source("writing the dump", io);
+    /// assert_eq!(e.to_string(), "writing the dump: read-only");
+    /// let source = std::error::Error::source(&e).unwrap();
+    /// assert_eq!(source.to_string(), "read-only");
+    /// ```
+    pub fn with_source(
+        context: impl fmt::Display,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        let source: Arc<dyn std::error::Error + Send + Sync> = Arc::from(source.into());
+        Error::Other {
+            message: format!("{context}: {source}"),
+            source: Some(SharedSource(source)),
+        }
     }
     /// A [`Error::Cluster`] of kind [`ClusterError::Api`] with the given message.
     pub fn cluster(message: impl Into<String>) -> Self {
@@ -304,6 +397,47 @@ mod tests {
             ensure_cluster(false, || "down".into()),
             Err(Error::Cluster(ClusterError::Api { .. }))
         ));
+    }
+
+    #[test]
+    fn immutable_fields_are_read_from_the_servers_causes_not_its_message() {
+        let cause = |reason: &str, message: &str| FieldCause {
+            field: "spec.template".into(),
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let refused = |causes| ClusterError::Invalid {
+            object: "batch/v1/Job/ns/migrate".into(),
+            message: "Job.batch \"migrate\" is invalid".into(),
+            causes,
+        };
+        let job = cause(
+            "FieldValueInvalid",
+            "Invalid value: {…}: field is immutable",
+        );
+        assert!(refused(vec![job]).is_immutable_field());
+        let statefulset = cause(
+            "FieldValueForbidden",
+            "updates to statefulset spec for fields other than 'replicas' are forbidden",
+        );
+        assert!(refused(vec![statefulset]).is_immutable_field());
+        // An invalid value is not an immutable one, and a message alone says nothing.
+        let replicas = cause("FieldValueInvalid", "Invalid value: -1: must be >= 0");
+        assert!(!refused(vec![replicas]).is_immutable_field());
+        let worded =
+            ClusterError::invalid("v1/Service/ns/web", "spec.clusterIP: field is immutable");
+        assert!(!worded.is_immutable_field());
+    }
+
+    #[test]
+    fn a_foreign_error_stays_the_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = Error::with_source("reading the dump", io);
+        let source = std::error::Error::source(&e).expect("kept");
+        let shared = source.downcast_ref::<SharedSource>().expect("shared");
+        assert!(shared.0.downcast_ref::<std::io::Error>().is_some());
+        assert!(e.is_fatal());
+        assert_eq!(e.to_string(), "reading the dump: no such file");
     }
 
     #[test]

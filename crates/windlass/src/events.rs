@@ -238,12 +238,12 @@ fn truncate(mut text: String, limit: usize) -> String {
 /// resourceVersion. The manifest must have the first three.
 pub fn object_reference(manifest: &Value) -> Result<ObjectReference, ClusterError> {
     let required = |field: &str, value: Option<&str>| {
-        value
-            .map(str::to_string)
-            .ok_or_else(|| ClusterError::Invalid {
-                object: "the CR of an event".to_string(),
-                message: format!("{field}: required"),
-            })
+        value.map(str::to_string).ok_or_else(|| {
+            ClusterError::invalid(
+                "the CR of an event".to_string(),
+                format!("{field}: required"),
+            )
+        })
     };
     Ok(ObjectReference {
         api_version: Some(required("apiVersion", manifest.api_version())?),
@@ -527,10 +527,10 @@ mod tests {
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "shop-db-credentials", "namespace": "prod"},
             "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "s3cr3t-t0ken"}});
-        let error = Error::Cluster(ClusterError::Invalid {
-            object: "v1/Secret/shop-db-credentials".into(),
-            message: "metadata.labels: invalid".into(),
-        });
+        let error = Error::Cluster(ClusterError::invalid(
+            "v1/Secret/shop-db-credentials",
+            "metadata.labels: invalid",
+        ));
         let sink = MemoryEventSink::new();
         sink.publish(
             &cr("shop", "7"),

@@ -135,5 +135,5 @@ pub(crate) async fn remove(
 }
 
 fn finalizer_patch(ops: Value) -> Result<json_patch::Patch> {
-    serde_json::from_value(ops).map_err(|e| Error::other(format!("finalizer patch: {e}")))
+    serde_json::from_value(ops).map_err(|e| Error::with_source("finalizer patch", e))
 }

@@ -282,7 +282,7 @@ pub fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason)
             (Some(ReadyReason::ConfigError), UpdatingReason::Errored)
         }
         Error::Cluster(_) => (None, UpdatingReason::ClusterError),
-        Error::Rollout(_) | Error::Panic { .. } | Error::Other(_) => {
+        Error::Rollout(_) | Error::Panic { .. } | Error::Other { .. } => {
             (Some(ReadyReason::Errored), UpdatingReason::Errored)
         }
     }
@@ -746,10 +746,10 @@ mod tests {
             reasons_for_error(&Error::cluster("x")),
             (None, U::ClusterError)
         );
-        let invalid = ClusterError::Invalid {
-            object: "apps/v1/Deployment/ns/web".into(),
-            message: "spec.replicas: Invalid value: -1".into(),
-        };
+        let invalid = ClusterError::invalid(
+            "apps/v1/Deployment/ns/web",
+            "spec.replicas: Invalid value: -1",
+        );
         assert_eq!(
             reasons_for_error(&Error::Cluster(invalid)),
             (Some(R::ConfigError), U::Errored),

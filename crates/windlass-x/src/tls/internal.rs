@@ -239,7 +239,7 @@ impl Shared {
                     CertificateAuthority::from_pem(&key, &cert)
                 })
                 .await
-                .map_err(|e| Error::other(format!("loading the CA: {e}")))?
+                .map_err(|e| Error::with_source("loading the CA", e))?
                 .map_err(|e| {
                     let at = match e {
                         TlsError::BadKey(_) => format!("data.{CA_KEY_FIELD}"),
@@ -283,7 +283,7 @@ impl Shared {
         let algorithm = self.key_algorithm;
         let ca = tokio::task::spawn_blocking(move || CertificateAuthority::generate(algorithm))
             .await
-            .map_err(|e| Error::other(format!("generating the CA: {e}")))?
+            .map_err(|e| Error::with_source("generating the CA", e))?
             .map_err(material_error)?;
         Ok(Arc::new(ca))
     }
@@ -322,7 +322,7 @@ impl Shared {
                 let ca = ca.clone();
                 tokio::task::spawn_blocking(move || ca.issue(&request, algorithm))
                     .await
-                    .map_err(|e| Error::other(format!("issuing the TLS pair for {key}: {e}")))?
+                    .map_err(|e| Error::with_source(format!("issuing the TLS pair for {key}"), e))?
                     .map_err(material_error)?
             }
         };
@@ -361,7 +361,7 @@ fn reusable(
 fn material_error(e: TlsError) -> Error {
     match e {
         TlsError::Unsupported(_) => Error::config(format!("tls.keyAlgorithm: {e}")),
-        other => Error::other(other.to_string()),
+        other => Error::with_source("TLS material", other),
     }
 }
 

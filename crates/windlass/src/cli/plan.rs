@@ -63,10 +63,8 @@ impl Cluster for Plan {
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
-        let reference = ObjectRef::from_manifest(manifest).map_err(|e| ClusterError::Invalid {
-            object: "a rendered object".to_string(),
-            message: e.to_string(),
-        })?;
+        let reference = ObjectRef::from_manifest(manifest)
+            .map_err(|e| ClusterError::invalid("a rendered object".to_string(), e.to_string()))?;
         let live = self.inner.get(&reference).await?;
         let why = drift(manifest, live.as_ref(), method, crate::FIELD_MANAGER);
         self.record(Planned::Apply(reference.clone(), why));
@@ -115,10 +113,8 @@ impl Cluster for Plan {
             .get(object)
             .await?
             .ok_or_else(|| ClusterError::NotFound(object.to_string()))?;
-        json_patch::patch(&mut live, patch).map_err(|e| ClusterError::Invalid {
-            object: object.to_string(),
-            message: e.to_string(),
-        })?;
+        json_patch::patch(&mut live, patch)
+            .map_err(|e| ClusterError::invalid(object.to_string(), e.to_string()))?;
         Ok(live)
     }
 }

@@ -533,10 +533,7 @@ async fn describe(extra: &[&str]) -> (ExitCode, String) {
     argv.extend_from_slice(extra);
     argv.extend_from_slice(&["--dry-run", "-f", file.to_str().unwrap()]);
     let code = run(broken_operator(), argv, out).await;
-    (
-        code,
-        buffer.text(),
-    )
+    (code, buffer.text())
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ use kube::discovery::{ApiResource, pinned_kind};
 use serde_json::Value;
 
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
-use crate::error::ClusterError;
+use crate::error::{ClusterError, FieldCause};
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 
 #[derive(Clone)]
@@ -144,10 +144,10 @@ impl LiveCluster {
     ) -> Result<(Api<DynamicObject>, Kind), ClusterError> {
         let kind = self.kind(&object.type_ref()).await?;
         if kind.scope == Scope::Namespaced && object.namespace.is_none() {
-            return Err(ClusterError::Invalid {
-                object: object.to_string(),
-                message: "metadata.namespace: required for a namespaced kind".into(),
-            });
+            return Err(ClusterError::invalid(
+                object.to_string(),
+                "metadata.namespace: required for a namespaced kind",
+            ));
         }
         self.api(&object.type_ref(), object.namespace.as_deref())
             .await
@@ -193,13 +193,15 @@ impl Cluster for LiveCluster {
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
-        let reference = ObjectRef::from_manifest(manifest).map_err(|e| ClusterError::Invalid {
-            object: format!(
-                "{}/{}",
-                manifest.api_version().unwrap_or("?"),
-                manifest.kind().unwrap_or("?")
-            ),
-            message: e.to_string(),
+        let reference = ObjectRef::from_manifest(manifest).map_err(|e| {
+            ClusterError::invalid(
+                format!(
+                    "{}/{}",
+                    manifest.api_version().unwrap_or("?"),
+                    manifest.kind().unwrap_or("?")
+                ),
+                e.to_string(),
+            )
         })?;
         let (api, kind) = self.object_api(&reference).await?;
         let mut desired = manifest.clone();
@@ -383,13 +385,15 @@ impl LiveCluster {
 }
 
 fn to_dynamic(manifest: &Value) -> Result<DynamicObject, ClusterError> {
-    serde_json::from_value(manifest.clone()).map_err(|e| ClusterError::Invalid {
-        object: format!(
-            "{}/{}",
-            manifest.kind().unwrap_or("?"),
-            manifest.name().unwrap_or("?")
-        ),
-        message: format!("not a Kubernetes object: {e}"),
+    serde_json::from_value(manifest.clone()).map_err(|e| {
+        ClusterError::invalid(
+            format!(
+                "{}/{}",
+                manifest.kind().unwrap_or("?"),
+                manifest.name().unwrap_or("?")
+            ),
+            format!("not a Kubernetes object: {e}"),
+        )
     })
 }
 
@@ -405,20 +409,31 @@ fn api_error(error: kube::Error, what: &dyn std::fmt::Display) -> ClusterError {
         };
     };
     let mut message = status.message.clone();
-    if status.code == 422 {
-        let causes = status.details.iter().flat_map(|d| d.causes.iter());
-        for cause in causes {
-            let text = format!("{}: {}", cause.field, cause.message);
-            if !cause.field.is_empty() && !message.contains(&text) {
-                message.push_str("; ");
-                message.push_str(&text);
-            }
+    let causes: Vec<FieldCause> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|cause| FieldCause {
+            field: cause.field.clone(),
+            reason: cause.reason.clone(),
+            message: cause.message.clone(),
+        })
+        .collect();
+    for cause in &causes {
+        let text = format!("{}: {}", cause.field, cause.message);
+        if !cause.field.is_empty() && !message.contains(&text) {
+            message.push_str("; ");
+            message.push_str(&text);
         }
     }
     match status.code {
         404 => ClusterError::NotFound(format!("{object}: {message}")),
         409 => ClusterError::Conflict { object, message },
-        422 => ClusterError::Invalid { object, message },
+        422 => ClusterError::Invalid {
+            object,
+            message,
+            causes,
+        },
         403 => ClusterError::Forbidden(format!("{object}: {message}")),
         code => ClusterError::Api {
             message: format!("{object}: HTTP {code}: {message}"),

@@ -45,7 +45,7 @@ use tokio::sync::broadcast;
 
 use super::validation::{KINDS_WITH_GENERATION, builtin_kinds, check_metadata, normalize};
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
-use crate::error::ClusterError;
+use crate::error::{ClusterError, FieldCause};
 use crate::object::{ManifestExt, ObjectRef, TypeRef, api_group};
 
 /// What happened to an object.
@@ -311,9 +311,8 @@ impl MemoryCluster {
             name: name.into(),
         };
         if !state.objects.contains_key(&key) {
-            check_metadata("Namespace", &manifest).map_err(|message| ClusterError::Invalid {
-                object: format!("v1/Namespace/{name}"),
-                message,
+            check_metadata("Namespace", &manifest).map_err(|message| {
+                ClusterError::invalid(format!("v1/Namespace/{name}"), message)
             })?;
             let mut object = manifest;
             object["status"] = json!({"phase": "Active"});
@@ -421,13 +420,12 @@ impl MemoryCluster {
         let scope = state.scope(&object.type_ref())?;
         let namespace = match scope {
             Scope::Cluster => String::new(),
-            Scope::Namespaced => object
-                .namespace
-                .clone()
-                .ok_or_else(|| ClusterError::Invalid {
-                    object: object.to_string(),
-                    message: "metadata.namespace: required for a namespaced kind".into(),
-                })?,
+            Scope::Namespaced => object.namespace.clone().ok_or_else(|| {
+                ClusterError::invalid(
+                    object.to_string(),
+                    "metadata.namespace: required for a namespaced kind",
+                )
+            })?,
         };
         Ok((
             Key {
@@ -594,25 +592,29 @@ impl Cluster for MemoryCluster {
                     .collect(),
             );
             match json_patch::patch(&mut next, &patch) {
-                Err(e) => Err(ClusterError::Invalid {
-                    object: object.to_string(),
-                    message: format!("patch does not apply: {e}"),
-                }),
+                Err(e) => Err(ClusterError::invalid(
+                    object.to_string(),
+                    format!("patch does not apply: {e}"),
+                )),
                 Ok(()) => {
                     for immutable in ["uid", "name", "namespace", "creationTimestamp"] {
                         if next["metadata"].get(immutable) != stored["metadata"].get(immutable) {
+                            // As the API server answers: the field, and the fixed text
+                            // of its immutable-field check.
+                            let field = format!("metadata.{immutable}");
                             return Err(ClusterError::Invalid {
                                 object: object.to_string(),
-                                message: format!("metadata.{immutable}: field is immutable"),
+                                message: format!("{field}: field is immutable"),
+                                causes: vec![FieldCause {
+                                    field,
+                                    reason: "FieldValueInvalid".into(),
+                                    message: "field is immutable".into(),
+                                }],
                             });
                         }
                     }
-                    check_metadata(&object.kind, &next).map_err(|message| {
-                        ClusterError::Invalid {
-                            object: object.to_string(),
-                            message,
-                        }
-                    })?;
+                    check_metadata(&object.kind, &next)
+                        .map_err(|message| ClusterError::invalid(object.to_string(), message))?;
                     // Server-owned fields (generation, resourceVersion, deletionTimestamp…)
                     // are not the patch's to change.
                     restore_system_metadata(&mut next, &stored);
@@ -644,10 +646,7 @@ fn apply_locked(
             manifest.name().unwrap_or("?")
         )
     };
-    let invalid = |message: String| ClusterError::Invalid {
-        object: display(),
-        message,
-    };
+    let invalid = |message: String| ClusterError::invalid(display(), message);
     if !manifest.is_object() {
         return Err(invalid("an object must be a map".into()));
     }
@@ -802,12 +801,12 @@ fn commit(
     if stored.is_terminating() {
         let before: BTreeSet<&str> = stored.finalizers().into_iter().collect();
         if let Some(added) = next.finalizers().into_iter().find(|f| !before.contains(f)) {
-            return Err(ClusterError::Invalid {
-                object: format!("{}/{}", key.kind, key.name),
-                message: format!(
+            return Err(ClusterError::invalid(
+                format!("{}/{}", key.kind, key.name),
+                format!(
                     "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizer {added}"
                 ),
-            });
+            ));
         }
     }
     if next == *stored {

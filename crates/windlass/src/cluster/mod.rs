@@ -103,12 +103,9 @@ impl ListQuery {
             query: &ListQuery,
             text: Option<&str>,
         ) -> Result<S, ClusterError> {
-            text.unwrap_or("")
-                .parse()
-                .map_err(|e: SelectorError| ClusterError::Invalid {
-                    object: query.type_ref.to_string(),
-                    message: e.to_string(),
-                })
+            text.unwrap_or("").parse().map_err(|e: SelectorError| {
+                ClusterError::invalid(query.type_ref.to_string(), e.to_string())
+            })
         }
         Ok((
             parse(self, self.label_selector.as_deref())?,

@@ -430,10 +430,8 @@ impl Cluster for CachedCluster {
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
-        let reference = ObjectRef::from_manifest(manifest).map_err(|e| ClusterError::Invalid {
-            object: "manifest".into(),
-            message: e.to_string(),
-        })?;
+        let reference = ObjectRef::from_manifest(manifest)
+            .map_err(|e| ClusterError::invalid("manifest", e.to_string()))?;
         let write = self.own.begin(&reference);
         let stored = self.on_error(&reference, self.live.apply(manifest, method).await)?;
         self.remember(reference, Some(stored.clone()));

@@ -84,7 +84,7 @@ pub const DRAIN: Duration = Duration::from_secs(20);
 /// ```no_run
 /// # use windlass::prelude::*;
 /// # async fn run<C: Controller>(controller: C) -> windlass::Result<()> {
-/// let client = kube::Client::try_default().await.map_err(|e| windlass::Error::other(e.to_string()))?;
+/// let client = kube::Client::try_default().await.map_err(|e| windlass::Error::with_source("cannot reach the cluster", e))?;
 /// windlass::runtime::Manager::new(client, windlass::config::OperatorConfig::default())
 ///     .controller(controller)
 ///     .run(async { let _ = tokio::signal::ctrl_c().await; })
@@ -119,7 +119,7 @@ impl Manager {
         let requests = RequestCounter::new();
         let client = requests
             .client(config)
-            .map_err(|e| Error::other(format!("cannot build the kube client: {e}")))?;
+            .map_err(|e| Error::with_source("cannot build the kube client", e))?;
         Ok(Self::with_metrics(
             client,
             operator,

@@ -125,10 +125,10 @@ async fn a_finalizer_removal_the_cluster_refuses_is_reported_not_retried_as_a_co
     let cr = env.apply_cr("a", json!({})).await;
     assert!(env.reconcile(&cr).await.error.is_none());
     env.delete(&cr).await;
-    let refused = ClusterError::Invalid {
-        object: cr.to_string(),
-        message: "spec.size: Invalid value: \"huge\": must be a number".into(),
-    };
+    let refused = ClusterError::invalid(
+        cr.to_string(),
+        "spec.size: Invalid value: \"huge\": must be a number",
+    );
     faulty.fail(Op::Patch, Some("Widget"), refused.clone());
     let report = env.reconcile(&cr).await;
     assert_eq!(report.outcome, Outcome::Done, "{report:?}");

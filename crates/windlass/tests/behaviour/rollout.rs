@@ -36,10 +36,7 @@ async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed(
     assert_eq!(state.unverified(), &set(&["db"]));
     assert_eq!(state.unstarted(), &set(&["web"]));
     assert!(!state.failed());
-    assert_eq!(
-        *calls.lock(),
-        ["after_deploy_unsuccessful(failed=false)"]
-    );
+    assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=false)"]);
     assert!(env.log.events().iter().any(|e| matches!(e, windlass::progress::Event::Verified { component, ok: true } if component == "cache")));
     // The precondition error is what the status reports.
     let status = env.status(&cr).await;
@@ -69,10 +66,7 @@ async fn a_failed_deploy_skips_the_verify_phase() {
     // cache deployed, but was never verified: phase 3 did not run.
     assert_eq!(state.unverified(), &set(&["cache"]));
     assert!(state.verified().is_empty());
-    assert_eq!(
-        *calls.lock(),
-        ["after_deploy_unsuccessful(failed=true)"]
-    );
+    assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=true)"]);
     assert!(!env.log.events().iter().any(|e| matches!(
         e,
         windlass::progress::Event::PhaseStarted(windlass::progress::Phase::Verify)
@@ -124,10 +118,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let calls = controller.calls();
     let env = TestEnv::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
-    assert_eq!(
-        *calls.lock(),
-        ["after_deploy_unsuccessful(failed=false)"]
-    );
+    assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=false)"]);
 
     // after_deploy says "not yet": no verify hooks at all.
     let controller = DummyController::new()
