@@ -1,5 +1,9 @@
-//! The annotations windlass reads and writes, all under windlass's own domain,
-//! `windlass.dev/`.
+//! The annotations, labels and finalizer windlass reads and writes, all under windlass's
+//! own domain, `windlass.dev/`.
+
+/// The finalizer windlass puts on a namespaced CR that owns objects outside its
+/// namespace, so that they are deleted with it.
+pub const CLEANUP_FINALIZER: &str = "windlass.dev/cleanup";
 
 /// `"true"` (any case) pauses reconciliation of the CR, finalizers included.
 pub const PAUSE_EXECUTION: &str = "windlass.dev/pause-execution";

@@ -299,7 +299,8 @@ pub fn stamp(manifest: &mut Value, hash: &str) {
 }
 
 /// The annotation [`stamp`] put on the pods of `manifest`, if any.
-pub fn stamped(manifest: &Value) -> Option<&str> {
+#[cfg(test)]
+fn stamped(manifest: &Value) -> Option<&str> {
     let metadata = match target(manifest)? {
         Target::Pod => manifest.get("metadata")?,
         Target::Template => manifest.get("spec")?.get("template")?.get("metadata")?,

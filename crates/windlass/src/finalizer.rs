@@ -21,9 +21,7 @@ use crate::cluster::Cluster;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
 
-/// The finalizer windlass puts on a namespaced CR that owns objects outside its
-/// namespace, so that they are deleted with it.
-pub const CLEANUP_FINALIZER: &str = "windlass.dev/cleanup";
+pub(crate) use crate::annotations::CLEANUP_FINALIZER;
 
 /// Whether Kubernetes' garbage collector deletes an object in `namespace` (`None`:
 /// cluster-scoped) when `owner` goes: whether an owner reference is allowed there (a

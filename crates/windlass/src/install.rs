@@ -27,7 +27,6 @@ use serde_json::{Value, json};
 
 use crate::config::layers::{LeafKind, env_name};
 use crate::config::{Layers, LockKind, LockStrategy, OperatorConfig};
-use crate::controller::Controller;
 use crate::rbac::{self, Access, Grant, RbacError};
 
 /// The name of the container port of `/metrics` (and of the probes when they share it).
@@ -47,19 +46,6 @@ pub struct InstallOptions {
     pub image: String,
     /// How many replicas run.
     pub replicas: i32,
-}
-
-impl InstallOptions {
-    /// One replica of `image` named `<kind>-operator` in `default`.
-    pub fn for_controller<C: Controller>(image: impl Into<String>) -> Self {
-        let rbac = rbac::Options::for_controller::<C>();
-        InstallOptions {
-            name: rbac.name,
-            namespace: rbac.namespace,
-            image: image.into(),
-            replicas: 1,
-        }
-    }
 }
 
 /// Why the manifests could not be made.
@@ -333,43 +319,6 @@ pub fn deployment(
             },
         },
     }))
-}
-
-/// Every manifest that installs controller `C` (see the [module docs](self)): the RBAC is
-/// derived from a dry run of `crs` (CR manifests, and CRDs of other custom kinds they
-/// render) with `config`.
-///
-/// # Errors
-/// [`InstallError`] if the RBAC cannot be derived (no CR, a failing dry run), the options
-/// or the address are unusable.
-pub async fn manifests<C>(
-    controller: C,
-    config: &OperatorConfig,
-    crs: Vec<Value>,
-    options: &InstallOptions,
-) -> Result<Vec<Value>, InstallError>
-where
-    C: Controller,
-    C::Resource: kube::CustomResourceExt,
-{
-    use kube::CustomResourceExt;
-    manifests_with(controller, Some(C::Resource::crd()), config, crs, options).await
-}
-
-/// [`manifests`] for a primary kind given its CRD, or none for a kind the cluster already
-/// serves: then no CRD is installed.
-pub async fn manifests_with<C: Controller>(
-    controller: C,
-    crd: crate::resource::Crd,
-    config: &OperatorConfig,
-    crs: Vec<Value>,
-    options: &InstallOptions,
-) -> Result<Vec<Value>, InstallError> {
-    // Fails early, before the dry run, on unusable options or an unusable address.
-    check(config, options)?;
-    let crds: Vec<_> = crd.iter().cloned().collect();
-    let access = rbac::discover_with(controller, crd, config.clone(), crs).await?;
-    objects(&crds, &access, config, options)
 }
 
 /// The manifests that install an operator whose controllers' CRDs are `crds` and whose

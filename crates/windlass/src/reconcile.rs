@@ -53,7 +53,7 @@ use crate::annotations;
 use crate::cluster::Cluster;
 use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller, Requeue};
-use crate::dag::CompletionState;
+pub use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
 use crate::finalizer::{self, CLEANUP_FINALIZER};

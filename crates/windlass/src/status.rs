@@ -15,6 +15,7 @@
 //! whenever its reason or message changes. Each written condition records the
 //! `observedGeneration` it describes.
 
+pub use crate::inventory::Inventory;
 use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
@@ -306,7 +307,7 @@ pub struct StatusUpdate {
     /// `operatorVersion`, when configured.
     pub operator_version: Option<String>,
     /// What windlass applied for the CR (`inventory`, see [`crate::inventory`]).
-    pub inventory: Option<crate::inventory::Inventory>,
+    pub inventory: Option<Inventory>,
 }
 
 /// The status after `update`, starting from `current`. `now` stamps conditions

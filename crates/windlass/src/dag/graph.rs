@@ -165,12 +165,6 @@ impl<N, E> Graph<N, E> {
         self.nodes[id.0].upstream.iter().map(|(n, e)| (*n, e))
     }
 
-    /// The nodes that wait for `id`.
-    pub fn downstream(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        self.ids()
-            .filter(move |n| self.nodes[n.0].upstream.iter().any(|(up, _)| *up == id))
-    }
-
     /// All nodes in insertion order.
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + use<N, E> {
         (0..self.nodes.len()).map(NodeId)

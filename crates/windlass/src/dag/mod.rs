@@ -48,4 +48,4 @@ mod runner;
 
 pub use completion::CompletionState;
 pub use graph::{Graph, GraphError, NodeId};
-pub use runner::{Halt, Runner, default_concurrency};
+pub use runner::{Halt, Runner};

@@ -35,6 +35,7 @@ impl Halt {
         }
     }
     /// The node is not verified yet, which is not a failure.
+    #[cfg(test)]
     pub fn incomplete(error: impl Into<Option<Error>>) -> Self {
         Halt {
             failure: false,
@@ -148,11 +149,6 @@ impl<'g, N, E> Runner<'g, N, E> {
     /// Never run this node (rule 7).
     pub fn disable(&mut self, node: NodeId) {
         self.disabled.insert(node);
-    }
-
-    /// Undo [`Runner::disable`].
-    pub fn enable(&mut self, node: NodeId) {
-        self.disabled.remove(&node);
     }
 
     /// Run `action` for every enabled node in dependency order and report what happened.

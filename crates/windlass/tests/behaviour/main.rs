@@ -6,7 +6,6 @@
 mod any_kind;
 mod bad_input;
 mod dependency_hash;
-mod dryrun;
 mod events;
 mod operator_config;
 mod quirks;

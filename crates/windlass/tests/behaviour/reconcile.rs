@@ -618,7 +618,7 @@ fn elsewhere() -> DummyComponent {
 
 #[tokio::test]
 async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_deleted_with_the_cr() {
-    use windlass::finalizer::CLEANUP_FINALIZER;
+    use windlass::annotations::CLEANUP_FINALIZER;
     for controller_finalizer in [false, true] {
         let mut controller = one_configmap().component(elsewhere(), &[]);
         if controller_finalizer {

@@ -345,7 +345,7 @@ async fn a_first_reconcile_writes_each_object_and_the_status_once() {
 /// garbage collection.
 #[tokio::test]
 async fn objects_out_of_the_garbage_collectors_reach_are_deleted_with_the_cr() {
-    use windlass::finalizer::CLEANUP_FINALIZER;
+    use windlass::annotations::CLEANUP_FINALIZER;
     let (cluster, env) = live().await;
     let home = env.namespace("cleanup-home").await.unwrap();
     let away = env.namespace("cleanup-away").await.unwrap();

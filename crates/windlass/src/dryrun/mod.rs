@@ -177,3 +177,6 @@ impl Seen {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,12 +3,15 @@
 //! forever.
 
 use serde_json::json;
-use windlass::dryrun::{DryRun, MAX_RECONCILES_PER_CR};
-use windlass::object::{ManifestExt, ObjectRef};
-use windlass::prelude::*;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget, assert_condition};
 
-use crate::support::cm_ref;
+use super::{DryRun, MAX_RECONCILES_PER_CR};
+use crate::object::{ManifestExt, ObjectRef};
+use crate::prelude::*;
+use crate::testing::{TEST_NAMESPACE, TestEnv, Widget, assert_condition};
+
+fn cm_ref(name: &str) -> ObjectRef {
+    ObjectRef::new("v1", "ConfigMap", Some(TEST_NAMESPACE), name)
+}
 
 /// A Widget with `spec.children: n` renders n child Widgets (which have none), and a
 /// ConfigMap of its own; it holds a finalizer.
@@ -17,7 +20,7 @@ struct Family;
 struct Children;
 
 #[async_trait]
-impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
+impl<C: crate::controller::Controller<Resource = Widget>> crate::component::Component<C>
     for Children
 {
     fn name(&self) -> &str {
@@ -46,8 +49,8 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
 #[async_trait]
 impl Controller for Family {
     type Resource = Widget;
-    type Config = windlass::controller::NoConfig;
-    type Status = windlass::status::Status;
+    type Config = crate::controller::NoConfig;
+    type Status = crate::status::Status;
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Children)?;
@@ -100,9 +103,7 @@ struct Restless;
 struct Bump;
 
 #[async_trait]
-impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component::Component<C>
-    for Bump
-{
+impl<C: crate::controller::Controller<Resource = Widget>> crate::component::Component<C> for Bump {
     fn name(&self) -> &str {
         "bump"
     }
@@ -123,8 +124,8 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
 #[async_trait]
 impl Controller for Restless {
     type Resource = Widget;
-    type Config = windlass::controller::NoConfig;
-    type Status = windlass::status::Status;
+    type Config = crate::controller::NoConfig;
+    type Status = crate::status::Status;
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut g = Components::new();
         g.add(Bump)?;
