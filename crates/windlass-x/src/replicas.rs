@@ -234,7 +234,7 @@ impl ReplicaPolicy {
         let size = match lookup(cr, &self.size_field)? {
             Some(Value::String(size)) if !size.is_empty() => {
                 // It becomes a label value: say so now, not as the API server's refusal.
-                windlass_tasks::scheduling::validate_label_value(size).map_err(|e| {
+                windlass::cluster::validate_label_value(size).map_err(|e| {
                     Error::config(format!(
                         "{} {size:?} cannot be the {INSTANCE_SIZE} label: {e}",
                         self.size_field

@@ -23,6 +23,7 @@ pub use live::LiveCluster;
 pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
 pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
+pub use validation::{LabelError, validate_label_key, validate_label_value};
 
 use crate::error::ClusterError;
 use crate::object::{ObjectRef, TypeRef};

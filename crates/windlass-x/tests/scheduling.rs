@@ -1,10 +1,13 @@
 //! Scheduling keys merged into pod templates, checked against hand-written pod specs.
 
+#![cfg(feature = "scheduling")]
+
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Value, json};
-use windlass_tasks::scheduling::{
-    FORCED_DOWNSCALE_LABEL, LabelError, SchedulingError, SchedulingKey, SchedulingKeys,
-    apply_forced_downscale, validate_node_labels,
+use windlass::cluster::LabelError;
+use windlass_x::scheduling::{
+    FORCED_DOWNSCALE_LABEL, SchedulingError, SchedulingKey, SchedulingKeys, apply_forced_downscale,
+    validate_node_labels,
 };
 
 fn template(spec: Value) -> PodTemplateSpec {

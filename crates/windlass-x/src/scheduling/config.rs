@@ -60,7 +60,7 @@ fn type_name(v: &Value) -> &'static str {
 /// ```
 /// use std::collections::BTreeMap;
 /// use serde_json::json;
-/// use windlass_tasks::scheduling::extract_labeled_configs;
+/// use windlass_x::scheduling::extract_labeled_configs;
 ///
 /// let configs = vec![
 ///     json!({"nodeSelectors": [{"matchLabels": {"zone": "a"}}], "debug": true}),
@@ -70,7 +70,7 @@ fn type_name(v: &Value) -> &'static str {
 /// let labels = BTreeMap::from([("zone".to_string(), "a".to_string())]);
 /// let picked = extract_labeled_configs(&configs, &labels)?;
 /// assert_eq!(picked, [&configs[0], &configs[2]]);
-/// # Ok::<(), windlass_tasks::scheduling::ConfigError>(())
+/// # Ok::<(), windlass_x::scheduling::ConfigError>(())
 /// ```
 ///
 /// # Errors
@@ -209,14 +209,14 @@ fn requirement_matches(
 ///
 /// ```
 /// use serde_json::json;
-/// use windlass_tasks::scheduling::transpose_config;
+/// use windlass_x::scheduling::transpose_config;
 ///
 /// let configs = [json!({"a": 1, "b": 2}), json!({"b": 3}), json!({"c": 4})];
 /// let t = transpose_config(&configs, &["a", "b", "z"])?;
 /// assert_eq!(t["a"], [&json!(1)]);
 /// assert_eq!(t["b"], [&json!(2), &json!(3)]);
 /// assert!(t["z"].is_empty());
-/// # Ok::<(), windlass_tasks::scheduling::ConfigError>(())
+/// # Ok::<(), windlass_x::scheduling::ConfigError>(())
 /// ```
 ///
 /// # Errors

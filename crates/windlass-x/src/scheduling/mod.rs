@@ -1,5 +1,10 @@
 //! yaook-style scheduling keys: where a component's pods may run, expressed as a node affinity
-//! and tolerations merged into a pod template.
+//! and tolerations merged into a pod template (feature `scheduling`).
+//!
+//! Also here: per-node config templates chosen by node labels ([`extract_labeled_configs`],
+//! [`transpose_config`]) and reading and labelling nodes ([`node_labels`], [`label_node`]).
+//! Label syntax is checked by windlass's [`validate_label_key`] and [`validate_label_value`],
+//! the rules the in-memory cluster applies.
 //!
 //! # The rule
 //!
@@ -16,7 +21,7 @@
 //!
 //! ```
 //! use k8s_openapi::api::core::v1::PodSpec;
-//! use windlass_tasks::scheduling::{SchedulingKey, SchedulingKeys};
+//! use windlass_x::scheduling::{SchedulingKey, SchedulingKeys};
 //!
 //! // nova-api: its own key, and the group key of all API services.
 //! let keys = SchedulingKeys::for_component(SchedulingKey::ComputeApi);
@@ -46,13 +51,14 @@
 //!   a pod's `nodeSelector` ([`apply_forced_downscale`]) therefore matches no node and drains a
 //!   DaemonSet to zero pods. [`validate_node_labels`] is the guard that refuses to put it on a
 //!   node, and it may not be used as a scheduling key.
+//! * Not catalogued: the keys of the OVN and BGP agents (pass them as strings to
+//!   [`SchedulingKeys::new`]) and yaook's L2 maintenance label (put it into the template's
+//!   required node affinity; the merge keeps it).
 //!
 //! Hand-written because no crate carries yaook's rules; the Kubernetes types are k8s-openapi's.
 
 mod catalogue;
 mod config;
-mod label;
-#[cfg(feature = "kube")]
 mod node;
 
 use std::collections::BTreeMap;
@@ -61,11 +67,10 @@ use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec,
     PodTemplateSpec, Toleration,
 };
+use windlass::cluster::{LabelError, validate_label_key, validate_label_value};
 
 pub use catalogue::{SchedulingKey, UnknownSchedulingKey};
 pub use config::{ConfigError, extract_labeled_configs, transpose_config};
-pub use label::{LabelError, validate_label_key, validate_label_value};
-#[cfg(feature = "kube")]
 pub use node::{NodeError, label_node, node_labels};
 
 /// The reserved label that no node may carry; as a `nodeSelector` it matches no node.
@@ -375,7 +380,7 @@ pub fn is_forced_downscale(spec: &PodSpec) -> bool {
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use windlass_tasks::scheduling::{validate_node_labels, SchedulingError, FORCED_DOWNSCALE_LABEL};
+/// use windlass_x::scheduling::{validate_node_labels, SchedulingError, FORCED_DOWNSCALE_LABEL};
 ///
 /// let ok = BTreeMap::from([("compute.yaook.cloud/hypervisor".to_string(), "true".to_string())]);
 /// assert!(validate_node_labels(&ok).is_ok());

@@ -167,7 +167,7 @@ impl FromStr for SchedulingKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::validate_label_key;
+    use windlass::cluster::validate_label_key;
 
     #[test]
     fn catalogue_values_are_exact_and_unique() {
@@ -184,7 +184,7 @@ mod tests {
                 assert_eq!(group.group(), None, "groups do not nest: {key}");
             }
         }
-        // A sample checked by hand against the seed.
+        // A sample checked by hand against yaook's catalogue.
         assert_eq!(
             SchedulingKey::OperatorConfiguredDaemonSet.as_str(),
             "operator.yaook.cloud/configured-daemon-set"

@@ -1,11 +1,11 @@
 //! The node-label guard refuses before any request is sent. The client is real but points at a
 //! closed loopback port: had a request gone out, the error would be a connection error.
-#![cfg(feature = "kube")]
+#![cfg(feature = "scheduling")]
 
 use std::collections::BTreeMap;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use windlass_tasks::scheduling::{
+use windlass_x::scheduling::{
     FORCED_DOWNSCALE_LABEL, NodeError, SchedulingError, label_node, node_labels,
 };
 

@@ -2,6 +2,7 @@
 //! the API, and the scheduler's stand-in (windlass-testenv's node simulator, which honours
 //! required node affinity, node selectors and taints) places pods the way the keys say.
 
+#![cfg(feature = "scheduling")]
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -15,11 +16,11 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use windlass_tasks::scheduling::{
+use windlass_testenv::{TestEnv, restricted_container_security, restricted_pod_security, wait_for};
+use windlass_x::scheduling::{
     FORCED_DOWNSCALE_LABEL, SchedulingKey, SchedulingKeys, apply_forced_downscale, label_node,
     node_labels,
 };
-use windlass_testenv::{TestEnv, restricted_container_security, restricted_pod_security, wait_for};
 
 fn pod(name: &str, keys: Option<&SchedulingKeys>) -> Pod {
     // Test namespaces enforce the `restricted` Pod Security Standard.
