@@ -94,7 +94,9 @@ use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -371,13 +373,13 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
 
     /// Whether `key` is pending or running.
     pub fn contains(&self, key: &K) -> bool {
-        self.shared.lock().entries.contains_key(key)
+        self.shared.state.lock().entries.contains_key(key)
     }
 
     /// Where `key` is, if the queue holds it (pending or running), and how many of its runs
     /// in a row failed: what an operator's "why is this one not done" needs.
     pub fn inspect(&self, key: &K) -> Option<KeyState> {
-        let state = self.shared.lock();
+        let state = self.shared.state.lock();
         let entry = state.entries.get(key)?;
         let place = match entry.slot {
             Slot::Ready { .. } => KeyPlace::Ready,
@@ -394,14 +396,14 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
 
     /// A snapshot of the queue's counts.
     pub fn stats(&self) -> QueueStats {
-        self.shared.lock().stats()
+        self.shared.state.lock().stats()
     }
 
     /// Stops dispatching: [`acquire`](Self::acquire) returns `None` from now on and
     /// [`run`](Self::run) returns once the runs in flight have finished. Runs in flight still
     /// report their outcome; enqueues are still recorded, so nothing is lost, but not run.
     pub fn shutdown(&self) {
-        self.shared.lock().shutdown = true;
+        self.shared.state.lock().shutdown = true;
         self.shared.notify.notify_waiters();
     }
 
@@ -421,7 +423,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 notified.as_mut().enable();
             }
             let wake_at = {
-                let mut state = self.shared.lock();
+                let mut state = self.shared.state.lock();
                 if state.shutdown {
                     return None;
                 }
@@ -475,7 +477,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// otherwise (and once the queue is shut down). Same lease rules as
     /// [`acquire`](Self::acquire).
     pub fn try_acquire(&self) -> Option<Lease<K>> {
-        let mut state = self.shared.lock();
+        let mut state = self.shared.state.lock();
         if state.shutdown || state.running >= self.shared.max_concurrent {
             return None;
         }
@@ -1042,18 +1044,12 @@ impl<K: Hash + Eq + Clone> State<K> {
 }
 
 impl<K: Hash + Eq + Clone> Shared<K> {
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // The state is consistent between statements that can panic, so a poisoned lock (a
-        // panic in a key's `Hash`/`Eq`) is still safe to use.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn enqueue(&self, key: K, due: Due) -> Enqueued {
         self.enqueue_with(key, due, self.preempt_backoff)
     }
 
     fn enqueue_with(&self, key: K, due: Due, preempt: bool) -> Enqueued {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let (result, wake) = state.enqueue(key, due, preempt);
         let wake = wake && state.waiting > 0;
         drop(state);
@@ -1064,11 +1060,11 @@ impl<K: Hash + Eq + Clone> Shared<K> {
     }
 
     fn remove(&self, key: &K) -> bool {
-        self.lock().remove(key)
+        self.state.lock().remove(key)
     }
 
     fn complete(&self, key: K, outcome: TaskOutcome) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         state.complete(key, outcome, &self.backoff, self.preempt_backoff);
         let wake = state.waiting > 0;
         drop(state);
@@ -1084,7 +1080,7 @@ struct Parked<'a, K: Hash + Eq + Clone>(&'a Shared<K>);
 
 impl<K: Hash + Eq + Clone> Drop for Parked<'_, K> {
     fn drop(&mut self) {
-        self.0.lock().waiting -= 1;
+        self.0.state.lock().waiting -= 1;
     }
 }
 
@@ -1154,7 +1150,7 @@ mod tests {
                 q.enqueue_after(key, Duration::from_secs(10_000 - round));
             }
         }
-        let state = q.shared.lock();
+        let state = q.shared.state.lock();
         assert_eq!(state.lines.delayed, 1000);
         assert!(
             state.lines.timers.len() <= 3 * 1000 + COMPACT_MIN,

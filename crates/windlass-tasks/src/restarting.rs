@@ -52,8 +52,10 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -171,7 +173,7 @@ impl RestartingTask {
             && let Some(core) = Arc::get_mut(&mut handle.core)
         {
             core.policy = policy;
-            core.lock().backoff = ExponentialBackOff::new(policy);
+            core.control.lock().backoff = ExponentialBackOff::new(policy);
         }
         self
     }
@@ -223,7 +225,7 @@ impl RestartingTask {
     /// they were logged when they happened.
     pub async fn wait_for_termination(&self) {
         let alive = {
-            let mut control = self.handle.core.lock();
+            let mut control = self.handle.core.control.lock();
             if let Some(token) = control.token.take() {
                 token.cancel();
             }
@@ -236,7 +238,7 @@ impl RestartingTask {
 
     /// Whether the task is started and has not ended (it is running or waiting to restart).
     pub fn is_running(&self) -> bool {
-        let control = self.handle.core.lock();
+        let control = self.handle.core.control.lock();
         control.token.is_some() && control.alive.as_ref().is_some_and(is_open)
     }
 
@@ -260,12 +262,8 @@ async fn wait_closed(mut alive: watch::Receiver<()>) {
 }
 
 impl Core {
-    fn lock(&self) -> MutexGuard<'_, Control> {
-        self.control.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn start(core: &Arc<Self>) {
-        let mut control = core.lock();
+        let mut control = core.control.lock();
         control.backoff.reset();
         let running = control.token.is_some() && control.alive.as_ref().is_some_and(is_open);
         if running {
@@ -289,7 +287,7 @@ impl Core {
     }
 
     fn stop(&self) {
-        let mut control = self.lock();
+        let mut control = self.control.lock();
         if let Some(token) = control.token.take() {
             token.cancel();
         }
@@ -299,7 +297,7 @@ impl Core {
     /// Marks the current run's future as ended; called in the poll in which it returned.
     /// A supervisor whose token is cancelled no longer owns the phase (a newer one may).
     fn end_run(&self, token: &CancellationToken) {
-        let mut control = self.lock();
+        let mut control = self.control.lock();
         if !token.is_cancelled() {
             control.phase = Phase::Ended {
                 start_requested: false,
@@ -365,7 +363,7 @@ async fn supervise(
         {
             // The token is only cancelled under this lock, so while it is not, the control
             // state is this supervisor's.
-            let mut control = core.lock();
+            let mut control = core.control.lock();
             if token.is_cancelled() {
                 return;
             }
@@ -406,7 +404,7 @@ async fn supervise(
                 return;
             }
             RunEnd::Clean => {
-                let mut control = core.lock();
+                let mut control = core.control.lock();
                 if token.is_cancelled() {
                     return;
                 }
@@ -433,7 +431,7 @@ async fn supervise(
         core.crashes.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let next = {
-            let mut control = core.lock();
+            let mut control = core.control.lock();
             if token.is_cancelled() {
                 AfterCrash::Stop
             } else {

@@ -1,8 +1,10 @@
 //! TaskQueue behaviour under Tokio's paused clock: every time below is virtual and exact.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -52,10 +54,6 @@ fn starts<K>() -> Starts<K> {
     Arc::new(Mutex::new(Vec::new()))
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[tokio::test(start_paused = true)]
 async fn first_runs_are_fifo_and_duplicates_merge() {
     let q = queue::<u32>(1, BackOffPolicy::default());
@@ -73,7 +71,7 @@ async fn first_runs_are_fifo_and_duplicates_merge() {
     q.run(move |key| {
         let (log, q) = (Arc::clone(&log2), q2.clone());
         async move {
-            let mut log = lock(&log);
+            let mut log = log.lock();
             log.push((key, t0.elapsed()));
             if log.len() == 100 {
                 q.shutdown();
@@ -82,7 +80,7 @@ async fn first_runs_are_fifo_and_duplicates_merge() {
         }
     })
     .await;
-    let order: Vec<u32> = lock(&log).iter().map(|(k, _)| *k).collect();
+    let order: Vec<u32> = log.lock().iter().map(|(k, _)| *k).collect();
     assert_eq!(order, (0..100).collect::<Vec<_>>());
     assert_eq!(q.stats().keys(), 0, "done keys are forgotten");
     assert_eq!(q.stats().dispatched_total, 100);
@@ -105,9 +103,9 @@ where
                 let (log, runs, outcome) =
                     (Arc::clone(&log), Arc::clone(&runs), Arc::clone(&outcome));
                 async move {
-                    lock(&log).push((key.clone(), t0.elapsed()));
+                    log.lock().push((key.clone(), t0.elapsed()));
                     let n = {
-                        let mut runs = lock(&runs);
+                        let mut runs = runs.lock();
                         let n = runs.entry(key.clone()).or_insert(0);
                         *n += 1;
                         *n
@@ -127,7 +125,7 @@ where
 }
 
 fn times_of<K: PartialEq>(log: &Starts<K>, key: &K) -> Vec<Duration> {
-    lock(log)
+    log.lock()
         .iter()
         .filter(|(k, _)| k == key)
         .map(|(_, t)| *t)
@@ -217,14 +215,14 @@ async fn an_event_during_a_failing_run_does_not_skip_the_back_off() {
                     Arc::clone(&runs),
                 );
                 async move {
-                    lock(&log).push((key, t0.elapsed()));
+                    log.lock().push((key, t0.elapsed()));
                     let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
                     if n > 2 {
                         return TaskOutcome::Done;
                     }
                     sleep(secs(1)).await;
                     // The status write's watch event arrives while the run is still going.
-                    lock(&marks).push(q.enqueue(key));
+                    marks.lock().push(q.enqueue(key));
                     sleep(secs(4)).await;
                     TaskOutcome::Retry
                 }
@@ -238,7 +236,7 @@ async fn an_event_during_a_failing_run_does_not_skip_the_back_off() {
         }
         log
     };
-    assert_eq!(*lock(&marks), [Enqueued::Rerun, Enqueued::Rerun]);
+    assert_eq!(*marks.lock(), [Enqueued::Rerun, Enqueued::Rerun]);
     // 0–5: fails, back-off 10 s · 15–20: fails, back-off 20 s · 40: succeeds. Without the
     // rule, the rerun marks would have run it at 5 and 10.
     assert_eq!(times_of(&log, &1), [0, 15, 40].map(secs));
@@ -329,7 +327,7 @@ async fn later_enqueues_never_postpone_and_earlier_ones_advance() {
     let at = Instant::now() + secs(25);
     assert_eq!(q.enqueue_at(3, at), Enqueued::Added);
     let log = run_for(&q, secs(60), |_, _| TaskOutcome::Done).await;
-    let all: Vec<_> = lock(&log).clone();
+    let all: Vec<_> = log.lock().clone();
     assert_eq!(all, [(1, secs(10)), (2, secs(20)), (3, secs(25))]);
 }
 
@@ -371,7 +369,7 @@ async fn an_enqueue_during_a_run_reruns_once_after_it_never_alongside() {
                     Arc::clone(&max_in_flight),
                 );
                 async move {
-                    lock(&log).push((key, t0.elapsed()));
+                    log.lock().push((key, t0.elapsed()));
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                     max_in_flight.fetch_max(now, Ordering::SeqCst);
                     sleep(secs(10)).await;
@@ -447,7 +445,7 @@ async fn shutdown_stops_dispatch_and_waits_for_running_tasks() {
                 let finished = Arc::clone(&finished);
                 async move {
                     sleep(secs(5)).await;
-                    lock(&finished).push((key, t0.elapsed()));
+                    finished.lock().push((key, t0.elapsed()));
                     TaskOutcome::Done
                 }
             })
@@ -466,7 +464,7 @@ async fn shutdown_stops_dispatch_and_waits_for_running_tasks() {
         secs(5),
         "run returns when the running tasks end"
     );
-    assert_eq!(*lock(&finished), [(0, secs(5)), (1, secs(5))]);
+    assert_eq!(*finished.lock(), [(0, secs(5)), (1, secs(5))]);
     let stats = q.stats();
     assert!(stats.shut_down);
     assert_eq!(
@@ -667,7 +665,7 @@ async fn two_run_consumers_share_the_concurrency_bound() {
                         assert!(q.stats().running <= 4);
                         sleep(secs(1)).await;
                         f.fetch_sub(1, Ordering::SeqCst);
-                        let mut ran = lock(&ran);
+                        let mut ran = ran.lock();
                         ran.push(key);
                         if ran.len() == KEYS as usize {
                             q.shutdown();
@@ -691,7 +689,7 @@ async fn two_run_consumers_share_the_concurrency_bound() {
         4,
         "4 at once over both consumers, not 4 each"
     );
-    let mut ran = lock(&ran).clone();
+    let mut ran = ran.lock().clone();
     ran.sort_unstable();
     assert_eq!(ran, (0..KEYS).collect::<Vec<_>>(), "each key ran once");
     assert_eq!(q.stats().failures_total, 0);
@@ -709,7 +707,7 @@ async fn several_pull_consumers_share_the_bound_and_the_timers() {
         let (q, got) = (q.clone(), Arc::clone(&got));
         consumers.push(tokio::spawn(async move {
             while let Some(lease) = q.acquire().await {
-                lock(&got).push((*lease.key(), t0.elapsed()));
+                got.lock().push((*lease.key(), t0.elapsed()));
                 sleep(secs(100)).await;
                 lease.complete(TaskOutcome::Done);
             }
@@ -725,7 +723,7 @@ async fn several_pull_consumers_share_the_bound_and_the_timers() {
             panic!("{e}");
         }
     }
-    assert_eq!(*lock(&got), [(1, secs(2)), (2, secs(3))]);
+    assert_eq!(*got.lock(), [(1, secs(2)), (2, secs(3))]);
 }
 
 /// One scenario of random producers and a random worker, on a paused clock of its own;
@@ -779,7 +777,7 @@ async fn invariants_scenario(seed: u64, max_concurrent: usize, jitter: f64, prod
                     let start_seq = seq.fetch_add(1, Ordering::SeqCst);
                     let start = Instant::now();
                     let n = {
-                        let mut h = lock(&history);
+                        let mut h = history.lock();
                         if !h.in_flight.insert(key) {
                             h.overlaps.push(key);
                         }
@@ -792,13 +790,13 @@ async fn invariants_scenario(seed: u64, max_concurrent: usize, jitter: f64, prod
                     sleep(ms(rng.random_range(0..30))).await;
                     // Fail 40% of runs, but never more than 4 times in a row.
                     let streak = {
-                        let h = lock(&history);
+                        let h = history.lock();
                         h.runs
                             .get(&key)
                             .map_or(0, |r| r.iter().rev().take_while(|r| r.failed).count())
                     };
                     let failed = streak < 4 && rng.random_range(0..10) < 4;
-                    let mut h = lock(&history);
+                    let mut h = history.lock();
                     h.in_flight.remove(&key);
                     h.runs.entry(key).or_default().push(RunRec {
                         start_seq,
@@ -831,7 +829,8 @@ async fn invariants_scenario(seed: u64, max_concurrent: usize, jitter: f64, prod
                 };
                 let s = seq.fetch_add(1, Ordering::SeqCst);
                 q.enqueue_after(key, delay);
-                lock(&history)
+                history
+                    .lock()
                     .enqueues
                     .entry(key)
                     .or_default()
@@ -854,7 +853,7 @@ async fn invariants_scenario(seed: u64, max_concurrent: usize, jitter: f64, prod
         panic!("{e}");
     }
 
-    let h = lock(&history);
+    let h = history.lock();
     assert!(
         h.overlaps.is_empty(),
         "keys ran twice at once: {:?}",
@@ -993,13 +992,13 @@ async fn parallel_producers_on_a_multi_threaded_runtime() {
                     Arc::clone(&overlaps),
                 );
                 async move {
-                    if !lock(&in_flight).insert(key) {
+                    if !in_flight.lock().insert(key) {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
                     let start = seq.fetch_add(1, Ordering::SeqCst);
-                    lock(&log).entry(key).or_default().1.push(start);
+                    log.lock().entry(key).or_default().1.push(start);
                     tokio::task::yield_now().await;
-                    lock(&in_flight).remove(&key);
+                    in_flight.lock().remove(&key);
                     // Every 7th run of a key fails once, to mix retries in.
                     if start % 7 == 0 {
                         TaskOutcome::Retry
@@ -1020,7 +1019,7 @@ async fn parallel_producers_on_a_multi_threaded_runtime() {
                     let key = rng.random_range(0..KEYS);
                     let s = seq.fetch_add(1, Ordering::SeqCst);
                     q.enqueue(key);
-                    let mut log = lock(&log);
+                    let mut log = log.lock();
                     let entry = log.entry(key).or_default();
                     entry.0 = entry.0.max(s);
                 }
@@ -1051,7 +1050,7 @@ async fn parallel_producers_on_a_multi_threaded_runtime() {
         0,
         "a key ran twice at once"
     );
-    let log = lock(&log);
+    let log = log.lock();
     let (mut runs, mut failures) = (0u64, 0u64);
     for (key, (last_enqueue, starts)) in log.iter() {
         assert!(

@@ -1,7 +1,9 @@
 //! RestartingTask on Tokio's paused clock.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
@@ -10,10 +12,6 @@ use windlass_tasks::restarting::RestartingTask;
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn boom() -> Result<(), String> {
@@ -34,7 +32,7 @@ async fn a_panicking_task_is_restarted_with_back_off_capped_at_120s() {
     let starts = Arc::new(Mutex::new(Vec::new()));
     let s = Arc::clone(&starts);
     let task = RestartingTask::new("bomb", move || {
-        lock(&s).push(t0.elapsed());
+        s.lock().push(t0.elapsed());
         async move {
             sleep(Duration::ZERO).await;
             boom()
@@ -50,7 +48,7 @@ async fn a_panicking_task_is_restarted_with_back_off_capped_at_120s() {
     ]
     .map(secs)
     .to_vec();
-    assert_eq!(*lock(&starts), expected);
+    assert_eq!(*starts.lock(), expected);
     assert!(task.is_running(), "still alive, waiting to restart");
     assert_eq!(task.crash_count(), 15);
     task.wait_for_termination().await;
@@ -162,7 +160,7 @@ async fn start_during_a_back_off_resets_it_and_runs_now() {
         Err(e) => panic!("{e}"),
     };
     let task = RestartingTask::new("slow-backoff", move || {
-        lock(&s).push(t0.elapsed());
+        s.lock().push(t0.elapsed());
         async { Err::<(), _>("down") }
     })
     .with_backoff(policy);
@@ -170,9 +168,9 @@ async fn start_during_a_back_off_resets_it_and_runs_now() {
     sleep(secs(150)).await; // crashed at 0, restarted at 100 (crash), now waiting 200 s
     task.start(); // cuts the wait short and resets the back-off
     sleep(secs(50)).await;
-    assert_eq!(*lock(&starts), [0, 100, 150].map(secs));
+    assert_eq!(*starts.lock(), [0, 100, 150].map(secs));
     sleep(secs(100)).await; // back-off was reset: next restart 100 s after 150
-    assert_eq!(*lock(&starts), [0, 100, 150, 250].map(secs));
+    assert_eq!(*starts.lock(), [0, 100, 150, 250].map(secs));
     task.wait_for_termination().await;
 }
 
@@ -184,7 +182,7 @@ async fn a_long_healthy_run_resets_the_back_off() {
     let runs = Arc::new(AtomicU32::new(0));
     let r = Arc::clone(&runs);
     let task = RestartingTask::new("watch", move || {
-        lock(&s).push(t0.elapsed());
+        s.lock().push(t0.elapsed());
         let n = r.fetch_add(1, Ordering::SeqCst);
         async move {
             // Runs 0-3 crash at once; run 4 is healthy for 500 s, then crashes.
@@ -197,7 +195,7 @@ async fn a_long_healthy_run_resets_the_back_off() {
     task.start();
     sleep(secs(520)).await;
     // 0, 1, 3, 7, 15 (healthy until 515), then 1 s later (not 16 s), then 2 s later.
-    assert_eq!(*lock(&starts), [0, 1, 3, 7, 15, 516, 518].map(secs));
+    assert_eq!(*starts.lock(), [0, 1, 3, 7, 15, 516, 518].map(secs));
     task.wait_for_termination().await;
 }
 
@@ -245,7 +243,7 @@ impl std::future::Future for EndThenStart {
 impl Drop for EndThenStart {
     fn drop(&mut self) {
         if let Some(slot) = &self.start_on_drop
-            && let Some(task) = lock(slot).as_ref()
+            && let Some(task) = slot.lock().as_ref()
         {
             task.start();
         }
@@ -263,7 +261,7 @@ fn end_then_start(
     let runs = Arc::new(AtomicU32::new(0));
     let (s, sl, r) = (Arc::clone(&starts), Arc::clone(&slot), Arc::clone(&runs));
     let task = RestartingTask::new("observed", move || {
-        lock(&s).push(t0.elapsed());
+        s.lock().push(t0.elapsed());
         let first_run = r.fetch_add(1, Ordering::SeqCst) == 0;
         EndThenStart {
             result: Some(if first_run {
@@ -276,7 +274,7 @@ fn end_then_start(
     })
     .with_backoff(policy);
     // The slot holds a handle only until the first run's drop guard has used it.
-    *lock(&slot) = Some(task.clone());
+    *slot.lock() = Some(task.clone());
     (task, starts)
 }
 
@@ -290,11 +288,11 @@ async fn start_right_after_a_crash_restarts_at_once() {
     task.start();
     sleep(secs(50)).await;
     // The first run crashed at 0 and start() came right after: restarted at once, not at 100.
-    assert_eq!(*lock(&starts), [0, 0].map(secs));
+    assert_eq!(*starts.lock(), [0, 0].map(secs));
     sleep(secs(100)).await;
     // The start() also reset the back-off, and asked for one restart only: the second crash
     // waits the first delay (100 s).
-    assert_eq!(*lock(&starts), [0, 0, 100].map(secs));
+    assert_eq!(*starts.lock(), [0, 0, 100].map(secs));
     assert_eq!(task.crash_count(), 3);
     task.wait_for_termination().await;
 }
@@ -309,7 +307,7 @@ async fn start_right_after_a_clean_exit_runs_it_again() {
     task.start();
     sleep(secs(50)).await;
     // Exited cleanly at 0, started again right after: the start is not lost.
-    assert_eq!(*lock(&starts), [0, 0].map(secs));
+    assert_eq!(*starts.lock(), [0, 0].map(secs));
     assert!(
         task.is_running(),
         "waiting out the back-off of the second run's crash"
@@ -328,7 +326,7 @@ async fn start_during_a_run_only_resets_the_back_off() {
         Err(e) => panic!("{e}"),
     };
     let task = RestartingTask::new("busy", move || {
-        lock(&s).push(t0.elapsed());
+        s.lock().push(t0.elapsed());
         let n = r.fetch_add(1, Ordering::SeqCst);
         async move {
             // Run 0 crashes at once; run 1 (at 100) works for 10 s, then crashes.
@@ -344,7 +342,7 @@ async fn start_during_a_run_only_resets_the_back_off() {
     sleep(secs(105)).await;
     task.start(); // during run 1: resets the back-off (200 s → 100 s), no immediate restart
     sleep(secs(200)).await;
-    assert_eq!(*lock(&starts), [0, 100, 210].map(secs));
+    assert_eq!(*starts.lock(), [0, 100, 210].map(secs));
     task.wait_for_termination().await;
 }
 
