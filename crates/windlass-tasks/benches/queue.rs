@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use windlass_tasks::queue::{TaskOutcome, TaskQueue};
+use windlass_tasks::queue::{Action, TaskQueue};
 
 const KEYS: u64 = 100_000;
 
@@ -41,7 +41,7 @@ async fn fill_then_drain(q: &TaskQueue<u64>, duplicates: u64) {
     }
     for _ in 0..KEYS {
         match q.acquire().await {
-            Some(lease) => lease.complete(TaskOutcome::Done),
+            Some(lease) => lease.complete(Action::Done),
             None => panic!("queue shut down"),
         }
     }
@@ -53,7 +53,7 @@ async fn steady_state(q: &TaskQueue<u64>) {
         match q.acquire().await {
             Some(lease) => {
                 let key = *lease.key();
-                lease.complete(TaskOutcome::Done);
+                lease.complete(Action::Done);
                 black_box(q.enqueue(key));
             }
             None => panic!("queue shut down"),
@@ -76,7 +76,7 @@ async fn run_spawned() {
             if done.fetch_add(1, Ordering::Relaxed) + 1 == KEYS as usize {
                 q.shutdown();
             }
-            TaskOutcome::Done
+            Action::Done
         }
     })
     .await;

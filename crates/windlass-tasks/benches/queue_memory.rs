@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use windlass_tasks::queue::{TaskOutcome, TaskQueue};
+use windlass_tasks::queue::{Action, TaskQueue};
 
 /// Counts the bytes currently allocated through it.
 struct Counting;
@@ -60,7 +60,7 @@ fn per_key(bytes: usize, n: usize) -> f64 {
 async fn drain<K: std::hash::Hash + Eq + Clone + Send + 'static>(q: &TaskQueue<K>, n: usize) {
     for _ in 0..n {
         match q.acquire().await {
-            Some(lease) => lease.complete(TaskOutcome::Done),
+            Some(lease) => lease.complete(Action::Done),
             None => panic!("queue shut down"),
         }
     }

@@ -13,13 +13,13 @@
 //!
 //! # A reconcile queue on [`TaskQueue`]
 //!
-//! Watch events enqueue the object's key; a reconcile ends in a [`TaskOutcome`]; a periodic
-//! resync is a [`TaskOutcome::RequeueAfter`]. The queue guarantees one reconcile per object at
+//! Watch events enqueue the object's key; a reconcile ends in a [`Action`]; a periodic
+//! resync is a [`Action::RequeueAfter`]. The queue guarantees one reconcile per object at
 //! a time, merges event bursts, backs off per object on errors, and resets on success.
 //!
 //! ```
 //! use std::time::Duration;
-//! use windlass_tasks::{TaskOutcome, TaskQueue};
+//! use windlass_tasks::{Action, TaskQueue};
 //!
 //! #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 //! struct ObjectKey { namespace: String, name: String }
@@ -40,9 +40,9 @@
 //!         queue
 //!             .run(|key| async move {
 //!                 match reconcile(key).await {
-//!                     Ok(None) => TaskOutcome::Done,
-//!                     Ok(Some(resync)) => TaskOutcome::RequeueAfter(resync),
-//!                     Err(_) => TaskOutcome::Retry, // back off: 0.5 s, 1 s, 2 s … 120 s, ±10 %
+//!                     Ok(None) => Action::Done,
+//!                     Ok(Some(resync)) => Action::RequeueAfter(resync),
+//!                     Err(_) => Action::Retry, // back off: 0.5 s, 1 s, 2 s … 120 s, ±10 %
 //!                 }
 //!                 // (the same mapping, as a conversion: `reconcile(key).await.into()`)
 //!             })
@@ -71,5 +71,5 @@ pub mod restarting;
 
 pub use backoff::{BackOffPolicy, ExponentialBackOff};
 pub use periodic::{PeriodicTaskSet, PeriodicTasks};
-pub use queue::{Lease, TaskOutcome, TaskQueue};
+pub use queue::{Action, Lease, TaskQueue};
 pub use restarting::RestartingTask;

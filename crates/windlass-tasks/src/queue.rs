@@ -7,11 +7,11 @@
 //! [`run`](TaskQueue::run) call a worker for every due key, or pull keys themselves with
 //! [`acquire`](TaskQueue::acquire) (waits) or [`try_acquire`](TaskQueue::try_acquire) (does not)
 //! and report back through the returned [`Lease`]. A run ends in
-//! a [`TaskOutcome`]: done, run again after a delay, or failed (retry with back-off).
+//! a [`Action`]: done, run again after a delay, or failed (retry with back-off).
 //!
 //! ```
 //! use std::time::Duration;
-//! use windlass_tasks::queue::{TaskOutcome, TaskQueue};
+//! use windlass_tasks::queue::{Action, TaskQueue};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), windlass_tasks::queue::QueueConfigError> {
@@ -25,7 +25,7 @@
 //!     worker_queue
 //!         .run(|key: String| async move {
 //!             println!("reconciling {key}");
-//!             TaskOutcome::Done
+//!             Action::Done
 //!         })
 //!         .await
 //! });
@@ -50,15 +50,15 @@
 //!    for "now" in the order of their `enqueue` calls, a key whose delay expired ahead of keys
 //!    enqueued after its due time (ties keep enqueue order).
 //! 4. **Failures back off per key and are never dropped.** A run that ends in
-//!    [`TaskOutcome::Retry`] (or panics, or whose [`Lease`] is dropped unfinished) brings the key
+//!    [`Action::Retry`] (or panics, or whose [`Lease`] is dropped unfinished) brings the key
 //!    back after its own exponential back-off with jitter ([`BackOffPolicy`], yaook's defaults
 //!    0.5 s × 2 up to 120 s, ±10 %), **and not before**. While a key is failing (its last run
 //!    ended in `Retry` and it has not succeeded since), an enqueue or a rerun mark never brings
 //!    it forward of its back-off deadline: it runs at `max(back-off deadline, due time asked
 //!    for)`, which merged with the pending retry is the deadline itself, so an enqueue during
 //!    the wait reports [`Enqueued::BackingOff`] and changes nothing. Other keys are not held
-//!    up. Any successful outcome ([`Done`](TaskOutcome::Done),
-//!    [`RequeueAfter`](TaskOutcome::RequeueAfter)) resets that key's back-off, and rule 1's
+//!    up. Any successful outcome ([`Done`](Action::Done),
+//!    [`RequeueAfter`](Action::RequeueAfter)) resets that key's back-off, and rule 1's
 //!    merging applies in full again. (This keeps a reconcile that writes status and then fails
 //!    from rerunning at once on the watch event its own write caused; a queue that should let
 //!    events cut a back-off short, as client-go's workqueue does, opts in with
@@ -105,12 +105,10 @@ use tokio::time::Instant;
 
 use crate::backoff::{BackOffPolicy, BackOffState};
 
-/// How one run of a key ended; the queue schedules the key's next run from it.
-///
-/// A core reconciler maps its result onto this: `Ok(Action::await_change())` → `Done`,
-/// `Ok(Action::requeue(d))` → `RequeueAfter(d)`, `Err(_)` → `Retry`.
+/// What next for a key, as one run of it ends: the queue schedules the key's next run from
+/// it. windlass's reconciles, status hooks and workers all speak this one type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskOutcome {
+pub enum Action {
     /// Success; the key leaves the queue (unless it was enqueued again while running) and its
     /// back-off is reset.
     Done,
@@ -124,15 +122,15 @@ pub enum TaskOutcome {
     Retry,
 }
 
-/// `Ok(None)` → [`Done`](TaskOutcome::Done), `Ok(Some(d))` →
-/// [`RequeueAfter(d)`](TaskOutcome::RequeueAfter), `Err(_)` → [`Retry`](TaskOutcome::Retry):
+/// `Ok(None)` → [`Done`](Action::Done), `Ok(Some(d))` →
+/// [`RequeueAfter(d)`](Action::RequeueAfter), `Err(_)` → [`Retry`](Action::Retry):
 /// a worker returning `Result<Option<Duration>, E>` can end with `.into()` (log the error first).
-impl<E> From<Result<Option<Duration>, E>> for TaskOutcome {
+impl<E> From<Result<Option<Duration>, E>> for Action {
     fn from(result: Result<Option<Duration>, E>) -> Self {
         match result {
-            Ok(None) => TaskOutcome::Done,
-            Ok(Some(delay)) => TaskOutcome::RequeueAfter(delay),
-            Err(_) => TaskOutcome::Retry,
+            Ok(None) => Action::Done,
+            Ok(Some(delay)) => Action::RequeueAfter(delay),
+            Err(_) => Action::Retry,
         }
     }
 }
@@ -366,7 +364,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     }
 
     /// Removes a pending key (and its back-off) so it does not run. Returns whether it was
-    /// pending. A running key is not affected: end its run with [`TaskOutcome::Done`] instead.
+    /// pending. A running key is not affected: end its run with [`Action::Done`] instead.
     pub fn remove(&self, key: &K) -> bool {
         self.shared.remove(key)
     }
@@ -411,7 +409,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     ///
     /// Waits while [`max_concurrent`](Self::max_concurrent) keys are leased. The key is the
     /// holder's until the [`Lease`] is [completed](Lease::complete); dropping the lease without
-    /// completing it counts as [`TaskOutcome::Retry`], so a panicking or cancelled worker never
+    /// completing it counts as [`Action::Retry`], so a panicking or cancelled worker never
     /// loses its key. Cancel-safe: dropping the future before it resolves loses nothing.
     pub async fn acquire(&self) -> Option<Lease<K>> {
         let mut parked = None;
@@ -499,13 +497,13 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// each on its own Tokio task, until [`shutdown`](Self::shutdown); then waits for the runs in
     /// flight and returns.
     ///
-    /// A worker that panics counts as [`TaskOutcome::Retry`] for its key; the panic is logged
+    /// A worker that panics counts as [`Action::Retry`] for its key; the panic is logged
     /// and the queue keeps going. Dropping this future aborts the runs in flight, which also
     /// count as failures (their keys come back after their back-off).
     pub async fn run<F, Fut>(&self, worker: F)
     where
         F: Fn(K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = TaskOutcome> + Send + 'static,
+        Fut: Future<Output = Action> + Send + 'static,
     {
         let worker = Arc::new(worker);
         let mut running = JoinSet::new();
@@ -564,7 +562,7 @@ fn report_join(done: Result<(), tokio::task::JoinError>) {
 /// The right to run one key, handed out by [`TaskQueue::acquire`].
 ///
 /// Report how the run ended with [`complete`](Self::complete). Dropping a lease without
-/// completing it reports [`TaskOutcome::Retry`].
+/// completing it reports [`Action::Retry`].
 pub struct Lease<K: Hash + Eq + Clone + Send + 'static> {
     shared: Arc<Shared<K>>,
     key: Option<K>,
@@ -596,11 +594,11 @@ impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
     }
 
     /// Ends the run and schedules what comes next for the key.
-    pub fn complete(mut self, outcome: TaskOutcome) {
+    pub fn complete(mut self, outcome: Action) {
         self.finish(outcome);
     }
 
-    fn finish(&mut self, outcome: TaskOutcome) {
+    fn finish(&mut self, outcome: Action) {
         if let Some(key) = self.key.take() {
             self.shared.complete(key, outcome);
         }
@@ -609,7 +607,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
 
 impl<K: Hash + Eq + Clone + Send + 'static> Drop for Lease<K> {
     fn drop(&mut self) {
-        self.finish(TaskOutcome::Retry);
+        self.finish(Action::Retry);
     }
 }
 
@@ -950,7 +948,7 @@ impl<K: Hash + Eq + Clone> State<K> {
 
     /// Ends a run and schedules what follows. Unless `preempt`, a failed run's rerun mark is
     /// folded into the retry at the back-off deadline.
-    fn complete(&mut self, key: K, outcome: TaskOutcome, policy: &BackOffPolicy, preempt: bool) {
+    fn complete(&mut self, key: K, outcome: Action, policy: &BackOffPolicy, preempt: bool) {
         let (rerun, mut backoff) = match self.entries.get(&key) {
             Some(Entry {
                 slot: Slot::Running { rerun },
@@ -965,11 +963,11 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
         let was_failing = backoff.is_failing();
         let next = match outcome {
-            TaskOutcome::Done => {
+            Action::Done => {
                 backoff = BackOffState::new();
                 rerun
             }
-            TaskOutcome::RequeueAfter(delay) => {
+            Action::RequeueAfter(delay) => {
                 backoff = BackOffState::new();
                 let due = if delay.is_zero() {
                     Due::Now
@@ -978,7 +976,7 @@ impl<K: Hash + Eq + Clone> State<K> {
                 };
                 Some(rerun.map_or(due, |r| r.min(due)))
             }
-            TaskOutcome::Retry => {
+            Action::Retry => {
                 self.failures_total += 1;
                 let delay = policy.jittered(backoff.advance(policy), &mut rand::rng());
                 let due = Due::At(deadline_after(Instant::now(), delay));
@@ -1063,7 +1061,7 @@ impl<K: Hash + Eq + Clone> Shared<K> {
         self.state.lock().remove(key)
     }
 
-    fn complete(&self, key: K, outcome: TaskOutcome) {
+    fn complete(&self, key: K, outcome: Action) {
         let mut state = self.state.lock();
         state.complete(key, outcome, &self.backoff, self.preempt_backoff);
         let wake = state.waiting > 0;
@@ -1098,14 +1096,14 @@ mod tests {
     #[test]
     fn results_map_onto_outcomes() {
         let ok: Result<Option<Duration>, String> = Ok(None);
-        assert_eq!(TaskOutcome::from(ok), TaskOutcome::Done);
+        assert_eq!(Action::from(ok), Action::Done);
         let requeue: Result<Option<Duration>, String> = Ok(Some(Duration::from_secs(3)));
         assert_eq!(
-            TaskOutcome::from(requeue),
-            TaskOutcome::RequeueAfter(Duration::from_secs(3))
+            Action::from(requeue),
+            Action::RequeueAfter(Duration::from_secs(3))
         );
         let failed: Result<Option<Duration>, String> = Err("conflict".into());
-        assert_eq!(TaskOutcome::from(failed), TaskOutcome::Retry);
+        assert_eq!(Action::from(failed), Action::Retry);
     }
 
     #[test]
@@ -1136,7 +1134,7 @@ mod tests {
         assert_eq!(q.enqueue(1), Enqueued::Rerun);
         assert_eq!(q.enqueue(1), Enqueued::Unchanged);
         assert_eq!(q.stats().rerun_marked, 1);
-        lease.complete(TaskOutcome::Done);
+        lease.complete(Action::Done);
         let s = q.stats();
         assert_eq!((s.ready, s.running, s.rerun_marked), (1, 0, 0));
     }

@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::{Instant, sleep};
 use windlass_tasks::backoff::BackOffPolicy;
-use windlass_tasks::queue::{Enqueued, KeyPlace, KeyState, TaskOutcome, TaskQueue};
+use windlass_tasks::queue::{Action, Enqueued, KeyPlace, KeyState, TaskQueue};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -76,7 +76,7 @@ async fn first_runs_are_fifo_and_duplicates_merge() {
             if log.len() == 100 {
                 q.shutdown();
             }
-            TaskOutcome::Done
+            Action::Done
         }
     })
     .await;
@@ -90,7 +90,7 @@ async fn first_runs_are_fifo_and_duplicates_merge() {
 async fn run_for<K, F>(q: &TaskQueue<K>, until: Duration, outcome: F) -> Starts<K>
 where
     K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-    F: Fn(&K, usize) -> TaskOutcome + Send + Sync + 'static,
+    F: Fn(&K, usize) -> Action + Send + Sync + 'static,
 {
     let log = starts();
     let runs: Arc<Mutex<HashMap<K, usize>>> = Arc::default();
@@ -138,8 +138,8 @@ async fn failed_keys_back_off_exponentially_without_blocking_others() {
     q.enqueue("flaky");
     q.enqueue("steady");
     let log = run_for(&q, secs(40), |key, _| match *key {
-        "flaky" => TaskOutcome::Retry,
-        _ => TaskOutcome::Done,
+        "flaky" => Action::Retry,
+        _ => Action::Done,
     })
     .await;
     // Runs at 0, then after 1, 2, 4, 8, 8, 8 … seconds.
@@ -159,7 +159,7 @@ async fn jittered_back_off_stays_in_its_band() {
     for key in 0..8 {
         q.enqueue(key);
     }
-    let log = run_for(&q, secs(200), |_, _| TaskOutcome::Retry).await;
+    let log = run_for(&q, secs(200), |_, _| Action::Retry).await;
     for key in 0..8 {
         let times = times_of(&log, &key);
         assert!(times.len() >= 8, "key {key} ran only {} times", times.len());
@@ -184,9 +184,9 @@ async fn success_resets_the_back_off() {
     q.enqueue(1);
     // Retry, Retry, RequeueAfter(10s) (a success), Retry, Retry, then done.
     let log = run_for(&q, secs(60), |_, n| match n {
-        1 | 2 | 4 | 5 => TaskOutcome::Retry,
-        3 => TaskOutcome::RequeueAfter(secs(10)),
-        _ => TaskOutcome::Done,
+        1 | 2 | 4 | 5 => Action::Retry,
+        3 => Action::RequeueAfter(secs(10)),
+        _ => Action::Done,
     })
     .await;
     assert_eq!(times_of(&log, &1), [0, 1, 3, 13, 14, 16].map(secs));
@@ -218,13 +218,13 @@ async fn an_event_during_a_failing_run_does_not_skip_the_back_off() {
                     log.lock().push((key, t0.elapsed()));
                     let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
                     if n > 2 {
-                        return TaskOutcome::Done;
+                        return Action::Done;
                     }
                     sleep(secs(1)).await;
                     // The status write's watch event arrives while the run is still going.
                     marks.lock().push(q.enqueue(key));
                     sleep(secs(4)).await;
-                    TaskOutcome::Retry
+                    Action::Retry
                 }
             })
             .await;
@@ -272,9 +272,9 @@ async fn an_enqueue_during_the_back_off_wait_does_not_bring_it_forward() {
         })
     };
     let log = run_for(&q, secs(500), |_, n| match n {
-        1 | 2 => TaskOutcome::Retry,
-        3 => TaskOutcome::RequeueAfter(secs(100)),
-        _ => TaskOutcome::Done,
+        1 | 2 => Action::Retry,
+        3 => Action::RequeueAfter(secs(100)),
+        _ => Action::Done,
     })
     .await;
     if let Err(e) = producer.await {
@@ -303,11 +303,7 @@ async fn with_preempt_backoff_a_fresh_event_runs_a_backing_off_key_now() {
         })
     };
     let log = run_for(&q, secs(400), |_, n| {
-        if n <= 2 {
-            TaskOutcome::Retry
-        } else {
-            TaskOutcome::Done
-        }
+        if n <= 2 { Action::Retry } else { Action::Done }
     })
     .await;
     if let Err(e) = producer.await {
@@ -326,7 +322,7 @@ async fn later_enqueues_never_postpone_and_earlier_ones_advance() {
     assert_eq!(q.enqueue_after(2, secs(20)), Enqueued::Advanced);
     let at = Instant::now() + secs(25);
     assert_eq!(q.enqueue_at(3, at), Enqueued::Added);
-    let log = run_for(&q, secs(60), |_, _| TaskOutcome::Done).await;
+    let log = run_for(&q, secs(60), |_, _| Action::Done).await;
     let all: Vec<_> = log.lock().clone();
     assert_eq!(all, [(1, secs(10)), (2, secs(20)), (3, secs(25))]);
 }
@@ -337,9 +333,9 @@ async fn requeue_after_runs_again_after_the_delay() {
     q.enqueue(1);
     let log = run_for(&q, secs(100), |_, n| {
         if n < 4 {
-            TaskOutcome::RequeueAfter(secs(30))
+            Action::RequeueAfter(secs(30))
         } else {
-            TaskOutcome::Done
+            Action::Done
         }
     })
     .await;
@@ -374,7 +370,7 @@ async fn an_enqueue_during_a_run_reruns_once_after_it_never_alongside() {
                     max_in_flight.fetch_max(now, Ordering::SeqCst);
                     sleep(secs(10)).await;
                     in_flight.fetch_sub(1, Ordering::SeqCst);
-                    TaskOutcome::Done
+                    Action::Done
                 }
             })
             .await;
@@ -422,7 +418,7 @@ async fn concurrency_is_bounded() {
             if d.fetch_add(1, Ordering::SeqCst) + 1 == 20 {
                 q.shutdown();
             }
-            TaskOutcome::Done
+            Action::Done
         }
     })
     .await;
@@ -446,7 +442,7 @@ async fn shutdown_stops_dispatch_and_waits_for_running_tasks() {
                 async move {
                     sleep(secs(5)).await;
                     finished.lock().push((key, t0.elapsed()));
-                    TaskOutcome::Done
+                    Action::Done
                 }
             })
             .await;
@@ -486,7 +482,7 @@ async fn a_panicking_worker_is_a_failure_not_a_crash() {
         if *key == "bomb" && n < 3 {
             panic!("worker bug");
         }
-        TaskOutcome::Done
+        Action::Done
     })
     .await;
     assert_eq!(times_of(&log, &"bomb"), [0, 1, 2].map(secs));
@@ -511,7 +507,7 @@ async fn a_dropped_lease_counts_as_a_failure() {
     };
     assert_eq!(t0.elapsed(), secs(2));
     assert_eq!(lease.retries(), 1);
-    lease.complete(TaskOutcome::Done);
+    lease.complete(Action::Done);
     assert_eq!(q.stats().keys(), 0);
 }
 
@@ -526,7 +522,7 @@ async fn remove_drops_a_pending_key_but_not_a_running_one() {
     assert!(!q.remove(&1), "running");
     assert!(q.remove(&2));
     assert!(!q.remove(&2));
-    lease.complete(TaskOutcome::Done);
+    lease.complete(Action::Done);
     assert_eq!(q.stats().keys(), 0);
 }
 
@@ -542,7 +538,7 @@ async fn remove_leaves_a_running_key_and_its_rerun_mark_alone() {
     assert!(q.contains(&1));
     let s = q.stats();
     assert_eq!((s.running, s.rerun_marked), (1, 1), "the mark survives");
-    lease.complete(TaskOutcome::Done);
+    lease.complete(Action::Done);
     let s = q.stats();
     assert_eq!(
         (s.ready, s.running, s.rerun_marked),
@@ -555,7 +551,7 @@ async fn remove_leaves_a_running_key_and_its_rerun_mark_alone() {
     assert_eq!(*lease.key(), 1);
     // Once it is pending again, remove does take it (run ends in Done with a fresh mark).
     assert_eq!(q.enqueue(1), Enqueued::Rerun);
-    lease.complete(TaskOutcome::Done);
+    lease.complete(Action::Done);
     assert!(q.remove(&1));
     let s = q.stats();
     assert_eq!((s.keys(), s.rerun_marked, s.failing), (0, 0, 0));
@@ -578,7 +574,7 @@ async fn dropping_the_run_future_brings_in_flight_keys_back_as_retry() {
                 async move {
                     let _flag = flag;
                     sleep(secs(100)).await;
-                    TaskOutcome::Done
+                    Action::Done
                 }
             })
             .await;
@@ -618,7 +614,7 @@ async fn dropping_the_run_future_brings_in_flight_keys_back_as_retry() {
             panic!("shut down")
         };
         got.push((*lease.key(), lease.retries(), aborted_at.elapsed()));
-        lease.complete(TaskOutcome::Done);
+        lease.complete(Action::Done);
     }
     assert_eq!(got, [(3, 0, secs(0)), (1, 1, secs(3)), (2, 1, secs(3))]);
 }
@@ -670,7 +666,7 @@ async fn two_run_consumers_share_the_concurrency_bound() {
                         if ran.len() == KEYS as usize {
                             q.shutdown();
                         }
-                        TaskOutcome::Done
+                        Action::Done
                     }
                 })
                 .await;
@@ -709,7 +705,7 @@ async fn several_pull_consumers_share_the_bound_and_the_timers() {
             while let Some(lease) = q.acquire().await {
                 got.lock().push((*lease.key(), t0.elapsed()));
                 sleep(secs(100)).await;
-                lease.complete(TaskOutcome::Done);
+                lease.complete(Action::Done);
             }
         }));
     }
@@ -804,11 +800,7 @@ async fn invariants_scenario(seed: u64, max_concurrent: usize, jitter: f64, prod
                         end: Instant::now(),
                         failed,
                     });
-                    if failed {
-                        TaskOutcome::Retry
-                    } else {
-                        TaskOutcome::Done
-                    }
+                    if failed { Action::Retry } else { Action::Done }
                 }
             })
             .await;
@@ -935,7 +927,7 @@ async fn a_consumer_waiting_for_a_free_slot_is_woken_when_one_frees() {
     };
     sleep(secs(10)).await;
     assert_eq!(q.stats().running, 1, "the bound holds while key 1 runs");
-    first.complete(TaskOutcome::Done);
+    first.complete(Action::Done);
     match tokio::time::timeout(secs(100), second).await {
         Ok(Ok(got)) => assert_eq!(got, Some((2, secs(10)))),
         Ok(Err(e)) => panic!("{e}"),
@@ -956,7 +948,7 @@ async fn try_acquire_never_waits_and_respects_the_bound() {
     };
     assert_eq!(*lease.key(), 1, "the expired timer was enqueued first");
     assert!(q.try_acquire().is_none(), "at the bound");
-    lease.complete(TaskOutcome::Done);
+    lease.complete(Action::Done);
     q.shutdown();
     assert!(q.try_acquire().is_none(), "shut down");
     assert_eq!(q.stats().ready, 1);
@@ -1001,9 +993,9 @@ async fn parallel_producers_on_a_multi_threaded_runtime() {
                     in_flight.lock().remove(&key);
                     // Every 7th run of a key fails once, to mix retries in.
                     if start % 7 == 0 {
-                        TaskOutcome::Retry
+                        Action::Retry
                     } else {
-                        TaskOutcome::Done
+                        Action::Done
                     }
                 }
             })
@@ -1085,11 +1077,7 @@ async fn a_preempting_enqueue_runs_a_backing_off_key_now_and_a_plain_one_does_no
         })
     };
     let log = run_for(&q, secs(400), |_, n| {
-        if n <= 2 {
-            TaskOutcome::Retry
-        } else {
-            TaskOutcome::Done
-        }
+        if n <= 2 { Action::Retry } else { Action::Done }
     })
     .await;
     if let Err(e) = producer.await {
@@ -1111,17 +1099,17 @@ async fn a_lease_reports_how_long_its_key_waited_since_it_was_due() {
     let first = q.acquire().await.unwrap();
     assert_eq!(first.waited(), Duration::ZERO);
     sleep(secs(5)).await;
-    first.complete(TaskOutcome::Done);
+    first.complete(Action::Done);
     let second = q.acquire().await.unwrap();
     assert_eq!((*second.key(), second.waited()), (2, secs(5)));
-    second.complete(TaskOutcome::Done);
+    second.complete(Action::Done);
     let third = q.acquire().await.unwrap();
     assert_eq!(
         (*third.key(), third.waited()),
         (3, secs(4)),
         "due at 1 s, run at 5 s"
     );
-    third.complete(TaskOutcome::Done);
+    third.complete(Action::Done);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1147,12 +1135,12 @@ async fn inspect_tells_where_a_key_is_and_how_often_it_failed() {
         Some(KeyPlace::Running { rerun: true })
     );
     let failed_at = Instant::now();
-    lease.complete(TaskOutcome::Retry);
+    lease.complete(Action::Retry);
     let state = q.inspect(&"a").expect("backing off");
     assert_eq!(state.failures, 1);
     assert_eq!(state.place, KeyPlace::Delayed(failed_at + secs(1)));
     sleep(secs(1)).await;
     let lease = q.acquire().await.expect("due after the back-off");
-    lease.complete(TaskOutcome::Done);
+    lease.complete(Action::Done);
     assert_eq!(q.inspect(&"a"), None, "done and gone, failures forgotten");
 }

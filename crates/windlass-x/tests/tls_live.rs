@@ -22,7 +22,7 @@ use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::events::LiveEventSink;
 use windlass::object::{ObjectRef, TypeRef};
-use windlass::reconcile::{Outcome, Reconciler};
+use windlass::reconcile::{Action, Reconciler};
 use windlass::testing::{EventLog, Widget, assert_condition};
 use windlass_testenv::TestEnv;
 use windlass_x::tls::{CertificateAuthority, KeyAlgorithm};
@@ -99,7 +99,7 @@ async fn reconcile_until_done(reconciler: &Reconciler<TlsController>, cr: &Objec
     for _ in 0..20 {
         let report = reconciler.reconcile(cr).await;
         assert!(report.error.is_none(), "{:?}", report.error);
-        if report.outcome == Outcome::Done {
+        if report.outcome == Action::Done {
             return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

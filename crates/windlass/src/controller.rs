@@ -39,6 +39,7 @@
 //! }
 //! ```
 
+use crate::reconcile::Action;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -52,7 +53,7 @@ use serde_json::{Map, Value};
 use crate::component::Component;
 use crate::dag::{Graph, GraphError, NodeId};
 use crate::error::{Error, Result};
-pub use crate::resource::{PrimaryResource, Requeue};
+pub use crate::resource::PrimaryResource;
 use crate::session::Session;
 
 /// A CR kind, the components it owns, and the hooks around its rollouts.
@@ -171,15 +172,16 @@ pub trait Controller: Send + Sync + Sized + 'static {
         Ok(())
     }
 
-    /// Whether to reconcile again, given what the rollout achieved. The default re-reads
-    /// the CR and requeues after `runtime.requeue-after` until its status shows Ready, not
-    /// Updating, and the requested version reconciled; see
+    /// Whether to reconcile again, given what the rollout achieved: [`Action::Done`],
+    /// [`Action::RequeueAfter`], or [`Action::Retry`] (again with back-off, as after an
+    /// error). The default re-reads the CR and requeues after `runtime.requeue-after` until
+    /// its status shows Ready, not Updating, and the requested version reconciled; see
     /// [`crate::status::default_should_requeue`].
     async fn should_requeue(
         &self,
         session: &Session<Self>,
         state: &crate::dag::CompletionState,
-    ) -> Result<Requeue> {
+    ) -> Result<Action> {
         crate::status::default_should_requeue(session, state).await
     }
 }

@@ -11,7 +11,7 @@
 //! CR ─▶ reconcile ─▶ session ─▶ controller::components() ─▶ rollout (dag runner)
 //!        │                                                   ├─ deploy: render → apply (cluster)
 //!        │                                                   └─ verify: per-kind readiness (verify)
-//!        └─▶ status (Ready / Updating, componentStatus, versions) ─▶ Outcome
+//!        └─▶ status (Ready / Updating, componentStatus, versions) ─▶ Action
 //! ```
 //!
 //! Start with [`controller`] and [`component`]; `examples/webapp` is a complete operator.
@@ -53,6 +53,7 @@ pub mod values;
 pub mod verify;
 
 pub use error::{ClusterError, Error, Result};
+pub use reconcile::Action;
 
 /// The field manager windlass writes with (server-side apply).
 pub const FIELD_MANAGER: &str = "windlass";
@@ -67,9 +68,10 @@ pub mod prelude {
     pub use crate::cluster::{Cluster, MemoryCluster, WriteMethod};
     pub use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
     pub use crate::controller::{
-        ComponentId, Components, Controller, NoConfig, PrimaryResource, Requeue, default_finalizer,
+        ComponentId, Components, Controller, NoConfig, PrimaryResource, default_finalizer,
     };
     pub use crate::error::{Error, Result};
+    pub use crate::reconcile::Action;
     pub use crate::reference::Ref;
     pub use crate::session::Session;
     pub use crate::status::{Status, Unmanaged};

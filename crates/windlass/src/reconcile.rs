@@ -1,7 +1,7 @@
 //! One reconcile of one CR, from reading it to the outcome: the pipeline, the finalizer,
 //! the status at the start and end, and the mapping of every error to a status and a retry.
 //! [`Reconciler::reconcile`] never fails and never panics: whatever goes wrong ends in the
-//! CR's status, a log line, and an [`Outcome`].
+//! CR's status, a log line, and an [`Action`].
 //!
 //! 1. Read the CR. Gone → done. Paused (`windlass.dev/pause-execution: "true"`) → done,
 //!    even when it is being deleted, so a paused CR's finalizer stays.
@@ -35,11 +35,11 @@
 //!
 //! | the reconcile ended with | outcome |
 //! | --- | --- |
-//! | success, `should_requeue` says no | [`Outcome::Done`] |
-//! | success, requeue wanted; or "not yet" (a precondition, an unverified component) | [`Outcome::RequeueAfter`] |
-//! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later ([`crate::dependency_hash`]) | [`Outcome::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
-//! | invalid input: a config error, an object the server refused as invalid (422) | [`Outcome::Done`]: nothing changes until the CR (or the operator) does |
-//! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Outcome::Retry`] with back-off |
+//! | success, `should_requeue` says no | [`Action::Done`] |
+//! | success, requeue wanted; or "not yet" (a precondition, an unverified component) | [`Action::RequeueAfter`] |
+//! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later ([`crate::dependency_hash`]) | [`Action::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
+//! | invalid input: a config error, an object the server refused as invalid (422) | [`Action::Done`]: nothing changes until the CR (or the operator) does |
+//! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Action::Retry`] with back-off |
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -52,7 +52,7 @@ use tracing::Instrument;
 use crate::annotations;
 use crate::cluster::Cluster;
 use crate::config::OperatorConfig;
-use crate::controller::{Components, Controller, Requeue};
+use crate::controller::{Components, Controller};
 pub use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
@@ -70,16 +70,10 @@ use crate::values::merge;
 
 pub use crate::status::default_should_requeue;
 
-/// What should happen next for a CR after a reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Nothing until the CR or something it owns changes.
-    Done,
-    /// Reconcile again after this delay (not a failure).
-    RequeueAfter(Duration),
-    /// The reconcile hit an error: retry with back-off.
-    Retry,
-}
+/// What next for a CR after a reconcile: `Done` (nothing until the CR or something it owns
+/// changes), `RequeueAfter(delay)` (not a failure), or `Retry` with back-off after an error.
+/// The queue's own type, so nothing is translated between reconcile and queue.
+pub use windlass_tasks::queue::Action;
 
 /// What one reconcile did.
 #[derive(Debug, Clone)]
@@ -89,7 +83,7 @@ pub struct Report {
     /// The CR.
     pub cr: ObjectRef,
     /// What to do next.
-    pub outcome: Outcome,
+    pub outcome: Action,
     /// The rollout's outcome, if a rollout ran.
     pub state: Option<CompletionState>,
     /// The error that ended the reconcile, if any (also written to the status).
@@ -240,17 +234,17 @@ impl<C: Controller> Reconciler<C> {
                     );
                     manifest
                 }
-                Ok(None) => return report(Outcome::Done, None, None),
+                Ok(None) => return report(Action::Done, None, None),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the CR");
-                    return report(Outcome::Retry, None, Some(e.into()));
+                    return report(Action::Retry, None, Some(e.into()));
                 }
             };
             // The CR's own log level, if it asks for one, for the rest of this reconcile.
             let _log = crate::logging::for_cr(&id, &manifest);
             if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
                 tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
-                return report(Outcome::Done, None, None);
+                return report(Action::Done, None, None);
             }
             let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
             ledger.remember(cr.clone(), Some(manifest.clone()));
@@ -481,7 +475,7 @@ impl<C: Controller> Reconciler<C> {
         manifest: &Value,
         ledger: &Arc<Ledger>,
         progress: Progress<'_, C>,
-    ) -> std::result::Result<(Outcome, Option<CompletionState>), Failure> {
+    ) -> std::result::Result<(Action, Option<CompletionState>), Failure> {
         let Progress {
             start,
             made,
@@ -502,7 +496,7 @@ impl<C: Controller> Reconciler<C> {
             if cleanup {
                 self.clean_up(cr, manifest.clone(), ledger).await?;
             }
-            return Ok((Outcome::Done, None));
+            return Ok((Action::Done, None));
         }
         let session = self.session(id, cr, manifest, ledger.clone()).await?;
         *made = Some(session.clone());
@@ -581,7 +575,7 @@ impl<C: Controller> Reconciler<C> {
                     ledger.remember(cr.clone(), Some(written.clone()));
                     current = written;
                 }
-                None => return Ok((Outcome::Done, Some(state))),
+                None => return Ok((Action::Done, Some(state))),
             }
         }
         let started = starting.take();
@@ -599,11 +593,11 @@ impl<C: Controller> Reconciler<C> {
             }
         }
         let requeue = controller.should_requeue(&session, &state).await?;
-        if requeue == Requeue::No && finalizing {
+        if requeue == Action::Done && finalizing {
             if cleanup {
                 match self.clean_up(cr, current, ledger).await? {
                     Some(cleaned) => current = cleaned,
-                    None => return Ok((Outcome::Done, Some(state))),
+                    None => return Ok((Action::Done, Some(state))),
                 }
             }
             if let Some(finalizer) = &finalizer {
@@ -616,10 +610,9 @@ impl<C: Controller> Reconciler<C> {
             // upstream of the one that reads it): the echo of that write does not
             // reconcile the CR, so it goes again at once to roll the pods.
             _ if ledger.stale_dependency_hash() && !finalizing => {
-                Outcome::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
+                Action::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
             }
-            Requeue::No => Outcome::Done,
-            Requeue::After(d) => Outcome::RequeueAfter(d),
+            other => other,
         };
         Ok((outcome, Some(state)))
     }
@@ -651,11 +644,11 @@ impl<C: Controller> Reconciler<C> {
     }
 
     /// What a reconcile that ended in `error` asks for next (see the module docs).
-    fn failure_outcome(&self, error: &Error) -> Outcome {
+    fn failure_outcome(&self, error: &Error) -> Action {
         match error {
-            e if !e.is_fatal() => Outcome::RequeueAfter(self.operator.requeue_after()),
-            Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => Outcome::Done,
-            _ => Outcome::Retry,
+            e if !e.is_fatal() => Action::RequeueAfter(self.operator.requeue_after()),
+            Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => Action::Done,
+            _ => Action::Retry,
         }
     }
 

@@ -1,10 +1,8 @@
-//! The two types every other module speaks of and that depend on nothing of windlass:
-//! what a CR type must be ([`PrimaryResource`]) and whether to reconcile it again
-//! ([`Requeue`]). Kept apart so that the controller, its components, the session and the
-//! status can all name them without importing one another.
+//! What a CR type must be ([`PrimaryResource`]), which every other module speaks of and
+//! which depends on nothing of windlass. Kept apart so that the controller, its
+//! components, the session and the status can all name it without importing one another.
 
 use std::fmt;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,15 +35,6 @@ impl<T> PrimaryResource for T where
         + Sync
         + 'static
 {
-}
-
-/// Whether and when to reconcile the CR again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Requeue {
-    /// Not until something changes.
-    No,
-    /// After this delay.
-    After(Duration),
 }
 
 /// Whether objects of kind `K` live in a namespace, from its type.

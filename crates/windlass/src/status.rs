@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error};
-use crate::resource::Requeue;
+use crate::reconcile::Action;
 use crate::session::Session;
 
 /// windlass's part of a CR's status, typed: `#[kube(status = "windlass::status::Status")]`,
@@ -534,11 +534,11 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
 pub async fn default_should_requeue<C: crate::controller::Controller>(
     session: &Session<C>,
     state: &CompletionState,
-) -> crate::error::Result<Requeue> {
-    let again = Requeue::After(session.operator_config().requeue_after());
+) -> crate::error::Result<Action> {
+    let again = Action::RequeueAfter(session.operator_config().requeue_after());
     if !is_managed::<C>(session.operator_config()) {
         return Ok(if state.verify_completed() {
-            Requeue::No
+            Action::Done
         } else {
             again
         });
@@ -546,7 +546,7 @@ pub async fn default_should_requeue<C: crate::controller::Controller>(
     // The CR as this reconcile's status write left it: no request.
     Ok(match session.get_object(&session.cr_ref()).await {
         Err(_) => again,
-        Ok(None) => Requeue::No,
+        Ok(None) => Action::Done,
         Ok(Some(cr)) => {
             let done = match session.version() {
                 Some(version) => crate::verify::verify_subsystem(&cr, Some(version)),
@@ -555,7 +555,7 @@ pub async fn default_should_requeue<C: crate::controller::Controller>(
                         && crate::verify::condition_is(&cr, UPDATING, false, None)
                 }
             };
-            if done { Requeue::No } else { again }
+            if done { Action::Done } else { again }
         }
     })
 }

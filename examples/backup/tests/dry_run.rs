@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use windlass::cli::{Output, run};
 use windlass::controller::Controller as _;
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::reconcile::Outcome;
+use windlass::reconcile::Action;
 use windlass::testing::{TEST_NAMESPACE, TestEnv, assert_condition};
 
 const NIGHTLY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/nightly.yaml");
@@ -257,7 +257,7 @@ async fn the_schedule_waits_for_the_source_secret_and_the_status_says_why() {
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     let report = env.reconcile(&cr).await;
     assert!(
-        matches!(report.outcome, Outcome::RequeueAfter(_)),
+        matches!(report.outcome, Action::RequeueAfter(_)),
         "{:?}",
         report.outcome
     );

@@ -22,7 +22,7 @@ use webapp_operator::{WebApp, WebAppController};
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, RequestCounts, Verb, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::object::{ObjectRef, TypeRef};
-use windlass::reconcile::{Outcome, Reconciler};
+use windlass::reconcile::{Action, Reconciler};
 use windlass_testenv::TestEnv;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -93,7 +93,7 @@ fn main() {
             assert!(Instant::now() < deadline, "{} CRs never became ready", pending.len());
             let mut still = Vec::new();
             for cr in pending {
-                if reconciler.reconcile(cr).await.outcome != Outcome::Done {
+                if reconciler.reconcile(cr).await.outcome != Action::Done {
                     still.push(cr);
                 }
             }
@@ -108,7 +108,7 @@ fn main() {
             let start = Instant::now();
             let report = reconciler.reconcile(cr).await;
             steady.push(start.elapsed());
-            assert_eq!(report.outcome, Outcome::Done);
+            assert_eq!(report.outcome, Action::Done);
         }
         let steady_counts = counter.take();
         first.sort();

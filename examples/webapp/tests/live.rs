@@ -17,7 +17,7 @@ use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod}
 use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::progress::Event;
-use windlass::reconcile::{Outcome, Reconciler};
+use windlass::reconcile::{Action, Reconciler};
 use windlass::testing::{EventLog, assert_condition};
 use windlass_testenv::TestEnv;
 
@@ -54,14 +54,14 @@ async fn the_webapp_rolls_out_in_order_on_a_real_cluster() {
         let report = reconciler.reconcile(&cr).await;
         assert!(report.error.is_none(), "{:?}", report.error);
         outcomes.push(report.outcome);
-        if report.outcome == Outcome::Done {
+        if report.outcome == Action::Done {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert_eq!(
         outcomes.last(),
-        Some(&Outcome::Done),
+        Some(&Action::Done),
         "the WebApp never became ready: {outcomes:?}"
     );
     assert!(
@@ -241,7 +241,7 @@ async fn reconcile_until_done(reconciler: &Reconciler<WebAppController>, cr: &Ob
         let report = reconciler.reconcile(cr).await;
         assert!(report.error.is_none(), "{:?}", report.error);
         outcomes.push(report.outcome);
-        if report.outcome == Outcome::Done {
+        if report.outcome == Action::Done {
             return;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -283,7 +283,7 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
     // Steady state: no write at all, no list, and each object read at most once.
     counter.take();
     let report = reconciler.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
     let steady = counter.take();
     println!("steady-state reconcile:\n{steady}");
     assert_eq!(
@@ -328,7 +328,7 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
     );
     counter.take();
     let report = reconciler.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
     let repaired = counter.take();
     assert_eq!(
         repaired.mutating(),
@@ -430,7 +430,7 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
             "with the derived RBAC: {:?}",
             report.error
         );
-        if report.outcome == Outcome::Done {
+        if report.outcome == Action::Done {
             break;
         }
         assert!(
@@ -468,7 +468,7 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
         .error
         .expect("a reconcile without access to deployments fails");
     eprintln!("the error of the reconcile without deployments: {error}");
-    assert_eq!(report.outcome, Outcome::Retry);
+    assert_eq!(report.outcome, Action::Retry);
     let status = admin.get(&cr).await.unwrap().unwrap()["status"].clone();
     let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
     let message = conditions

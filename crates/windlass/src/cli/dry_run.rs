@@ -16,7 +16,7 @@ use crate::cluster::{Cluster, MemoryCluster};
 use crate::config::OperatorConfig;
 use crate::dryrun::DryRun;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
-use crate::reconcile::Outcome;
+use crate::reconcile::Action;
 
 /// Reconcile the CR files of `matches` with `controllers` on a fresh in-memory cluster.
 pub(super) async fn run(
@@ -115,12 +115,12 @@ pub(super) async fn run(
     let reports = dry
         .run(crs, |report| {
             out.line(match (&report.outcome, &report.error) {
-                (Outcome::Done, _) => "  outcome: done".to_string(),
-                (Outcome::RequeueAfter(d), _) => {
+                (Action::Done, _) => "  outcome: done".to_string(),
+                (Action::RequeueAfter(d), _) => {
                     format!("  outcome: requeue after {}s", d.as_secs())
                 }
-                (Outcome::Retry, Some(e)) => format!("  outcome: retry with back-off ({e})"),
-                (Outcome::Retry, None) => "  outcome: retry with back-off".to_string(),
+                (Action::Retry, Some(e)) => format!("  outcome: retry with back-off ({e})"),
+                (Action::Retry, None) => "  outcome: retry with back-off".to_string(),
             })
         })
         .await;

@@ -15,12 +15,12 @@ use windlass_tasks::queue::KeyPlace;
 use super::queue::ReconcileQueue;
 use super::worker::ReconcileObserver;
 use crate::object::{ObjectRef, TypeRef};
-use crate::reconcile::{Outcome, Report};
+use crate::reconcile::{Action, Report};
 
 /// How the last reconcile of a CR ended.
 struct Last {
     at: jiff::Timestamp,
-    outcome: Outcome,
+    outcome: Action,
     error: Option<String>,
     took: Duration,
 }
@@ -92,7 +92,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use windlass_tasks::queue::TaskOutcome;
+    use windlass_tasks::queue::Action;
 
     #[tokio::test(start_paused = true)]
     async fn the_view_has_the_queue_place_the_failures_and_the_last_reconcile() {
@@ -115,13 +115,13 @@ mod tests {
             debug.view("Widget", Some("shop"), "w").unwrap()["queue"]["state"],
             "running"
         );
-        lease.complete(TaskOutcome::Retry);
+        lease.complete(Action::Retry);
         debug.finished(
             "widget",
             &Report {
                 id: "r1".into(),
                 cr: cr.clone(),
-                outcome: Outcome::Retry,
+                outcome: Action::Retry,
                 state: None,
                 error: Some(crate::Error::rollout("the database refused")),
             },

@@ -426,7 +426,7 @@ mod tests {
 
     use super::*;
     use crate::object::TypeRef;
-    use crate::reconcile::Outcome;
+    use crate::reconcile::Action;
 
     fn watch(kind: &str, namespace: Option<&str>) -> Watch {
         Watch {
@@ -581,7 +581,7 @@ mod tests {
     async fn metrics_are_served_in_the_openmetrics_format() {
         let metrics = Arc::new(Metrics::new());
         metrics.reconcile_started("webapp");
-        metrics.reconcile_finished("webapp", Outcome::Done, Duration::from_millis(5), false);
+        metrics.reconcile_finished("webapp", Action::Done, Duration::from_millis(5), false);
         let server = start(metrics, Arc::new(Health::new())).await;
         let (code, content_type, body) = get(server.addr, "/metrics").await;
         assert_eq!(code, 200);

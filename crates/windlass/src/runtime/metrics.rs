@@ -44,7 +44,7 @@ use windlass_tasks::queue::QueueStats;
 
 use crate::cluster::RequestCounter;
 use crate::object::TypeRef;
-use crate::reconcile::Outcome;
+use crate::reconcile::Action;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -94,12 +94,12 @@ fn duration_histogram() -> Histogram {
 ///
 /// ```
 /// use std::time::Duration;
-/// use windlass::reconcile::Outcome;
+/// use windlass::reconcile::Action;
 /// use windlass::runtime::metrics::Metrics;
 ///
 /// let metrics = Metrics::new();
 /// metrics.reconcile_started("webapp");
-/// metrics.reconcile_finished("webapp", Outcome::Done, Duration::from_millis(12), false);
+/// metrics.reconcile_finished("webapp", Action::Done, Duration::from_millis(12), false);
 /// let text = metrics.encode();
 /// assert!(text.contains(r#"windlass_reconciles_total{controller="webapp",outcome="done"} 1"#));
 /// assert!(text.ends_with("# EOF\n"));
@@ -235,7 +235,7 @@ impl Metrics {
     pub fn reconcile_finished(
         &self,
         controller: &str,
-        outcome: Outcome,
+        outcome: Action,
         duration: Duration,
         failed: bool,
     ) {
@@ -311,11 +311,11 @@ fn controller_labels(controller: &str) -> ControllerLabels {
     }
 }
 
-fn outcome_label(outcome: Outcome) -> &'static str {
+fn outcome_label(outcome: Action) -> &'static str {
     match outcome {
-        Outcome::Done => "done",
-        Outcome::RequeueAfter(_) => "requeue",
-        Outcome::Retry => "retry",
+        Action::Done => "done",
+        Action::RequeueAfter(_) => "requeue",
+        Action::Retry => "retry",
     }
 }
 
@@ -399,10 +399,10 @@ mod tests {
         for _ in 0..3 {
             metrics.reconcile_started("webapp");
         }
-        metrics.reconcile_finished("webapp", Outcome::Done, ms(3), false);
-        metrics.reconcile_finished("webapp", Outcome::Retry, ms(2_000), true);
+        metrics.reconcile_finished("webapp", Action::Done, ms(3), false);
+        metrics.reconcile_finished("webapp", Action::Retry, ms(2_000), true);
         metrics.reconcile_started("other");
-        metrics.reconcile_finished("other", Outcome::RequeueAfter(ms(5)), ms(40), false);
+        metrics.reconcile_finished("other", Action::RequeueAfter(ms(5)), ms(40), false);
 
         let text = metrics.encode();
         let at = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series}\n{text}"));

@@ -13,7 +13,7 @@
 //!                              Reconciler over a cache-backed Cluster
 //!                                          │
 //!                                          ▼
-//!                           status, Events, metrics ─▶ Outcome ─▶ queue
+//!                           status, Events, metrics ─▶ Action ─▶ queue
 //! ```
 //!
 //! - [`source`]: watches, one per kind and namespace, filling the [`cache`].

@@ -2,7 +2,7 @@
 //! one pending run that takes the newest request; bounded concurrency; per-CR exponential
 //! back-off with jitter that a success resets; requeue-after; the periodic re-reconcile.
 //!
-//! What a reconcile asks for next ([`Outcome`]) becomes the queue's [`TaskOutcome`] here,
+//! What a reconcile asks for next ([`Action`]) becomes the queue's [`Action`] here,
 //! with the `runtime.sync-period` folded in: a CR that is done is reconciled again after the
 //! period (and a failing one after its back-off, whatever the period), so the period
 //! survives failures and a requeue is never later than the period.
@@ -10,11 +10,12 @@
 use std::time::Duration;
 
 use windlass_tasks::backoff::BackOffPolicy;
-use windlass_tasks::queue::{QueueConfigError, TaskOutcome, TaskQueue};
+use windlass_tasks::queue::{QueueConfigError, TaskQueue};
+
+use crate::reconcile::Action;
 
 use crate::config::OperatorConfig;
 use crate::object::ObjectRef;
-use crate::reconcile::Outcome;
 
 /// The queue of CRs to reconcile.
 pub type ReconcileQueue = TaskQueue<ObjectRef>;
@@ -46,15 +47,13 @@ pub fn from_config(
 
 /// What the queue does after a reconcile that ended in `outcome`, with the periodic
 /// re-reconcile `period` (`None`: off).
-pub fn next_run(outcome: Outcome, period: Option<Duration>) -> TaskOutcome {
+pub fn next_run(outcome: Action, period: Option<Duration>) -> Action {
     match (outcome, period) {
-        (Outcome::Retry, _) => TaskOutcome::Retry,
-        (Outcome::Done, None) => TaskOutcome::Done,
-        (Outcome::Done, Some(period)) => TaskOutcome::RequeueAfter(period),
-        (Outcome::RequeueAfter(delay), None) => TaskOutcome::RequeueAfter(delay),
-        (Outcome::RequeueAfter(delay), Some(period)) => {
-            TaskOutcome::RequeueAfter(delay.min(period))
-        }
+        (Action::Retry, _) => Action::Retry,
+        (Action::Done, None) => Action::Done,
+        (Action::Done, Some(period)) => Action::RequeueAfter(period),
+        (Action::RequeueAfter(delay), None) => Action::RequeueAfter(delay),
+        (Action::RequeueAfter(delay), Some(period)) => Action::RequeueAfter(delay.min(period)),
     }
 }
 
@@ -80,19 +79,19 @@ mod tests {
     #[test]
     fn the_period_bounds_every_success_and_never_a_failure() {
         let s = Duration::from_secs;
-        assert_eq!(next_run(Outcome::Done, None), TaskOutcome::Done);
+        assert_eq!(next_run(Action::Done, None), Action::Done);
         assert_eq!(
-            next_run(Outcome::Done, Some(s(30))),
-            TaskOutcome::RequeueAfter(s(30))
+            next_run(Action::Done, Some(s(30))),
+            Action::RequeueAfter(s(30))
         );
         assert_eq!(
-            next_run(Outcome::RequeueAfter(s(5)), Some(s(30))),
-            TaskOutcome::RequeueAfter(s(5))
+            next_run(Action::RequeueAfter(s(5)), Some(s(30))),
+            Action::RequeueAfter(s(5))
         );
         assert_eq!(
-            next_run(Outcome::RequeueAfter(s(60)), Some(s(30))),
-            TaskOutcome::RequeueAfter(s(30))
+            next_run(Action::RequeueAfter(s(60)), Some(s(30))),
+            Action::RequeueAfter(s(30))
         );
-        assert_eq!(next_run(Outcome::Retry, Some(s(30))), TaskOutcome::Retry);
+        assert_eq!(next_run(Action::Retry, Some(s(30))), Action::Retry);
     }
 }

@@ -3,7 +3,7 @@
 //! The worker starts a reconcile only while [`Leadership::is_leader`] holds at that
 //! moment; with the per-CR annotation lock it first takes the CR's lock. Each reconcile
 //! runs as its own task (the queue bounds how many at once) and reports its
-//! [`Outcome`](crate::reconcile::Outcome) back to the queue through
+//! [`Action`](crate::reconcile::Action) back to the queue through
 //! [`queue::next_run`](super::queue::next_run). When the queue shuts down, the worker
 //! stops taking CRs and waits for the reconciles in flight, up to a bound, then cancels
 //! the rest (they are safe to cancel: every step of a reconcile is idempotent).
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use tokio::task::JoinSet;
-use windlass_tasks::queue::TaskOutcome;
+use windlass_tasks::queue::Action;
 
 use super::leader::Leadership;
 use super::queue::{ReconcileQueue, next_run};
@@ -68,7 +68,7 @@ pub async fn run<C: Controller>(
         };
         if !leadership.is_leader() {
             // Lost it while waiting: leave the CR for whoever leads.
-            lease.complete(TaskOutcome::RequeueAfter(Duration::ZERO));
+            lease.complete(Action::RequeueAfter(Duration::ZERO));
             continue;
         }
         let key = lease.key().clone();
@@ -85,12 +85,12 @@ pub async fn run<C: Controller>(
             match leadership.acquire(&key).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    lease.complete(TaskOutcome::RequeueAfter(settings.lock_poll));
+                    lease.complete(Action::RequeueAfter(settings.lock_poll));
                     return;
                 }
                 Err(e) => {
                     tracing::warn!(cr = %key, error = %e, "cannot take the CR's lock");
-                    lease.complete(TaskOutcome::Retry);
+                    lease.complete(Action::Retry);
                     return;
                 }
             }

@@ -11,7 +11,7 @@ use windlass::config::OperatorConfig;
 use windlass::events::{MemoryEventSink, Reason};
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::reconcile::{Outcome, Reconciler};
+use windlass::reconcile::{Action, Reconciler};
 
 /// Gives each Namespace a `tenant-defaults` ConfigMap.
 struct NamespaceDefaults;
@@ -76,7 +76,7 @@ async fn a_namespace_controller_provisions_writes_no_status_and_reports_in_event
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(
         report.outcome,
-        Outcome::Done,
+        Action::Done,
         "without a status to read back, the rollout's own outcome ends it"
     );
     let config = memory
@@ -118,7 +118,7 @@ async fn a_namespace_that_must_wait_says_why_in_an_event() {
         .with_events(events.clone());
 
     let report = reconciler.reconcile(&namespace("kube-extra")).await;
-    assert!(matches!(report.outcome, Outcome::RequeueAfter(_)));
+    assert!(matches!(report.outcome, Action::RequeueAfter(_)));
     let recorded = events.events();
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert_eq!(recorded[0].event.reason(), Reason::RolloutWaiting);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use serde_json::json;
 use windlass::prelude::*;
-use windlass::reconcile::Outcome;
+use windlass::reconcile::Action;
 use windlass::testing::{TestEnv, assert_condition};
 
 use crate::support::{Shop, cm_ref};
@@ -106,7 +106,7 @@ async fn a_wrong_type_in_the_spec_is_a_config_error_naming_the_field() {
         .await;
     let report = env.reconcile(&bad).await;
     // Retrying cannot help: the reconcile waits for the spec to change.
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     let status = env.status(&bad).await;
     assert_condition(&status, "Ready", false, "ConfigError");
     let message = status["conditions"][0]["message"].as_str().unwrap();
@@ -172,7 +172,7 @@ async fn a_panic_while_rendering_fails_the_cr_and_keeps_applied_objects() {
         .apply_cr("shop", json!({"replicas": 1, "title": "after"}))
         .await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Retry);
+    assert_eq!(report.outcome, Action::Retry);
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "Errored");
     let message = status["conditions"][0]["message"].as_str().unwrap();
@@ -199,7 +199,7 @@ async fn a_panic_while_building_the_graph_is_caught() {
         .apply_cr("shop", json!({"replicas": 1, "title": "t"}))
         .await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Retry);
+    assert_eq!(report.outcome, Action::Retry);
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "Errored");
     assert!(
@@ -257,7 +257,7 @@ async fn refused_overrides(env: &TestEnv<ShopController>, overrides: serde_json:
         )
         .await;
     let report = env.reconcile(&bad).await;
-    assert_eq!(report.outcome, Outcome::Done, "only a spec change can help");
+    assert_eq!(report.outcome, Action::Done, "only a spec change can help");
     let status = env.status(&bad).await;
     assert_condition(&status, "Ready", false, "ConfigError");
     assert!(env.get(&cm_ref("bad-front")).await.is_none());

@@ -453,7 +453,7 @@ impl Controller for SameCr {
 /// reconcile asks to go again soon instead, and that one rolls the pods.
 #[tokio::test]
 async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_the_cr() {
-    use windlass::reconcile::{Outcome, STALE_DEPENDENCY_HASH_REQUEUE};
+    use windlass::reconcile::{Action, STALE_DEPENDENCY_HASH_REQUEUE};
     let env = TestEnv::dry_run(SameCr).await;
     let annotation = |deployment: Value| {
         deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH].clone()
@@ -461,7 +461,7 @@ async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_t
     let cr = env.apply_cr("w", json!({"greeting": "hello"})).await;
     env.reconcile(&cr).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "steady");
+    assert_eq!(report.outcome, Action::Done, "steady");
     let before = annotation(env.get(&deployment_ref("reader")).await.unwrap());
 
     env.apply_cr("w", json!({"greeting": "bonjour"})).await;
@@ -474,10 +474,10 @@ async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_t
     );
     assert_eq!(
         report.outcome,
-        Outcome::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
+        Action::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
     );
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     assert_ne!(
         annotation(env.get(&deployment_ref("reader")).await.unwrap()),
         before,

@@ -6,7 +6,7 @@ use serde_json::json;
 use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::events::{MemoryEventSink, Reason};
-use windlass::reconcile::{Outcome, Reconciler};
+use windlass::reconcile::{Action, Reconciler};
 use windlass::testing::{Behaviour, DummyComponent, DummyController, TestEnv};
 
 fn reasons(sink: &MemoryEventSink) -> Vec<(Reason, u32)> {
@@ -27,10 +27,10 @@ async fn a_rollout_done_in_one_reconcile_is_announced_once_when_it_completes() {
     let reconciler = Reconciler::new(controller, env.memory.clone(), OperatorConfig::default())
         .with_events(sink.clone());
     let cr = env.apply_cr("a", json!({})).await;
-    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Action::Done);
     assert_eq!(reasons(&sink), [(Reason::RolloutCompleted, 1)]);
     // Steady state: nothing new to say.
-    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Action::Done);
     assert_eq!(reasons(&sink), [(Reason::RolloutCompleted, 1)]);
     // A spec change is a new rollout.
     env.apply_cr("a", json!({"size": 2})).await;
@@ -66,7 +66,7 @@ async fn a_rollout_that_waits_is_announced_when_it_starts_and_when_it_completes(
     waiting.reconcile(&cr).await;
     assert_eq!(reasons(&sink), [(Reason::RolloutStarted, 1)]);
     // Ready now: the same rollout completes.
-    assert_eq!(reconciler(web).reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(reconciler(web).reconcile(&cr).await.outcome, Action::Done);
     assert_eq!(
         reasons(&sink),
         [(Reason::RolloutStarted, 1), (Reason::RolloutCompleted, 1)]
@@ -86,7 +86,7 @@ async fn a_failed_rollout_is_a_warning_naming_the_error() {
     let reconciler = Reconciler::new(controller, env.memory.clone(), OperatorConfig::default())
         .with_events(sink.clone());
     let cr = env.apply_cr("a", json!({})).await;
-    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Retry);
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Action::Retry);
     let events = sink.events();
     let failed = events
         .iter()

@@ -8,7 +8,7 @@ use serde_json::json;
 use windlass::cluster::MemoryCluster;
 use windlass::config::OperatorConfig;
 use windlass::object::ManifestExt;
-use windlass::reconcile::Outcome;
+use windlass::reconcile::Action;
 use windlass::testing::{
     DummyComponent, DummyController, FaultyCluster, Op, TestEnv, assert_condition,
 };
@@ -110,10 +110,7 @@ async fn requeue_after_is_how_long_a_waiting_cr_waits() {
     let env = TestEnv::with_config(controller, config).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(
-        report.outcome,
-        Outcome::RequeueAfter(Duration::from_secs(7))
-    );
+    assert_eq!(report.outcome, Action::RequeueAfter(Duration::from_secs(7)));
     assert!(env.get(&deployment_ref("web")).await.is_some());
 }
 

@@ -9,7 +9,7 @@ use windlass::cluster::MemoryCluster;
 use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::reconcile::Outcome;
+use windlass::reconcile::Action;
 use windlass::testing::{
     Behaviour, DummyComponent, DummyController, FaultyCluster, Op, TEST_NAMESPACE, TestEnv, Widget,
     assert_condition, make_patch, patch_kind,
@@ -28,7 +28,7 @@ async fn a_paused_cr_is_left_alone() {
     env.annotate(&cr, "windlass.dev/pause-execution", "TRUE")
         .await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     assert!(report.state.is_none(), "no rollout");
     assert!(env.get(&cm_ref("a-web")).await.is_none());
     assert_eq!(env.status(&cr).await, Value::Null, "no status write");
@@ -66,7 +66,7 @@ async fn the_finalizer_is_added_first_and_removed_once_finalizing_needs_no_reque
     env.delete(&cr).await;
     let report = env.reconcile(&cr).await;
     assert!(
-        matches!(report.outcome, Outcome::RequeueAfter(_)),
+        matches!(report.outcome, Action::RequeueAfter(_)),
         "drain is not verified yet"
     );
     assert!(
@@ -80,7 +80,7 @@ async fn the_finalizer_is_added_first_and_removed_once_finalizing_needs_no_reque
 
     env.set_status(&deployment_ref("drain"), available()).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     assert!(
         env.get(&cr).await.is_none(),
         "finalizer removed, so the CR is gone"
@@ -97,7 +97,7 @@ async fn a_finalizer_the_cluster_refuses_is_a_config_error_and_nothing_rolls_out
     let env = TestEnv::new(one_configmap().finalizer(finalizer, vec![])).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert_eq!(report.outcome, Action::Done, "{report:?}");
     assert!(
         report.error.as_ref().is_some_and(|e| matches!(
             e,
@@ -131,7 +131,7 @@ async fn a_finalizer_removal_the_cluster_refuses_is_reported_not_retried_as_a_co
     );
     faulty.fail(Op::Patch, Some("Widget"), refused.clone());
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert_eq!(report.outcome, Action::Done, "{report:?}");
     assert_eq!(report.error, Some(windlass::Error::Cluster(refused)));
     assert_eq!(
         env.get(&cr).await.unwrap().finalizers(),
@@ -326,7 +326,7 @@ async fn a_missing_config_defaults_configmap_is_a_config_error() {
         .await;
     let report = env.reconcile(&cr).await;
     // A config error waits for the CR (or its ConfigMap) to change; it is not retried.
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "ConfigError");
     assert!(
@@ -353,7 +353,7 @@ async fn a_failing_component_maps_to_reasons_with_its_component_state() {
     let report = env.reconcile(&cr).await;
     assert_eq!(
         report.outcome,
-        Outcome::Done,
+        Action::Done,
         "a config error waits for a change"
     );
     let status = env.status(&cr).await;
@@ -384,7 +384,7 @@ async fn a_cluster_error_leaves_ready_alone_and_retries() {
         windlass::ClusterError::api("etcd is unhappy"),
     );
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Retry);
+    assert_eq!(report.outcome, Action::Retry);
     let status = env.status(&cr).await;
     assert_condition(&status, "Ready", false, "Initializing");
     assert_condition(&status, "Updating", false, "ClusterError");
@@ -471,7 +471,7 @@ async fn dry_run_skips_edge_conditions_and_verification() {
     ))
     .await;
     let cr = env.apply_cr("a", json!({})).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
 }
 
 #[tokio::test]
@@ -629,7 +629,7 @@ async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_dele
             .await;
         let cr = env.apply_cr("a", json!({})).await;
         let report = env.reconcile(&cr).await;
-        assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+        assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
         let remote = ObjectRef::new("v1", "ConfigMap", Some("other"), "shared-settings");
         assert!(env.get(&remote).await.is_some());
         let finalizers = env.get(&cr).await.unwrap()["metadata"]["finalizers"].clone();
@@ -644,7 +644,7 @@ async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_dele
         env.delete(&cr).await;
         assert!(env.get(&cr).await.is_some(), "held by the finalizers");
         let report = env.reconcile(&cr).await;
-        assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+        assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
         assert!(env.get(&cr).await.is_none(), "both finalizers came off");
         assert!(
             env.get(&remote).await.is_none(),
@@ -667,7 +667,7 @@ async fn a_component_held_by_its_edge_waits_for_a_precondition_and_says_why() {
     let env = TestEnv::new(Gated).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
-    assert!(matches!(report.outcome, Outcome::RequeueAfter(_)));
+    assert!(matches!(report.outcome, Action::RequeueAfter(_)));
     let status = env.status(&cr).await;
     assert_condition(&status, "Updating", true, "PreconditionWait");
     let message = status["conditions"][1]["message"].as_str().unwrap();

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 use windlass::Error;
-use windlass::reconcile::Outcome;
+use windlass::reconcile::Action;
 use windlass::testing::{
     Behaviour, DummyComponent, DummyController, Hooks, TEST_NAMESPACE, TestEnv, assert_condition,
 };
@@ -43,7 +43,7 @@ async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed(
     assert_condition(&status, "Updating", true, "PreconditionWait");
     // "Not yet" is not a failure: requeued after the usual delay, without back-off.
     assert!(
-        matches!(report.outcome, Outcome::RequeueAfter(_)),
+        matches!(report.outcome, Action::RequeueAfter(_)),
         "{:?}",
         report.outcome
     );
@@ -186,12 +186,12 @@ async fn the_verify_phase_waits_for_workloads_to_become_ready() {
     // Both deployed (the configmap does not wait for readiness, only for deployment),
     // but web is not available yet, so `after` is not verified either.
     assert_eq!(state.unverified(), &set(&["web", "after"]), "{state}");
-    assert!(matches!(first.outcome, Outcome::RequeueAfter(d) if d.as_secs() == 60));
+    assert!(matches!(first.outcome, Action::RequeueAfter(d) if d.as_secs() == 60));
 
     env.set_status(&deployment_ref("web"), available()).await;
     let second = env.reconcile(&cr).await;
     assert!(second.state.expect("a rollout ran").verify_completed());
-    assert_eq!(second.outcome, Outcome::Done);
+    assert_eq!(second.outcome, Action::Done);
 }
 
 #[tokio::test]
@@ -256,11 +256,11 @@ async fn a_second_cr_rendering_the_same_object_is_refused_and_the_first_keeps_it
     let env = TestEnv::new(controller).await;
     let first = env.apply_cr("first", json!({})).await;
     let second = env.apply_cr("second", json!({})).await;
-    assert_eq!(env.reconcile(&first).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&first).await.outcome, Action::Done);
     let report = env.reconcile(&second).await;
     assert_eq!(
         report.outcome,
-        Outcome::Done,
+        Action::Done,
         "waits for a change: {report:?}"
     );
     let status = env.status(&second).await;
@@ -274,7 +274,7 @@ async fn a_second_cr_rendering_the_same_object_is_refused_and_the_first_keeps_it
     assert_eq!(kept["data"]["owner"], "first");
     // The first CR's reconcile stays quiet: nothing to take back.
     let again = env.reconcile(&first).await;
-    assert_eq!(again.outcome, Outcome::Done);
+    assert_eq!(again.outcome, Action::Done);
     assert!(again.error.is_none());
 }
 
@@ -291,10 +291,10 @@ async fn a_secret_applied_with_string_data_is_not_rewritten_on_the_next_pass() {
     )
     .await;
     let cr = env.apply_cr("a", json!({})).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
     assert_eq!(env.log.applied().len(), 1);
     env.log.clear();
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
     assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
 }
 
@@ -317,7 +317,7 @@ async fn a_forged_inventory_entry_never_gets_another_object_deleted() {
                 "labels": {(windlass::annotations::OWNER_UID): "the-uid-of-another-cr"}}}))
         .await;
     let cr = env.apply_cr("a", json!({})).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
 
     let mut status = env.status(&cr).await;
     let entry = |component: &str, victim: &serde_json::Value| {
@@ -331,7 +331,7 @@ async fn a_forged_inventory_entry_never_gets_another_object_deleted() {
     inventory.push(entry("gone", &foreign));
     env.set_status(&cr, status).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert_eq!(report.outcome, Action::Done, "{report:?}");
 
     for victim in [&plain, &foreign] {
         let name = victim["metadata"]["name"].as_str().unwrap();

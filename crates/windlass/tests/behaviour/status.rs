@@ -1,7 +1,7 @@
 //! Status bookkeeping and the requeue loop.
 
 use serde_json::json;
-use windlass::reconcile::Outcome;
+use windlass::reconcile::Action;
 use windlass::testing::{Behaviour, DummyComponent, DummyController, TestEnv, assert_condition};
 
 use crate::support::{available, deployment, deployment_ref, high_water_mark};
@@ -99,7 +99,7 @@ async fn a_steady_state_reconcile_writes_nothing() {
     let before = high_water_mark(&env.memory.objects());
     env.log.clear();
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     assert_eq!(
         high_water_mark(&env.memory.objects()),
         before,
@@ -145,7 +145,7 @@ async fn requeue_follows_the_status_read_back() {
     let report = env.reconcile(&cr).await;
     assert_eq!(
         report.outcome,
-        Outcome::RequeueAfter(std::time::Duration::from_secs(60))
+        Action::RequeueAfter(std::time::Duration::from_secs(60))
     );
 
     // Once stable: done.
@@ -154,7 +154,7 @@ async fn requeue_follows_the_status_read_back() {
     )
     .await;
     let cr = env.apply_cr("a", json!({"version": "3"})).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
 }
 
 #[tokio::test]
@@ -180,12 +180,12 @@ async fn a_cr_without_a_version_settles_and_writes_nothing_more() {
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     env.set_status(&deployment_ref("web"), available()).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
     let settled = env.status(&cr).await;
     assert_condition(&settled, "Ready", true, "Stable");
 
     let before = high_water_mark(&env.memory.objects());
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
     assert_eq!(
         high_water_mark(&env.memory.objects()),
         before,
@@ -203,7 +203,7 @@ async fn dropping_the_version_is_not_a_version_change() {
     env.reconcile(&cr).await;
     let cr = env.apply_cr("a", json!({"version": null})).await;
     let report = env.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "no endless requeue");
+    assert_eq!(report.outcome, Action::Done, "no endless requeue");
     let status = env.status(&cr).await;
     assert_condition(&status, "Updating", false, "Stable");
     assert_condition(&status, "Ready", true, "Stable");
@@ -218,11 +218,11 @@ async fn without_managed_status_the_rollout_decides_the_requeue() {
         TestEnv::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
     let cr = env.apply_cr("a", json!({"version": "1"})).await;
     assert!(
-        matches!(env.reconcile(&cr).await.outcome, Outcome::RequeueAfter(_)),
+        matches!(env.reconcile(&cr).await.outcome, Action::RequeueAfter(_)),
         "not ready yet"
     );
     env.set_status(&deployment_ref("web"), available()).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
     assert_eq!(
         env.status(&cr).await,
         serde_json::Value::Null,
@@ -230,6 +230,6 @@ async fn without_managed_status_the_rollout_decides_the_requeue() {
     );
     // Deleting it is not held forever by a status that is never written.
     env.delete(&cr).await;
-    assert_eq!(env.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
     assert!(env.get(&cr).await.is_none());
 }

@@ -10,7 +10,7 @@ use windlass::component::ResourceOptions;
 use windlass::config::OperatorConfig;
 use windlass::error::{ClusterError, Error};
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::reconcile::{Outcome, Reconciler};
+use windlass::reconcile::{Action, Reconciler};
 use windlass::testing::{DummyComponent, DummyController, assert_condition};
 
 use crate::live;
@@ -97,7 +97,7 @@ async fn a_job_whose_template_changed_is_deleted_and_recreated_when_allowed() {
         "{inventory:#?}"
     );
     // The new Job really runs: the rollout completes once the Job controller says so.
-    reconcile_until(&v2, &cr, |r| r.outcome == Outcome::Done).await;
+    reconcile_until(&v2, &cr, |r| r.outcome == Action::Done).await;
     assert_condition(
         &cluster.get(&cr).await.unwrap().unwrap()["status"],
         "Ready",
@@ -117,7 +117,7 @@ async fn assert_refused_as_config_error(
 ) {
     assert_eq!(
         report.outcome,
-        Outcome::Done,
+        Action::Done,
         "retrying cannot change an immutable field; a change of the CR reconciles again: {report:?}"
     );
     assert!(
@@ -189,7 +189,7 @@ async fn a_refused_apply_is_never_retried_as_a_put() {
     counter.take();
     let report = reconciler.reconcile(&cr).await;
     let requests = counter.take();
-    assert_eq!(report.outcome, Outcome::Retry, "{report:?}");
+    assert_eq!(report.outcome, Action::Retry, "{report:?}");
     assert!(
         matches!(&report.error, Some(Error::Cluster(ClusterError::Api { message, .. }))
             if message.contains("field not declared in schema")),

@@ -13,7 +13,7 @@ use windlass::cluster::{
 use windlass::config::OperatorConfig;
 use windlass::error::ClusterError;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
-use windlass::reconcile::{Outcome, Reconciler, Report};
+use windlass::reconcile::{Action, Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, assert_condition};
 
 use crate::{eventually, live};
@@ -144,7 +144,7 @@ async fn a_status_write_that_conflicts_keeps_the_other_writers_condition() {
         report.error.is_none(),
         "a 409 never fails a reconcile: {report:?}"
     );
-    assert_eq!(report.outcome, Outcome::Done);
+    assert_eq!(report.outcome, Action::Done);
     let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
     assert_condition(&status, "Ready", true, "Stable");
     assert_condition(&status, "BackedUp", true, "Nightly");
@@ -172,7 +172,7 @@ async fn deleting_the_namespace_of_a_cr_with_a_finalizer_finishes() {
         )
         .await
         .unwrap();
-    reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
+    reconcile_until(&reconciler, &cr, |r| r.outcome == Action::Done).await;
     assert_eq!(
         cluster.get(&cr).await.unwrap().unwrap().finalizers(),
         ["test.windlass.dev/cleanup"]
@@ -201,7 +201,7 @@ async fn deleting_the_namespace_of_a_cr_with_a_finalizer_finishes() {
     .await;
     // Removing the finalizer depends on neither the ConfigMap nor anything else in the
     // namespace.
-    reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
+    reconcile_until(&reconciler, &cr, |r| r.outcome == Action::Done).await;
     eventually("the namespace is gone", || async {
         cluster.get(&namespace).await.unwrap().is_none()
     })
@@ -221,7 +221,7 @@ async fn a_failed_job_fails_its_component() {
     let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), ns.name(), "w", json!({})).await;
     // Until the Job controller marks the Job failed the component waits; then it fails.
-    let report = reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Retry).await;
+    let report = reconcile_until(&reconciler, &cr, |r| r.outcome == Action::Retry).await;
     let state = report.state.expect("a rollout ran");
     assert!(state.failed_nodes().contains("migrate"), "{state}");
     let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
@@ -250,7 +250,7 @@ async fn an_invalid_object_names_the_field_and_waits_for_a_change() {
     let report = reconciler.reconcile(&cr).await;
     assert_eq!(
         report.outcome,
-        Outcome::Done,
+        Action::Done,
         "retrying cannot help; the next change of the CR reconciles it: {report:?}"
     );
     let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
@@ -286,11 +286,11 @@ async fn a_cr_deleted_in_the_middle_of_a_rollout_ends_the_reconcile_quietly() {
     let reconciler = Reconciler::new(controller, interloper.clone(), OperatorConfig::default());
     let report = reconciler.reconcile(&cr).await;
     assert!(interloper.fired.load(Ordering::SeqCst));
-    assert_eq!(report.outcome, Outcome::Done, "{report:?}");
+    assert_eq!(report.outcome, Action::Done, "{report:?}");
     assert!(report.error.is_none(), "{report:?}");
     assert!(cluster.get(&cr).await.unwrap().is_none());
     // The next reconcile finds nothing to do.
-    assert_eq!(reconciler.reconcile(&cr).await.outcome, Outcome::Done);
+    assert_eq!(reconciler.reconcile(&cr).await.outcome, Action::Done);
 }
 
 /// The smallest useful operator (a CR owning three ConfigMaps in a DAG) on the real
@@ -311,7 +311,7 @@ async fn a_first_reconcile_writes_each_object_and_the_status_once() {
     let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     counter.take();
     let report = reconciler.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
     let first = counter.take();
     println!("first reconcile:\n{first}");
     assert_eq!(first.of(Verb::Apply, "configmaps"), 3, "{first}");
@@ -329,7 +329,7 @@ async fn a_first_reconcile_writes_each_object_and_the_status_once() {
     assert_eq!(first.verb(Verb::List), 0, "{first}");
 
     let report = reconciler.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
     let steady = counter.take();
     println!("steady-state reconcile:\n{steady}");
     assert_eq!(steady.mutating(), 0, "{steady}");
@@ -369,7 +369,7 @@ async fn objects_out_of_the_garbage_collectors_reach_are_deleted_with_the_cr() {
         );
     let reconciler = Reconciler::new(controller, cluster.clone(), OperatorConfig::default());
     let cr = create_widget(cluster.as_ref(), home.name(), "w", json!({})).await;
-    reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
+    reconcile_until(&reconciler, &cr, |r| r.outcome == Action::Done).await;
 
     let local = ObjectRef::new("v1", "ConfigMap", Some(home.name()), "w-local");
     let remote = ObjectRef::new("v1", "ConfigMap", Some(away.name()), "from-home");
@@ -395,10 +395,10 @@ async fn objects_out_of_the_garbage_collectors_reach_are_deleted_with_the_cr() {
     }
     // A second reconcile adds nothing (the finalizer is there).
     let report = reconciler.reconcile(&cr).await;
-    assert_eq!(report.outcome, Outcome::Done, "{:?}", report.error);
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
 
     cluster.delete(&cr, None).await.unwrap();
-    reconcile_until(&reconciler, &cr, |r| r.outcome == Outcome::Done).await;
+    reconcile_until(&reconciler, &cr, |r| r.outcome == Action::Done).await;
     eventually("the CR is gone", || async {
         cluster.get(&cr).await.unwrap().is_none()
     })
@@ -437,7 +437,7 @@ async fn a_finalizer_the_server_refuses_is_a_config_error_not_a_retry_loop() {
     let requests = counter.take();
     assert_eq!(
         report.outcome,
-        Outcome::Done,
+        Action::Done,
         "retrying cannot make the server accept the name: {report:?}"
     );
     let error = report.error.expect("the reconcile reports the refusal");

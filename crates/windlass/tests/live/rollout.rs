@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use windlass::cluster::{Cluster, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::reconcile::{Outcome, Reconciler, Report};
+use windlass::reconcile::{Action, Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, Gadget, assert_condition};
 
 use crate::{eventually, live};
@@ -34,7 +34,7 @@ async fn reconcile_until_done<C: windlass::controller::Controller>(
     let mut reports = Vec::new();
     for _ in 0..attempts {
         let report = reconciler.reconcile(cr).await;
-        let done = report.outcome == Outcome::Done;
+        let done = report.outcome == Action::Done;
         reports.push(report);
         if done {
             break;
@@ -75,7 +75,7 @@ async fn components_are_verified_once_their_workloads_really_are_ready() {
         first.state
     );
     let last = reports.last().unwrap();
-    assert_eq!(last.outcome, Outcome::Done, "never became ready: {last:?}");
+    assert_eq!(last.outcome, Action::Done, "never became ready: {last:?}");
     let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
     assert_condition(&status, "Ready", true, "Stable");
     assert_eq!(status["versions"]["reconciled"], "1.0");
@@ -106,7 +106,7 @@ async fn a_failing_workload_keeps_the_cr_waiting() {
     assert!(
         reports
             .iter()
-            .all(|r| matches!(r.outcome, Outcome::RequeueAfter(_))),
+            .all(|r| matches!(r.outcome, Action::RequeueAfter(_))),
         "{reports:?}"
     );
     let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
@@ -134,7 +134,7 @@ async fn a_finalizer_holds_the_cr_until_its_finalize_rollout_is_done() {
             .last()
             .unwrap()
             .outcome,
-        Outcome::Done
+        Action::Done
     );
     assert_eq!(
         cluster.get(&cr).await.unwrap().unwrap().finalizers(),
@@ -143,13 +143,9 @@ async fn a_finalizer_holds_the_cr_until_its_finalize_rollout_is_done() {
 
     cluster.delete(&cr, None).await.unwrap();
     let reports = reconcile_until_done(&reconciler, &cr, 60).await;
-    assert_eq!(
-        reports.last().unwrap().outcome,
-        Outcome::Done,
-        "{reports:?}"
-    );
+    assert_eq!(reports.last().unwrap().outcome, Action::Done, "{reports:?}");
     assert!(
-        matches!(reports[0].outcome, Outcome::RequeueAfter(_)),
+        matches!(reports[0].outcome, Action::RequeueAfter(_)),
         "the cleanup Job cannot have completed within the reconcile that created it: {reports:?}"
     );
     eventually("the CR is gone once its finalizer is removed", || async {
@@ -185,7 +181,7 @@ async fn a_cluster_scoped_cr_owns_its_namespaced_children_and_their_collection()
 
     let reports = reconcile_until_done(&reconciler, &cr, 60).await;
     let last = reports.last().unwrap();
-    assert_eq!(last.outcome, Outcome::Done, "never became ready: {last:?}");
+    assert_eq!(last.outcome, Action::Done, "never became ready: {last:?}");
     let status = cluster.get(&cr).await.unwrap().unwrap()["status"].clone();
     assert_condition(&status, "Ready", true, "Stable");
 

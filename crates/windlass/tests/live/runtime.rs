@@ -12,7 +12,7 @@ use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
-use windlass::reconcile::{Outcome, Report};
+use windlass::reconcile::{Action, Report};
 use windlass::runtime::Manager;
 use windlass::runtime::source::InitialList;
 use windlass::runtime::worker::ReconcileObserver;
@@ -25,14 +25,14 @@ use crate::{eventually, live};
 pub(crate) struct Finished(Arc<Mutex<HashMap<String, Ended>>>);
 
 /// When each reconcile of one CR ended, and how.
-type Ended = Vec<(Instant, Outcome)>;
+type Ended = Vec<(Instant, Action)>;
 
 impl Finished {
     /// How many reconciles of the CR `name` ended `Done`.
     pub(crate) fn done(&self, name: &str) -> usize {
         self.of(name)
             .iter()
-            .filter(|(_, o)| *o == Outcome::Done)
+            .filter(|(_, o)| *o == Action::Done)
             .count()
     }
 
@@ -43,7 +43,7 @@ impl Finished {
             .unwrap()
             .values()
             .flatten()
-            .filter(|(_, o)| *o == Outcome::Done)
+            .filter(|(_, o)| *o == Action::Done)
             .count()
     }
 
@@ -153,7 +153,7 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
         .await
         .unwrap();
     eventually("the CR is reconciled to Done", || async {
-        finished.of("w").iter().any(|(_, o)| *o == Outcome::Done)
+        finished.of("w").iter().any(|(_, o)| *o == Action::Done)
     })
     .await;
     let configmaps = TypeRef::new("v1", "ConfigMap");
@@ -193,7 +193,7 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
         .await
         .unwrap();
     eventually("the new CR is reconciled to Done", || async {
-        finished.of("w2").iter().any(|(_, o)| *o == Outcome::Done)
+        finished.of("w2").iter().any(|(_, o)| *o == Action::Done)
     })
     .await;
     let counts = counter.take();
@@ -466,7 +466,7 @@ async fn each_new_cr_is_reconciled_once_though_the_watch_outruns_the_writes() {
     eventually("every CR is reconciled to Done", || async {
         names
             .iter()
-            .all(|name| finished.of(name).iter().any(|(_, o)| *o == Outcome::Done))
+            .all(|name| finished.of(name).iter().any(|(_, o)| *o == Action::Done))
     })
     .await;
     // A needless reconcile is queued by an event that came in during the first one: it
@@ -584,7 +584,7 @@ async fn a_failing_cr_backs_off_alone_and_its_fix_is_picked_up_at_once() {
     })
     .await;
     let failures = finished.of("bad");
-    assert!(failures.iter().all(|(_, o)| *o == Outcome::Retry));
+    assert!(failures.iter().all(|(_, o)| *o == Action::Retry));
     let gaps: Vec<Duration> = failures.windows(2).map(|w| w[1].0 - w[0].0).collect();
     assert!(
         gaps.windows(2).all(|g| g[1] > g[0]),
@@ -598,7 +598,7 @@ async fn a_failing_cr_backs_off_alone_and_its_fix_is_picked_up_at_once() {
         .await
         .unwrap();
     eventually("the other CR is reconciled", || async {
-        finished.of("good").iter().any(|(_, o)| *o == Outcome::Done)
+        finished.of("good").iter().any(|(_, o)| *o == Action::Done)
     })
     .await;
     assert!(
@@ -617,13 +617,13 @@ async fn a_failing_cr_backs_off_alone_and_its_fix_is_picked_up_at_once() {
         .await
         .unwrap();
     eventually("the fixed CR is reconciled to Done", || async {
-        finished.of("bad").iter().any(|(_, o)| *o == Outcome::Done)
+        finished.of("bad").iter().any(|(_, o)| *o == Action::Done)
     })
     .await;
     let done_at = finished
         .of("bad")
         .iter()
-        .find(|(_, o)| *o == Outcome::Done)
+        .find(|(_, o)| *o == Action::Done)
         .unwrap()
         .0;
     let last_failure = failures.last().unwrap().0;
@@ -783,7 +783,7 @@ async fn one_manager_runs_two_controllers() {
     eventually("both CRs are reconciled to Done", || async {
         [("w"), gadget_name.as_str()]
             .iter()
-            .all(|name| finished.of(name).iter().any(|(_, o)| *o == Outcome::Done))
+            .all(|name| finished.of(name).iter().any(|(_, o)| *o == Action::Done))
     })
     .await;
     let boxed = ObjectRef::new(
@@ -867,7 +867,7 @@ async fn a_controller_of_namespaces_provisions_them_and_leaves_their_status_alon
         finished
             .of(ns.name())
             .iter()
-            .any(|(_, o)| *o == Outcome::Done)
+            .any(|(_, o)| *o == Action::Done)
     })
     .await;
     let namespace = admin
