@@ -50,10 +50,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::controller::Controller;
 use crate::dag::{Graph, NodeId};
 use crate::error::{Error, Result};
 use crate::object::{ManifestExt, to_manifest};
+use crate::resource::ControllerTypes;
 use crate::session::Session;
 
 pub use crate::managed::{ManagedObject, ResourceOptions, VerifyFn};
@@ -64,7 +64,7 @@ pub use crate::managed::{ManagedObject, ResourceOptions, VerifyFn};
 /// [`Component::verify`] checks every rendered object with [`crate::verify`]'s per-kind
 /// rules (Deployments available, Jobs complete, …) or its own verify function.
 #[async_trait]
-pub trait Component<C: Controller>: Send + Sync {
+pub trait Component<C: ControllerTypes>: Send + Sync {
     /// The component's name, unique in the controller's graph. Rendered objects get the
     /// internal name `<component>.<resource>`.
     fn name(&self) -> &str;
@@ -105,7 +105,7 @@ pub(crate) struct FnComponent<F> {
 #[async_trait]
 impl<C, F> Component<C> for FnComponent<F>
 where
-    C: Controller,
+    C: ControllerTypes,
     F: Fn(&Session<C>, &mut Resources) -> Result<()> + Send + Sync,
 {
     fn name(&self) -> &str {

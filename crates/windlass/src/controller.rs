@@ -39,7 +39,6 @@
 //! }
 //! ```
 
-use crate::reconcile::Action;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -53,8 +52,15 @@ use serde_json::{Map, Value};
 use crate::component::Component;
 use crate::dag::{Graph, GraphError, NodeId};
 use crate::error::{Error, Result};
-pub use crate::resource::PrimaryResource;
+pub use crate::resource::{Action, ControllerTypes, PrimaryResource};
 use crate::session::Session;
+
+/// Every controller has its types, for the session and the components.
+impl<C: Controller> ControllerTypes for C {
+    type Resource = C::Resource;
+    type Config = C::Config;
+    type Status = C::Status;
+}
 
 /// A CR kind, the components it owns, and the hooks around its rollouts.
 ///
@@ -99,7 +105,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
 
     /// This controller's own watch filters, applied on top of the configured global one:
     /// a filter for every watched kind, or for one kind.
-    /// Dependent watches AND them with [`DependentWatch`](crate::runtime::filter::DependentWatch).
+    /// Dependent watches AND them with [`DependentWatch`](crate::watch::filter::DependentWatch).
     /// By default none: the global filter alone decides.
     ///
     /// ```
@@ -107,7 +113,7 @@ pub trait Controller: Send + Sync + Sized + 'static {
     /// # #[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
     /// # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
     /// # struct AppSpec {}
-    /// use windlass::runtime::filter::{LabelSelector, WatchFilters};
+    /// use windlass::watch::filter::{LabelSelector, WatchFilters};
     ///
     /// struct AppController;
     ///
@@ -125,17 +131,17 @@ pub trait Controller: Send + Sync + Sized + 'static {
     ///     }
     /// }
     /// ```
-    fn watch_filters(&self) -> crate::runtime::filter::WatchFilters {
-        crate::runtime::filter::WatchFilters::new()
+    fn watch_filters(&self) -> crate::watch::filter::WatchFilters {
+        crate::watch::filter::WatchFilters::new()
     }
 
     /// Kinds to watch besides the CR's and the ones its components render, each with the
     /// CRs an object concerns; see
-    /// [`ExtraWatch`](crate::runtime::source::ExtraWatch). By default none. Their objects
+    /// [`ExtraWatch`](crate::watch::ExtraWatch). By default none. Their objects
     /// also serve the reconcile's reads of that kind from memory. A kind the components
     /// also render is then watched only by this watch (with its label selector, if any),
     /// not by the label-scoped watch of windlass's own objects.
-    fn watches(&self) -> Vec<crate::runtime::source::ExtraWatch> {
+    fn watches(&self) -> Vec<crate::watch::ExtraWatch> {
         Vec::new()
     }
 

@@ -51,6 +51,7 @@ pub mod status;
 pub mod testing;
 pub mod values;
 pub mod verify;
+pub mod watch;
 
 pub use error::{ClusterError, Error, Result};
 pub use reconcile::Action;

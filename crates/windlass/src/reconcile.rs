@@ -70,10 +70,7 @@ use crate::values::merge;
 
 pub use crate::status::default_should_requeue;
 
-/// What next for a CR after a reconcile: `Done` (nothing until the CR or something it owns
-/// changes), `RequeueAfter(delay)` (not a failure), or `Retry` with back-off after an error.
-/// The queue's own type, so nothing is translated between reconcile and queue.
-pub use windlass_tasks::queue::Action;
+pub use crate::resource::Action;
 
 /// What one reconcile did.
 #[derive(Debug, Clone)]

@@ -1,11 +1,21 @@
-//! What a CR type must be ([`PrimaryResource`]), which every other module speaks of and
-//! which depends on nothing of windlass. Kept apart so that the controller, its
-//! components, the session and the status can all name it without importing one another.
+//! The types every other module speaks of, which depend on nothing else of windlass: what
+//! a CR type must be ([`PrimaryResource`]), the three types a controller names
+//! ([`ControllerTypes`]) and what next after a reconcile ([`Action`]). Kept apart so that
+//! the controller, its components, the session and the status can all name them without
+//! importing one another: a [`Session`](crate::session::Session) and a
+//! [`Component`](crate::component::Component) need a controller's types, not the
+//! controller.
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+/// What next for a CR after a reconcile: `Done` (nothing until the CR or something it owns
+/// changes), `RequeueAfter(delay)` (not a failure), or `Retry` with back-off after an error.
+/// The queue's own type, so nothing is translated between reconcile and queue.
+pub use windlass_tasks::queue::Action;
 
 /// What a type must be to be a controller's primary resource: what
 /// `#[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]` gives,
@@ -35,6 +45,20 @@ impl<T> PrimaryResource for T where
         + Sync
         + 'static
 {
+}
+
+/// The resource, configuration and status types of a controller: what a
+/// [`Session`](crate::session::Session) and a [`Component`](crate::component::Component)
+/// are generic over. Every [`Controller`](crate::controller::Controller) has them (a
+/// blanket implementation forwards its associated types); nothing else needs to implement
+/// this.
+pub trait ControllerTypes: Send + Sync + 'static {
+    /// [`Controller::Resource`](crate::controller::Controller::Resource).
+    type Resource: PrimaryResource;
+    /// [`Controller::Config`](crate::controller::Controller::Config).
+    type Config: Serialize + DeserializeOwned + Default + JsonSchema + Send + Sync + 'static;
+    /// [`Controller::Status`](crate::controller::Controller::Status).
+    type Status: Serialize + DeserializeOwned + Default + Clone + Send + Sync + 'static;
 }
 
 /// Whether objects of kind `K` live in a namespace, from its type.

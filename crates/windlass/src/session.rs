@@ -16,12 +16,12 @@ use serde_json::{Map, Value};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::config::OperatorConfig;
-use crate::controller::Controller;
 use crate::error::{ClusterError, Error, Result};
 use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
+use crate::resource::ControllerTypes;
 
 /// Everything a component may know about the reconcile it is part of.
 ///
@@ -111,11 +111,11 @@ use crate::reference::{ObjectName, Ref};
 /// assert_eq!(status["greeting"], "hello-greeting");
 /// # });
 /// ```
-pub struct Session<C: Controller> {
+pub struct Session<C: ControllerTypes> {
     inner: Arc<Parts<C>>,
 }
 
-impl<C: Controller> Clone for Session<C> {
+impl<C: ControllerTypes> Clone for Session<C> {
     fn clone(&self) -> Self {
         Session {
             inner: self.inner.clone(),
@@ -124,7 +124,7 @@ impl<C: Controller> Clone for Session<C> {
 }
 
 /// What a session is made of; [`crate::reconcile`] builds it.
-pub(crate) struct Parts<C: Controller> {
+pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) id: String,
     pub(crate) cr: C::Resource,
     pub(crate) manifest: Value,
@@ -312,7 +312,7 @@ impl Cluster for Recorded {
     }
 }
 
-impl<C: Controller> Session<C> {
+impl<C: ControllerTypes> Session<C> {
     pub(crate) fn new(parts: Parts<C>) -> Self {
         Session {
             inner: Arc::new(parts),
@@ -501,7 +501,7 @@ impl<C: Controller> Session<C> {
     /// # use k8s_openapi::api::core::v1::Secret;
     /// # use windlass::prelude::*;
     /// # const DATABASE: Ref<StatefulSet> = Ref::new("db");
-    /// # async fn read<C: Controller>(session: &Session<C>) -> Result<()> {
+    /// # async fn read<C: ControllerTypes>(session: &Session<C>) -> Result<()> {
     /// let db: Option<StatefulSet> = session.get(DATABASE).await?;
     /// let secret: Option<Secret> = session.get("external-credentials").await?;
     /// # Ok(())

@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error};
-use crate::reconcile::Action;
+use crate::resource::{Action, ControllerTypes};
 use crate::session::Session;
 
 /// windlass's part of a CR's status, typed: `#[kube(status = "windlass::status::Status")]`,
@@ -174,9 +174,7 @@ pub struct Unmanaged {}
 
 /// Whether windlass writes the status of the controller's primary: its status type is
 /// not [`Unmanaged`], and the operator config's `manage_status` is on.
-pub fn is_managed<C: crate::controller::Controller>(
-    operator: &crate::config::OperatorConfig,
-) -> bool {
+pub fn is_managed<C: ControllerTypes>(operator: &crate::config::OperatorConfig) -> bool {
     operator.status.manage
         && std::any::TypeId::of::<C::Status>() != std::any::TypeId::of::<Unmanaged>()
 }
@@ -531,7 +529,7 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
 /// only the conditions). Without a managed status (`status.manage` off, or an
 /// [`Unmanaged`] status type) there is no status to read, so the
 /// rollout's own outcome decides.
-pub async fn default_should_requeue<C: crate::controller::Controller>(
+pub async fn default_should_requeue<C: ControllerTypes>(
     session: &Session<C>,
     state: &CompletionState,
 ) -> crate::error::Result<Action> {

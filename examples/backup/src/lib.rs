@@ -93,7 +93,7 @@ use windlass::component::restricted_pod;
 use windlass::config::ConfigOverrides;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass::prelude::*;
-use windlass::runtime::source::ExtraWatch;
+use windlass::watch::ExtraWatch;
 
 // ─── The custom resource ────────────────────────────────────────────────────────────────
 

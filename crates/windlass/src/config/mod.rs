@@ -519,7 +519,7 @@ const EFFECTS: [(&str, &str, &str); 36] = [
     ),
     (
         "runtime.event-filter",
-        "crates/windlass/src/runtime/filter/tests.rs",
+        "crates/windlass/src/watch/filter/tests.rs",
         "the_configured_event_filter_picks_the_global_filter",
     ),
     (

@@ -36,7 +36,6 @@ pub mod cache;
 pub mod debug;
 pub mod dependencies;
 pub mod echo;
-pub mod filter;
 pub mod health;
 pub mod heartbeat;
 pub mod held;
@@ -64,8 +63,8 @@ use crate::events::LiveEventSink;
 use crate::object::TypeRef;
 use crate::progress::{Event, Observer};
 use crate::reconcile::Reconciler;
+use crate::watch::filter::GlobalFilter;
 use cache::{CachedCluster, Stores};
-use filter::GlobalFilter;
 use health::Health;
 use heartbeat::Heartbeat;
 use leader::{Leadership, LockSettings};
@@ -312,7 +311,7 @@ struct Context {
     leadership: Leadership,
     observer: Arc<dyn ReconcileObserver>,
     watches: Arc<dyn WatchObserver>,
-    global: filter::FilterSpec,
+    global: crate::watch::filter::FilterSpec,
     initial_list: source::InitialList,
     stop: watch::Receiver<bool>,
 }

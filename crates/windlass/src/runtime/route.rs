@@ -2,7 +2,7 @@
 //! put that CR in the queue.
 //!
 //! - An event of the **primary kind** concerns the CR itself. It passes the configured
-//!   global filter ([`GlobalFilter`](super::filter::GlobalFilter)) and the controller's
+//!   global filter ([`GlobalFilter`](crate::watch::filter::GlobalFilter)) and the controller's
 //!   filter for its kind, so a status-only change (windlass's own status write among
 //!   them) starts nothing. A CR that passes is queued with
 //!   [`ReconcileQueue::enqueue_preempting`]: a user's change may be the fix a failing CR
@@ -46,16 +46,17 @@ use serde::Deserialize;
 
 use super::cache::{Cached, CachedCluster};
 use super::dependencies::Dependents;
-use super::filter::{
-    CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
-    WatchFilters,
-};
 use super::held::{Held, Released, Woken};
 use super::queue::ReconcileQueue;
-use super::source::{ExtraWatch, SourceEvent};
+use super::source::SourceEvent;
 use crate::annotations;
 use crate::object::newer_version;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::watch::ExtraWatch;
+use crate::watch::filter::{
+    CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
+    WatchFilters,
+};
 
 /// Routes the events of one controller's watches to its queue.
 pub struct Router {
@@ -375,9 +376,9 @@ mod tests {
     use super::*;
     use crate::cluster::LiveCluster;
     use crate::runtime::cache::Stores;
-    use crate::runtime::filter::GlobalFilter;
     use crate::runtime::held::HOLD_LIMIT;
     use crate::runtime::queue;
+    use crate::watch::filter::GlobalFilter;
     use serde_json::{Value, json};
     use tokio::time::Instant;
 

@@ -686,8 +686,8 @@ impl windlass::controller::Controller for Copier {
         graph.add(Copy)?;
         Ok(graph)
     }
-    fn watches(&self) -> Vec<windlass::runtime::source::ExtraWatch> {
-        vec![windlass::runtime::source::ExtraWatch::new(
+    fn watches(&self) -> Vec<windlass::watch::ExtraWatch> {
+        vec![windlass::watch::ExtraWatch::new(
             TypeRef::new("v1", "ConfigMap"),
             |cm| {
                 let name = cm["metadata"]["name"].as_str()?.strip_suffix("-input")?;
@@ -824,8 +824,8 @@ impl windlass::controller::Controller for TenantDefaults {
         })?;
         Ok(graph)
     }
-    fn watch_filters(&self) -> windlass::runtime::filter::WatchFilters {
-        use windlass::runtime::filter::{LabelSelector, WatchFilters};
+    fn watch_filters(&self) -> windlass::watch::filter::WatchFilters {
+        use windlass::watch::filter::{LabelSelector, WatchFilters};
         WatchFilters::new().kind_of::<k8s_openapi::api::core::v1::Namespace>(LabelSelector::new([
             ("windlass.dev/test-tenant", "yes"),
         ]))

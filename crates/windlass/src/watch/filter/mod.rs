@@ -81,7 +81,7 @@
 //! ```
 //! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 //! use windlass::config::OperatorConfig;
-//! use windlass::runtime::filter::{EventKind, FilterTracker, GlobalFilter, WatchEvent, WatchFilters};
+//! use windlass::watch::filter::{EventKind, FilterTracker, GlobalFilter, WatchEvent, WatchFilters};
 //!
 //! let config = OperatorConfig::default();
 //! let global = GlobalFilter::from_config(&config).spec();
@@ -158,7 +158,7 @@ pub enum EventKind {
 /// ```
 /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// use serde_json::json;
-/// use windlass::runtime::filter::{EventKind, WatchEvent};
+/// use windlass::watch::filter::{EventKind, WatchEvent};
 ///
 /// let meta = ObjectMeta { generation: Some(3), ..Default::default() };
 /// let body = json!({"spec": {"replicas": 2}, "status": {"ready": true}});
@@ -257,7 +257,7 @@ impl<'a> WatchEvent<'a> {
 /// [`FilterSpec`], which builds a fresh instance per (object, requester).
 ///
 /// ```
-/// use windlass::runtime::filter::{EventKind, Filter, FilterSpec, WatchEvent};
+/// use windlass::watch::filter::{EventKind, Filter, FilterSpec, WatchEvent};
 ///
 /// /// Only objects in namespaces whose name starts with `team-`.
 /// #[derive(Clone)]
@@ -303,7 +303,7 @@ pub trait Filter: Send {
     }
 }
 
-/// `windlass::runtime::filter::Generation` → `Generation`.
+/// `windlass::watch::filter::Generation` → `Generation`.
 fn short_type_name(full: &'static str) -> &'static str {
     let path = full.split('<').next().unwrap_or(full);
     path.rsplit("::").next().unwrap_or(path)

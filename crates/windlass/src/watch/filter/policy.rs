@@ -98,7 +98,7 @@ impl GlobalFilter {
 /// ```
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use windlass::object::TypeRef;
-/// use windlass::runtime::filter::{LabelSelector, SubsystemStatus, WatchFilters};
+/// use windlass::watch::filter::{LabelSelector, SubsystemStatus, WatchFilters};
 ///
 /// let filters = WatchFilters::new()
 ///     .every_kind(LabelSelector::new([("team", "shop")]))

@@ -13,7 +13,7 @@ use super::{Filter, WatchEvent};
 /// updated on every [`Filter::update`] (see the [module doc](super)).
 ///
 /// ```
-/// use windlass::runtime::filter::{All, Disable, Enable, EventKind, Filter, WatchEvent};
+/// use windlass::watch::filter::{All, Disable, Enable, EventKind, Filter, WatchEvent};
 /// # let meta = Default::default();
 /// let event = WatchEvent::new(EventKind::Modified, &meta);
 /// assert_eq!(All::new(vec![]).test(event), Some(true));
@@ -30,7 +30,7 @@ pub struct All {
 /// updated on every [`Filter::update`].
 ///
 /// ```
-/// use windlass::runtime::filter::{Any, CreationDeletion, Disable, EventKind, Filter, WatchEvent};
+/// use windlass::watch::filter::{Any, CreationDeletion, Disable, EventKind, Filter, WatchEvent};
 /// # let meta = Default::default();
 /// let modified = WatchEvent::new(EventKind::Modified, &meta);
 /// // CreationDeletion abstains on a modification: nobody voted yes.
@@ -119,7 +119,7 @@ type Build = dyn Fn() -> Box<dyn Filter> + Send + Sync;
 /// `All[Pause, Any[Generation, Labels]]`.
 ///
 /// ```
-/// use windlass::runtime::filter::{FilterSpec, Generation, Pause, ResourceVersion};
+/// use windlass::watch::filter::{FilterSpec, Generation, Pause, ResourceVersion};
 ///
 /// let spec = FilterSpec::all([
 ///     FilterSpec::new(Pause),

@@ -341,7 +341,7 @@ impl Filter for SubsystemStatus {
 /// otherwise. An empty selector matches everything.
 ///
 /// ```
-/// use windlass::runtime::filter::{EventKind, Filter, LabelSelector, WatchEvent};
+/// use windlass::watch::filter::{EventKind, Filter, LabelSelector, WatchEvent};
 /// # use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// let tier = LabelSelector::new([("tier", "web")]);
 /// let meta = ObjectMeta {
