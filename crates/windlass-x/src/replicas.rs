@@ -329,7 +329,7 @@ fn lookup<'a>(cr: &'a Value, path: &str) -> Result<Option<&'a Value>> {
 /// Whether windlass's field manager applied `spec.replicas` and still owns it (another
 /// writer's change of the field takes it away).
 fn windlass_owns_replicas(live: &Value) -> bool {
-    windlass::drift::applied_fields(live, windlass::FIELD_MANAGER)
+    windlass::object::applied_fields(live, windlass::FIELD_MANAGER)
         .and_then(|fields| fields.get("f:spec"))
         .is_some_and(|spec| spec.get("f:replicas").is_some())
 }

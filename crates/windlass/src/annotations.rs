@@ -17,13 +17,13 @@ pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
 /// SHA-256 of the manifest windlass last applied to an object. An object is written again
 /// when its desired manifest hashes differently (so fields the operator stopped setting are
 /// removed by server-side apply) or when another writer took a field windlass owns (see
-/// [`crate::drift`]).
+/// `rollout::drift`).
 pub const APPLIED_HASH: &str = "windlass.dev/applied-hash";
 
 /// On the pod template of a workload rendered with
 /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change):
 /// SHA-256 of the Secrets and ConfigMaps its pods read, so that a change of their data rolls
-/// the pods (see [`crate::dependency_hash`]).
+/// the pods (see `rollout::dependency_hash`).
 pub const DEPENDENCY_HASH: &str = "windlass.dev/dependency-hash";
 
 /// The annotation lock: the identity (pod name) of the replica that holds the lock

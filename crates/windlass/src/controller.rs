@@ -55,6 +55,41 @@ use crate::error::{Error, Result};
 pub use crate::resource::{Action, ControllerTypes, PrimaryResource};
 use crate::session::Session;
 
+/// The default of [`Controller::should_requeue`]: requeue after
+/// `runtime.requeue-after` until the CR's status, read back, shows it done: `Ready`,
+/// not `Updating`, and the requested version reconciled (a CR without a version needs
+/// only the conditions). Without a managed status (`status.manage` off, or an
+/// [`Unmanaged`](crate::status::Unmanaged) status type) there is no status to read, so the
+/// rollout's own outcome decides.
+pub async fn default_should_requeue<C: ControllerTypes>(
+    session: &Session<C>,
+    state: &crate::dag::CompletionState,
+) -> crate::error::Result<Action> {
+    let again = Action::RequeueAfter(session.operator_config().requeue_after());
+    if !crate::status::is_managed::<C>(session.operator_config()) {
+        return Ok(if state.verify_completed() {
+            Action::Done
+        } else {
+            again
+        });
+    }
+    // The CR as this reconcile's status write left it: no request.
+    Ok(match session.get_object(&session.cr_ref()).await {
+        Err(_) => again,
+        Ok(None) => Action::Done,
+        Ok(Some(cr)) => {
+            let done = match session.version() {
+                Some(version) => crate::verify::verify_subsystem(&cr, Some(version)),
+                None => {
+                    crate::verify::condition_is(&cr, crate::status::READY, true, None)
+                        && crate::verify::condition_is(&cr, crate::status::UPDATING, false, None)
+                }
+            };
+            if done { Action::Done } else { again }
+        }
+    })
+}
+
 /// Every controller has its types, for the session and the components.
 impl<C: Controller> ControllerTypes for C {
     type Resource = C::Resource;
@@ -182,13 +217,13 @@ pub trait Controller: Send + Sync + Sized + 'static {
     /// [`Action::RequeueAfter`], or [`Action::Retry`] (again with back-off, as after an
     /// error). The default re-reads the CR and requeues after `runtime.requeue-after` until
     /// its status shows Ready, not Updating, and the requested version reconciled; see
-    /// [`crate::status::default_should_requeue`].
+    /// [`default_should_requeue`].
     async fn should_requeue(
         &self,
         session: &Session<Self>,
         state: &crate::dag::CompletionState,
     ) -> Result<Action> {
-        crate::status::default_should_requeue(session, state).await
+        default_should_requeue(session, state).await
     }
 }
 
@@ -221,7 +256,7 @@ pub fn controller_display<C: Controller>() -> String {
 }
 
 /// A condition on an edge of the component graph: the dependent starts only once it holds
-/// (rule 4 of [`crate::dag`]). Conditions are skipped in dry-run.
+/// (rule 4 of `dag`). Conditions are skipped in dry-run.
 pub(crate) enum EdgeCondition<C: Controller> {
     /// The upstream component's own verify passes.
     UpstreamReady,
@@ -253,7 +288,7 @@ pub(crate) struct ComponentEntry<C: Controller> {
 /// Edges say "waits for": [`depends_on`](Components::depends_on) waits until the upstream
 /// component was applied, [`depends_on_ready`](Components::depends_on_ready) until it is
 /// also ready. Independent components deploy concurrently. The rules are in
-/// [`crate::dag`].
+/// `dag`.
 ///
 /// ```
 /// use windlass::prelude::*;

@@ -3,7 +3,7 @@
 //!
 //! The split drives behaviour in three places:
 //! - in a rollout, a fatal error marks its component **failed**, an expected one leaves it
-//!   **unverified** (see [`crate::rollout`]);
+//!   **unverified** (see `rollout`);
 //! - in the CR's status, the variant picks the `Ready` / `Updating` reasons
 //!   (see [`crate::status::reasons_for_error`]);
 //! - in a [`crate::dag::CompletionState`], any recorded error that is fatal makes the state

@@ -356,7 +356,7 @@ const MAX_SERIES: usize = 1024;
 /// first reference per series (at most 1024 series, each for 6 minutes).
 ///
 /// Needs `create`, `patch` (and `update`) on `events` in the `events.k8s.io` group; see
-/// [`crate::rbac`].
+/// [`crate::cli::rbac`].
 pub struct LiveEventSink {
     client: kube::Client,
     reporter: Reporter,

@@ -5,16 +5,43 @@
 //! each component's objects, apply them in dependency order, verify that they became
 //! healthy, and write the outcome into the CR's status.
 //!
-//! The flow of one reconcile, one module per stage:
-//!
 //! ```text
-//! CR ─▶ reconcile ─▶ session ─▶ controller::components() ─▶ rollout (dag runner)
-//!        │                                                   ├─ deploy: render → apply (cluster)
-//!        │                                                   └─ verify: per-kind readiness (verify)
-//!        └─▶ status (Ready / Updating, componentStatus, versions) ─▶ Action
+//! watch event ─▶ runtime (route ─▶ queue ─▶ worker) ─▶ reconcile ─▶ rollout ─▶ status ─▶ Action
+//!                                                       (session)    (dag: deploy, then verify)
 //! ```
 //!
-//! Start with [`controller`] and [`component`]; `examples/webapp` is a complete operator.
+//! ## Where things are
+//!
+//! What an operator is written with (start with [`controller`] and [`component`];
+//! `examples/webapp` is a complete operator):
+//!
+//! - [`controller`]: a CR kind, the graph of components it builds for a CR, its hooks.
+//! - [`component`]: renders objects into [`component::Resources`] and verifies them.
+//! - [`session`]: one reconcile as components see it: the CR, its config, its status, reads.
+//! - [`status`]: windlass's part of a CR's status: conditions, reasons, inventory.
+//! - [`mod@reference`], [`verify`], [`resource`], [`error`]: typed names, readiness rules, the
+//!   types every module names (including [`Action`], what next), errors.
+//! - [`watch`]: what a controller watches besides its own kind, and which events count.
+//!
+//! One reconcile, in the order it runs:
+//!
+//! - [`runtime`]: watches → route → queue → worker, leader election, health, metrics.
+//! - [`reconcile`]: one CR: read it, build the session and the graph, the finalizers, the
+//!   status write.
+//! - `rollout/` (internal): the component DAG, deployed then verified: render, temporary
+//!   patches, apply with drift detection, dependency hashes, dumps, pruning.
+//! - [`cluster`]: the Kubernetes API, live (kube-rs) or in memory.
+//!
+//! Around it: [`config`] (the operator's configuration), [`events`], [`progress`] and
+//! [`logging`] (what a reconcile reports), [`cli`] (the operator binary: run, dry run,
+//! describe, install manifests, RBAC), [`testing`] (an in-memory harness for tests).
+//! Shared helpers: [`object`], [`values`], [`annotations`]. Internal: `dag` (a generic DAG
+//! and its runner), `dryrun` (the in-memory driver of `run --dry-run`), `managed`.
+//!
+//! Public besides the authoring API is what extends windlass: [`cluster::Cluster`] (a
+//! cluster of your own), [`watch::filter::Filter`] (event filters), [`events::EventSink`]
+//! and [`progress::Observer`] (where reports go), [`runtime::Manager`] (your own `main`),
+//! [`cli::Operator`] (several controllers in one binary).
 #![forbid(unsafe_code)]
 
 pub mod annotations;
@@ -24,23 +51,15 @@ pub mod component;
 pub mod config;
 pub mod controller;
 pub(crate) mod dag;
-pub(crate) mod dependency_hash;
-pub mod drift;
 pub(crate) mod dryrun;
-mod dump;
 pub mod error;
 pub mod events;
-pub(crate) mod finalizer;
 #[cfg(doctest)]
 mod guide;
-pub(crate) mod install;
-pub(crate) mod inventory;
 pub mod logging;
 pub(crate) mod managed;
 pub mod object;
-pub(crate) mod patch;
 pub mod progress;
-pub mod rbac;
 pub mod reconcile;
 pub mod reference;
 pub mod resource;

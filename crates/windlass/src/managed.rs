@@ -52,7 +52,7 @@ impl ResourceOptions {
     /// data makes a new template. For a Deployment, ReplicaSet, StatefulSet, DaemonSet or
     /// Pod; other kinds are left alone. Under the runtime, a change of a Secret or
     /// ConfigMap the CR does not render (credentials a user provides, a certificate
-    /// cert-manager renews) reconciles the CR too. See [`crate::dependency_hash`].
+    /// cert-manager renews) reconciles the CR too. See `rollout::dependency_hash`.
     pub fn restart_on_dependency_change(mut self) -> Self {
         self.restart_on_dependency_change = true;
         self

@@ -302,6 +302,29 @@ pub fn scoped_name(cr_name: &str, name: &str) -> String {
     truncated_name(&format!("{cr_name}-{name}"))
 }
 
+/// The field set (`fieldsV1`) of `manager`'s server-side apply entry in the object's
+/// `managedFields`: what that manager applied and still owns. `None` when it has none.
+///
+/// ```
+/// use serde_json::json;
+/// let live = json!({"metadata": {"managedFields": [
+///     {"manager": "windlass", "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}},
+/// ]}});
+/// let fields = windlass::object::applied_fields(&live, "windlass").unwrap();
+/// assert!(fields["f:data"].get("f:a").is_some());
+/// assert!(windlass::object::applied_fields(&live, "kubectl").is_none());
+/// ```
+pub fn applied_fields<'a>(live: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
+    live["metadata"]["managedFields"]
+        .as_array()?
+        .iter()
+        .filter(|e| e["manager"].as_str() == Some(manager))
+        .filter(|e| e["operation"].as_str() == Some("Apply"))
+        // Not a subresource's entry (servers from 1.22 record status applies apart).
+        .find(|e| e["subresource"].as_str().is_none_or(str::is_empty))?["fieldsV1"]
+        .as_object()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

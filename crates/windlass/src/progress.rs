@@ -45,7 +45,7 @@ pub enum Event {
         objects: Vec<ObjectRef>,
     },
     /// The Secrets and ConfigMaps the pods of an enabled component read (see
-    /// [`crate::dependency_hash`]) that its rollout took from the cluster, not from what it
+    /// `rollout::dependency_hash`) that its rollout took from the cluster, not from what it
     /// renders: a change of one of them concerns the CR. Empty when there are none, and
     /// for a disabled component, so that what a component stopped reading is forgotten.
     Dependencies {

@@ -17,11 +17,11 @@ use serde_json::{Map, Value};
 use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::config::OperatorConfig;
 use crate::error::{ClusterError, Error, Result};
-use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
+use crate::status::inventory::Inventory;
 
 /// Everything a component may know about the reconcile it is part of.
 ///
@@ -154,7 +154,7 @@ pub(crate) struct Ledger {
     /// Held while the CR's finalizers are changed, so concurrent components don't race.
     finalizers: tokio::sync::Mutex<()>,
     /// The Secrets and ConfigMaps a dependency hash was computed from as the cluster held
-    /// them (see [`crate::dependency_hash`]), and whether the rollout wrote one of them
+    /// them (see [`crate::rollout::dependency_hash`]), and whether the rollout wrote one of them
     /// after that.
     dependencies: Mutex<(HashSet<ObjectRef>, bool)>,
 }
@@ -323,11 +323,11 @@ impl<C: ControllerTypes> Session<C> {
         &self.inner.ledger
     }
 
-    /// Make sure the CR carries [`crate::finalizer::CLEANUP_FINALIZER`] before an object
+    /// Make sure the CR carries [`crate::cluster::finalizer::CLEANUP_FINALIZER`] before an object
     /// the garbage collector cannot reach from it is written (no request once it does).
     /// A CR already being deleted can take no new finalizer; its cleanup already runs.
     pub(crate) async fn hold_for_cleanup(&self) -> Result<()> {
-        use crate::finalizer::{CLEANUP_FINALIZER, add};
+        use crate::cluster::finalizer::{CLEANUP_FINALIZER, add};
         let _guard = self.inner.ledger.finalizers.lock().await;
         let cr = self.cr_ref();
         let Some(current) = self.get_object(&cr).await? else {
@@ -378,7 +378,7 @@ impl<C: ControllerTypes> Session<C> {
             self.name(),
         )
     }
-    /// The backend config: [`Controller::Config`]'s defaults ← the config-defaults
+    /// The backend config: [`Controller::Config`](crate::controller::Controller::Config)'s defaults ← the config-defaults
     /// ConfigMap ← the CR's `spec.configOverrides`, parsed once per reconcile.
     pub fn config(&self) -> &C::Config {
         &self.inner.config
@@ -397,7 +397,7 @@ impl<C: ControllerTypes> Session<C> {
         self.inner.cluster.as_ref()
     }
     /// The CR's status when the reconcile began, typed. A stored status that does not
-    /// parse as [`Controller::Status`] reads as its default (and is logged).
+    /// parse as [`Controller::Status`](crate::controller::Controller::Status) reads as its default (and is logged).
     pub fn status(&self) -> &C::Status {
         &self.inner.typed_status
     }
@@ -501,7 +501,7 @@ impl<C: ControllerTypes> Session<C> {
     /// # use k8s_openapi::api::core::v1::Secret;
     /// # use windlass::prelude::*;
     /// # const DATABASE: Ref<StatefulSet> = Ref::new("db");
-    /// # async fn read<C: ControllerTypes>(session: &Session<C>) -> Result<()> {
+    /// # async fn read<C: Controller>(session: &Session<C>) -> Result<()> {
     /// let db: Option<StatefulSet> = session.get(DATABASE).await?;
     /// let secret: Option<Secret> = session.get("external-credentials").await?;
     /// # Ok(())

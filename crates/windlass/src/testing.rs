@@ -375,7 +375,7 @@ pub fn assert_condition(status: &Value, type_: &str, is_true: bool, reason: &str
 pub fn make_patch(name: &str, patch_type: &str, tree: Value) -> Value {
     json!({
         "apiVersion": "test.windlass.dev/v1",
-        "kind": crate::patch::DEFAULT_PATCH_KIND,
+        "kind": crate::rollout::patch::DEFAULT_PATCH_KIND,
         "metadata": {"name": name, "namespace": TEST_NAMESPACE},
         "spec": {"patchType": patch_type, "patch": tree},
     })
@@ -383,7 +383,10 @@ pub fn make_patch(name: &str, patch_type: &str, tree: Value) -> Value {
 
 /// The kind of [`make_patch`] objects, to register on a test cluster.
 pub fn patch_kind() -> TypeRef {
-    TypeRef::new("test.windlass.dev/v1", crate::patch::DEFAULT_PATCH_KIND)
+    TypeRef::new(
+        "test.windlass.dev/v1",
+        crate::rollout::patch::DEFAULT_PATCH_KIND,
+    )
 }
 
 // ---------------------------------------------------------------------------------------

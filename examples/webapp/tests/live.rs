@@ -396,16 +396,16 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     let shop_yaml =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml")).unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&shop_yaml).unwrap();
-    let access = windlass::rbac::discover(WebAppController, OperatorConfig::default(), docs)
+    let access = windlass::cli::rbac::discover(WebAppController, OperatorConfig::default(), docs)
         .await
         .unwrap();
     // ClusterRoles are cluster-wide: name them after the test's namespace.
-    let options = windlass::rbac::Options {
+    let options = windlass::cli::rbac::Options {
         name: format!("{}-operator", ns.name()),
         namespace: ns.name().to_string(),
         namespaced: false,
     };
-    let granted = windlass::rbac::manifests(&access, &options).unwrap();
+    let granted = windlass::cli::rbac::manifests(&access, &options).unwrap();
     apply_all(&admin, granted.to_values().unwrap()).await;
     let operator = impersonating(env, ns.name(), &options.name);
 
@@ -443,11 +443,11 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     assert_condition(&status, "Ready", true, "Stable");
 
     // The same without the rule for deployments, for a fresh CR and another account.
-    let options = windlass::rbac::Options {
+    let options = windlass::cli::rbac::Options {
         name: format!("{}-no-deployments", ns.name()),
         ..options
     };
-    let mut denied = windlass::rbac::manifests(&access, &options).unwrap();
+    let mut denied = windlass::cli::rbac::manifests(&access, &options).unwrap();
     for rule in denied.rules_mut() {
         if let Some(resources) = &mut rule.resources {
             resources.retain(|r| r != "deployments");

@@ -67,7 +67,7 @@ impl TlsConfig {
         }
     }
 
-    /// The `tls` section of a backend config (e.g. [`Session::config_value`]); a missing
+    /// The `tls` section of a backend config (e.g. [`Session::config_value`](windlass::session::Session::config_value)); a missing
     /// section or a wrong field is a config error naming it.
     pub fn from_backend_config(config: &Value) -> Result<Self> {
         let section = match config.get("tls") {

@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::Output;
 use super::files::read_manifests;
 use super::hosted::Hosted;
+use crate::cli::rbac::{Access, Discovery, RbacError};
 use crate::config::OperatorConfig;
-use crate::rbac::{Access, Discovery, RbacError};
 
 /// `crds`: the CRD of every controller that has one, as YAML documents.
 pub(super) fn crds(controllers: &[Box<dyn Hosted>], out: &Output) -> ExitCode {
@@ -76,7 +76,7 @@ pub(super) async fn rbac(
         Err(code) => return code,
     };
     let (name, namespace) = name_and_namespace(matches, name);
-    let options = crate::rbac::Options {
+    let options = crate::cli::rbac::Options {
         name,
         namespace,
         namespaced: matches.get_flag("namespaced"),
@@ -84,9 +84,11 @@ pub(super) async fn rbac(
     let lock = config.lock_kind();
     let yaml = discover(controllers, &config, docs)
         .await
-        .and_then(|access| crate::rbac::manifests(&access, &options))
+        .and_then(|access| crate::cli::rbac::manifests(&access, &options))
         .and_then(|mut manifests| {
-            manifests.rules_mut().extend(crate::rbac::lock_rules(lock));
+            manifests
+                .rules_mut()
+                .extend(crate::cli::rbac::lock_rules(lock));
             manifests.to_yaml()
         });
     print(yaml, &out)
@@ -105,7 +107,7 @@ pub(super) async fn manifests(
         Err(code) => return code,
     };
     let (name, namespace) = name_and_namespace(matches, name);
-    let options = crate::install::InstallOptions {
+    let options = crate::cli::install::InstallOptions {
         name,
         namespace,
         image: matches
@@ -117,9 +119,11 @@ pub(super) async fn manifests(
     let crds: Vec<_> = controllers.iter().filter_map(|c| c.crd()).collect();
     let yaml = async {
         // Unusable options and addresses fail before the dry runs.
-        crate::install::check(&config, &options)?;
+        crate::cli::install::check(&config, &options)?;
         let access = discover(controllers, &config, docs).await?;
-        crate::install::to_yaml(&crate::install::objects(&crds, &access, &config, &options)?)
+        crate::cli::install::to_yaml(&crate::cli::install::objects(
+            &crds, &access, &config, &options,
+        )?)
     }
     .await;
     print(yaml, &out)

@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use super::plan::Planned;
 use crate::cluster::{Cluster, ListQuery};
-use crate::drift::Drift;
 use crate::object::{ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::Report;
+use crate::rollout::drift::Drift;
 
 /// Records every progress event of the planned reconcile.
 #[derive(Clone, Default)]
@@ -109,7 +109,7 @@ pub(super) async fn build(
     planned: Vec<Planned>,
 ) -> Description {
     let live = cluster.get(cr).await.ok().flatten().unwrap_or(Value::Null);
-    let inventory = crate::inventory::Inventory::from_status(&live["status"]);
+    let inventory = crate::status::inventory::Inventory::from_status(&live["status"]);
     let mut rendered: BTreeMap<String, Vec<ObjectRef>> = BTreeMap::new();
     let mut halted: BTreeMap<String, (bool, Option<String>)> = BTreeMap::new();
     let mut verified: BTreeMap<String, bool> = BTreeMap::new();

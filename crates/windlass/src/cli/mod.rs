@@ -10,9 +10,9 @@
 //! <kind>-operator crds                              print the CRDs as YAML
 //! <kind>-operator config-schema [KIND] [--operator] print a backend config's (or the operator's) JSON schema
 //! <kind>-operator rbac CR.yaml… [--name N] [--namespace NS] [--namespaced]
-//!                                                   print least-privilege RBAC (see crate::rbac)
+//!                                                   print least-privilege RBAC (see crate::cli::rbac)
 //! <kind>-operator manifests CR.yaml… --image IMG [--namespace NS] [--replicas N] [--name N]
-//!                                                   print what installs the operator (see crate::install)
+//!                                                   print what installs the operator (see crate::cli::install)
 //! <kind>-operator check-heartbeat -d SECONDS [-f FILE]
 //!                                                   exit 1 if the heartbeat file is older
 //! ```
@@ -62,6 +62,9 @@ use kube::CustomResourceExt;
 
 use crate::config::OperatorConfig;
 use crate::controller::Controller;
+
+pub(crate) mod install;
+pub mod rbac;
 
 mod args;
 mod deploy;

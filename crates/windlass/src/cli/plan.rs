@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
-use crate::drift::{Drift, drift};
 use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::rollout::drift::{Drift, drift};
 
 /// A write a reconcile asked for and [`Plan`] did not make.
 #[derive(Debug, Clone, PartialEq, Eq)]

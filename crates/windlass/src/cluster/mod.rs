@@ -10,6 +10,7 @@
 //! The trait speaks JSON manifests ([`serde_json::Value`]) because rollouts patch, merge and
 //! compare them generically; typed access is layered on top in [`crate::session`].
 
+pub(crate) mod finalizer;
 mod live;
 mod memory;
 mod requests;

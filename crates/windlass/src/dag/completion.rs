@@ -9,7 +9,7 @@ use crate::error::Error;
 /// halted the run, if any. The four sets are disjoint by construction.
 ///
 /// ```
-/// use windlass::dag::CompletionState;
+/// use windlass::reconcile::CompletionState;
 ///
 /// let none: [&str; 0] = [];
 /// let state = CompletionState::new(["db"], ["web"], none, none, None).unwrap();

@@ -47,19 +47,7 @@ struct Entry<N, E> {
 /// A directed acyclic graph of named nodes with data `N` and edges with data `E`.
 /// An edge from `node` to `upstream` means "`node` waits for `upstream`".
 ///
-/// ```
-/// use windlass::dag::Graph;
-///
-/// let mut g: Graph<(), ()> = Graph::new();
-/// let db = g.add_node("db", ()).unwrap();
-/// let web = g.add_node("web", ()).unwrap();
-/// let secret = g.add_node("secret", ()).unwrap();
-/// g.add_dependency(web, db, ()).unwrap();
-/// g.add_dependency(db, secret, ()).unwrap();
-/// assert!(g.add_dependency(secret, web, ()).is_err()); // would be a cycle
-/// let order: Vec<&str> = g.topology().into_iter().map(|n| g.name(n)).collect();
-/// assert_eq!(order, ["secret", "db", "web"]);
-/// ```
+/// Tested by `a_graph_refuses_cycles_and_orders_upstream_first`.
 #[derive(Debug, Clone)]
 pub struct Graph<N, E = ()> {
     nodes: Vec<Entry<N, E>>,
@@ -304,5 +292,18 @@ mod tests {
         assert!(m.contains("n0[\"db\"]") && m.contains("n0 --> n1"), "{m}");
         let d = g.to_dot(|n| g.name(n).to_string());
         assert!(d.contains("\"db\" -> \"web\";"), "{d}");
+    }
+
+    #[test]
+    fn a_graph_refuses_cycles_and_orders_upstream_first() {
+        let mut g: Graph<(), ()> = Graph::new();
+        let db = g.add_node("db", ()).unwrap();
+        let web = g.add_node("web", ()).unwrap();
+        let secret = g.add_node("secret", ()).unwrap();
+        g.add_dependency(web, db, ()).unwrap();
+        g.add_dependency(db, secret, ()).unwrap();
+        assert!(g.add_dependency(secret, web, ()).is_err()); // would be a cycle
+        let order: Vec<&str> = g.topology().into_iter().map(|n| g.name(n)).collect();
+        assert_eq!(order, ["secret", "db", "web"]);
     }
 }

@@ -62,34 +62,7 @@ const MAX_RECHECK: Duration = Duration::from_secs(1);
 
 /// Runs one action per node of a graph in dependency order.
 ///
-/// ```
-/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-/// use windlass::dag::{Graph, Halt, Runner};
-///
-/// let mut g: Graph<&str> = Graph::new();
-/// let base = g.add_node("base", "ok").unwrap();
-/// let left = g.add_node("left", "fail").unwrap();
-/// let right = g.add_node("right", "ok").unwrap();
-/// let leaf = g.add_node("leaf", "ok").unwrap();
-/// g.add_dependency(left, base, ()).unwrap();
-/// g.add_dependency(right, base, ()).unwrap();
-/// g.add_dependency(leaf, left, ()).unwrap();
-///
-/// let state = Runner::new(&g)
-///     .run(
-///         |id| {
-///             let fails = *g.data(id) == "fail";
-///             async move { if fails { Err(Halt::failed(None)) } else { Ok(()) } }
-///         },
-///         |_, _, _| async { Ok(true) },
-///     )
-///     .await;
-/// // `left` failed, so `leaf` never started; `right` is independent and verified.
-/// assert_eq!(state.verified().iter().collect::<Vec<_>>(), ["base", "right"]);
-/// assert!(state.failed_nodes().contains("left"));
-/// assert!(state.unstarted().contains("leaf"));
-/// # });
-/// ```
+/// Tested by `a_failed_node_stops_what_waits_for_it_and_nothing_else`.
 pub struct Runner<'g, N, E> {
     graph: &'g Graph<N, E>,
     concurrency: usize,

@@ -1,5 +1,5 @@
 //! Which CRs read which Secrets and ConfigMaps they do not own, so that a change of one
-//! reconciles them (the runtime's half of [`crate::dependency_hash`]).
+//! reconciles them (the runtime's half of `rollout::dependency_hash`).
 //!
 //! The rollout reports, per CR and component, the dependencies it read from the cluster
 //! ([`Event::Dependencies`](crate::progress::Event::Dependencies)); the router keeps them

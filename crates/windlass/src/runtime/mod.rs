@@ -17,12 +17,12 @@
 //! ```
 //!
 //! - [`source`]: watches, one per kind and namespace, filling the [`cache`].
-//! - [`filter`]: which events start a reconcile.
+//! - [`filter`](crate::watch::filter): which events start a reconcile.
 //! - [`queue`]: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
 //! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
 //! - [`dependencies`]: the Secrets and ConfigMaps CRs read without owning them, so that
-//!   their changes reconcile them (the runtime's half of [`crate::dependency_hash`]).
+//!   their changes reconcile them (the runtime's half of `rollout::dependency_hash`).
 //! - [`echo`]: windlass's own writes, in flight and landed, so the router can tell their
 //!   echoes from changes by others; [`held`]: the events it holds until such a write
 //!   lands.

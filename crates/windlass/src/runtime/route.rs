@@ -17,7 +17,7 @@
 //! - An event of a kind the controller asked to watch ([`ExtraWatch`]) concerns the CRs its
 //!   mapping names (and its owner, if windlass applied it), with the same filters.
 //! - An event of a Secret or ConfigMap a CR's pods read without owning it (see
-//!   [`crate::dependency_hash`]) concerns the CRs that read it ([`Dependents`]), with the
+//!   `rollout::dependency_hash`) concerns the CRs that read it ([`Dependents`]), with the
 //!   same filters. The echo of windlass's own write of one still concerns them, unless it
 //!   is the CR whose reconcile wrote it (the one its ownership label names): another
 //!   CR's reconcile wrote data their pods read.

@@ -3,7 +3,7 @@
 //! The worker starts a reconcile only while [`Leadership::is_leader`] holds at that
 //! moment; with the per-CR annotation lock it first takes the CR's lock. Each reconcile
 //! runs as its own task (the queue bounds how many at once) and reports its
-//! [`Action`](crate::reconcile::Action) back to the queue through
+//! [`Action`] back to the queue through
 //! [`queue::next_run`](super::queue::next_run). When the queue shuts down, the worker
 //! stops taking CRs and waits for the reconciles in flight, up to a bound, then cancels
 //! the rest (they are safe to cancel: every step of a reconcile is idempotent).

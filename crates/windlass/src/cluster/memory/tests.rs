@@ -523,7 +523,7 @@ async fn loaded_objects_keep_their_identity_status_and_owners() {
 
 #[tokio::test]
 async fn another_managers_edit_takes_the_field_and_an_apply_takes_it_back() {
-    use crate::drift::{Drift, drift, stamp};
+    use crate::rollout::drift::{Drift, drift, stamp};
     let c = MemoryCluster::new();
     let mut desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v", "other": "o"}});

@@ -305,3 +305,38 @@ async fn a_condition_that_fails_halts_the_node_it_gates() {
         Some(&Error::cluster("cannot read the database"))
     );
 }
+
+#[tokio::test]
+async fn a_failed_node_stops_what_waits_for_it_and_nothing_else() {
+    let mut g: Graph<&str> = Graph::new();
+    let base = g.add_node("base", "ok").unwrap();
+    let left = g.add_node("left", "fail").unwrap();
+    let right = g.add_node("right", "ok").unwrap();
+    let leaf = g.add_node("leaf", "ok").unwrap();
+    g.add_dependency(left, base, ()).unwrap();
+    g.add_dependency(right, base, ()).unwrap();
+    g.add_dependency(leaf, left, ()).unwrap();
+
+    let state = Runner::new(&g)
+        .run(
+            |id| {
+                let fails = *g.data(id) == "fail";
+                async move {
+                    if fails {
+                        Err(Halt::failed(None))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+            |_, _, _| async { Ok(true) },
+        )
+        .await;
+    // `left` failed, so `leaf` never started; `right` is independent and verified.
+    assert_eq!(
+        state.verified().iter().collect::<Vec<_>>(),
+        ["base", "right"]
+    );
+    assert!(state.failed_nodes().contains("left"));
+    assert!(state.unstarted().contains("leaf"));
+}

@@ -37,7 +37,7 @@
 //! | --- | --- |
 //! | success, `should_requeue` says no | [`Action::Done`] |
 //! | success, requeue wanted; or "not yet" (a precondition, an unverified component) | [`Action::RequeueAfter`] |
-//! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later ([`crate::dependency_hash`]) | [`Action::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
+//! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later (`rollout::dependency_hash`) | [`Action::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
 //! | invalid input: a config error, an object the server refused as invalid (422) | [`Action::Done`]: nothing changes until the CR (or the operator) does |
 //! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Action::Retry`] with back-off |
 
@@ -51,24 +51,22 @@ use tracing::Instrument;
 
 use crate::annotations;
 use crate::cluster::Cluster;
+use crate::cluster::finalizer::{self, CLEANUP_FINALIZER};
 use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller};
 pub use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
-use crate::finalizer::{self, CLEANUP_FINALIZER};
-use crate::inventory::Inventory;
 use crate::object::{ManifestExt, ObjectRef};
-use crate::patch::DEFAULT_PATCH_KIND;
 use crate::progress::{Event, Observer, Quiet, emit};
+use crate::rollout::patch::DEFAULT_PATCH_KIND;
 use crate::session::{Ledger, Parts, Session, manifest_version};
+use crate::status::inventory::Inventory;
 use crate::status::{
     self, ReadyReason, StatusUpdate, UpdatingReason, condition, reasons_for_error,
     reconciled_version,
 };
 use crate::values::merge;
-
-pub use crate::status::default_should_requeue;
 
 pub use crate::resource::Action;
 
@@ -165,7 +163,7 @@ impl<C: Controller> Reconciler<C> {
         }
     }
 
-    /// The same reconciler on another cluster (a [`Plan`](crate::cluster::Plan) over this
+    /// The same reconciler on another cluster (a view over this
     /// one, say).
     pub fn with_cluster(mut self, cluster: Arc<dyn Cluster>) -> Self {
         self.cluster = cluster;
@@ -615,7 +613,7 @@ impl<C: Controller> Reconciler<C> {
     }
 
     /// Delete what the CR owns outside the garbage collector's reach (see
-    /// [`crate::finalizer`]), each object only if it is still the one windlass applied,
+    /// [`finalizer`]), each object only if it is still the one windlass applied,
     /// then remove the cleanup finalizer. Returns the CR as stored after, `None` if gone.
     async fn clean_up(
         &self,
@@ -831,7 +829,7 @@ impl<C: Controller> Reconciler<C> {
 pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 
 /// How soon a CR goes again when a dependency hash of its rollout was computed from data
-/// the same rollout overwrote later (see [`crate::dependency_hash`]). Not zero: a
+/// the same rollout overwrote later (see `rollout::dependency_hash`). Not zero: a
 /// component that writes its Secret anew on every reconcile would otherwise keep the CR
 /// in a tight loop.
 pub const STALE_DEPENDENCY_HASH_REQUEUE: Duration = Duration::from_secs(1);

@@ -21,6 +21,11 @@
 //! unverified = everything else that deployed; unstarted = what phase 1 never started;
 //! error = the first of the deploy, after-deploy, verify and after-verify errors.
 
+pub(crate) mod dependency_hash;
+pub(crate) mod drift;
+mod dump;
+pub(crate) mod patch;
+
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -436,7 +441,7 @@ impl<C: Controller> Rollout<'_, C> {
                 objects: Vec::new(),
             });
         }
-        crate::dump::dump_component(session, name, entry.disabled, &objects)?;
+        crate::rollout::dump::dump_component(session, name, entry.disabled, &objects)?;
         session.emit(Event::Rendered {
             component: name.to_string(),
             disabled: entry.disabled,
@@ -449,7 +454,7 @@ impl<C: Controller> Rollout<'_, C> {
 
     /// Stamp the dependency hash on the objects rendered with
     /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change)
-    /// (see [`crate::dependency_hash`]), from this component's Secrets and ConfigMaps and
+    /// (see [`crate::rollout::dependency_hash`]), from this component's Secrets and ConfigMaps and
     /// those of the enabled components it depends on (transitively), else from the
     /// cluster; report
     /// what came from the cluster and is not the CR's own (the runtime watches it).
@@ -482,10 +487,10 @@ impl<C: Controller> Rollout<'_, C> {
                 .collect();
             // Secrets and ConfigMaps are never targets: a copy of them serves every target.
             let own: Vec<ManagedObject> = objects.iter().filter(is_data).cloned().collect();
-            let sources: Vec<crate::dependency_hash::Rendered<'_>> = own
+            let sources: Vec<crate::rollout::dependency_hash::Rendered<'_>> = own
                 .iter()
                 .chain(earlier.iter().flat_map(|r| r.iter().filter(is_data)))
-                .map(|o| crate::dependency_hash::Rendered {
+                .map(|o| crate::rollout::dependency_hash::Rendered {
                     reference: &o.reference,
                     manifest: &o.manifest,
                     create_only: o.create_only,
@@ -501,13 +506,13 @@ impl<C: Controller> Rollout<'_, C> {
                 // this rollout after this point makes the hash stale, and the CR is
                 // requeued (the echo of its own write does not reconcile it).
                 let namespace = object.manifest.namespace().map(str::to_string);
-                for dependency in crate::dependency_hash::dependencies(&object.manifest) {
+                for dependency in crate::rollout::dependency_hash::dependencies(&object.manifest) {
                     let reference = dependency.object_ref(namespace.as_deref());
                     if !sources.iter().any(|s| *s.reference == reference) {
                         session.ledger().dependency_read(reference);
                     }
                 }
-                let read = crate::dependency_hash::annotate(
+                let read = crate::rollout::dependency_hash::annotate(
                     session.cluster(),
                     &mut object.manifest,
                     &sources,
@@ -583,7 +588,7 @@ impl<C: Controller> Rollout<'_, C> {
     }
 
     /// Apply one object unless windlass already applied exactly this and still owns every
-    /// field of it (see [`crate::drift`]). Returns its reference and whether a write
+    /// field of it (see [`crate::rollout::drift`]). Returns its reference and whether a write
     /// happened.
     async fn deploy_object(
         &self,
@@ -601,7 +606,7 @@ impl<C: Controller> Rollout<'_, C> {
         if !itself {
             stamp_labels(&mut manifest, cr, component);
         }
-        crate::drift::stamp(&mut manifest);
+        crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
         let live = session.cluster().get_own(&reference).await?;
         if let Some(live) = &live
@@ -611,8 +616,8 @@ impl<C: Controller> Rollout<'_, C> {
         }
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
-            (Some(_), true) => crate::drift::Drift::InSync,
-            _ => crate::drift::drift(
+            (Some(_), true) => crate::rollout::drift::Drift::InSync,
+            _ => crate::rollout::drift::drift(
                 &manifest,
                 live.as_ref(),
                 object.method,
@@ -621,7 +626,9 @@ impl<C: Controller> Rollout<'_, C> {
         };
         let stored = if drift.needs_write() {
             tracing::debug!(object = %reference, ?drift, "writing");
-            if !itself && !crate::finalizer::collected_with(reference.namespace.as_deref(), cr) {
+            if !itself
+                && !crate::cluster::finalizer::collected_with(reference.namespace.as_deref(), cr)
+            {
                 session.hold_for_cleanup().await?;
             }
             self.write(object, &manifest).await?
@@ -825,7 +832,7 @@ fn add_owner_reference(manifest: &mut Value, owner: &Value) {
     let same_object = manifest.kind() == Some(kind)
         && manifest.api_version() == Some(api_version)
         && manifest.name() == Some(name);
-    if same_object || !crate::finalizer::collected_with(manifest.namespace(), owner) {
+    if same_object || !crate::cluster::finalizer::collected_with(manifest.namespace(), owner) {
         return;
     }
     // The CR is the object's controller, as `kubectl` and other controllers expect,
@@ -861,8 +868,11 @@ pub(crate) async fn render_component<C: Controller>(
     entry.component.render(session, &mut resources).await?;
     let mut rendered = Vec::with_capacity(resources.len());
     for (internal_name, manifest, options) in resources.into_ordered() {
-        let mut manifest =
-            crate::patch::apply_patches(&internal_name, manifest, session.temporary_patches())?;
+        let mut manifest = crate::rollout::patch::apply_patches(
+            &internal_name,
+            manifest,
+            session.temporary_patches(),
+        )?;
         if session.operator_config().rollout.internal_name_annotation {
             let metadata = manifest.metadata_mut();
             let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));

@@ -29,11 +29,12 @@
 //! of empty maps and lists (`metadata: {labels: {}}`) are not recorded by the server and
 //! need no owner.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::annotations::APPLIED_HASH;
 use crate::cluster::WriteMethod;
 use crate::object::ManifestExt;
+use crate::object::applied_fields;
 
 /// Why an object is (or is not) written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,29 +115,6 @@ pub fn drift(
         path.pop();
     }
     Drift::InSync
-}
-
-/// The field set (`fieldsV1`) of `manager`'s server-side apply entry in the object's
-/// `managedFields`: what that manager applied and still owns. `None` when it has none.
-///
-/// ```
-/// use serde_json::json;
-/// let live = json!({"metadata": {"managedFields": [
-///     {"manager": "windlass", "operation": "Apply", "fieldsV1": {"f:data": {"f:a": {}}}},
-/// ]}});
-/// let fields = windlass::drift::applied_fields(&live, "windlass").unwrap();
-/// assert!(fields["f:data"].get("f:a").is_some());
-/// assert!(windlass::drift::applied_fields(&live, "kubectl").is_none());
-/// ```
-pub fn applied_fields<'a>(live: &'a Value, manager: &str) -> Option<&'a Map<String, Value>> {
-    live["metadata"]["managedFields"]
-        .as_array()?
-        .iter()
-        .filter(|e| e["manager"].as_str() == Some(manager))
-        .filter(|e| e["operation"].as_str() == Some("Apply"))
-        // Not a subresource's entry (servers from 1.22 record status applies apart).
-        .find(|e| e["subresource"].as_str().is_none_or(str::is_empty))?["fieldsV1"]
-        .as_object()
 }
 
 /// Metadata without name and namespace: they identify the object and are not in any

@@ -17,7 +17,7 @@
 
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
+use super::Cluster;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
 

@@ -239,7 +239,7 @@ pub async fn discover_with<C: Controller>(
 /// # async fn main() {
 /// use kube::CustomResourceExt;
 /// use windlass::config::OperatorConfig;
-/// use windlass::rbac::Discovery;
+/// use windlass::cli::rbac::Discovery;
 /// use windlass::testing::{DummyController, Gadget, Widget};
 ///
 /// let widget = serde_json::json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",

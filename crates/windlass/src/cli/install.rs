@@ -4,7 +4,7 @@
 //!
 //! 1. the CRD of the controller's kind;
 //! 2. the operator's Namespace (unless it is `default`, which always exists);
-//! 3. its ServiceAccount and the least-privilege RBAC [`crate::rbac`] derives from a dry
+//! 3. its ServiceAccount and the least-privilege RBAC [`crate::cli::rbac`] derives from a dry
 //!    run of the given CRs, plus what the chosen leader-election lock needs
 //!    ([`rbac::lock_rules`]): a ClusterRole and ClusterRoleBinding, or, when
 //!    `runtime.watch-namespaces` names namespaces, a Role and RoleBinding in each of them
@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::cli::rbac::{self, Access, Grant, RbacError};
 use crate::config::layers::{LeafKind, env_name};
 use crate::config::{Layers, LockKind, LockStrategy, OperatorConfig};
-use crate::rbac::{self, Access, Grant, RbacError};
 
 /// The name of the container port of `/metrics` (and of the probes when they share it).
 pub const PORT_NAME: &str = "metrics";
@@ -394,8 +394,8 @@ mod tests {
     use k8s_openapi::api::apps::v1::Deployment;
 
     use super::*;
+    use crate::cli::rbac::KindAccess;
     use crate::cluster::Scope;
-    use crate::rbac::KindAccess;
     use crate::testing::DummyController;
 
     fn options(replicas: i32) -> InstallOptions {

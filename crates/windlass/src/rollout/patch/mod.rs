@@ -7,19 +7,7 @@
 //! (`spec.patchType: patchStrategicMerge`) or a JSON patch (`patchJson6902`). Patches
 //! apply oldest first.
 //!
-//! ```
-//! use serde_json::json;
-//! use windlass::patch::apply_patches;
-//!
-//! let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-//!     "spec": {"replicas": 1, "template": {"spec": {"containers": [
-//!         {"name": "web", "image": "web:1"}, {"name": "proxy", "image": "proxy:1"}]}}}});
-//! let patch = json!({"spec": {"patchType": "patchStrategicMerge", "patch": {"web": {"deployment": {
-//!     "spec": {"template": {"spec": {"containers": [{"name": "proxy", "image": "proxy:2"}]}}}}}}}});
-//! let patched = apply_patches("web.deployment", deployment, &[patch]).unwrap();
-//! assert_eq!(patched["spec"]["template"]["spec"]["containers"][1]["image"], "proxy:2");
-//! assert_eq!(patched["spec"]["template"]["spec"]["containers"][0]["image"], "web:1");
-//! ```
+//! Tested by `a_strategic_patch_replaces_one_container_by_name`.
 
 mod strategic;
 
@@ -152,5 +140,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, Error::Config(_)));
+    }
+
+    #[test]
+    fn a_strategic_patch_replaces_one_container_by_name() {
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "web", "image": "web:1"}, {"name": "proxy", "image": "proxy:1"}]}}}});
+        let patch = json!({"spec": {"patchType": "patchStrategicMerge", "patch": {"web": {"deployment": {
+            "spec": {"template": {"spec": {"containers": [{"name": "proxy", "image": "proxy:2"}]}}}}}}}});
+        let patched = apply_patches("web.deployment", deployment, &[patch]).unwrap();
+        assert_eq!(
+            patched["spec"]["template"]["spec"]["containers"][1]["image"],
+            "proxy:2"
+        );
+        assert_eq!(
+            patched["spec"]["template"]["spec"]["containers"][0]["image"],
+            "web:1"
+        );
     }
 }

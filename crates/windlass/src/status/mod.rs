@@ -15,7 +15,8 @@
 //! whenever its reason or message changes. Each written condition records the
 //! `observedGeneration` it describes.
 
-pub use crate::inventory::Inventory;
+pub(crate) mod inventory;
+pub use inventory::Inventory;
 use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
@@ -25,8 +26,7 @@ use serde_json::{Map, Value, json};
 
 use crate::dag::CompletionState;
 use crate::error::{ClusterError, Error};
-use crate::resource::{Action, ControllerTypes};
-use crate::session::Session;
+use crate::resource::ControllerTypes;
 
 /// windlass's part of a CR's status, typed: `#[kube(status = "windlass::status::Status")]`,
 /// or embedded in the operator's own status struct with `#[serde(flatten)]`:
@@ -304,7 +304,7 @@ pub struct StatusUpdate {
     pub observed_generation: Option<i64>,
     /// `operatorVersion`, when configured.
     pub operator_version: Option<String>,
-    /// What windlass applied for the CR (`inventory`, see [`crate::inventory`]).
+    /// What windlass applied for the CR (`inventory`, see `status::inventory`).
     pub inventory: Option<Inventory>,
 }
 
@@ -383,10 +383,10 @@ pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &st
     }
     match &update.inventory {
         Some(inventory) if inventory.is_empty() => {
-            status.remove(crate::inventory::FIELD);
+            status.remove(crate::status::inventory::FIELD);
         }
         Some(inventory) => {
-            status.insert(crate::inventory::FIELD.into(), inventory.to_value());
+            status.insert(crate::status::inventory::FIELD.into(), inventory.to_value());
         }
         None => {}
     }
@@ -521,41 +521,6 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
                 }
                 _ => ca == cb,
             })
-}
-
-/// The default of [`crate::controller::Controller::should_requeue`]: requeue after
-/// `runtime.requeue-after` until the CR's status, read back, shows it done: `Ready`,
-/// not `Updating`, and the requested version reconciled (a CR without a version needs
-/// only the conditions). Without a managed status (`status.manage` off, or an
-/// [`Unmanaged`] status type) there is no status to read, so the
-/// rollout's own outcome decides.
-pub async fn default_should_requeue<C: ControllerTypes>(
-    session: &Session<C>,
-    state: &CompletionState,
-) -> crate::error::Result<Action> {
-    let again = Action::RequeueAfter(session.operator_config().requeue_after());
-    if !is_managed::<C>(session.operator_config()) {
-        return Ok(if state.verify_completed() {
-            Action::Done
-        } else {
-            again
-        });
-    }
-    // The CR as this reconcile's status write left it: no request.
-    Ok(match session.get_object(&session.cr_ref()).await {
-        Err(_) => again,
-        Ok(None) => Action::Done,
-        Ok(Some(cr)) => {
-            let done = match session.version() {
-                Some(version) => crate::verify::verify_subsystem(&cr, Some(version)),
-                None => {
-                    crate::verify::condition_is(&cr, READY, true, None)
-                        && crate::verify::condition_is(&cr, UPDATING, false, None)
-                }
-            };
-            if done { Action::Done } else { again }
-        }
-    })
 }
 
 #[cfg(test)]
