@@ -1,5 +1,13 @@
 //! Test helpers for operator authors, on the in-memory cluster.
 //!
+//! Behind the `testing` feature, off by default so operator binaries do not carry it;
+//! enable it for tests only:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! windlass = { version = "0.1", features = ["testing"] }
+//! ```
+//!
 //! - [`Harness`]: an in-memory cluster with the controller's CRD installed, a reconciler,
 //!   the progress events, and shortcuts to apply CRs, reconcile them and read them back.
 //! - [`FaultyCluster`]: wraps any cluster and makes chosen calls fail, always or a given
