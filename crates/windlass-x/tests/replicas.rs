@@ -14,7 +14,7 @@ use windlass::config::OperatorConfig;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::prelude::*;
 use windlass::reconcile::Reconciler;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget};
+use windlass::testing::{Harness, TEST_NAMESPACE, Widget};
 use windlass_x::replicas::{INSTANCE_SIZE, ReplicaPolicy};
 
 const WEB: Ref<Deployment> = Ref::new("web");
@@ -77,7 +77,7 @@ fn replicas_and_size(deployment: &Value) -> (i64, String) {
 
 #[tokio::test]
 async fn dry_run_every_rule_through_a_reconcile() {
-    let env = TestEnv::dry_run(App).await;
+    let env = Harness::dry_run(App).await;
     let web = ObjectRef::new("apps/v1", "Deployment", Some(TEST_NAMESPACE), "shop-web");
     let reconcile = |spec: Value| {
         let env = &env;

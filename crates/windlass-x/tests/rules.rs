@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use windlass::cluster::MemoryCluster;
 use windlass::config::OperatorConfig;
 use windlass::prelude::*;
-use windlass::testing::{FaultyCluster, Op, TestEnv, assert_condition};
+use windlass::testing::{FaultyCluster, Harness, Op, assert_condition};
 use windlass::{ClusterError, Error};
 use windlass_x::datastore::cos::CosConnection;
 use windlass_x::datastore::postgres::{Credentials, PostgresConnection, SslMode};
@@ -260,7 +260,7 @@ async fn a_failed_secret_read_is_the_cluster_error() {
         dry_run: true,
         ..OperatorConfig::default()
     };
-    let env = TestEnv::on_cluster(probe, config, memory, faulty);
+    let env = Harness::on_cluster(probe, config, memory, faulty);
     env.apply(&db_auth()).await;
     let cr = env.apply_cr("shop", pg_spec(pg_connection())).await;
     env.reconcile(&cr).await;
@@ -467,7 +467,7 @@ async fn without_a_cr_connection_the_deployed_component_hands_it_out_once_per_re
     let asked = Arc::new(AtomicUsize::new(0));
     let probe = deploying_probe(&asked);
     let seen = probe.seen.clone();
-    let env = TestEnv::dry_run(probe).await;
+    let env = Harness::dry_run(probe).await;
     let overrides =
         json!({"configOverrides": {"postgres": {"type": "in-cluster", "size": "small"}}});
     let cr = env.apply_cr("shop", overrides).await;
@@ -508,7 +508,7 @@ async fn without_a_cr_connection_the_deployed_component_hands_it_out_once_per_re
 async fn a_cr_connection_means_nothing_is_deployed() {
     let asked = Arc::new(AtomicUsize::new(0));
     let probe = deploying_probe(&asked);
-    let env = TestEnv::dry_run(probe).await;
+    let env = Harness::dry_run(probe).await;
     env.apply(&db_auth()).await;
     let mut spec = pg_spec(pg_connection());
     spec["configOverrides"] = json!({"postgres": {"type": "in-cluster", "size": "small"}});
@@ -558,7 +558,7 @@ async fn a_named_deployed_instance_is_named_after_it() {
     let asked = Arc::new(AtomicUsize::new(0));
     let mut probe = deploying_probe(&asked);
     probe.name = Some("audit".into());
-    let env = TestEnv::dry_run(probe).await;
+    let env = Harness::dry_run(probe).await;
     let cr = env
         .apply_cr(
             "shop",
@@ -576,7 +576,7 @@ async fn concurrent_reconciles_of_two_crs_keep_their_own_connections() {
     let asked = Arc::new(AtomicUsize::new(0));
     let probe = deploying_probe(&asked);
     let seen = probe.seen.clone();
-    let env = TestEnv::dry_run(probe).await;
+    let env = Harness::dry_run(probe).await;
     let overrides =
         json!({"configOverrides": {"postgres": {"type": "in-cluster", "size": "small"}}});
     let shop = env.apply_cr("shop", overrides.clone()).await;

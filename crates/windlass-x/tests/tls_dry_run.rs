@@ -17,7 +17,7 @@ use windlass::object::ObjectRef;
 use windlass::prelude::*;
 use windlass::progress::Event;
 use windlass::reconcile::Reconciler;
-use windlass::testing::{EventLog, TestEnv, assert_condition};
+use windlass::testing::{EventLog, Harness, assert_condition};
 use windlass_x::tls::{
     CertificateAuthority, KeyAlgorithm, KeyCertPair, PairKey, Tls, TlsConfig, TlsContext,
 };
@@ -30,7 +30,7 @@ fn configmap(name: &str) -> ObjectRef {
     ObjectRef::new("v1", "ConfigMap", Some("test"), name)
 }
 
-async fn get(env: &TestEnv<TlsController>, object: &ObjectRef) -> Value {
+async fn get(env: &Harness<TlsController>, object: &ObjectRef) -> Value {
     env.get(object)
         .await
         .unwrap_or_else(|| panic!("{object} exists"))
@@ -61,7 +61,7 @@ fn message(status: &Value) -> String {
 
 #[tokio::test]
 async fn the_ca_is_made_once_and_a_steady_reconcile_writes_nothing() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     let report = env.reconcile(&cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -121,7 +121,7 @@ async fn the_ca_is_made_once_and_a_steady_reconcile_writes_nothing() {
 
 #[tokio::test]
 async fn a_ca_secret_that_lost_its_key_is_replaced_and_every_pair_reissued() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     env.reconcile(&cr).await;
     let old_ca = ca_of(&get(&env, &secret("w-infra-tls-ca")).await);
@@ -145,7 +145,7 @@ async fn a_ca_secret_that_lost_its_key_is_replaced_and_every_pair_reissued() {
 
 #[tokio::test]
 async fn a_partial_ca_secret_found_before_the_first_reconcile_is_replaced() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     env.apply(&json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "w-infra-tls-ca", "namespace": "test"},
         "stringData": {"crt.ca.pem": "left over"}}))
@@ -160,7 +160,7 @@ async fn a_partial_ca_secret_found_before_the_first_reconcile_is_replaced() {
 
 #[tokio::test]
 async fn a_ca_close_to_its_end_is_replaced_and_every_pair_reissued() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     env.reconcile(&cr).await;
     // The stored CA now ends in 200 days: sooner than a server certificate lasts.
@@ -194,7 +194,7 @@ async fn a_ca_close_to_its_end_is_replaced_and_every_pair_reissued() {
 
 #[tokio::test]
 async fn a_pair_is_reused_while_valid_and_reissued_once_the_ca_changed() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     env.reconcile(&cr).await;
     let first = pair_of(&get(&env, &secret("w-web-tls")).await);
@@ -229,7 +229,7 @@ async fn a_pair_is_reused_while_valid_and_reissued_once_the_ca_changed() {
 
 #[tokio::test]
 async fn other_names_reissue_the_pair_and_keep_the_ca() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let mut spec = tls_spec("internal");
     spec["dnsNames"] = json!(["web.test.svc"]);
     let cr = env.apply_cr("w", spec.clone()).await;
@@ -258,7 +258,7 @@ async fn other_names_reissue_the_pair_and_keep_the_ca() {
 
 #[tokio::test]
 async fn an_absolute_dns_name_keeps_its_pair_across_reconciles() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let mut spec = tls_spec("internal");
     spec["dnsNames"] = json!(["web.test.svc."]);
     let cr = env.apply_cr("w", spec).await;
@@ -281,7 +281,7 @@ async fn an_absolute_dns_name_keeps_its_pair_across_reconciles() {
 
 #[tokio::test]
 async fn a_pair_request_without_names_is_a_config_error_naming_the_pair() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let mut spec = tls_spec("internal");
     spec["dnsNames"] = json!([]);
     spec["ips"] = json!([]);
@@ -300,7 +300,7 @@ async fn a_pair_request_without_names_is_a_config_error_naming_the_pair() {
 async fn pairs_that_would_share_a_secret_are_a_config_error_naming_both() {
     let mut controller = TlsController::new();
     controller.colliding_pairs = true;
-    let env = TestEnv::dry_run(controller).await;
+    let env = Harness::dry_run(controller).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -335,7 +335,7 @@ fn the_debug_form_of_tls_config_shows_setting_names_not_values() {
 
 #[tokio::test]
 async fn the_server_component_waits_for_the_ca_component() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     let graph = env.reconciler.components(&cr).await.unwrap();
     let web = graph.get(SERVER).unwrap();
@@ -357,7 +357,7 @@ async fn the_server_component_waits_for_the_ca_component() {
 
 #[tokio::test]
 async fn a_disabled_server_still_renders_and_its_pair_secret_is_pruned() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let mut spec = tls_spec("internal");
     let cr = env.apply_cr("w", spec.clone()).await;
     env.reconcile(&cr).await;
@@ -384,7 +384,7 @@ async fn a_disabled_server_still_renders_and_its_pair_secret_is_pruned() {
 async fn a_repeated_request_is_ignored() {
     let mut controller = TlsController::new();
     controller.repeat_request = true;
-    let env = TestEnv::dry_run(controller).await;
+    let env = Harness::dry_run(controller).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     let report = env.reconcile(&cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -401,7 +401,7 @@ async fn a_repeated_request_is_ignored() {
 
 #[tokio::test]
 async fn bad_tls_config_is_a_config_error_naming_it() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cases = [
         (
             tls_spec("vault"),
@@ -437,7 +437,7 @@ async fn bad_tls_config_is_a_config_error_naming_it() {
 #[cfg(not(feature = "tls-rsa"))]
 #[tokio::test]
 async fn rsa_keys_without_the_feature_are_a_config_error_naming_the_feature() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let cr = env
         .apply_cr(
             "w",
@@ -457,7 +457,7 @@ async fn rsa_keys_without_the_feature_are_a_config_error_naming_the_feature() {
 
 #[tokio::test]
 async fn a_ca_secret_that_does_not_parse_is_a_config_error_and_left_alone() {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let valid = CertificateAuthority::generate(KeyAlgorithm::EcdsaP256).unwrap();
     env.apply(&json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "w-infra-tls-ca", "namespace": "test"},
@@ -487,7 +487,7 @@ async fn a_ca_secret_that_does_not_parse_is_a_config_error_and_left_alone() {
 async fn a_pair_nobody_requested_is_a_config_error() {
     let mut controller = TlsController::new();
     controller.request_pair = false;
-    let env = TestEnv::dry_run(controller).await;
+    let env = Harness::dry_run(controller).await;
     let cr = env.apply_cr("w", tls_spec("internal")).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -549,7 +549,7 @@ async fn an_author_registered_context_is_chosen_by_tls_type() {
     controller
         .registry
         .register("external", |_, _, _| Ok(Tls::new(ExternalTls)));
-    let env = TestEnv::dry_run(controller).await;
+    let env = Harness::dry_run(controller).await;
     let cr = env.apply_cr("w", tls_spec("external")).await;
     env.reconcile(&cr).await;
     assert_condition(&env.status(&cr).await, "Updating", true, "PreconditionWait");

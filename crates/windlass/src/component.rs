@@ -205,9 +205,9 @@ pub struct ResourceId(NodeId);
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// use serde_json::json;
 /// use windlass::object::ObjectRef;
-/// use windlass::testing::TestEnv;
+/// use windlass::testing::Harness;
 ///
-/// let env = TestEnv::dry_run(App).await;
+/// let env = Harness::dry_run(App).await;
 /// let cr = env.apply_cr("shop", json!({})).await;
 /// env.reconcile(&cr).await;
 /// let applied: Vec<String> = env.log.applied().into_iter().map(|o| o.name).collect();

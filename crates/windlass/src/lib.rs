@@ -67,6 +67,9 @@ pub(crate) mod rollout;
 pub mod runtime;
 pub mod session;
 pub mod status;
+// Test helpers, behind the `testing` feature (on for windlass's own tests through its
+// self dev-dependency); `test` keeps the unit tests independent of that.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod values;
 pub mod verify;

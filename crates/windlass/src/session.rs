@@ -96,9 +96,9 @@ use crate::status::inventory::Inventory;
 /// }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// use serde_json::json;
-/// use windlass::testing::{TestEnv, assert_condition};
+/// use windlass::testing::{Harness, assert_condition};
 ///
-/// let env = TestEnv::dry_run(AppController).await;
+/// let env = Harness::dry_run(AppController).await;
 /// let cr = env.apply_cr("hello", json!({"greeting": "Hello"})).await;
 /// env.reconcile(&cr).await;
 /// assert_condition(&env.status(&cr).await, "Updating", true, "PreconditionWait");

@@ -1,6 +1,14 @@
 //! Test helpers for operator authors, on the in-memory cluster.
 //!
-//! - [`TestEnv`]: an in-memory cluster with the controller's CRD installed, a reconciler,
+//! Behind the `testing` feature, off by default so operator binaries do not carry it;
+//! enable it for tests only:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! windlass = { version = "0.1", features = ["testing"] }
+//! ```
+//!
+//! - [`Harness`]: an in-memory cluster with the controller's CRD installed, a reconciler,
 //!   the progress events, and shortcuts to apply CRs, reconcile them and read them back.
 //! - [`FaultyCluster`]: wraps any cluster and makes chosen calls fail, always or a given
 //!   number of times.
@@ -14,12 +22,12 @@
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! use serde_json::json;
-//! use windlass::testing::{DummyComponent, DummyController, TestEnv, assert_condition};
+//! use windlass::testing::{DummyComponent, DummyController, Harness, assert_condition};
 //!
 //! let controller = DummyController::new()
 //!     .component(DummyComponent::new("db").with_configmap("db"), &[])
 //!     .component(DummyComponent::new("web").with_configmap("web"), &["db"]);
-//! let env = TestEnv::new(controller).await;
+//! let env = Harness::new(controller).await;
 //! let cr = env.apply_cr("shop", json!({"version": "1.0"})).await;
 //! let report = env.reconcile(&cr).await;
 //! assert!(report.error.is_none());
@@ -121,11 +129,12 @@ impl Observer for EventLog {
 }
 
 /// An in-memory cluster with a controller's CRD installed and the test namespace
-/// created, a reconciler for the controller, and an [`EventLog`].
-pub struct TestEnv<C: Controller> {
+/// created, a reconciler for the controller, and an [`EventLog`]. (Not to be confused with
+/// `windlass_testenv::TestEnv`, a real control plane for live tests.)
+pub struct Harness<C: Controller> {
     /// The in-memory cluster.
     pub memory: Arc<MemoryCluster>,
-    /// The reconciler (over [`TestEnv::memory`], or a wrapper of it).
+    /// The reconciler (over [`Harness::memory`], or a wrapper of it).
     pub reconciler: Reconciler<C>,
     /// What reconciles reported.
     pub log: EventLog,
@@ -133,9 +142,9 @@ pub struct TestEnv<C: Controller> {
     pub events: Arc<MemoryEventSink>,
 }
 
-impl<C: Controller> TestEnv<C> {
-    /// A test environment with the default operator config (verification on: tests drive
-    /// object status themselves, e.g. with [`TestEnv::set_status`]).
+impl<C: Controller> Harness<C> {
+    /// A harness with the default operator config (verification on: tests drive
+    /// object status themselves, e.g. with [`Harness::set_status`]).
     pub async fn new(controller: C) -> Self
     where
         C::Resource: CustomResourceExt,
@@ -143,7 +152,7 @@ impl<C: Controller> TestEnv<C> {
         Self::with_config(controller, OperatorConfig::default()).await
     }
 
-    /// A test environment in dry-run mode: verification passes without looking.
+    /// A harness in dry-run mode: verification passes without looking.
     pub async fn dry_run(controller: C) -> Self
     where
         C::Resource: CustomResourceExt,
@@ -155,7 +164,7 @@ impl<C: Controller> TestEnv<C> {
         Self::with_config(controller, config).await
     }
 
-    /// A test environment with the given operator config.
+    /// A harness with the given operator config.
     pub async fn with_config(controller: C, config: OperatorConfig) -> Self
     where
         C::Resource: CustomResourceExt,
@@ -164,7 +173,7 @@ impl<C: Controller> TestEnv<C> {
         Self::on_cluster(controller, config, memory.clone(), memory)
     }
 
-    /// A test environment whose reconciler talks to `cluster` (e.g. a [`FaultyCluster`]
+    /// A harness whose reconciler talks to `cluster` (e.g. a [`FaultyCluster`]
     /// around `memory`), while the helpers read `memory` directly.
     pub fn on_cluster(
         controller: C,
@@ -184,7 +193,7 @@ impl<C: Controller> TestEnv<C> {
         )
     }
 
-    /// [`TestEnv::on_cluster`] for a primary kind given its CRD, or none for a kind the
+    /// [`Harness::on_cluster`] for a primary kind given its CRD, or none for a kind the
     /// in-memory cluster serves already (`Namespace`, `ConfigMap`, …).
     pub fn with_crd(
         controller: C,
@@ -204,7 +213,7 @@ impl<C: Controller> TestEnv<C> {
         let reconciler = Reconciler::new(controller, cluster, config)
             .with_observer(log.clone())
             .with_events(events.clone());
-        TestEnv {
+        Harness {
             memory,
             reconciler,
             log,
@@ -251,11 +260,11 @@ impl<C: Controller> TestEnv<C> {
     /// # async fn main() {
     /// use serde_json::json;
     /// use windlass::events::Reason;
-    /// use windlass::testing::{DummyComponent, DummyController, TestEnv};
+    /// use windlass::testing::{DummyComponent, DummyController, Harness};
     ///
     /// let controller =
     ///     DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
-    /// let env = TestEnv::dry_run(controller).await;
+    /// let env = Harness::dry_run(controller).await;
     /// let cr = env.apply_cr("shop", json!({})).await;
     /// env.reconcile(&cr).await;
     /// env.assert_ready(&cr).await;
@@ -292,11 +301,11 @@ impl<C: Controller> TestEnv<C> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use serde_json::json;
-    /// use windlass::testing::{DummyComponent, DummyController, TestEnv};
+    /// use windlass::testing::{DummyComponent, DummyController, Harness};
     ///
     /// let controller =
     ///     DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
-    /// let env = TestEnv::dry_run(controller).await;
+    /// let env = Harness::dry_run(controller).await;
     /// let cr = env.apply_cr("shop", json!({})).await;
     /// let objects = env.render("web", &cr).await.unwrap();
     /// assert_eq!(objects[0]["metadata"]["name"], "shop-web");

@@ -13,7 +13,7 @@ use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{EnvFilter, Layer};
 use windlass::logging::ReconcileFilter;
-use windlass::testing::{DummyComponent, DummyController, TestEnv};
+use windlass::testing::{DummyComponent, DummyController, Harness};
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -40,7 +40,7 @@ async fn a_cr_can_ask_for_its_own_log_level() {
     );
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
-    let env = TestEnv::dry_run(
+    let env = Harness::dry_run(
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]),
     )
     .await;

@@ -1,5 +1,5 @@
 //! The backup operator on the in-memory cluster: through its command line as the README's
-//! first command runs it, and reconcile by reconcile with `windlass::testing::TestEnv`.
+//! first command runs it, and reconcile by reconcile with `windlass::testing::Harness`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +11,7 @@ use windlass::cli::{Output, run};
 use windlass::controller::Controller as _;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::reconcile::Action;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, assert_condition};
+use windlass::testing::{Harness, TEST_NAMESPACE, assert_condition};
 
 const NIGHTLY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/nightly.yaml");
 
@@ -97,7 +97,7 @@ async fn the_quick_start_prints_the_rollout_and_a_stable_status() {
 
 #[tokio::test]
 async fn the_rendered_objects_name_each_other() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let cr = env
         .apply_cr(
             "shop-db",
@@ -198,7 +198,7 @@ async fn the_rendered_objects_name_each_other() {
 
 #[tokio::test]
 async fn the_key_is_generated_once_and_kept_across_reconciles_and_spec_changes() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     env.reconcile(&cr).await;
     let first = env.get(&key_secret()).await.unwrap()["data"]["key"].clone();
@@ -236,7 +236,7 @@ async fn the_key_is_generated_once_and_kept_across_reconciles_and_spec_changes()
 
 #[tokio::test]
 async fn a_second_reconcile_writes_nothing() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     env.reconcile(&cr).await;
     env.log.clear();
@@ -253,7 +253,7 @@ async fn a_second_reconcile_writes_nothing() {
 #[tokio::test]
 async fn the_schedule_waits_for_the_source_secret_and_the_status_says_why() {
     // Verification on: edge conditions are checked (a dry run skips them).
-    let env = TestEnv::new(BackupController::default()).await;
+    let env = Harness::new(BackupController::default()).await;
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     let report = env.reconcile(&cr).await;
     assert!(
@@ -299,7 +299,7 @@ async fn the_schedule_waits_for_the_source_secret_and_the_status_says_why() {
 
 #[tokio::test]
 async fn a_broken_key_holds_the_schedule_with_a_reason() {
-    let env = TestEnv::new(BackupController::default()).await;
+    let env = Harness::new(BackupController::default()).await;
     env.apply(&credentials(
         json!({"username": "YQ==", "password": "Yg=="}),
     ))
@@ -328,7 +328,7 @@ async fn a_broken_key_holds_the_schedule_with_a_reason() {
 
 #[tokio::test]
 async fn bad_input_is_a_config_error_naming_the_field_and_other_backups_are_served() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let long_name = "b".repeat(MAX_NAME_LENGTH + 1);
     for (name, spec, expected) in [
         (
@@ -439,7 +439,7 @@ async fn a_malformed_backup_in_a_dry_run_exits_non_zero_and_the_good_one_rolls_o
 
 #[tokio::test]
 async fn backup_now_runs_a_one_off_job_per_request_and_removing_it_deletes_it() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let cr = env
         .apply_cr(
             "shop-db",
@@ -484,7 +484,7 @@ async fn backup_now_runs_a_one_off_job_per_request_and_removing_it_deletes_it() 
 
 #[tokio::test]
 async fn the_status_reports_what_the_cronjob_and_its_jobs_did() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -540,7 +540,7 @@ async fn the_status_reports_what_the_cronjob_and_its_jobs_did() {
 
 #[tokio::test]
 async fn secrets_and_backup_jobs_wake_the_backups_they_concern() {
-    let env = TestEnv::dry_run(BackupController::default()).await;
+    let env = Harness::dry_run(BackupController::default()).await;
     let watches = env.reconciler.controller().watches();
     let map = |kind: &str, object: &Value| -> Vec<ObjectRef> {
         let watch = watches

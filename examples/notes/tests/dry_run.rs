@@ -7,7 +7,7 @@
 use notes_operator::NotesController;
 use serde_json::{Value, json};
 use windlass::object::ObjectRef;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, assert_condition};
+use windlass::testing::{Harness, TEST_NAMESPACE, assert_condition};
 
 fn obj(api_version: &str, kind: &str, name: &str) -> ObjectRef {
     ObjectRef::new(api_version, kind, Some(TEST_NAMESPACE), name)
@@ -84,7 +84,7 @@ fn condition_message(status: &Value, condition: &str) -> String {
 
 #[tokio::test]
 async fn an_external_database_deploys_nothing_and_the_app_reads_the_crs_secrets() {
-    let env = TestEnv::dry_run(NotesController::new()).await;
+    let env = Harness::dry_run(NotesController::new()).await;
     let cr = env.apply_cr("team", spec_with(external())).await;
     let report = env.reconcile(&cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -136,7 +136,7 @@ async fn an_external_database_deploys_nothing_and_the_app_reads_the_crs_secrets(
 
 #[tokio::test]
 async fn without_a_connection_the_operator_deploys_postgres_with_tls_and_the_app_points_at_it() {
-    let env = TestEnv::dry_run(NotesController::new()).await;
+    let env = Harness::dry_run(NotesController::new()).await;
     let cr = env.apply_cr("team", json!({"replicas": 2})).await;
     let report = env.reconcile(&cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -253,7 +253,7 @@ async fn without_a_connection_the_operator_deploys_postgres_with_tls_and_the_app
 
 #[tokio::test]
 async fn a_rotated_password_rolls_the_app() {
-    let env = TestEnv::dry_run(NotesController::new()).await;
+    let env = Harness::dry_run(NotesController::new()).await;
     let cr = env.apply_cr("team", json!({})).await;
     env.reconcile(&cr).await;
     let hash = |deployment: Value| {
@@ -308,7 +308,7 @@ async fn bad_input_is_a_condition_naming_the_key() {
                 .to_string(),
         ),
     ] {
-        let env = TestEnv::dry_run(NotesController::new()).await;
+        let env = Harness::dry_run(NotesController::new()).await;
         let cr = env.apply_cr("team", spec_with(connection)).await;
         let report = env.reconcile(&cr).await;
         assert!(report.error.is_some(), "{expected}: no error");

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use support::pki::test_pki;
 use support::servers::Postgres;
 use windlass::object::ObjectRef;
-use windlass::testing::{TEST_NAMESPACE, TestEnv};
+use windlass::testing::{Harness, TEST_NAMESPACE};
 
 const USER: &str = "notes-app";
 const PASSWORD: &str = "correct-horse-battery-staple";
@@ -33,7 +33,7 @@ fn secret(name: &str, data: &[(&str, &str)]) -> Value {
 }
 
 /// The value of `key` in the Secret `name`, read from the cluster as the kubelet would.
-async fn secret_value(env: &TestEnv<NotesController>, name: &str, key: &str) -> String {
+async fn secret_value(env: &Harness<NotesController>, name: &str, key: &str) -> String {
     let object = ObjectRef::new("v1", "Secret", Some(TEST_NAMESPACE), name);
     let secret = env
         .get(&object)
@@ -46,7 +46,7 @@ async fn secret_value(env: &TestEnv<NotesController>, name: &str, key: &str) -> 
 
 /// The app container's environment as the pod sees it: plain values, and `secretKeyRef`s
 /// resolved.
-async fn pod_env(env: &TestEnv<NotesController>, pod: &Value) -> BTreeMap<String, String> {
+async fn pod_env(env: &Harness<NotesController>, pod: &Value) -> BTreeMap<String, String> {
     let mut resolved = BTreeMap::new();
     for var in pod["containers"][0]["env"].as_array().unwrap() {
         let name = var["name"].as_str().unwrap().to_string();
@@ -67,7 +67,7 @@ async fn pod_env(env: &TestEnv<NotesController>, pod: &Value) -> BTreeMap<String
 
 /// The content of the file `path` in the app container: found through its volume mounts
 /// and the Secret volume behind the mount.
-async fn pod_file(env: &TestEnv<NotesController>, pod: &Value, path: &str) -> String {
+async fn pod_file(env: &Harness<NotesController>, pod: &Value, path: &str) -> String {
     for mount in pod["containers"][0]["volumeMounts"].as_array().unwrap() {
         let dir = mount["mountPath"].as_str().unwrap();
         let Some(file) = path.strip_prefix(&format!("{dir}/")) else {
@@ -101,7 +101,7 @@ async fn the_app_connects_to_a_real_postgres_with_exactly_what_its_pod_gets() {
     let pki = test_pki().await;
     let server = Postgres::start(USER, PASSWORD, Some(&pki.server));
 
-    let env = TestEnv::dry_run(NotesController::new()).await;
+    let env = Harness::dry_run(NotesController::new()).await;
     env.apply(&secret("team-db", &[("user", USER), ("pass", PASSWORD)]))
         .await;
     env.apply(&secret("team-db-ca", &[("root.pem", &pki.ca_pem)]))

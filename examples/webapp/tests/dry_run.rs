@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use webapp_operator::WebAppController;
 use windlass::cli::{Output, run};
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::testing::{TEST_NAMESPACE, TestEnv, assert_condition};
+use windlass::testing::{Harness, TEST_NAMESPACE, assert_condition};
 
 const SHOP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml");
 
@@ -219,7 +219,7 @@ fn obj(api_version: &str, kind: &str, name: &str) -> ObjectRef {
 
 #[tokio::test]
 async fn switching_the_cache_off_deletes_it_and_the_password_survives_reconciles() {
-    let env = TestEnv::dry_run(WebAppController).await;
+    let env = Harness::dry_run(WebAppController).await;
     let cr = env
         .apply_cr("shop", shop(json!({"cache": {"enabled": true}})))
         .await;
@@ -267,7 +267,7 @@ async fn switching_the_cache_off_deletes_it_and_the_password_survives_reconciles
 
 #[tokio::test]
 async fn a_second_reconcile_writes_nothing() {
-    let env = TestEnv::dry_run(WebAppController).await;
+    let env = Harness::dry_run(WebAppController).await;
     let cr = env
         .apply_cr("shop", shop(json!({"cache": {"enabled": true}})))
         .await;
@@ -285,7 +285,7 @@ async fn a_second_reconcile_writes_nothing() {
 
 #[tokio::test]
 async fn a_new_version_runs_its_own_migration() {
-    let env = TestEnv::dry_run(WebAppController).await;
+    let env = Harness::dry_run(WebAppController).await;
     let cr = env.apply_cr("shop", shop(json!({}))).await;
     env.reconcile(&cr).await;
     let cr = env.apply_cr("shop", json!({"version": "1.5.0"})).await;
@@ -325,7 +325,7 @@ async fn a_new_version_runs_its_own_migration() {
 
 #[tokio::test]
 async fn negative_replicas_are_refused_with_a_message() {
-    let env = TestEnv::dry_run(WebAppController).await;
+    let env = Harness::dry_run(WebAppController).await;
     let cr = env.apply_cr("shop", shop(json!({"replicas": -1}))).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;

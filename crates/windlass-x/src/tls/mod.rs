@@ -117,9 +117,9 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use serde_json::json;
 //! use windlass::object::ObjectRef;
-//! use windlass::testing::TestEnv;
+//! use windlass::testing::Harness;
 //!
-//! let env = TestEnv::dry_run(ShopController { tls: TlsRegistry::new() }).await;
+//! let env = Harness::dry_run(ShopController { tls: TlsRegistry::new() }).await;
 //! let cr = env.apply_cr("shop", json!({})).await;
 //! env.reconcile(&cr).await;
 //! let secret = |name: &str| ObjectRef::new("v1", "Secret", Some("test"), name);

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 use windlass::object::ObjectRef;
-use windlass::testing::TestEnv;
+use windlass::testing::Harness;
 
 use super::servers::ServerTls;
 #[path = "../tls_support/mod.rs"]
@@ -23,7 +23,7 @@ pub struct TestPki {
 /// A fresh internal CA and a server pair for `localhost` and 127.0.0.1 it issued, as the
 /// internal TLS context stores them in Secrets.
 pub async fn test_pki() -> TestPki {
-    let env = TestEnv::dry_run(TlsController::new()).await;
+    let env = Harness::dry_run(TlsController::new()).await;
     let spec = json!({"configOverrides": {"tls": {"type": "internal"}},
         "dnsNames": ["localhost"], "ips": ["127.0.0.1"]});
     let cr = env.apply_cr("db", spec).await;

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use windlass::prelude::*;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget};
+use windlass::testing::{Harness, TEST_NAMESPACE, Widget};
 use windlass_x::datastore::spec::SecretReader;
 use windlass_x::datastore::{Connection, Datastores};
 
@@ -220,7 +220,7 @@ pub async fn reconcile_once<K: Resolve>(
     objects: &[Value],
 ) -> (Result<K::Resolved>, Value) {
     let seen = probe.seen.clone();
-    let env = TestEnv::dry_run(probe).await;
+    let env = Harness::dry_run(probe).await;
     for object in objects {
         env.apply(object).await;
     }

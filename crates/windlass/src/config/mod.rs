@@ -51,7 +51,7 @@ pub use layers::{ConfigError, Layers};
 /// runs with when nothing is set.
 ///
 /// [`dry_run`](Self::dry_run) is not a key: it is the mode `run --dry-run` and
-/// `TestEnv::dry_run` choose, carried here so the engine has one place to ask.
+/// `testing::Harness::dry_run` choose, carried here so the engine has one place to ask.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct OperatorConfig {

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{DryRun, MAX_RECONCILES_PER_CR};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::prelude::*;
-use crate::testing::{TEST_NAMESPACE, TestEnv, Widget, assert_condition};
+use crate::testing::{Harness, TEST_NAMESPACE, Widget, assert_condition};
 
 fn cm_ref(name: &str) -> ObjectRef {
     ObjectRef::new("v1", "ConfigMap", Some(TEST_NAMESPACE), name)
@@ -67,7 +67,7 @@ fn widget(name: &str) -> ObjectRef {
 
 #[tokio::test]
 async fn child_crs_are_reconciled_and_deletion_runs_their_finalizers() {
-    let env = TestEnv::dry_run(Family).await;
+    let env = Harness::dry_run(Family).await;
     let parent = env.apply_cr("p", json!({"children": 2})).await;
     let dry = DryRun::new(env.reconciler.clone(), env.memory.clone());
     let reports = dry.run([parent.clone()], |_| {}).await;
@@ -135,7 +135,7 @@ impl Controller for Restless {
 
 #[tokio::test]
 async fn a_reconcile_loop_is_bounded() {
-    let env = TestEnv::dry_run(Restless).await;
+    let env = Harness::dry_run(Restless).await;
     let cr = env.apply_cr("r", json!({})).await;
     let reports = DryRun::new(env.reconciler.clone(), env.memory.clone())
         .run([cr], |_| {})

@@ -417,7 +417,7 @@ impl<C: Controller> Reconciler<C> {
     /// cluster), as the rollout would apply them — after the temporary patches, the
     /// internal-name annotation and the component's `update_object_definition`, before the
     /// owner reference and windlass's labels — without applying anything: to test one
-    /// component ([`TestEnv::render`](crate::testing::TestEnv::render)).
+    /// component (`testing::Harness::render`, with the `testing` feature).
     ///
     /// # Errors
     /// The CR is missing or does not parse, its config is invalid, the graph cannot be

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use serde_json::json;
 use windlass::prelude::*;
 use windlass::reconcile::Action;
-use windlass::testing::{TestEnv, assert_condition};
+use windlass::testing::{Harness, assert_condition};
 
 use crate::support::{Shop, cm_ref};
 
@@ -89,10 +89,10 @@ impl Default for ShopConfig {
     }
 }
 
-async fn env() -> (TestEnv<ShopController>, Arc<AtomicU8>) {
+async fn env() -> (Harness<ShopController>, Arc<AtomicU8>) {
     let controller = ShopController::default();
     let mode = controller.0.clone();
-    (TestEnv::dry_run(controller).await, mode)
+    (Harness::dry_run(controller).await, mode)
 }
 
 #[tokio::test]
@@ -249,7 +249,7 @@ async fn malformed_annotations_and_overrides_are_reported() {
 
 /// Reconcile the CR `bad` with `overrides`: a config error that nothing but a spec change
 /// can mend, before anything is applied. Its message.
-async fn refused_overrides(env: &TestEnv<ShopController>, overrides: serde_json::Value) -> String {
+async fn refused_overrides(env: &Harness<ShopController>, overrides: serde_json::Value) -> String {
     let bad = env
         .apply_cr(
             "bad",

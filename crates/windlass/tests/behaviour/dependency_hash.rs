@@ -7,7 +7,7 @@ use windlass::annotations::DEPENDENCY_HASH;
 use windlass::object::ObjectRef;
 use windlass::prelude::*;
 use windlass::progress::Event;
-use windlass::testing::{TEST_NAMESPACE, TestEnv, Widget};
+use windlass::testing::{Harness, TEST_NAMESPACE, Widget};
 
 use crate::support::{cm_ref, deployment_ref};
 
@@ -95,7 +95,7 @@ impl Controller for Shop {
     }
 }
 
-async fn hash_of(env: &TestEnv<Shop>, name: &str) -> Option<String> {
+async fn hash_of(env: &Harness<Shop>, name: &str) -> Option<String> {
     let deployment = env.get(&deployment_ref(name)).await?;
     deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH]
         .as_str()
@@ -103,7 +103,7 @@ async fn hash_of(env: &TestEnv<Shop>, name: &str) -> Option<String> {
 }
 
 /// What the last reconcile reported as read from the cluster, for `component`.
-fn reported(env: &TestEnv<Shop>, component: &str) -> Vec<String> {
+fn reported(env: &Harness<Shop>, component: &str) -> Vec<String> {
     env.log
         .events()
         .into_iter()
@@ -122,13 +122,13 @@ fn reported(env: &TestEnv<Shop>, component: &str) -> Vec<String> {
         .collect()
 }
 
-async fn reconciled(env: &TestEnv<Shop>, cr: &ObjectRef) {
+async fn reconciled(env: &Harness<Shop>, cr: &ObjectRef) {
     env.log.clear();
     let report = env.reconcile(cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
 }
 
-fn applied(env: &TestEnv<Shop>) -> Vec<String> {
+fn applied(env: &Harness<Shop>) -> Vec<String> {
     env.log
         .applied()
         .into_iter()
@@ -138,7 +138,7 @@ fn applied(env: &TestEnv<Shop>) -> Vec<String> {
 
 #[tokio::test]
 async fn the_hash_follows_the_data_the_pods_read_and_a_steady_state_writes_nothing() {
-    let env = TestEnv::dry_run(Shop).await;
+    let env = Harness::dry_run(Shop).await;
     env.apply(&secret("credentials", "user:one")).await;
     env.apply(&config_map("unrelated", "a")).await;
     let cr = env.apply_cr("shop", json!({"greeting": "hello"})).await;
@@ -215,7 +215,7 @@ async fn the_hash_follows_the_data_the_pods_read_and_a_steady_state_writes_nothi
 
 #[tokio::test]
 async fn a_missing_required_dependency_is_left_out_until_it_appears() {
-    let env = TestEnv::dry_run(Shop).await;
+    let env = Harness::dry_run(Shop).await;
     let cr = env.apply_cr("shop", json!({"greeting": "hello"})).await;
     reconciled(&env, &cr).await;
     let without = hash_of(&env, "shop-web").await.expect("applied without it");
@@ -246,7 +246,7 @@ async fn a_failed_read_fails_the_component() {
         dry_run: true,
         ..OperatorConfig::default()
     };
-    let env = TestEnv::on_cluster(Shop, config, memory, faulty.clone());
+    let env = Harness::on_cluster(Shop, config, memory, faulty.clone());
     let cr = env.apply_cr("shop", json!({"greeting": "hello"})).await;
     faulty.fail(
         Op::Get,
@@ -306,7 +306,7 @@ impl Controller for Unrelated {
 /// makes it differ from the rendered copy.
 #[tokio::test]
 async fn only_upstream_components_are_sources_so_the_hash_does_not_depend_on_timing() {
-    let env = TestEnv::dry_run(Unrelated).await;
+    let env = Harness::dry_run(Unrelated).await;
     let mut shared = secret("shared", "v");
     shared["data"]["other"] = json!("eA==");
     env.apply(&shared).await;
@@ -384,9 +384,9 @@ impl Controller for Switch {
 /// nothing, so the runtime forgets what it read before.
 #[tokio::test]
 async fn a_disabled_component_reports_that_it_reads_nothing() {
-    let env = TestEnv::dry_run(Switch).await;
+    let env = Harness::dry_run(Switch).await;
     let cr = env.apply_cr("w", json!({"on": true})).await;
-    let reports = |env: &TestEnv<Switch>| -> Vec<Vec<(ObjectRef, Option<String>)>> {
+    let reports = |env: &Harness<Switch>| -> Vec<Vec<(ObjectRef, Option<String>)>> {
         env.log
             .events()
             .into_iter()
@@ -454,7 +454,7 @@ impl Controller for SameCr {
 #[tokio::test]
 async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_the_cr() {
     use windlass::reconcile::{Action, STALE_DEPENDENCY_HASH_REQUEUE};
-    let env = TestEnv::dry_run(SameCr).await;
+    let env = Harness::dry_run(SameCr).await;
     let annotation = |deployment: Value| {
         deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH].clone()
     };

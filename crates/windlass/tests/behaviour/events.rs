@@ -7,7 +7,7 @@ use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::events::{MemoryEventSink, Reason};
 use windlass::reconcile::{Action, Reconciler};
-use windlass::testing::{Behaviour, DummyComponent, DummyController, TestEnv};
+use windlass::testing::{Behaviour, DummyComponent, DummyController, Harness};
 
 fn reasons(sink: &MemoryEventSink) -> Vec<(Reason, u32)> {
     sink.events()
@@ -22,7 +22,7 @@ async fn a_rollout_done_in_one_reconcile_is_announced_once_when_it_completes() {
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
     // The environment only provides the cluster with the CRD; the reconciler under test
     // publishes to the sink.
-    let env = TestEnv::new(DummyController::new()).await;
+    let env = Harness::new(DummyController::new()).await;
     let sink = Arc::new(MemoryEventSink::new());
     let reconciler = Reconciler::new(controller, env.memory.clone(), OperatorConfig::default())
         .with_events(sink.clone());
@@ -47,7 +47,7 @@ async fn a_rollout_done_in_one_reconcile_is_announced_once_when_it_completes() {
 #[tokio::test]
 async fn a_rollout_that_waits_is_announced_when_it_starts_and_when_it_completes() {
     let web = DummyComponent::new("web").with_configmap("web");
-    let env = TestEnv::new(DummyController::new()).await;
+    let env = Harness::new(DummyController::new()).await;
     let sink = Arc::new(MemoryEventSink::new());
     let reconciler = |web: DummyComponent| {
         Reconciler::new(
@@ -81,7 +81,7 @@ async fn a_failed_rollout_is_a_warning_naming_the_error() {
     );
     // The environment only provides the cluster with the CRD; the reconciler under test
     // publishes to the sink.
-    let env = TestEnv::new(DummyController::new()).await;
+    let env = Harness::new(DummyController::new()).await;
     let sink = Arc::new(MemoryEventSink::new());
     let reconciler = Reconciler::new(controller, env.memory.clone(), OperatorConfig::default())
         .with_events(sink.clone());
@@ -103,7 +103,7 @@ async fn a_failed_rollout_is_a_warning_naming_the_error() {
 
 #[tokio::test]
 async fn the_test_env_records_events_for_one_line_assertions() {
-    let env = TestEnv::dry_run(
+    let env = Harness::dry_run(
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]),
     )
     .await;

@@ -10,7 +10,7 @@ use windlass::config::OperatorConfig;
 use windlass::object::ManifestExt;
 use windlass::reconcile::Action;
 use windlass::testing::{
-    DummyComponent, DummyController, FaultyCluster, Op, TestEnv, assert_condition,
+    DummyComponent, DummyController, FaultyCluster, Harness, Op, assert_condition,
 };
 
 use crate::support::{cm_ref, deployment, deployment_ref};
@@ -25,7 +25,7 @@ async fn the_version_field_and_override_say_which_version_a_cr_asks_for() {
     config.versions.strict = true;
     config.versions.supported = vec!["2.0".into()];
     config.versions.field = "spec.release".into();
-    let env = TestEnv::with_config(one_configmap(), config.clone()).await;
+    let env = Harness::with_config(one_configmap(), config.clone()).await;
     // spec.version is not where this operator looks.
     let cr = env
         .apply_cr("a", json!({"version": "2.0", "release": "1.0"}))
@@ -37,7 +37,7 @@ async fn the_version_field_and_override_say_which_version_a_cr_asks_for() {
     assert!(message.contains("unsupported version 1.0"), "{message}");
 
     config.versions.version_override = Some("2.0".into());
-    let env = TestEnv::with_config(one_configmap(), config).await;
+    let env = Harness::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("b", json!({"release": "1.0"})).await;
     env.reconcile(&cr).await;
     assert_condition(&env.status(&cr).await, "Ready", true, "Stable");
@@ -47,12 +47,12 @@ async fn the_version_field_and_override_say_which_version_a_cr_asks_for() {
 async fn the_operator_version_is_written_to_the_status() {
     let mut config = OperatorConfig::default();
     config.status.operator_version = Some("7.1.2".into());
-    let env = TestEnv::with_config(one_configmap(), config).await;
+    let env = Harness::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     assert_eq!(env.status(&cr).await["operatorVersion"], "7.1.2");
 
-    let env = TestEnv::new(one_configmap()).await;
+    let env = Harness::new(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     assert!(env.status(&cr).await.get("operatorVersion").is_none());
@@ -62,13 +62,13 @@ async fn the_operator_version_is_written_to_the_status() {
 async fn without_the_internal_name_annotation_applied_objects_carry_none() {
     let mut config = OperatorConfig::default();
     config.rollout.internal_name_annotation = false;
-    let env = TestEnv::with_config(one_configmap(), config).await;
+    let env = Harness::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     let cm = env.get(&cm_ref("a-web")).await.unwrap();
     assert_eq!(cm.annotation("windlass.dev/internal-name"), None, "{cm}");
 
-    let env = TestEnv::new(one_configmap()).await;
+    let env = Harness::new(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     let cm = env.get(&cm_ref("a-web")).await.unwrap();
@@ -84,7 +84,7 @@ async fn conflict_retries_wait_the_backoff_times_the_attempt() {
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
     let mut config = OperatorConfig::default();
     config.rollout.conflict_backoff = Duration::from_millis(100).into();
-    let env = TestEnv::on_cluster(one_configmap(), config, memory, faulty.clone());
+    let env = Harness::on_cluster(one_configmap(), config, memory, faulty.clone());
     let cr = env.apply_cr("a", json!({})).await;
     let conflict = windlass::ClusterError::Conflict {
         object: "cm".into(),
@@ -107,7 +107,7 @@ async fn requeue_after_is_how_long_a_waiting_cr_waits() {
         DummyComponent::new("web").with_object("deployment", deployment("web")),
         &[],
     );
-    let env = TestEnv::with_config(controller, config).await;
+    let env = Harness::with_config(controller, config).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert_eq!(report.outcome, Action::RequeueAfter(Duration::from_secs(7)));
@@ -130,7 +130,7 @@ async fn disabled_components_are_dumped_only_when_asked() {
         ..OperatorConfig::default()
     };
     config.rollout.dump_dir = Some(dir.path().join("plain"));
-    let env = TestEnv::with_config(controller(), config.clone()).await;
+    let env = Harness::with_config(controller(), config.clone()).await;
     let cr = env.apply_cr("a", json!({"cache": false})).await;
     env.reconcile(&cr).await;
     let crs = "test.windlass.dev.v1.widget/a";
@@ -139,7 +139,7 @@ async fn disabled_components_are_dumped_only_when_asked() {
 
     config.rollout.dump_dir = Some(dir.path().join("all"));
     config.rollout.dump_disabled = true;
-    let env = TestEnv::with_config(controller(), config).await;
+    let env = Harness::with_config(controller(), config).await;
     let cr = env.apply_cr("a", json!({"cache": false})).await;
     env.reconcile(&cr).await;
     let disabled = dir

@@ -7,7 +7,7 @@ use serde_json::json;
 use windlass::cluster::MemoryCluster;
 use windlass::config::OperatorConfig;
 use windlass::testing::{
-    Behaviour, DummyComponent, DummyController, FaultyCluster, Op, TestEnv, assert_condition,
+    Behaviour, DummyComponent, DummyController, FaultyCluster, Harness, Op, assert_condition,
 };
 
 use crate::support::{deployment, deployment_ref};
@@ -22,7 +22,7 @@ async fn q11_transition_times_and_component_lists() {
             DummyComponent::new("b").behave(Behaviour::NeverVerifies),
             &[],
         );
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("x", json!({})).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -79,7 +79,7 @@ async fn q12_a_failed_read_of_a_managed_object_is_a_cluster_error() {
         DummyComponent::new("web").with_object("d", deployment("web")),
         &[],
     );
-    let env = TestEnv::on_cluster(
+    let env = Harness::on_cluster(
         controller,
         OperatorConfig::default(),
         memory,

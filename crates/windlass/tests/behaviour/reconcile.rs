@@ -11,7 +11,7 @@ use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
 use windlass::reconcile::Action;
 use windlass::testing::{
-    Behaviour, DummyComponent, DummyController, FaultyCluster, Op, TEST_NAMESPACE, TestEnv, Widget,
+    Behaviour, DummyComponent, DummyController, FaultyCluster, Harness, Op, TEST_NAMESPACE, Widget,
     assert_condition, make_patch, patch_kind,
 };
 
@@ -23,7 +23,7 @@ fn one_configmap() -> DummyController {
 
 #[tokio::test]
 async fn a_paused_cr_is_left_alone() {
-    let env = TestEnv::new(one_configmap()).await;
+    let env = Harness::new(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.annotate(&cr, "windlass.dev/pause-execution", "TRUE")
         .await;
@@ -36,7 +36,7 @@ async fn a_paused_cr_is_left_alone() {
 
 #[tokio::test]
 async fn pause_holds_even_the_finalizer() {
-    let env = TestEnv::new(one_configmap().finalizer("test.windlass.dev/cleanup", vec![])).await;
+    let env = Harness::new(one_configmap().finalizer("test.windlass.dev/cleanup", vec![])).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     env.annotate(&cr, "windlass.dev/pause-execution", "true")
@@ -54,7 +54,7 @@ async fn pause_holds_even_the_finalizer() {
 async fn the_finalizer_is_added_first_and_removed_once_finalizing_needs_no_requeue() {
     let drain = DummyComponent::new("drain").with_object("deployment", deployment("drain"));
     let env =
-        TestEnv::new(one_configmap().finalizer("test.windlass.dev/cleanup", vec![drain])).await;
+        Harness::new(one_configmap().finalizer("test.windlass.dev/cleanup", vec![drain])).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     assert_eq!(
@@ -94,7 +94,7 @@ async fn the_finalizer_is_added_first_and_removed_once_finalizing_needs_no_reque
 #[tokio::test]
 async fn a_finalizer_the_cluster_refuses_is_a_config_error_and_nothing_rolls_out() {
     let finalizer = "test.windlass.dev/not a name!";
-    let env = TestEnv::new(one_configmap().finalizer(finalizer, vec![])).await;
+    let env = Harness::new(one_configmap().finalizer(finalizer, vec![])).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert_eq!(report.outcome, Action::Done, "{report:?}");
@@ -116,7 +116,7 @@ async fn a_finalizer_removal_the_cluster_refuses_is_reported_not_retried_as_a_co
     // 422, whatever the finalizer patch's test says.
     let memory = Arc::new(MemoryCluster::new());
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
-    let env = TestEnv::on_cluster(
+    let env = Harness::on_cluster(
         one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
         OperatorConfig::default(),
         memory,
@@ -210,7 +210,7 @@ async fn a_finalizer_list_changed_meanwhile_is_read_again_and_both_finalizers_st
         memory: memory.clone(),
         raced: Default::default(),
     });
-    let env = TestEnv::on_cluster(
+    let env = Harness::on_cluster(
         one_configmap().finalizer("test.windlass.dev/cleanup", vec![]),
         OperatorConfig::default(),
         memory,
@@ -229,7 +229,7 @@ async fn a_finalizer_list_changed_meanwhile_is_read_again_and_both_finalizers_st
 
 #[tokio::test]
 async fn children_are_owned_by_the_cr() {
-    let env = TestEnv::dry_run(one_configmap()).await;
+    let env = Harness::dry_run(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     let cr_uid = env.get(&cr).await.unwrap().uid().unwrap().to_string();
@@ -299,7 +299,7 @@ impl Default for EchoConfig {
 
 #[tokio::test]
 async fn backend_config_layers_defaults_configmap_and_overrides() {
-    let env = TestEnv::dry_run(ConfigEcho).await;
+    let env = Harness::dry_run(ConfigEcho).await;
     env.apply(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site", "namespace": TEST_NAMESPACE},
         "data": {"b": "configmap", "c": "configmap"}})).await;
     let cr = env
@@ -320,7 +320,7 @@ async fn backend_config_layers_defaults_configmap_and_overrides() {
 
 #[tokio::test]
 async fn a_missing_config_defaults_configmap_is_a_config_error() {
-    let env = TestEnv::dry_run(ConfigEcho).await;
+    let env = Harness::dry_run(ConfigEcho).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.annotate(&cr, "windlass.dev/config-defaults", "nope")
         .await;
@@ -348,7 +348,7 @@ async fn a_failing_component_maps_to_reasons_with_its_component_state() {
             &[],
         )
         .component(DummyComponent::new("web").with_configmap("web"), &[]);
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert_eq!(
@@ -371,7 +371,7 @@ async fn a_failing_component_maps_to_reasons_with_its_component_state() {
 async fn a_cluster_error_leaves_ready_alone_and_retries() {
     let memory = Arc::new(MemoryCluster::new());
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
-    let env = TestEnv::on_cluster(
+    let env = Harness::on_cluster(
         one_configmap(),
         OperatorConfig::default(),
         memory,
@@ -398,7 +398,7 @@ async fn a_cluster_error_leaves_ready_alone_and_retries() {
 async fn conflicts_are_retried_within_the_reconcile() {
     let memory = Arc::new(MemoryCluster::new());
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));
-    let env = TestEnv::on_cluster(
+    let env = Harness::on_cluster(
         one_configmap(),
         OperatorConfig::default(),
         memory,
@@ -451,13 +451,13 @@ impl Controller for Gated {
 
 #[tokio::test]
 async fn dry_run_skips_edge_conditions_and_verification() {
-    let env = TestEnv::dry_run(Gated).await;
+    let env = Harness::dry_run(Gated).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert!(report.state.unwrap().verify_completed());
     assert!(env.get(&cm_ref("a-web")).await.is_some());
 
-    let env = TestEnv::new(Gated).await;
+    let env = Harness::new(Gated).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     let state = report.state.unwrap();
@@ -465,7 +465,7 @@ async fn dry_run_skips_edge_conditions_and_verification() {
     assert!(env.get(&cm_ref("a-web")).await.is_none());
 
     // Dry-run passes verification without looking: an unavailable Deployment verifies.
-    let env = TestEnv::dry_run(DummyController::new().component(
+    let env = Harness::dry_run(DummyController::new().component(
         DummyComponent::new("w").with_object("d", deployment("w")),
         &[],
     ))
@@ -479,7 +479,7 @@ async fn strict_versioning_rejects_unsupported_versions() {
     let mut config = OperatorConfig::default();
     config.versions.strict = true;
     config.versions.supported = vec!["1.0".into()];
-    let env = TestEnv::with_config(one_configmap(), config).await;
+    let env = Harness::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("a", json!({"version": "9.9"})).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -502,7 +502,7 @@ async fn strict_versioning_rejects_unsupported_versions() {
 
 #[tokio::test]
 async fn temporary_patches_apply_to_rendered_objects() {
-    let env = TestEnv::dry_run(one_configmap()).await;
+    let env = Harness::dry_run(one_configmap()).await;
     env.memory
         .register_kind(patch_kind(), windlass::cluster::Scope::Namespaced);
     env.apply(&make_patch(
@@ -526,7 +526,7 @@ async fn the_dump_dir_receives_the_rendered_components() {
         ..OperatorConfig::default()
     };
     config.rollout.dump_dir = Some(dir.clone());
-    let env = TestEnv::with_config(one_configmap(), config).await;
+    let env = Harness::with_config(one_configmap(), config).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     let file = dir.join("test.windlass.dev.v1.widget/a/web/a-web.k8s.yaml");
@@ -540,7 +540,7 @@ async fn the_dump_dir_receives_the_rendered_components() {
 
 #[tokio::test]
 async fn several_crs_do_not_interfere() {
-    let env = TestEnv::dry_run(one_configmap()).await;
+    let env = Harness::dry_run(one_configmap()).await;
     let a = env.apply_cr("a", json!({})).await;
     let b = env.apply_cr("b", json!({})).await;
     env.reconcile(&a).await;
@@ -578,7 +578,7 @@ impl Controller for BrokenCondition {
 
 #[tokio::test]
 async fn a_failing_edge_condition_reaches_the_status() {
-    let env = TestEnv::new(BrokenCondition(false)).await;
+    let env = Harness::new(BrokenCondition(false)).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert!(
@@ -596,7 +596,7 @@ async fn a_failing_edge_condition_reaches_the_status() {
         "{status:#}"
     );
 
-    let env = TestEnv::new(BrokenCondition(true)).await;
+    let env = Harness::new(BrokenCondition(true)).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -624,7 +624,7 @@ async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_dele
         if controller_finalizer {
             controller = controller.finalizer("test.windlass.dev/cleanup", vec![]);
         }
-        let env = TestEnv::new(controller).await;
+        let env = Harness::new(controller).await;
         env.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}))
             .await;
         let cr = env.apply_cr("a", json!({})).await;
@@ -656,7 +656,7 @@ async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_dele
 
 #[tokio::test]
 async fn a_cr_whose_objects_are_all_in_its_namespace_gets_no_cleanup_finalizer() {
-    let env = TestEnv::new(one_configmap()).await;
+    let env = Harness::new(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     assert!(env.get(&cr).await.unwrap().finalizers().is_empty());
@@ -664,7 +664,7 @@ async fn a_cr_whose_objects_are_all_in_its_namespace_gets_no_cleanup_finalizer()
 
 #[tokio::test]
 async fn a_component_held_by_its_edge_waits_for_a_precondition_and_says_why() {
-    let env = TestEnv::new(Gated).await;
+    let env = Harness::new(Gated).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert!(matches!(report.outcome, Action::RequeueAfter(_)));

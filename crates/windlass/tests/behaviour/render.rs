@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use windlass::cluster::Scope;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::testing::{TestEnv, Widget, make_patch, patch_kind};
+use windlass::testing::{Harness, Widget, make_patch, patch_kind};
 
 use crate::support::cm_ref;
 
@@ -60,7 +60,7 @@ impl Controller for One {
 #[tokio::test]
 async fn patches_then_annotation_then_the_component_hook_oldest_patch_first() {
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let env = TestEnv::dry_run(One(seen.clone())).await;
+    let env = Harness::dry_run(One(seen.clone())).await;
     env.memory.register_kind(patch_kind(), Scope::Namespaced);
     env.apply(&make_patch(
         "older",
@@ -108,7 +108,7 @@ async fn patches_then_annotation_then_the_component_hook_oldest_patch_first() {
 
 #[tokio::test]
 async fn a_missing_patch_object_is_a_config_error() {
-    let env = TestEnv::dry_run(One(Arc::default())).await;
+    let env = Harness::dry_run(One(Arc::default())).await;
     env.memory.register_kind(patch_kind(), Scope::Namespaced);
     let cr = env.apply_cr("a", json!({})).await;
     env.annotate(&cr, "windlass.dev/temporary-patches", &json!({"gone": {"timestamp": "2026-01-01T00:00:00Z", "api_version": "test.windlass.dev/v1"}}).to_string()).await;
@@ -158,7 +158,7 @@ impl Controller for Mixed {
 
 #[tokio::test]
 async fn cluster_scoped_objects_lose_the_namespace_and_the_owner_reference() {
-    let env = TestEnv::dry_run(Mixed).await;
+    let env = Harness::dry_run(Mixed).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert!(report.error.is_none(), "{:?}", report.error);
@@ -179,7 +179,7 @@ async fn cluster_scoped_objects_lose_the_namespace_and_the_owner_reference() {
 
 #[tokio::test]
 async fn a_patch_that_breaks_a_manifest_is_a_config_error_naming_it() {
-    let env = TestEnv::dry_run(Mixed).await;
+    let env = Harness::dry_run(Mixed).await;
     env.memory.register_kind(patch_kind(), Scope::Namespaced);
     env.apply(&make_patch(
         "bad",

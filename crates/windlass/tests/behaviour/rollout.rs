@@ -4,7 +4,7 @@ use serde_json::json;
 use windlass::Error;
 use windlass::reconcile::Action;
 use windlass::testing::{
-    Behaviour, DummyComponent, DummyController, Hooks, TEST_NAMESPACE, TestEnv, assert_condition,
+    Behaviour, DummyComponent, DummyController, Harness, Hooks, TEST_NAMESPACE, assert_condition,
 };
 
 use crate::support::{available, cm_ref, deployment, deployment_ref};
@@ -27,7 +27,7 @@ async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed(
         .component(DummyComponent::new("web").with_configmap("web"), &["db"])
         .component(DummyComponent::new("cache").with_configmap("cache"), &[]);
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
 
@@ -58,7 +58,7 @@ async fn a_failed_deploy_skips_the_verify_phase() {
         )
         .component(DummyComponent::new("cache").with_configmap("cache"), &[]);
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     let state = report.state.expect("a rollout ran");
@@ -79,7 +79,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let controller =
         DummyController::new().component(DummyComponent::new("db").with_configmap("db"), &[]);
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(*calls.lock(), ["after_deploy", "after_verify"]);
 
@@ -89,7 +89,7 @@ async fn hooks_run_in_their_phase_combinations() {
         &[],
     );
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
         *calls.lock(),
@@ -102,7 +102,7 @@ async fn hooks_run_in_their_phase_combinations() {
         &[],
     );
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
         *calls.lock(),
@@ -116,7 +116,7 @@ async fn hooks_run_in_their_phase_combinations() {
         &[],
     );
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=false)"]);
 
@@ -128,7 +128,7 @@ async fn hooks_run_in_their_phase_combinations() {
             ..Hooks::default()
         });
     let calls = controller.calls();
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(*calls.lock(), ["after_deploy"]);
 }
@@ -141,7 +141,7 @@ async fn a_hook_saying_not_yet_is_incomplete_but_not_failed() {
             after_verify: Err(Error::not_yet("after_verify waits")),
             ..Hooks::default()
         });
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     let state = report.state.expect("a rollout ran");
@@ -179,7 +179,7 @@ async fn the_verify_phase_waits_for_workloads_to_become_ready() {
             DummyComponent::new("after").with_configmap("after"),
             &["web"],
         );
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let first = env.reconcile(&cr).await;
     let state = first.state.expect("a rollout ran");
@@ -202,7 +202,7 @@ async fn a_disabled_component_deletes_its_objects_and_verifies_once_they_are_gon
             DummyComponent::new("cache").with_configmap("cache"),
             "cache",
         );
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({"cache": true})).await;
     env.reconcile(&cr).await;
     assert!(env.get(&cm_ref("a-cache")).await.is_some());
@@ -229,7 +229,7 @@ async fn a_disabled_component_whose_object_lingers_is_unverified() {
         DummyComponent::new("cache").with_object("cm", held),
         "cache",
     );
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({"cache": true})).await;
     env.reconcile(&cr).await;
     let cr = env.apply_cr("a", json!({"cache": false})).await;
@@ -253,7 +253,7 @@ async fn a_second_cr_rendering_the_same_object_is_refused_and_the_first_keeps_it
         DummyComponent::new("web").with_object("config", shared),
         &[],
     );
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let first = env.apply_cr("first", json!({})).await;
     let second = env.apply_cr("second", json!({})).await;
     assert_eq!(env.reconcile(&first).await.outcome, Action::Done);
@@ -285,7 +285,7 @@ async fn a_second_cr_rendering_the_same_object_is_refused_and_the_first_keeps_it
 async fn a_secret_applied_with_string_data_is_not_rewritten_on_the_next_pass() {
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "{cr}-creds"}, "stringData": {"password": "hunter2"}});
-    let env = TestEnv::new(
+    let env = Harness::new(
         DummyController::new()
             .component(DummyComponent::new("db").with_object("creds", secret), &[]),
     )
@@ -306,7 +306,7 @@ async fn a_secret_applied_with_string_data_is_not_rewritten_on_the_next_pass() {
 async fn a_forged_inventory_entry_never_gets_another_object_deleted() {
     let controller =
         DummyController::new().component(DummyComponent::new("web").with_configmap("web"), &[]);
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let plain = env
         .apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "users-config", "namespace": TEST_NAMESPACE}}))

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 use windlass::reconcile::Action;
-use windlass::testing::{Behaviour, DummyComponent, DummyController, TestEnv, assert_condition};
+use windlass::testing::{Behaviour, DummyComponent, DummyController, Harness, assert_condition};
 
 use crate::support::{available, deployment, deployment_ref, high_water_mark};
 
@@ -15,7 +15,7 @@ fn web() -> DummyController {
 
 #[tokio::test]
 async fn initializing_until_the_first_version_is_verified() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({"version": "1.0"})).await;
     env.reconcile(&cr).await;
     let status = env.status(&cr).await;
@@ -40,7 +40,7 @@ async fn initializing_until_the_first_version_is_verified() {
 
 #[tokio::test]
 async fn a_version_change_is_announced_and_recorded_only_once_verified() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({"version": "1.0"})).await;
     env.reconcile(&cr).await;
     env.set_status(&deployment_ref("web"), available()).await;
@@ -89,7 +89,7 @@ async fn a_version_change_is_announced_and_recorded_only_once_verified() {
 
 #[tokio::test]
 async fn a_steady_state_reconcile_writes_nothing() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({"version": "1.0"})).await;
     env.reconcile(&cr).await;
     env.set_status(&deployment_ref("web"), available()).await;
@@ -116,7 +116,7 @@ async fn a_steady_state_reconcile_writes_nothing() {
 
 #[tokio::test]
 async fn foreign_conditions_and_user_status_fields_survive_reconciles() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.set_status(&cr, json!({"conditions": [{"type": "Backup", "status": "True", "reason": "Done"}], "widgetStatus": "Frozen", "note": "hi"})).await;
     env.reconcile(&cr).await;
@@ -140,7 +140,7 @@ async fn requeue_follows_the_status_read_back() {
         DummyComponent::new("w").behave(Behaviour::NeverVerifies),
         &[],
     );
-    let env = TestEnv::new(controller).await;
+    let env = Harness::new(controller).await;
     let cr = env.apply_cr("a", json!({})).await;
     let report = env.reconcile(&cr).await;
     assert_eq!(
@@ -149,7 +149,7 @@ async fn requeue_follows_the_status_read_back() {
     );
 
     // Once stable: done.
-    let env = TestEnv::new(
+    let env = Harness::new(
         DummyController::new().component(DummyComponent::new("w").with_configmap("w"), &[]),
     )
     .await;
@@ -159,7 +159,7 @@ async fn requeue_follows_the_status_read_back() {
 
 #[tokio::test]
 async fn observed_generation_is_recorded_on_conditions() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({"version": "1"})).await;
     env.reconcile(&cr).await;
     assert_eq!(
@@ -176,7 +176,7 @@ async fn observed_generation_is_recorded_on_conditions() {
 
 #[tokio::test]
 async fn a_cr_without_a_version_settles_and_writes_nothing_more() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({})).await;
     env.reconcile(&cr).await;
     env.set_status(&deployment_ref("web"), available()).await;
@@ -196,7 +196,7 @@ async fn a_cr_without_a_version_settles_and_writes_nothing_more() {
 
 #[tokio::test]
 async fn dropping_the_version_is_not_a_version_change() {
-    let env = TestEnv::new(web()).await;
+    let env = Harness::new(web()).await;
     let cr = env.apply_cr("a", json!({"version": "1"})).await;
     env.reconcile(&cr).await;
     env.set_status(&deployment_ref("web"), available()).await;
@@ -215,7 +215,7 @@ async fn without_managed_status_the_rollout_decides_the_requeue() {
     let mut config = OperatorConfig::default();
     config.status.manage = false;
     let env =
-        TestEnv::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
+        Harness::with_config(web().finalizer("test.windlass.dev/cleanup", vec![]), config).await;
     let cr = env.apply_cr("a", json!({"version": "1"})).await;
     assert!(
         matches!(env.reconcile(&cr).await.outcome, Action::RequeueAfter(_)),

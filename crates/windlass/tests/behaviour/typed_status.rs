@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use windlass::prelude::*;
 use windlass::progress::Event;
-use windlass::testing::{TestEnv, Widget, assert_condition};
+use windlass::testing::{Harness, Widget, assert_condition};
 
 /// A Widget status with one field of the operator's own.
 #[derive(Serialize, Deserialize, Clone, Debug, Default)]
@@ -57,7 +57,7 @@ impl Controller for Publisher {
     }
 }
 
-fn status_writes(env: &TestEnv<Publisher>) -> usize {
+fn status_writes(env: &Harness<Publisher>) -> usize {
     env.log
         .events()
         .iter()
@@ -69,7 +69,7 @@ fn status_writes(env: &TestEnv<Publisher>) -> usize {
 async fn the_authors_fields_land_in_the_one_status_write_and_only_when_they_change() {
     let publisher = Publisher::default();
     publisher.publish.store(true, Ordering::SeqCst);
-    let env = TestEnv::new(publisher.clone()).await;
+    let env = Harness::new(publisher.clone()).await;
     let cr = env.apply_cr("shop", json!({})).await;
 
     env.reconcile(&cr).await;
@@ -103,7 +103,7 @@ async fn the_authors_fields_are_written_when_the_rollout_waits() {
     let publisher = Publisher::default();
     publisher.publish.store(true, Ordering::SeqCst);
     publisher.fail.store(true, Ordering::SeqCst);
-    let env = TestEnv::new(publisher.clone()).await;
+    let env = Harness::new(publisher.clone()).await;
     let cr = env.apply_cr("shop", json!({})).await;
 
     env.reconcile(&cr).await;
@@ -150,7 +150,7 @@ async fn the_session_reads_the_stored_status_typed() {
         }
     }
     let seen = Arc::new(std::sync::Mutex::new(None));
-    let env = TestEnv::new(ReaderController(seen.clone())).await;
+    let env = Harness::new(ReaderController(seen.clone())).await;
     let cr = env.apply_cr("shop", json!({})).await;
     env.set_status(&cr, json!({"url": "http://stored"})).await;
     env.reconcile(&cr).await;
