@@ -52,6 +52,7 @@ use serde_json::{Map, Value};
 use crate::component::Component;
 use crate::dag::{Graph, GraphError, NodeId};
 use crate::error::{Error, Result};
+pub use crate::progress::{Phase, PhaseOutcome};
 pub use crate::resource::{Action, ControllerTypes, PrimaryResource};
 use crate::session::Session;
 
@@ -185,30 +186,16 @@ pub trait Controller: Send + Sync + Sized + 'static {
         Value::Object(Map::new())
     }
 
-    /// After every component deployed and verified its deploy step.
-    async fn after_deploy(&self, _session: &Session<Self>) -> Result<()> {
-        Ok(())
-    }
-
-    /// After a deploy phase that did not complete; `failed` tells whether it failed.
-    async fn after_deploy_unsuccessful(
+    /// After each phase of a rollout, told how it ended: after [`Phase::Deploy`] always;
+    /// after [`Phase::Verify`] when deploy and this hook's deploy call both completed. An
+    /// error is the rollout's: [`Error::not_yet`] leaves it incomplete (the status says
+    /// why), any other error fails it; after a completed deploy, an error also keeps the
+    /// verify phase from counting as complete.
+    async fn after_phase(
         &self,
         _session: &Session<Self>,
-        _failed: bool,
-    ) -> Result<()> {
-        Ok(())
-    }
-
-    /// After every component verified.
-    async fn after_verify(&self, _session: &Session<Self>) -> Result<()> {
-        Ok(())
-    }
-
-    /// After a verify phase that did not complete; `failed` tells whether it failed.
-    async fn after_verify_unsuccessful(
-        &self,
-        _session: &Session<Self>,
-        _failed: bool,
+        _phase: Phase,
+        _outcome: PhaseOutcome,
     ) -> Result<()> {
         Ok(())
     }

@@ -23,6 +23,29 @@ impl fmt::Display for Phase {
     }
 }
 
+/// How a rollout phase ended, as [`Controller::after_phase`] is told.
+///
+/// [`Controller::after_phase`]: crate::controller::Controller::after_phase
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseOutcome {
+    /// Every component got through the phase.
+    Completed,
+    /// Some component is not through yet ("not yet", or it never started); nothing failed.
+    Incomplete,
+    /// A component failed.
+    Failed,
+}
+
+impl fmt::Display for PhaseOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PhaseOutcome::Completed => "completed",
+            PhaseOutcome::Incomplete => "incomplete",
+            PhaseOutcome::Failed => "failed",
+        })
+    }
+}
+
 /// One step of a reconcile.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -92,10 +115,12 @@ pub enum Event {
         /// What went wrong, if known.
         message: Option<String>,
     },
-    /// A rollout hook ran.
+    /// The controller's `after_phase` hook ran.
     Hook {
-        /// `after_deploy`, `after_verify`, …
-        name: &'static str,
+        /// After which phase.
+        phase: Phase,
+        /// How that phase ended.
+        outcome: PhaseOutcome,
         /// Its verdict.
         passed: bool,
     },
@@ -175,7 +200,11 @@ pub(crate) fn emit(observer: &dyn Observer, event: Event) {
             message = message.as_deref().unwrap_or(""),
             "component halted"
         ),
-        Event::Hook { name, passed } => tracing::debug!(hook = name, passed, "hook ran"),
+        Event::Hook {
+            phase,
+            outcome,
+            passed,
+        } => tracing::debug!(%phase, %outcome, passed, "after_phase hook ran"),
         Event::Status {
             ready,
             updating,

@@ -52,7 +52,7 @@ use crate::controller::{Components, Controller, PrimaryResource};
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{MemoryEventSink, Reason, RecordedEvent};
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
-use crate::progress::{Event, Observer};
+use crate::progress::{Event, Observer, Phase, PhaseOutcome};
 use crate::reconcile::{Reconciler, Report};
 use crate::session::Session;
 
@@ -654,26 +654,20 @@ impl<C: Controller> Component<C> for DummyComponent {
     }
 }
 
-/// What the hooks of a [`DummyController`] return.
+/// What the `after_phase` hook of a [`DummyController`] returns, by phase.
 #[derive(Debug, Clone)]
 pub struct Hooks {
-    /// `after_deploy`.
+    /// After the deploy phase, however it ended.
     pub after_deploy: Result<()>,
-    /// `after_deploy_unsuccessful`.
-    pub after_deploy_unsuccessful: Result<()>,
-    /// `after_verify`.
+    /// After the verify phase, however it ended.
     pub after_verify: Result<()>,
-    /// `after_verify_unsuccessful`.
-    pub after_verify_unsuccessful: Result<()>,
 }
 
 impl Default for Hooks {
     fn default() -> Self {
         Hooks {
             after_deploy: Ok(()),
-            after_deploy_unsuccessful: Ok(()),
             after_verify: Ok(()),
-            after_verify_unsuccessful: Ok(()),
         }
     }
 }
@@ -797,22 +791,16 @@ impl<K: PrimaryResource> Controller for DummyController<K> {
         Ok(graph)
     }
 
-    async fn after_deploy(&self, _: &Session<Self>) -> Result<()> {
-        self.record("after_deploy", &self.hooks.after_deploy)
-    }
-    async fn after_deploy_unsuccessful(&self, _: &Session<Self>, failed: bool) -> Result<()> {
-        self.record(
-            &format!("after_deploy_unsuccessful(failed={failed})"),
-            &self.hooks.after_deploy_unsuccessful,
-        )
-    }
-    async fn after_verify(&self, _: &Session<Self>) -> Result<()> {
-        self.record("after_verify", &self.hooks.after_verify)
-    }
-    async fn after_verify_unsuccessful(&self, _: &Session<Self>, failed: bool) -> Result<()> {
-        self.record(
-            &format!("after_verify_unsuccessful(failed={failed})"),
-            &self.hooks.after_verify_unsuccessful,
-        )
+    async fn after_phase(
+        &self,
+        _: &Session<Self>,
+        phase: Phase,
+        outcome: PhaseOutcome,
+    ) -> Result<()> {
+        let verdict = match phase {
+            Phase::Deploy => &self.hooks.after_deploy,
+            Phase::Verify => &self.hooks.after_verify,
+        };
+        self.record(&format!("after_phase({phase}, {outcome})"), verdict)
     }
 }

@@ -73,9 +73,10 @@ impl Observer for Printer {
                     .unwrap_or_default()
             ),
             Event::Hook {
-                name,
+                phase,
+                outcome,
                 passed: false,
-            } => format!("  hook {name} did not pass"),
+            } => format!("  hook after_phase({phase}, {outcome}) did not pass"),
             // Rendering is not news: what was applied or deleted follows.
             Event::Hook { .. } | Event::Rendered { .. } | Event::Dependencies { .. } => return,
             Event::Status {

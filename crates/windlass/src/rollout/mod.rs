@@ -1,21 +1,21 @@
-//! One rollout of a component graph: deploy phase, `after_deploy` hooks, verify phase,
-//! `after_verify` hooks, and the set arithmetic that turns the phases into one
+//! One rollout of a component graph: deploy phase, the `after_phase` hook, verify phase,
+//! the hook again, and the set arithmetic that turns the phases into one
 //! [`CompletionState`].
 //!
 //! 1. **Deploy.** Every enabled component is rendered and applied in dependency order;
 //!    every disabled one is rendered and its objects deleted. The phase is complete when
 //!    every node verified its deploy step (`verify_completed`, not merely
 //!    `deploy_completed`), and failed when a node failed or a fatal error was recorded.
-//! 2. **After deploy.** `after_deploy_unsuccessful(failed)` runs when phase 1 is
-//!    incomplete or failed; `after_deploy` runs when it is complete. A hook returning
-//!    `false` is a *non-fatal* verification error: incomplete, not failed.
+//! 2. **After deploy.** `after_phase(Deploy, outcome)`: completed, incomplete or failed.
+//!    A "not yet" from the hook is a *non-fatal* verification error: incomplete, not
+//!    failed.
 //! 3. **Verify.** Unless phase 1 failed, the components that deployed are verified in
 //!    dependency order; the rest are left out. An enabled component verifies by its
 //!    [`Component::verify`](crate::component::Component::verify); a disabled one verifies
 //!    once its objects are gone, without sending the delete again. A `false` verify leaves
 //!    the component unverified, not failed.
-//! 4. **After verify.** `after_verify_unsuccessful(failed)` runs when phases 1 and 2
-//!    completed but 3 did not; `after_verify` when everything completed.
+//! 4. **After verify.** `after_phase(Verify, outcome)` runs when phases 1 and 2
+//!    completed.
 //!
 //! The final state: verified = verified in phase 3; failed = failed in either phase;
 //! unverified = everything else that deployed; unstarted = what phase 1 never started;
@@ -43,7 +43,7 @@ use crate::controller::{ComponentEntry, Components, Controller, EdgeCondition};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
-use crate::progress::{Event, Phase};
+use crate::progress::{Event, Phase, PhaseOutcome};
 use crate::session::Session;
 
 /// Roll out `components` for the session's CR and report what was achieved.
@@ -108,33 +108,12 @@ pub async fn run<C: Controller>(
     let p1_complete = deploy.verify_completed();
     let p1_failed = deploy.failed();
 
-    // Phase 2: after-deploy hooks.
-    let mut p2_error = None;
-    let mut p2_complete = false;
-    if !p1_complete || p1_failed {
-        let result = controller
-            .after_deploy_unsuccessful(session, p1_failed)
-            .await;
-        p2_error = hook_verdict(
-            session,
-            "after_deploy_unsuccessful",
-            result,
-            "After-deploy-unsuccessful verification failed",
-        )
+    // Phase 2: the after-deploy hook.
+    let deployed = phase_outcome(p1_complete, p1_failed);
+    let p2_error = after_phase(controller, session, Phase::Deploy, deployed)
+        .await
         .err();
-    }
-    if p1_complete {
-        let result = controller.after_deploy(session).await;
-        match hook_verdict(
-            session,
-            "after_deploy",
-            result,
-            "After-deploy verification failed",
-        ) {
-            Ok(()) => p2_complete = true,
-            Err(e) => p2_error = p2_error.or(Some(e)),
-        }
-    }
+    let p2_complete = p1_complete && p2_error.is_none();
 
     // Phase 3: verify what was deployed.
     let mut verify = CompletionState::default();
@@ -161,25 +140,15 @@ pub async fn run<C: Controller>(
         p3_failed = verify.failed();
     }
 
-    // Phase 4: after-verify hooks.
-    let mut p4_error = None;
-    if p1_complete && p2_complete && !p3_complete {
-        let result = controller
-            .after_verify_unsuccessful(session, p3_failed)
-            .await;
-        p4_error = hook_verdict(
-            session,
-            "after_verify_unsuccessful",
-            result,
-            "After-verify-unsuccessful failed",
-        )
-        .err();
-    }
-    if p3_complete {
-        let result = controller.after_verify(session).await;
-        p4_error =
-            p4_error.or(hook_verdict(session, "after_verify", result, "After-verify failed").err());
-    }
+    // Phase 4: the after-verify hook, once deploy and its hook completed.
+    let p4_error = if p1_complete && p2_complete {
+        let verified = phase_outcome(p3_complete, p3_failed);
+        after_phase(controller, session, Phase::Verify, verified)
+            .await
+            .err()
+    } else {
+        None
+    };
 
     let waiting = std::mem::take(&mut *rollout.waiting.lock())
         .into_iter()
@@ -239,21 +208,32 @@ fn combine(
     })
 }
 
-/// A hook's result as the rollout sees it: its "not yet" is a verification that has not
-/// passed, named after the hook.
-fn hook_verdict<C: Controller>(
+/// How a phase ended, from whether it completed and whether it failed.
+fn phase_outcome(complete: bool, failed: bool) -> PhaseOutcome {
+    match (complete, failed) {
+        (_, true) => PhaseOutcome::Failed,
+        (true, false) => PhaseOutcome::Completed,
+        (false, false) => PhaseOutcome::Incomplete,
+    }
+}
+
+/// Run the controller's `after_phase` hook and report its verdict. Its "not yet" reads as
+/// a verification that has not passed, naming the phase.
+async fn after_phase<C: Controller>(
+    controller: &C,
     session: &Session<C>,
-    name: &'static str,
-    result: Result<()>,
-    message: &str,
+    phase: Phase,
+    outcome: PhaseOutcome,
 ) -> Result<()> {
+    let result = controller.after_phase(session, phase, outcome).await;
     session.emit(Event::Hook {
-        name,
+        phase,
+        outcome,
         passed: result.is_ok(),
     });
     result.map_err(|e| match e {
         Error::Precondition(reason) | Error::Verification(reason) => {
-            Error::verification(format!("{message}: {reason}"))
+            Error::verification(format!("after the {phase} phase ({outcome}): {reason}"))
         }
         other => other,
     })

@@ -16,7 +16,7 @@ fn set(names: &[&str]) -> std::collections::BTreeSet<String> {
 #[tokio::test]
 async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed() {
     // `db` halts with an expected error while deploying: phase 1 is neither complete nor
-    // failed, so after_deploy_unsuccessful(failed=false) runs, after_deploy does not, and
+    // failed, so after_phase(deploy, incomplete) runs, after_deploy does not, and
     // the verify phase still runs over what did deploy (`cache`), but not over `web`.
     let controller = DummyController::new()
         .component(
@@ -36,7 +36,7 @@ async fn a_not_yet_deployed_component_makes_phase_one_incomplete_but_not_failed(
     assert_eq!(state.unverified(), &set(&["db"]));
     assert_eq!(state.unstarted(), &set(&["web"]));
     assert!(!state.failed());
-    assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=false)"]);
+    assert_eq!(*calls.lock(), ["after_phase(deploy, incomplete)"]);
     assert!(env.log.events().iter().any(|e| matches!(e, windlass::progress::Event::Verified { component, ok: true } if component == "cache")));
     // The precondition error is what the status reports.
     let status = env.status(&cr).await;
@@ -66,7 +66,7 @@ async fn a_failed_deploy_skips_the_verify_phase() {
     // cache deployed, but was never verified: phase 3 did not run.
     assert_eq!(state.unverified(), &set(&["cache"]));
     assert!(state.verified().is_empty());
-    assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=true)"]);
+    assert_eq!(*calls.lock(), ["after_phase(deploy, failed)"]);
     assert!(!env.log.events().iter().any(|e| matches!(
         e,
         windlass::progress::Event::PhaseStarted(windlass::progress::Phase::Verify)
@@ -81,7 +81,13 @@ async fn hooks_run_in_their_phase_combinations() {
     let calls = controller.calls();
     let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
-    assert_eq!(*calls.lock(), ["after_deploy", "after_verify"]);
+    assert_eq!(
+        *calls.lock(),
+        [
+            "after_phase(deploy, completed)",
+            "after_phase(verify, completed)"
+        ]
+    );
 
     // Deployed but not verified: after_deploy then after_verify_unsuccessful(false).
     let controller = DummyController::new().component(
@@ -93,7 +99,10 @@ async fn hooks_run_in_their_phase_combinations() {
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
         *calls.lock(),
-        ["after_deploy", "after_verify_unsuccessful(failed=false)"]
+        [
+            "after_phase(deploy, completed)",
+            "after_phase(verify, incomplete)"
+        ]
     );
 
     // Verify fails fatally: after_verify_unsuccessful(true).
@@ -106,7 +115,10 @@ async fn hooks_run_in_their_phase_combinations() {
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
     assert_eq!(
         *calls.lock(),
-        ["after_deploy", "after_verify_unsuccessful(failed=true)"]
+        [
+            "after_phase(deploy, completed)",
+            "after_phase(verify, failed)"
+        ]
     );
 
     // Every node ran and none failed, but one is only unverified: phase 1 is judged by
@@ -118,7 +130,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let calls = controller.calls();
     let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
-    assert_eq!(*calls.lock(), ["after_deploy_unsuccessful(failed=false)"]);
+    assert_eq!(*calls.lock(), ["after_phase(deploy, incomplete)"]);
 
     // after_deploy says "not yet": no verify hooks at all.
     let controller = DummyController::new()
@@ -130,7 +142,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let calls = controller.calls();
     let env = Harness::new(controller).await;
     env.reconcile(&env.apply_cr("a", json!({})).await).await;
-    assert_eq!(*calls.lock(), ["after_deploy"]);
+    assert_eq!(*calls.lock(), ["after_phase(deploy, completed)"]);
 }
 
 #[tokio::test]
@@ -151,14 +163,14 @@ async fn a_hook_saying_not_yet_is_incomplete_but_not_failed() {
     assert_eq!(
         report.error,
         Some(Error::verification(
-            "After-verify failed: after_verify waits"
+            "after the verify phase (completed): after_verify waits"
         ))
     );
     let status = env.status(&cr).await;
     assert_condition(&status, "Updating", true, "VerifyWait");
     assert_eq!(
         status["conditions"][1]["message"],
-        "verification incomplete: After-verify failed: after_verify waits",
+        "verification incomplete: after the verify phase (completed): after_verify waits",
         "the hook's reason lands in the status message"
     );
     assert_eq!(
