@@ -60,6 +60,9 @@ log "shellcheck: ${#SCRIPTS[@]} scripts clean"
 log "cargo clippy (every target, every feature)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
+log "cargo check: windlass without its command line (the library stands without its tooling)"
+cargo check -p windlass --no-default-features --locked
+
 log "cargo doc (every public item documented, no broken or private link)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
 

@@ -45,12 +45,14 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod cluster;
 pub mod component;
 pub mod config;
 pub mod controller;
 pub(crate) mod dag;
+#[cfg(feature = "cli")]
 pub(crate) mod dryrun;
 pub mod error;
 pub mod events;

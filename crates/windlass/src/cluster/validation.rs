@@ -355,7 +355,9 @@ pub fn builtin_kinds() -> Vec<(&'static str, &'static str, Scope)> {
 }
 
 /// The resource (plural) name a built-in kind is served under, e.g. `deployments` for
-/// `apps/v1` `Deployment`; `None` for kinds not in the built-in table.
+/// `apps/v1` `Deployment`; `None` for kinds not in the built-in table. (RBAC rules name
+/// resources by it.)
+#[cfg(feature = "cli")]
 pub fn builtin_plural(api_version: &str, kind: &str) -> Option<&'static str> {
     builtin_table()
         .into_iter()
@@ -371,6 +373,7 @@ pub struct BuiltinKind {
     /// `Deployment`, …
     pub kind: &'static str,
     /// The resource name in URLs and RBAC rules, e.g. `deployments`.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     pub plural: &'static str,
     /// Namespaced or cluster-wide.
     pub scope: Scope,
