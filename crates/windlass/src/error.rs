@@ -5,7 +5,7 @@
 //! - in a rollout, a fatal error marks its component **failed**, an expected one leaves it
 //!   **unverified** (see `rollout`);
 //! - in the CR's status, the variant picks the `Ready` / `Updating` reasons
-//!   (see [`crate::status::reasons_for_error`]);
+//!   (see the status module);
 //! - in a [`crate::dag::CompletionState`], any recorded error that is fatal makes the state
 //!   failed.
 //!

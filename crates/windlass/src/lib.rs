@@ -34,7 +34,7 @@
 //!
 //! Around it: [`config`] (the operator's configuration), [`events`], [`progress`] and
 //! [`logging`] (what a reconcile reports), [`cli`] (the operator binary: run, dry run,
-//! describe, install manifests, RBAC), [`testing`] (an in-memory harness for tests).
+//! describe, install manifests, RBAC), `testing` (feature `testing`: an in-memory harness for tests).
 //! Shared helpers: [`object`], [`values`], [`annotations`]. Internal: `dag` (a generic DAG
 //! and its runner), `dryrun` (the in-memory driver of `run --dry-run`), `managed`.
 //!

@@ -260,7 +260,7 @@ pub struct CachedCluster {
 
 impl CachedCluster {
     /// Reads from `stores`, falling back to and writing through `live`.
-    pub fn new(live: Arc<LiveCluster>, stores: Arc<Stores>) -> Self {
+    pub(crate) fn new(live: Arc<LiveCluster>, stores: Arc<Stores>) -> Self {
         CachedCluster {
             live,
             stores,
@@ -271,19 +271,40 @@ impl CachedCluster {
     }
 
     /// The stores this cluster reads.
-    pub fn stores(&self) -> &Arc<Stores> {
+    pub(crate) fn stores(&self) -> &Arc<Stores> {
         &self.stores
     }
 
     /// This process's writes: in flight, or landed and not yet delivered by the watch.
-    pub fn own_writes(&self) -> &OwnWrites {
+    pub(crate) fn own_writes(&self) -> &OwnWrites {
         &self.own
+    }
+
+    /// What the watches know of `object` (not what this process wrote since).
+    pub fn lookup(&self, object: &ObjectRef) -> Cached {
+        self.stores.lookup(object)
+    }
+
+    /// Every object of `type_ref` the watches have.
+    pub fn objects(&self, type_ref: &TypeRef) -> Vec<Value> {
+        self.stores.objects(type_ref)
+    }
+
+    /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
+    pub fn is_synced(&self, type_ref: &TypeRef, namespace: Option<&str>) -> bool {
+        self.stores.is_synced(type_ref, namespace)
+    }
+
+    /// Whether this process deleted `object` and the watch has not delivered the deletion
+    /// yet.
+    pub fn is_own_delete(&self, object: &ObjectRef) -> bool {
+        self.own.is_own_delete(object)
     }
 
     /// Whether `object` at `resource_version` is a version this process wrote itself (or
     /// an older one) and the watch has not delivered yet: the runtime does not reconcile
     /// on the echo of its own writes. A write still in flight is not known here yet: see
-    /// [`OwnWrites::landing`].
+    /// `OwnWrites::landing`.
     pub fn is_own_write(&self, object: &ObjectRef, resource_version: Option<&str>) -> bool {
         self.own.is_own(object, resource_version)
     }

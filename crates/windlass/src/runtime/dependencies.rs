@@ -96,6 +96,7 @@ impl Dependents {
     }
 
     /// Whether nothing is recorded (kinds seen are remembered regardless).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.by_component.is_empty()
     }

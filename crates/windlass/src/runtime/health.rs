@@ -152,18 +152,18 @@ impl Health {
     }
 
     /// Readiness waits for `watch` to sync. Declaring it again keeps what it reported.
-    pub fn declare_watch(&self, watch: &Watch) {
+    pub(crate) fn declare_watch(&self, watch: &Watch) {
         self.state().watches.entry(describe(watch)).or_insert(false);
     }
 
     /// Readiness no longer waits for `watch`: it was stopped for good.
-    pub fn retire_watch(&self, watch: &Watch) {
+    pub(crate) fn retire_watch(&self, watch: &Watch) {
         self.state().watches.remove(&describe(watch));
     }
 
     /// Whether `watch`'s cache is synced: `true` once its list is in the store, `false`
     /// again while it relists after losing its stream. Declares the watch if needed.
-    pub fn set_synced(&self, watch: &Watch, synced: bool) {
+    pub(crate) fn set_synced(&self, watch: &Watch, synced: bool) {
         self.state().watches.insert(describe(watch), synced);
     }
 
@@ -333,8 +333,8 @@ pub struct Endpoints {
     pub metrics: Arc<Metrics>,
     /// `/healthz` and `/readyz`.
     pub health: Arc<Health>,
-    /// `/debug/windlass/…`, when on (see [`super::debug`]).
-    pub debug: Option<Arc<super::debug::Debug>>,
+    /// `/debug/windlass/…`, when on (see `runtime::debug`).
+    pub(crate) debug: Option<Arc<super::debug::Debug>>,
 }
 
 impl Endpoints {

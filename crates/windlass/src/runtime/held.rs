@@ -123,6 +123,7 @@ impl Held {
     }
 
     /// Whether no event is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }

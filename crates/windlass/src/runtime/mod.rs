@@ -16,35 +16,39 @@
 //!                           status, Events, metrics ─▶ Action ─▶ queue
 //! ```
 //!
-//! - [`source`]: watches, one per kind and namespace, filling the [`cache`].
+//! - `source`: watches, one per kind and namespace, filling the `cache`.
 //! - [`filter`](crate::watch::filter): which events start a reconcile.
-//! - [`queue`]: when each CR is reconciled.
+//! - `queue`: when each CR is reconciled.
 //! - [`leader`]: which replica may start reconciles.
-//! - [`cache`]: the cluster a reconcile reads through, answered from the watches.
-//! - [`dependencies`]: the Secrets and ConfigMaps CRs read without owning them, so that
+//! - `cache`: the cluster a reconcile reads through, answered from the watches.
+//! - `dependencies`: the Secrets and ConfigMaps CRs read without owning them, so that
 //!   their changes reconcile them (the runtime's half of `rollout::dependency_hash`).
-//! - [`echo`]: windlass's own writes, in flight and landed, so the router can tell their
-//!   echoes from changes by others; [`held`]: the events it holds until such a write
+//! - `echo`: windlass's own writes, in flight and landed, so the router can tell their
+//!   echoes from changes by others; `held`: the events it holds until such a write
 //!   lands.
 //! - [`metrics`]: what `/metrics` exports.
 //! - [`heartbeat`]: the heartbeat file and its check, for exec liveness probes.
 //! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
-//! - [`debug`]: the runtime's view of one CR (queue place, failures, last reconcile), for
+//! - `debug`: the runtime's view of one CR (queue place, failures, last reconcile), for
 //!   `describe`, when `server.debug-endpoints` is on.
 
-pub mod cache;
-pub mod debug;
-pub mod dependencies;
-pub mod echo;
+pub(crate) mod cache;
+pub(crate) mod debug;
+pub(crate) mod dependencies;
+pub(crate) mod echo;
 pub mod health;
 pub mod heartbeat;
-pub mod held;
+pub(crate) mod held;
 pub mod leader;
 pub mod metrics;
-pub mod queue;
-pub mod route;
-pub mod source;
-pub mod worker;
+pub(crate) mod queue;
+pub(crate) mod route;
+pub(crate) mod source;
+pub(crate) mod worker;
+
+pub use cache::{Cached, CachedCluster};
+pub use source::{InitialList, WATCH_LIST_CLIENT_ENV};
+pub use worker::ReconcileObserver;
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -64,13 +68,13 @@ use crate::object::TypeRef;
 use crate::progress::{Event, Observer};
 use crate::reconcile::Reconciler;
 use crate::watch::filter::GlobalFilter;
-use cache::{CachedCluster, Stores};
+use cache::Stores;
 use health::Health;
 use heartbeat::Heartbeat;
 use leader::{Leadership, LockSettings};
 use metrics::Metrics;
 use source::{SourceEvent, Watch, WatchObserver};
-use worker::{ReconcileObserver, WorkerSettings};
+use worker::WorkerSettings;
 
 /// How long reconciles in flight may finish after a shutdown signal before they are
 /// cancelled.

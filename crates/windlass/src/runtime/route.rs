@@ -223,6 +223,7 @@ impl Router {
     }
 
     /// Whether no event is held.
+    #[cfg(test)]
     pub fn holds_nothing(&self) -> bool {
         self.held.is_empty()
     }

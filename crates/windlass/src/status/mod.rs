@@ -63,7 +63,7 @@ pub struct Status {
     /// The generation of the spec the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// A summary of the last rollout (see [`component_status`]).
+    /// A summary of the last rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component_status: Option<ComponentStatus>,
     /// The versions rolled out and supported.
@@ -174,7 +174,7 @@ pub struct Unmanaged {}
 
 /// Whether windlass writes the status of the controller's primary: its status type is
 /// not [`Unmanaged`], and the operator config's `manage_status` is on.
-pub fn is_managed<C: ControllerTypes>(operator: &crate::config::OperatorConfig) -> bool {
+pub(crate) fn is_managed<C: ControllerTypes>(operator: &crate::config::OperatorConfig) -> bool {
     operator.status.manage
         && std::any::TypeId::of::<C::Status>() != std::any::TypeId::of::<Unmanaged>()
 }
@@ -271,7 +271,7 @@ impl UpdatingReason {
 
 /// The reasons an error selects: the `Ready` reason is `None` where the error leaves
 /// `Ready` as it was.
-pub fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason) {
+pub(crate) fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason) {
     match error {
         Error::Precondition(_) => (None, UpdatingReason::PreconditionWait),
         Error::Verification(_) => (None, UpdatingReason::VerifyWait),
@@ -289,7 +289,7 @@ pub fn reasons_for_error(error: &Error) -> (Option<ReadyReason>, UpdatingReason)
 
 /// One change to a CR's status. Fields left `None` are left as they are.
 #[derive(Debug, Clone, Default)]
-pub struct StatusUpdate {
+pub(crate) struct StatusUpdate {
     /// New `Ready` reason and message.
     pub ready: Option<(ReadyReason, String)>,
     /// New `Updating` reason and message.
@@ -310,7 +310,7 @@ pub struct StatusUpdate {
 
 /// The status after `update`, starting from `current`. `now` stamps conditions
 /// whose status flips.
-pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
+pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
     let mut status = match current {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
@@ -407,7 +407,7 @@ pub fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &st
 
 /// `componentStatus` of a completion state; both `verifiedComponents` and
 /// `unverifiedComponents` are written.
-pub fn component_status(state: &CompletionState) -> Value {
+pub(crate) fn component_status(state: &CompletionState) -> Value {
     let sorted = |s: &std::collections::BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>();
     let all = state.all_nodes();
     let deployed: std::collections::BTreeSet<String> = state
@@ -428,7 +428,7 @@ pub fn component_status(state: &CompletionState) -> Value {
 
 /// The name of the service status field: the kind with a lower-case first letter, plus
 /// `Status` (`WebApp` → `webAppStatus`).
-pub fn service_status_field(kind: &str) -> String {
+pub(crate) fn service_status_field(kind: &str) -> String {
     let mut chars = kind.chars();
     match chars.next() {
         Some(first) => format!("{}{}Status", first.to_lowercase(), chars.as_str()),
@@ -449,7 +449,10 @@ fn service_status(status: &Value) -> &'static str {
 }
 
 /// The condition of a type in a status; an error if there is more than one.
-pub fn condition<'a>(status: &'a Value, condition_type: &str) -> Result<Option<&'a Value>, Error> {
+pub(crate) fn condition<'a>(
+    status: &'a Value,
+    condition_type: &str,
+) -> Result<Option<&'a Value>, Error> {
     find_condition(status.get("conditions"), condition_type)
 }
 
@@ -472,7 +475,7 @@ fn find_condition<'a>(
 }
 
 /// The parsed reason of a condition, if present and known.
-pub fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Option<R> {
+pub(crate) fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Option<R> {
     condition(status, condition_type)
         .ok()
         .flatten()
@@ -481,12 +484,12 @@ pub fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Opt
 }
 
 /// `versions.reconciled`: the last version that was fully rolled out.
-pub fn reconciled_version(status: &Value) -> Option<&str> {
+pub(crate) fn reconciled_version(status: &Value) -> Option<&str> {
     status["versions"]["reconciled"].as_str()
 }
 
 /// Whether two statuses differ in anything but condition timestamps.
-pub fn status_changed(a: &Value, b: &Value) -> bool {
+pub(crate) fn status_changed(a: &Value, b: &Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return true;
     };

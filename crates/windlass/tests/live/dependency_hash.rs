@@ -140,15 +140,15 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
     for kind in ["Secret", "ConfigMap"] {
         let kind = TypeRef::new("v1", kind);
         eventually(&format!("the {} watch has listed", kind.kind), || async {
-            cache.stores().is_synced(&kind, Some(ns))
+            cache.is_synced(&kind, Some(ns))
         })
         .await;
     }
     let credentials = ObjectRef::new("v1", "Secret", Some(ns), "credentials");
     assert!(
         matches!(
-            cache.stores().lookup(&credentials),
-            windlass::runtime::cache::Cached::Present(_)
+            cache.lookup(&credentials),
+            windlass::runtime::Cached::Present(_)
         ),
         "the user's Secret is served from memory"
     );
@@ -219,8 +219,8 @@ async fn editing_a_secret_the_pods_read_rolls_the_deployment_and_nothing_else_do
         .unwrap();
     let unrelated_ref = ObjectRef::new("v1", "ConfigMap", Some(ns), "unrelated");
     eventually("the ConfigMap watch delivered the edit", || async {
-        match cache.stores().lookup(&unrelated_ref) {
-            windlass::runtime::cache::Cached::Present(seen) => {
+        match cache.lookup(&unrelated_ref) {
+            windlass::runtime::Cached::Present(seen) => {
                 seen["metadata"]["resourceVersion"] == unrelated["metadata"]["resourceVersion"]
             }
             _ => false,
@@ -281,12 +281,8 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
     let secrets = TypeRef::new("v1", "Secret");
     let user_secret = ObjectRef::new("v1", "Secret", Some(ns), "credentials");
     let own_secret = ObjectRef::new("v1", "Secret", Some(ns), "inside-settings");
-    let served = |object: &ObjectRef| {
-        matches!(
-            cache.stores().lookup(object),
-            windlass::runtime::cache::Cached::Present(_)
-        )
-    };
+    let served =
+        |object: &ObjectRef| matches!(cache.lookup(object), windlass::runtime::Cached::Present(_));
 
     admin
         .apply(
@@ -297,7 +293,7 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
         .unwrap();
     eventually("the first CR is Done", || async { done.done("inside") > 0 }).await;
     eventually("the label-scoped Secret watch has listed", || async {
-        cache.stores().is_synced(&secrets, Some(ns))
+        cache.is_synced(&secrets, Some(ns))
     })
     .await;
     assert!(served(&own_secret));

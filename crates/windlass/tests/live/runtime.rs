@@ -13,9 +13,9 @@ use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
 use windlass::reconcile::{Action, Report};
+use windlass::runtime::InitialList;
 use windlass::runtime::Manager;
-use windlass::runtime::source::InitialList;
-use windlass::runtime::worker::ReconcileObserver;
+use windlass::runtime::ReconcileObserver;
 use windlass::testing::{Behaviour, DummyComponent, DummyController};
 
 use crate::{eventually, live};
@@ -97,7 +97,7 @@ fn start(client: kube::Client, ns: &str, observer: Finished) -> Started {
 pub(crate) type Started = (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<windlass::Result<()>>,
-    Arc<windlass::runtime::cache::CachedCluster>,
+    Arc<windlass::runtime::CachedCluster>,
 );
 
 /// Start a manager of `controller` over `client` watching `ns`.
@@ -158,7 +158,7 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
     .await;
     let configmaps = TypeRef::new("v1", "ConfigMap");
     eventually("the ConfigMap watch has listed", || async {
-        cache.stores().is_synced(&configmaps, Some(ns.name()))
+        cache.is_synced(&configmaps, Some(ns.name()))
     })
     .await;
 
@@ -233,8 +233,7 @@ async fn the_watches_fill_their_stores_from_streaming_lists_not_lists() {
         let (stop, task, cache) =
             run(manager(client, ns.name(), three_configmaps()).initial_list(initial_list));
         eventually("the Widget watch has listed the three CRs", || async {
-            cache.stores().is_synced(&widgets, Some(ns.name()))
-                && cache.stores().objects(&widgets).len() == 3
+            cache.is_synced(&widgets, Some(ns.name())) && cache.objects(&widgets).len() == 3
         })
         .await;
         let counts = counter.take();
@@ -274,8 +273,7 @@ async fn where_the_server_refuses_streaming_lists_the_watches_list_in_pages() {
         run(manager(client, ns.name(), three_configmaps()).initial_list(InitialList::Streaming));
     let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
     eventually("the Widget watch has listed both CRs in pages", || async {
-        cache.stores().is_synced(&widgets, Some(ns.name()))
-            && cache.stores().objects(&widgets).len() == 2
+        cache.is_synced(&widgets, Some(ns.name())) && cache.objects(&widgets).len() == 2
     })
     .await;
     let counts = counter.take();
@@ -301,7 +299,7 @@ async fn a_list_of_a_kind_watched_whole_is_answered_from_the_watch_with_its_own_
     }
     let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
     eventually("both CRs are in the primary watch", || async {
-        cache.stores().objects(&widgets).len() == 2
+        cache.objects(&widgets).len() == 2
     })
     .await;
 
@@ -391,10 +389,7 @@ async fn a_child_windlass_deletes_costs_no_second_reconcile() {
         .await
         .unwrap();
     eventually("the extra ConfigMap is in the watch", || async {
-        matches!(
-            cache.stores().lookup(&extra),
-            windlass::runtime::cache::Cached::Present(_)
-        )
+        matches!(cache.lookup(&extra), windlass::runtime::Cached::Present(_))
     })
     .await;
     let before = finished.of("w").len();
@@ -408,11 +403,8 @@ async fn a_child_windlass_deletes_costs_no_second_reconcile() {
         .unwrap();
     eventually("the watch has delivered the deletion", || async {
         finished.of("w").len() > before
-            && !matches!(
-                cache.stores().lookup(&extra),
-                windlass::runtime::cache::Cached::Present(_)
-            )
-            && !cache.own_writes().is_own_delete(&extra)
+            && !matches!(cache.lookup(&extra), windlass::runtime::Cached::Present(_))
+            && !cache.is_own_delete(&extra)
     })
     .await;
     // A needless reconcile would be queued by the deletion event just routed: it would

@@ -115,7 +115,7 @@ impl AnnotationLock {
     }
 
     /// Take or renew the lock on `object`: read it, apply
-    /// [`annotation_choice`], and write the annotations if needed.
+    /// `annotation_choice`, and write the annotations if needed.
     ///
     /// `Ok(true)`: this replica holds the lock. `Ok(false)`: another replica does, the
     /// object does not exist, or another writer changed it between the read and the write

@@ -12,9 +12,9 @@
 //!
 //! | kind | lock object | taken over when | module |
 //! |------|-------------|-----------------|--------|
-//! | `lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`lease`] |
-//! | `for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`life`] |
-//! | `per-cr-annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lease duration | [`annotation`] |
+//! | `lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`LeaseLock`] |
+//! | `for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`LifeLock`] |
+//! | `per-cr-annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lease duration | [`AnnotationLock`] |
 //! | election off | none | never: every replica leads | — |
 //!
 //! The two replica-wide locks are [`RenewedLock`]s driven by one renew loop
@@ -47,7 +47,7 @@
 //! a replica cut off from the API server keeps leading after its lease expired elsewhere;
 //! and it takes an expired lease over with an unconditional patch (clear, then apply), so
 //! a slow replica can clear a lease another replica has just taken. The lease rules fit
-//! in one pure function ([`lease::next_lease`]) and two requests guarded by the
+//! in one pure function (`next_lease`) and two requests guarded by the
 //! resourceVersion, which is less code than adapting the crate around both problems.
 //!
 //! # Shutdown
@@ -58,10 +58,10 @@
 //! after the in-flight reconciles finished. Dropping every handle without it stops the
 //! renewals but leaves the lock to expire.
 
-pub mod annotation;
+mod annotation;
 mod elector;
-pub mod lease;
-pub mod life;
+mod lease;
+mod life;
 mod settings;
 
 use std::sync::Arc;
