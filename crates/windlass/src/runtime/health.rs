@@ -44,20 +44,7 @@ use super::source::Watch;
 
 /// What readiness waits for; see the [module docs](self). Cheap to share in an `Arc`.
 ///
-/// ```
-/// use windlass::object::TypeRef;
-/// use windlass::runtime::health::Health;
-/// use windlass::runtime::source::Watch;
-///
-/// let health = Health::new();
-/// let widgets = Watch { type_ref: TypeRef::new("example.com/v1", "Widget"), namespace: None, labels: None };
-/// health.declare_watch(&widgets);
-/// health.require_leadership();
-/// assert!(health.readiness().is_err());
-/// health.set_synced(&widgets, true);
-/// health.set_leader(false); // a standby that knows it is one is ready
-/// assert!(health.readiness().is_ok());
-/// ```
+/// Tested by `a_standby_is_ready_once_its_watches_synced`.
 #[derive(Debug, Default)]
 pub struct Health {
     state: Mutex<Readiness>,
@@ -708,5 +695,23 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(hits.load(Ordering::SeqCst) >= 2);
+    }
+
+    #[test]
+    fn a_standby_is_ready_once_its_watches_synced() {
+        use crate::object::TypeRef;
+
+        let health = Health::new();
+        let widgets = Watch {
+            type_ref: TypeRef::new("example.com/v1", "Widget"),
+            namespace: None,
+            labels: None,
+        };
+        health.declare_watch(&widgets);
+        health.require_leadership();
+        assert!(health.readiness().is_err());
+        health.set_synced(&widgets, true);
+        health.set_leader(false); // a standby that knows it is one is ready
+        assert!(health.readiness().is_ok());
     }
 }

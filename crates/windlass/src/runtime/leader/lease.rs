@@ -51,29 +51,7 @@ pub enum LeaseChoice {
 ///
 /// `leaseDurationSeconds` is always written as this replica's duration.
 ///
-/// ```
-/// use jiff::Timestamp;
-/// use k8s_openapi::api::coordination::v1::LeaseSpec;
-/// use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-/// use windlass::runtime::leader::lease::{LeaseChoice, next_lease};
-///
-/// let t = |s: &str| s.parse::<Timestamp>().unwrap();
-/// let held = LeaseSpec {
-///     holder_identity: Some("pod-a".into()),
-///     renew_time: Some(MicroTime(t("2024-05-01T10:00:00Z"))),
-///     lease_duration_seconds: Some(15),
-///     lease_transitions: Some(3),
-///     ..Default::default()
-/// };
-/// // 14 s later pod-a's lease still holds...
-/// assert!(matches!(next_lease(Some(&held), "pod-b", 15, t("2024-05-01T10:00:14Z")),
-///     LeaseChoice::Wait { .. }));
-/// // ...15 s later it expired, and pod-b takes it over.
-/// let LeaseChoice::Take { spec, from } = next_lease(Some(&held), "pod-b", 15, t("2024-05-01T10:00:15Z"))
-/// else { panic!() };
-/// assert_eq!(from.as_deref(), Some("pod-a"));
-/// assert_eq!(spec.lease_transitions, Some(4));
-/// ```
+/// Tested by `a_lease_is_waited_for_until_it_expires_then_taken_over`.
 pub fn next_lease(
     current: Option<&LeaseSpec>,
     identity: &str,
@@ -409,5 +387,34 @@ mod tests {
         };
         assert_eq!(from, None);
         assert_eq!(spec.lease_transitions, Some(5));
+    }
+
+    #[test]
+    fn a_lease_is_waited_for_until_it_expires_then_taken_over() {
+        use jiff::Timestamp;
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+        let t = |s: &str| s.parse::<Timestamp>().unwrap();
+        let held = LeaseSpec {
+            holder_identity: Some("pod-a".into()),
+            renew_time: Some(MicroTime(t("2024-05-01T10:00:00Z"))),
+            lease_duration_seconds: Some(15),
+            lease_transitions: Some(3),
+            ..Default::default()
+        };
+        // 14 s later pod-a's lease still holds...
+        assert!(matches!(
+            next_lease(Some(&held), "pod-b", 15, t("2024-05-01T10:00:14Z")),
+            LeaseChoice::Wait { .. }
+        ));
+        // ...15 s later it expired, and pod-b takes it over.
+        let LeaseChoice::Take { spec, from } =
+            next_lease(Some(&held), "pod-b", 15, t("2024-05-01T10:00:15Z"))
+        else {
+            panic!()
+        };
+        assert_eq!(from.as_deref(), Some("pod-a"));
+        assert_eq!(spec.lease_transitions, Some(4));
     }
 }
