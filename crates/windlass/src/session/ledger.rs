@@ -1,0 +1,183 @@
+//! What one reconcile has seen and applied (the [`Ledger`]), and the cluster as the
+//! reconcile sees it through the ledger ([`Recorded`]): each object read at most once, the
+//! answer of every write remembered.
+
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
+use crate::error::ClusterError;
+use crate::object::{ObjectRef, TypeRef};
+use crate::status::inventory::Inventory;
+
+/// What one reconcile has seen and applied.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    /// The freshest copy of each object read or written; `None` when it was found absent.
+    objects: Mutex<HashMap<ObjectRef, Option<Value>>>,
+    /// What windlass applied for the CR, as the rollout updates it.
+    inventory: Mutex<Inventory>,
+    /// Held while the CR's finalizers are changed, so concurrent components don't race.
+    pub(super) finalizers: tokio::sync::Mutex<()>,
+    /// The Secrets and ConfigMaps a dependency hash was computed from as the cluster held
+    /// them (see [`crate::rollout::dependency_hash`]), and whether the rollout wrote one of them
+    /// after that.
+    dependencies: Mutex<(HashSet<ObjectRef>, bool)>,
+}
+
+impl Ledger {
+    pub(crate) fn new(inventory: Inventory) -> Self {
+        Ledger {
+            objects: Mutex::default(),
+            inventory: Mutex::new(inventory),
+            finalizers: tokio::sync::Mutex::new(()),
+            dependencies: Mutex::default(),
+        }
+    }
+
+    /// A dependency hash is about to be computed from `object` as the cluster holds it.
+    pub(crate) fn dependency_read(&self, object: ObjectRef) {
+        self.dependencies.lock().0.insert(object);
+    }
+
+    /// The rollout wrote `object`. Returns whether a dependency hash was computed from its
+    /// copy in the cluster before (that hash is stale; the reconcile is marked for a
+    /// requeue, see [`Ledger::stale_dependency_hash`]).
+    pub(crate) fn dependency_written(&self, object: &ObjectRef) -> bool {
+        let mut dependencies = self.dependencies.lock();
+        let stale = dependencies.0.contains(object);
+        dependencies.1 |= stale;
+        stale
+    }
+
+    /// Whether a dependency hash of this reconcile was computed from a copy that the
+    /// rollout overwrote later.
+    pub(crate) fn stale_dependency_hash(&self) -> bool {
+        self.dependencies.lock().1
+    }
+
+    /// The copy seen last, if the object was read or written in this reconcile.
+    pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Value>> {
+        self.objects.lock().get(object).cloned()
+    }
+
+    /// Remember the freshest copy of `object` (`None`: it is absent).
+    pub(crate) fn remember(&self, object: ObjectRef, value: Option<Value>) {
+        self.objects.lock().insert(object, value);
+    }
+
+    /// Forget `object`, so the next look reads it (after a delete, whose outcome the
+    /// cluster decides later).
+    pub(crate) fn forget(&self, object: &ObjectRef) {
+        self.objects.lock().remove(object);
+    }
+
+    /// Change the inventory.
+    pub(crate) fn inventory_mut<T>(&self, change: impl FnOnce(&mut Inventory) -> T) -> T {
+        change(&mut self.inventory.lock())
+    }
+
+    /// The inventory as it is now.
+    pub(crate) fn inventory(&self) -> Inventory {
+        self.inventory.lock().clone()
+    }
+}
+
+/// The cluster as one reconcile sees it: reads answered from the [`Ledger`] when the
+/// object was read or written before in this reconcile; every write's answer remembered.
+/// Components, verify and the rollout all go through it ([`Session::cluster`]), so no
+/// step needs to pass copies along by hand.
+pub(crate) struct Recorded {
+    inner: Arc<dyn Cluster>,
+    ledger: Arc<Ledger>,
+}
+
+impl Recorded {
+    pub(crate) fn shared(inner: Arc<dyn Cluster>, ledger: Arc<Ledger>) -> Arc<dyn Cluster> {
+        Arc::new(Recorded { inner, ledger })
+    }
+
+    /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
+    /// [`Cluster::get_own`]) of the inner cluster, remembered.
+    async fn read(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
+        if let Some(seen) = self.ledger.seen(object) {
+            return Ok(seen);
+        }
+        let found = if own {
+            self.inner.get_own(object).await?
+        } else {
+            self.inner.get(object).await?
+        };
+        self.ledger.remember(object.clone(), found.clone());
+        Ok(found)
+    }
+
+    fn remember(&self, stored: &Value) {
+        if let Ok(reference) = ObjectRef::from_manifest(stored) {
+            self.ledger.remember(reference, Some(stored.clone()));
+        }
+    }
+}
+
+#[async_trait]
+impl Cluster for Recorded {
+    async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+        self.inner.scope(type_ref).await
+    }
+
+    async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.read(object, false).await
+    }
+
+    async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.read(object, true).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
+        self.inner.list(query).await
+    }
+
+    async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
+        let stored = self.inner.apply(manifest, method).await?;
+        self.remember(&stored);
+        Ok(stored)
+    }
+
+    async fn delete(
+        &self,
+        object: &ObjectRef,
+        uid: Option<&str>,
+    ) -> Result<Deletion, ClusterError> {
+        // Whatever the answer, the cluster decides later when it is gone: read afresh.
+        self.ledger.forget(object);
+        self.inner.delete(object, uid).await
+    }
+
+    async fn write_status(
+        &self,
+        object: &ObjectRef,
+        status: &Value,
+        resource_version: Option<&str>,
+    ) -> Result<Option<Value>, ClusterError> {
+        let stored = self
+            .inner
+            .write_status(object, status, resource_version)
+            .await?;
+        self.ledger.remember(object.clone(), stored.clone());
+        Ok(stored)
+    }
+
+    async fn patch(
+        &self,
+        object: &ObjectRef,
+        patch: &json_patch::Patch,
+    ) -> Result<Value, ClusterError> {
+        let stored = self.inner.patch(object, patch).await?;
+        self.remember(&stored);
+        Ok(stored)
+    }
+}
