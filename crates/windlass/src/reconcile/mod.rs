@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tracing::Instrument;
 
 use crate::annotations;
@@ -59,14 +59,17 @@ use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, Observer, Quiet, emit};
-use crate::rollout::patch::DEFAULT_PATCH_KIND;
-use crate::session::{Ledger, Parts, Session, manifest_version};
+use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
-use crate::status::{
-    self, ReadyReason, StatusUpdate, UpdatingReason, condition, reasons_for_error,
-    reconciled_version,
-};
-use crate::values::merge;
+use crate::status::{self, StatusUpdate, condition, reasons_for_error};
+
+mod input;
+mod status_write;
+
+use input::reconcile_id;
+use status_write::{completion_status, start_status};
+
+pub use status_write::STATUS_WRITE_ATTEMPTS;
 
 pub use crate::resource::Action;
 
@@ -316,103 +319,6 @@ impl<C: Controller> Reconciler<C> {
         .await
     }
 
-    /// The session of one reconcile of the CR `manifest` (steps 2 and 3 of the pipeline).
-    async fn session(
-        &self,
-        id: &str,
-        cr: &ObjectRef,
-        manifest: &Value,
-        ledger: Arc<Ledger>,
-    ) -> Result<Session<C>> {
-        let operator = &self.operator;
-        // A CR being deleted must be able to finish: what only shapes a rollout is
-        // skipped, with a warning, when it fails.
-        let finalizing = manifest.is_terminating();
-        fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Result<T> {
-            match result {
-                Err(e) if finalizing => {
-                    tracing::warn!(error = %e, "deleting: ignoring {what}");
-                    Ok(default)
-                }
-                other => other,
-            }
-        }
-        let mut merged = self.controller.cr_defaults();
-        merge(&mut merged, manifest.clone());
-        let typed: C::Resource = serde_path_to_error::deserialize(&merged).map_err(|e| {
-            Error::config(format!(
-                "invalid {} {}: {}: {}",
-                cr.kind,
-                cr.name,
-                e.path(),
-                e.inner()
-            ))
-        })?;
-        let version = manifest_version(&merged, operator);
-        if operator.versions.strict && !finalizing {
-            let version = version.as_deref().ok_or_else(|| {
-                Error::config(format!(
-                    "the CR has no version at {}",
-                    operator.versions.field
-                ))
-            })?;
-            if !operator.versions.supported.iter().any(|v| v == version) {
-                return Err(Error::config(format!(
-                    "unsupported version {version}: this operator supports {}",
-                    operator.versions.supported.join(", ")
-                )));
-            }
-        }
-        let config_value = lenient(
-            finalizing,
-            self.backend_config(cr, manifest).await,
-            "the backend config",
-            config_defaults::<C>()?,
-        )?;
-        let config: C::Config = lenient(
-            finalizing,
-            typed_config::<C>(&config_value),
-            "the backend config",
-            C::Config::default(),
-        )?;
-        let temporary_patches = lenient(
-            finalizing,
-            self.temporary_patches(cr, manifest).await,
-            "the temporary patches",
-            Vec::new(),
-        )?;
-        let status = manifest.get("status").cloned().unwrap_or(Value::Null);
-        let current_version = reconciled_version(&status).map(str::to_string);
-        let typed_status = match &status {
-            Value::Null => C::Status::default(),
-            stored => serde_path_to_error::deserialize(stored).unwrap_or_else(|e| {
-                tracing::warn!(
-                    "the stored status does not parse ({}: {}); starting from the default",
-                    e.path(),
-                    e.inner()
-                );
-                C::Status::default()
-            }),
-        };
-        Ok(Session::new(Parts {
-            id: id.to_string(),
-            cr: typed,
-            manifest: merged,
-            config,
-            config_value,
-            operator: operator.clone(),
-            cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
-            temporary_patches,
-            status,
-            typed_status,
-            status_changes: parking_lot::Mutex::new(None),
-            version,
-            current_version,
-            observer: self.observer.clone(),
-            ledger,
-        }))
-    }
-
     /// The objects the component `component` renders for the CR `cr` (read from the
     /// cluster), as the rollout would apply them — after the temporary patches, the
     /// internal-name annotation and the component's `update_object_definition`, before the
@@ -447,18 +353,6 @@ impl<C: Controller> Reconciler<C> {
         } else {
             self.controller.components(&session)
         }
-    }
-
-    /// A session for the CR as the cluster stores it, outside a reconcile, and that manifest.
-    async fn stored_session(&self, cr: &ObjectRef) -> Result<(Session<C>, Value)> {
-        let manifest = self
-            .cluster
-            .get(cr)
-            .await?
-            .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
-        let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
-        let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
-        Ok((session, manifest))
     }
 
     /// One reconcile (see the module docs); what it got to is left in `progress` for the
@@ -646,317 +540,10 @@ impl<C: Controller> Reconciler<C> {
             _ => Action::Retry,
         }
     }
-
-    /// Controller defaults ← the ConfigMap named by the config-defaults annotation ←
-    /// `spec.configOverrides`. The overrides are read from `spec` because a structural CRD
-    /// schema prunes unknown fields at the CR's top level.
-    async fn backend_config(&self, cr: &ObjectRef, manifest: &Value) -> Result<Value> {
-        let mut config = config_defaults::<C>()?;
-        if let Some(name) = manifest.annotation(annotations::CONFIG_DEFAULTS) {
-            let name = name.split('/').next().unwrap_or_default();
-            let reference = ObjectRef::new("v1", "ConfigMap", cr.namespace.as_deref(), name);
-            let configmap = self.cluster.get(&reference).await?.ok_or_else(|| {
-                Error::config(format!(
-                    "ConfigMap {name} named by {} does not exist",
-                    annotations::CONFIG_DEFAULTS
-                ))
-            })?;
-            match configmap.get("data") {
-                Some(data @ Value::Object(_)) => merge(&mut config, data.clone()),
-                _ => {
-                    return Err(Error::config(format!(
-                        "ConfigMap {name} named by {} has no data",
-                        annotations::CONFIG_DEFAULTS
-                    )));
-                }
-            }
-        }
-        match &manifest["spec"]["configOverrides"] {
-            Value::Null => {}
-            overrides @ Value::Object(_) => merge(&mut config, overrides.clone()),
-            other => {
-                return Err(Error::config(format!(
-                    "spec.configOverrides must be a map, got {other}"
-                )));
-            }
-        }
-        Ok(config)
-    }
-
-    /// The patch objects the temporary-patches annotation lists, oldest first.
-    async fn temporary_patches(&self, cr: &ObjectRef, manifest: &Value) -> Result<Vec<Value>> {
-        let Some(raw) = manifest.annotation(annotations::TEMPORARY_PATCHES) else {
-            return Ok(Vec::new());
-        };
-        let bad =
-            |why: String| Error::rollout(format!("{}: {why}", annotations::TEMPORARY_PATCHES));
-        let index: Value = serde_json::from_str(raw).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let entries = index
-            .as_object()
-            .ok_or_else(|| bad("must be a JSON object of patch names".into()))?;
-        let mut listed = Vec::new();
-        for (name, entry) in entries {
-            let timestamp: jiff::Timestamp = entry["timestamp"]
-                .as_str()
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| bad(format!("patch {name} has no valid timestamp")))?;
-            let api_version = entry["api_version"]
-                .as_str()
-                .ok_or_else(|| bad(format!("patch {name} has no api_version")))?;
-            let kind = entry["kind"].as_str().unwrap_or(DEFAULT_PATCH_KIND);
-            listed.push((
-                timestamp,
-                ObjectRef::new(api_version, kind, cr.namespace.as_deref(), name),
-            ));
-        }
-        listed.sort_by_key(|(timestamp, _)| *timestamp);
-        let mut patches = Vec::with_capacity(listed.len());
-        for (_, reference) in listed {
-            let patch = self.cluster.get(&reference).await?.ok_or_else(|| {
-                Error::config(format!("temporary patch {reference} does not exist"))
-            })?;
-            if patch.get("spec").is_none() {
-                return Err(Error::config(format!(
-                    "temporary patch {reference} has no spec"
-                )));
-            }
-            patches.push(patch);
-        }
-        Ok(patches)
-    }
-
-    /// `status` with the author's changes (see [`Session::update_status`]), the start
-    /// status of this reconcile (if it got that far) and then `then` (computed from the
-    /// started status) applied: all land in one write.
-    fn after_start(
-        &self,
-        status: &Value,
-        kind: &str,
-        start: Option<&StatusUpdate>,
-        author: Option<&Map<String, Value>>,
-        then: impl FnOnce(&Value) -> StatusUpdate,
-    ) -> Value {
-        let mut status = status.clone();
-        if let Some(changes) = author {
-            if !status.is_object() {
-                status = Value::Object(Map::new());
-            }
-            if let Some(map) = status.as_object_mut() {
-                for (key, value) in changes {
-                    match value {
-                        Value::Null => map.remove(key),
-                        value => map.insert(key.clone(), value.clone()),
-                    };
-                }
-            }
-        }
-        let started = match start {
-            Some(start) => self.updated(&status, kind, start.clone()),
-            None => status,
-        };
-        let update = then(&started);
-        self.updated(&started, kind, update)
-    }
-
-    /// The status after `update`, starting from `status`, stamped now.
-    fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
-        update.operator_version = self.operator.status.operator_version.clone();
-        status::apply_update(status, kind, &update, &crate::object::timestamp_now())
-    }
-
-    /// Compute the CR's next status from `current` (the CR as last read or written) with
-    /// `next`, and write it if anything but timestamps changed, conditional on
-    /// `current`'s resourceVersion. On a conflict the CR is read again and the status
-    /// recomputed from what is stored now, so another writer's conditions survive; after
-    /// [`STATUS_WRITE_ATTEMPTS`] conflicts in a row the conflict is returned (a transient
-    /// error: the reconcile is retried). Returns the CR as stored after the write, or
-    /// `None` if it is gone.
-    async fn write_status(
-        &self,
-        cr: &ObjectRef,
-        mut current: Value,
-        next: impl Fn(&Value) -> Value,
-    ) -> Result<Option<Value>> {
-        let mut attempt = 1;
-        loop {
-            let status = current.get("status").cloned().unwrap_or(Value::Null);
-            let next = next(&status);
-            let changed = status::status_changed(&status, &next);
-            let written = if changed {
-                match self
-                    .cluster
-                    .write_status(cr, &next, current.resource_version())
-                    .await
-                {
-                    Ok(Some(written)) => Some(written),
-                    Ok(None) => return Ok(None),
-                    Err(ClusterError::Conflict { .. }) if attempt < STATUS_WRITE_ATTEMPTS => {
-                        attempt += 1;
-                        tracing::debug!("status write conflicted; reading the CR again");
-                        match self.cluster.get(cr).await? {
-                            Some(fresh) => current = fresh,
-                            None => return Ok(None),
-                        }
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                None
-            };
-            let reason = |t: &str| {
-                condition(&next, t)
-                    .ok()
-                    .flatten()
-                    .and_then(|c| c["reason"].as_str())
-                    .unwrap_or("")
-                    .to_string()
-            };
-            emit(
-                self.observer.as_ref(),
-                Event::Status {
-                    ready: reason(status::READY),
-                    updating: reason(status::UPDATING),
-                    written: changed,
-                },
-            );
-            return Ok(Some(written.unwrap_or(current)));
-        }
-    }
 }
-
-/// How often a status write is tried when other writers keep changing the CR.
-pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 
 /// How soon a CR goes again when a dependency hash of its rollout was computed from data
 /// the same rollout overwrote later (see `rollout::dependency_hash`). Not zero: a
 /// component that writes its Secret anew on every reconcile would otherwise keep the CR
 /// in a tight loop.
 pub const STALE_DEPENDENCY_HASH_REQUEUE: Duration = Duration::from_secs(1);
-
-/// The status at the start of a reconcile: `Ready` keeps its reason (or
-/// `Initializing` before the first verified version); a version change sets
-/// `Updating=VersionChange` and `Ready=InProgress`.
-///
-/// A CR without a version has no `versions.reconciled` to wait for: its `Ready` reason
-/// simply carries over; resetting it to `Initializing` on every reconcile would make the
-/// condition flap. Dropping the version from a CR is not a version change.
-fn start_status<C: Controller>(session: &Session<C>, current: &Value) -> StatusUpdate {
-    let ready = condition(current, status::READY).ok().flatten();
-    let first_rollout_pending = session.version().is_some() && session.current_version().is_none();
-    let mut reason = ready
-        .and_then(|c| c["reason"].as_str())
-        .and_then(|r| r.parse::<ReadyReason>().ok())
-        .filter(|_| !first_rollout_pending)
-        .unwrap_or(ReadyReason::Initializing);
-    let message = ready
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or("Initial Rollout Started")
-        .to_string();
-    let mut updating = None;
-    if let (Some(old), Some(new)) = (session.current_version(), session.version())
-        && old != new
-    {
-        updating = Some((
-            UpdatingReason::VersionChange,
-            format!("Version Change Started: [{old}] -> [{new}]"),
-        ));
-        reason = ReadyReason::InProgress;
-    }
-    StatusUpdate {
-        ready: Some((reason, message)),
-        updating,
-        supported_versions: Some(session.operator_config().versions.supported.clone()),
-        observed_generation: session.manifest().generation(),
-        ..Default::default()
-    }
-}
-
-/// The status after a rollout that raised no error.
-fn completion_status<C: Controller>(
-    session: &Session<C>,
-    state: &CompletionState,
-    current: &Value,
-) -> StatusUpdate {
-    let mut update = StatusUpdate {
-        components: Some(state.clone()),
-        observed_generation: session.manifest().generation(),
-        ..Default::default()
-    };
-    if state.verify_completed() {
-        update.ready = Some((ReadyReason::Stable, "Verify Complete".into()));
-        update.updating = Some((UpdatingReason::Stable, "Rollout Complete".into()));
-        update.reconciled_version = session.version().map(str::to_string);
-    } else {
-        let initializing = status::condition_reason::<ReadyReason>(current, status::READY)
-            == Some(ReadyReason::Initializing);
-        if !initializing {
-            update.ready = Some((ReadyReason::InProgress, "Verify InProgress".into()));
-        }
-        // A component whose edge condition said "not yet" has not started: it waits for
-        // a precondition, not for verification.
-        let unstarted = state
-            .waiting()
-            .iter()
-            .filter(|(c, _)| state.unstarted().contains(c));
-        let gated = waiting_message(unstarted);
-        let all = waiting_message(state.waiting().iter());
-        update.updating = Some(match (gated.is_empty(), all.is_empty()) {
-            (false, _) => (
-                UpdatingReason::PreconditionWait,
-                format!("Waiting: {gated}"),
-            ),
-            (true, true) => (
-                UpdatingReason::VerifyWait,
-                "Component verification incomplete".into(),
-            ),
-            (true, false) => (
-                UpdatingReason::VerifyWait,
-                format!("Component verification incomplete: {all}"),
-            ),
-        });
-    }
-    update
-}
-
-/// `<component>: <reason>; …` of components that wait.
-fn waiting_message<'a>(waiting: impl Iterator<Item = &'a (String, String)>) -> String {
-    let reasons: Vec<String> = waiting
-        .map(|(component, reason)| format!("{component}: {reason}"))
-        .collect();
-    reasons.join("; ")
-}
-
-/// The backend config from its layers: a key `C::Config` does not have is an error that
-/// names it (serde would drop it), then a value of the wrong type is.
-fn typed_config<C: Controller>(value: &Value) -> Result<C::Config> {
-    const WHERE: &str = "backend config (spec.configOverrides or the config-defaults ConfigMap)";
-    let unknown = crate::config::unknown_keys::<C::Config>(value);
-    if !unknown.is_empty() {
-        return Err(Error::config(format!(
-            "{WHERE}: no such key: {} (`config-schema` prints the keys)",
-            unknown.join(", ")
-        )));
-    }
-    serde_path_to_error::deserialize(value)
-        .map_err(|e| Error::config(format!("{WHERE}: {}: {}", e.path(), e.inner())))
-}
-
-/// The base layer of the backend config: [`Controller::Config`]'s default, as JSON.
-fn config_defaults<C: Controller>() -> Result<Value> {
-    serde_json::to_value(C::Config::default()).map_err(|e| {
-        Error::rollout(format!(
-            "the default backend config does not serialize: {e}"
-        ))
-    })
-}
-
-/// A random reconcile id: 22 characters of base32.
-fn reconcile_id() -> String {
-    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
-    let bytes: [u8; 22] = rand::random();
-    bytes
-        .iter()
-        .map(|b| ALPHABET[usize::from(b % 32)] as char)
-        .collect()
-}

@@ -1,0 +1,212 @@
+//! The status write: the start status computed before the rollout, the completion (or
+//! error) status after it, written together in one conditional write, recomputed and
+//! retried on a conflict.
+
+use serde_json::{Map, Value};
+
+use crate::controller::Controller;
+use crate::dag::CompletionState;
+use crate::error::{ClusterError, Result};
+use crate::object::{ManifestExt, ObjectRef};
+use crate::progress::{Event, emit};
+use crate::session::Session;
+use crate::status::{self, ReadyReason, StatusUpdate, UpdatingReason, condition};
+
+use super::Reconciler;
+
+/// How often a status write is tried when other writers keep changing the CR.
+pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
+
+impl<C: Controller> Reconciler<C> {
+    /// `status` with the author's changes (see [`Session::update_status`]), the start
+    /// status of this reconcile (if it got that far) and then `then` (computed from the
+    /// started status) applied: all land in one write.
+    pub(super) fn after_start(
+        &self,
+        status: &Value,
+        kind: &str,
+        start: Option<&StatusUpdate>,
+        author: Option<&Map<String, Value>>,
+        then: impl FnOnce(&Value) -> StatusUpdate,
+    ) -> Value {
+        let mut status = status.clone();
+        if let Some(changes) = author {
+            if !status.is_object() {
+                status = Value::Object(Map::new());
+            }
+            if let Some(map) = status.as_object_mut() {
+                for (key, value) in changes {
+                    match value {
+                        Value::Null => map.remove(key),
+                        value => map.insert(key.clone(), value.clone()),
+                    };
+                }
+            }
+        }
+        let started = match start {
+            Some(start) => self.updated(&status, kind, start.clone()),
+            None => status,
+        };
+        let update = then(&started);
+        self.updated(&started, kind, update)
+    }
+
+    /// The status after `update`, starting from `status`, stamped now.
+    pub(super) fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
+        update.operator_version = self.operator.status.operator_version.clone();
+        status::apply_update(status, kind, &update, &crate::object::timestamp_now())
+    }
+
+    /// Compute the CR's next status from `current` (the CR as last read or written) with
+    /// `next`, and write it if anything but timestamps changed, conditional on
+    /// `current`'s resourceVersion. On a conflict the CR is read again and the status
+    /// recomputed from what is stored now, so another writer's conditions survive; after
+    /// [`STATUS_WRITE_ATTEMPTS`] conflicts in a row the conflict is returned (a transient
+    /// error: the reconcile is retried). Returns the CR as stored after the write, or
+    /// `None` if it is gone.
+    pub(super) async fn write_status(
+        &self,
+        cr: &ObjectRef,
+        mut current: Value,
+        next: impl Fn(&Value) -> Value,
+    ) -> Result<Option<Value>> {
+        let mut attempt = 1;
+        loop {
+            let status = current.get("status").cloned().unwrap_or(Value::Null);
+            let next = next(&status);
+            let changed = status::status_changed(&status, &next);
+            let written = if changed {
+                match self
+                    .cluster
+                    .write_status(cr, &next, current.resource_version())
+                    .await
+                {
+                    Ok(Some(written)) => Some(written),
+                    Ok(None) => return Ok(None),
+                    Err(ClusterError::Conflict { .. }) if attempt < STATUS_WRITE_ATTEMPTS => {
+                        attempt += 1;
+                        tracing::debug!("status write conflicted; reading the CR again");
+                        match self.cluster.get(cr).await? {
+                            Some(fresh) => current = fresh,
+                            None => return Ok(None),
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                None
+            };
+            let reason = |t: &str| {
+                condition(&next, t)
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c["reason"].as_str())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            emit(
+                self.observer.as_ref(),
+                Event::Status {
+                    ready: reason(status::READY),
+                    updating: reason(status::UPDATING),
+                    written: changed,
+                },
+            );
+            return Ok(Some(written.unwrap_or(current)));
+        }
+    }
+}
+
+/// The status at the start of a reconcile: `Ready` keeps its reason (or
+/// `Initializing` before the first verified version); a version change sets
+/// `Updating=VersionChange` and `Ready=InProgress`.
+///
+/// A CR without a version has no `versions.reconciled` to wait for: its `Ready` reason
+/// simply carries over; resetting it to `Initializing` on every reconcile would make the
+/// condition flap. Dropping the version from a CR is not a version change.
+pub(super) fn start_status<C: Controller>(session: &Session<C>, current: &Value) -> StatusUpdate {
+    let ready = condition(current, status::READY).ok().flatten();
+    let first_rollout_pending = session.version().is_some() && session.current_version().is_none();
+    let mut reason = ready
+        .and_then(|c| c["reason"].as_str())
+        .and_then(|r| r.parse::<ReadyReason>().ok())
+        .filter(|_| !first_rollout_pending)
+        .unwrap_or(ReadyReason::Initializing);
+    let message = ready
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("Initial Rollout Started")
+        .to_string();
+    let mut updating = None;
+    if let (Some(old), Some(new)) = (session.current_version(), session.version())
+        && old != new
+    {
+        updating = Some((
+            UpdatingReason::VersionChange,
+            format!("Version Change Started: [{old}] -> [{new}]"),
+        ));
+        reason = ReadyReason::InProgress;
+    }
+    StatusUpdate {
+        ready: Some((reason, message)),
+        updating,
+        supported_versions: Some(session.operator_config().versions.supported.clone()),
+        observed_generation: session.manifest().generation(),
+        ..Default::default()
+    }
+}
+
+/// The status after a rollout that raised no error.
+pub(super) fn completion_status<C: Controller>(
+    session: &Session<C>,
+    state: &CompletionState,
+    current: &Value,
+) -> StatusUpdate {
+    let mut update = StatusUpdate {
+        components: Some(state.clone()),
+        observed_generation: session.manifest().generation(),
+        ..Default::default()
+    };
+    if state.verify_completed() {
+        update.ready = Some((ReadyReason::Stable, "Verify Complete".into()));
+        update.updating = Some((UpdatingReason::Stable, "Rollout Complete".into()));
+        update.reconciled_version = session.version().map(str::to_string);
+    } else {
+        let initializing = status::condition_reason::<ReadyReason>(current, status::READY)
+            == Some(ReadyReason::Initializing);
+        if !initializing {
+            update.ready = Some((ReadyReason::InProgress, "Verify InProgress".into()));
+        }
+        // A component whose edge condition said "not yet" has not started: it waits for
+        // a precondition, not for verification.
+        let unstarted = state
+            .waiting()
+            .iter()
+            .filter(|(c, _)| state.unstarted().contains(c));
+        let gated = waiting_message(unstarted);
+        let all = waiting_message(state.waiting().iter());
+        update.updating = Some(match (gated.is_empty(), all.is_empty()) {
+            (false, _) => (
+                UpdatingReason::PreconditionWait,
+                format!("Waiting: {gated}"),
+            ),
+            (true, true) => (
+                UpdatingReason::VerifyWait,
+                "Component verification incomplete".into(),
+            ),
+            (true, false) => (
+                UpdatingReason::VerifyWait,
+                format!("Component verification incomplete: {all}"),
+            ),
+        });
+    }
+    update
+}
+
+/// `<component>: <reason>; …` of components that wait.
+pub(super) fn waiting_message<'a>(waiting: impl Iterator<Item = &'a (String, String)>) -> String {
+    let reasons: Vec<String> = waiting
+        .map(|(component, reason)| format!("{component}: {reason}"))
+        .collect();
+    reasons.join("; ")
+}
