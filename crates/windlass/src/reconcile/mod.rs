@@ -355,8 +355,8 @@ impl<C: Controller> Reconciler<C> {
         }
     }
 
-    /// One reconcile (see the module docs); what it got to is left in `progress` for the
-    /// error path.
+    /// Steps 4 to 6 of the pipeline for the CR `manifest`, as read. What it got to is left
+    /// in `progress` for the error path.
     async fn run(
         &self,
         id: &str,
@@ -370,105 +370,39 @@ impl<C: Controller> Reconciler<C> {
             made,
             starting,
         } = progress;
-        let controller = self.controller.as_ref();
-        let operator = &self.operator;
-        let finalizing = manifest.is_terminating();
-        let finalizer = controller.finalizer();
-        let cleanup = manifest.finalizers().contains(&CLEANUP_FINALIZER);
-        if finalizing
-            && !finalizer
-                .as_deref()
-                .is_some_and(|f| manifest.finalizers().contains(&f))
-        {
+        let finalizers = Finalizers::of(self.controller.as_ref(), manifest);
+        if finalizers.finalizing && !finalizers.ours_holds(manifest) {
             // Being deleted, and the controller's finalizer does not hold it: only what
             // the garbage collector cannot reach is left to delete.
-            if cleanup {
+            if finalizers.cleanup {
                 self.clean_up(cr, manifest.clone(), ledger).await?;
             }
             return Ok((Action::Done, None));
         }
         let session = self.session(id, cr, manifest, ledger.clone()).await?;
         *made = Some(session.clone());
-        let manage_status = status::is_managed::<C>(operator);
+        let manage_status = status::is_managed::<C>(&self.operator);
         // The CR as stored now: every write below returns the next copy.
         let mut current = manifest.clone();
-
-        if let Some(finalizer) = &finalizer
-            && !finalizing
-            && !manifest.finalizers().contains(&finalizer.as_str())
-        {
+        if let Some(finalizer) = finalizers.to_add(manifest) {
             current = finalizer::add(self.cluster.as_ref(), cr, current, finalizer).await?;
             ledger.remember(cr.clone(), Some(current.clone()));
         }
-        // A rollout starts when this generation of the spec was not rolled out before
-        // (the Ready condition describes an older one), not on every requeue.
-        let ready_before = condition(&manifest["status"], status::READY).ok().flatten();
-        let this_generation =
-            ready_before.map(|c| c["observedGeneration"].as_i64()) == Some(manifest.generation());
-        // Without a status of its own, every reconcile would look like a new generation:
-        // such a primary only hears the outcome. Announced only if this reconcile does not
-        // complete it: one that does says so with a single RolloutCompleted.
-        if !this_generation && manage_status {
-            *starting = Some(CrEvent::rollout_started(session.version()));
-        }
-        // Whether this generation was already announced as rolled out.
-        let rolled_out =
-            this_generation && crate::verify::condition_is(manifest, status::READY, true, None);
-        if manage_status {
-            *start = Some(start_status(&session, &manifest["status"]));
-        }
-        let components = if finalizing {
-            controller.finalize_components(&session)?
-        } else {
-            controller.components(&session)?
-        };
-        let state = crate::rollout::run(controller, &session, &components).await;
-        if let Some(error) = state.error() {
-            return Err(Failure {
-                error: error.clone(),
-                state: Some(state),
-            });
-        }
-        if state.failed() {
-            return Err(Failure {
-                error: Error::rollout("Deploy phase failed"),
-                state: Some(state),
-            });
-        }
-        if !finalizing {
-            crate::rollout::prune_removed_components(&session, &components)
-                .await
-                .map_err(|error| Failure {
-                    error,
-                    state: Some(state.clone()),
-                })?;
-        }
+        let rolled_out = announce_start(&session, manifest, manage_status, start, starting);
+        let state = self.roll_out(&session, finalizers.finalizing).await?;
         // The rollout may have written the CR (the cleanup finalizer): its copy is newer.
         if let Some(Some(newer)) = ledger.seen(cr) {
             current = newer;
         }
         if manage_status {
-            let inventory = ledger.inventory();
-            let start = start.as_ref();
-            let author = session.status_changes();
-            let next = |status: &Value| {
-                self.after_start(status, &cr.kind, start, author.as_ref(), |started| {
-                    StatusUpdate {
-                        inventory: Some(inventory.clone()),
-                        ..completion_status(&session, &state, started)
-                    }
-                })
-            };
-            match self.write_status(cr, current, next).await? {
-                Some(written) => {
-                    ledger.remember(cr.clone(), Some(written.clone()));
-                    current = written;
-                }
+            let completion = self.write_completion(cr, current, &session, &state, ledger, start);
+            match completion.await? {
+                Some(written) => current = written,
                 None => return Ok((Action::Done, Some(state))),
             }
         }
         let started = starting.take();
-        if state.verify_completed() && !rolled_out && !finalizing {
+        if state.verify_completed() && !rolled_out && !finalizers.finalizing {
             self.publish(&current, CrEvent::rollout_completed(session.version()))
                 .await;
         } else if let Some(started) = started {
@@ -481,29 +415,109 @@ impl<C: Controller> Reconciler<C> {
                     .await;
             }
         }
-        let requeue = controller.should_requeue(&session, &state).await?;
-        if requeue == Action::Done && finalizing {
-            if cleanup {
+        let outcome = self
+            .finish(cr, current, ledger, &session, &state, &finalizers)
+            .await?;
+        Ok((outcome, Some(state)))
+    }
+
+    /// Step 5: build the graph (the finalize graph while deleting), roll it out, and prune
+    /// the components no longer in it. A recorded error or a failed rollout is a failure.
+    async fn roll_out(
+        &self,
+        session: &Session<C>,
+        finalizing: bool,
+    ) -> std::result::Result<CompletionState, Failure> {
+        let controller = self.controller.as_ref();
+        let components = if finalizing {
+            controller.finalize_components(session)?
+        } else {
+            controller.components(session)?
+        };
+        let state = crate::rollout::run(controller, session, &components).await;
+        let failure = |error: Error, state: &CompletionState| Failure {
+            error,
+            state: Some(state.clone()),
+        };
+        if let Some(error) = state.error() {
+            return Err(failure(error.clone(), &state));
+        }
+        if state.failed() {
+            return Err(failure(Error::rollout("Deploy phase failed"), &state));
+        }
+        if !finalizing {
+            crate::rollout::prune_removed_components(session, &components)
+                .await
+                .map_err(|error| failure(error, &state))?;
+        }
+        Ok(state)
+    }
+
+    /// Step 6, the status: the start and completion status in one write, with the
+    /// inventory. `None` when the CR is gone.
+    async fn write_completion(
+        &self,
+        cr: &ObjectRef,
+        current: Value,
+        session: &Session<C>,
+        state: &CompletionState,
+        ledger: &Ledger,
+        start: &Option<StatusUpdate>,
+    ) -> Result<Option<Value>> {
+        let inventory = ledger.inventory();
+        let author = session.status_changes();
+        let next = |status: &Value| {
+            self.after_start(
+                status,
+                &cr.kind,
+                start.as_ref(),
+                author.as_ref(),
+                |started| StatusUpdate {
+                    inventory: Some(inventory.clone()),
+                    ..completion_status(session, state, started)
+                },
+            )
+        };
+        let written = self.write_status(cr, current, next).await?;
+        if let Some(written) = &written {
+            ledger.remember(cr.clone(), Some(written.clone()));
+        }
+        Ok(written)
+    }
+
+    /// Step 6, the end: ask `should_requeue`; when deleting and no requeue is needed,
+    /// clean up and remove the finalizer. A stale dependency hash goes again at once.
+    async fn finish(
+        &self,
+        cr: &ObjectRef,
+        mut current: Value,
+        ledger: &Ledger,
+        session: &Session<C>,
+        state: &CompletionState,
+        finalizers: &Finalizers,
+    ) -> Result<Action> {
+        let requeue = self.controller.should_requeue(session, state).await?;
+        if requeue == Action::Done && finalizers.finalizing {
+            if finalizers.cleanup {
                 match self.clean_up(cr, current, ledger).await? {
                     Some(cleaned) => current = cleaned,
-                    None => return Ok((Action::Done, Some(state))),
+                    None => return Ok(Action::Done),
                 }
             }
-            if let Some(finalizer) = &finalizer {
+            if let Some(finalizer) = &finalizers.controllers {
                 finalizer::remove(self.cluster.as_ref(), cr, current, finalizer).await?;
             }
         }
-        let outcome = match requeue {
+        Ok(match requeue {
             // A dependency hash stamped in this rollout was computed from a Secret or
             // ConfigMap the rollout overwrote later (the component that writes it is not
             // upstream of the one that reads it): the echo of that write does not
             // reconcile the CR, so it goes again at once to roll the pods.
-            _ if ledger.stale_dependency_hash() && !finalizing => {
+            _ if ledger.stale_dependency_hash() && !finalizers.finalizing => {
                 Action::RequeueAfter(STALE_DEPENDENCY_HASH_REQUEUE)
             }
             other => other,
-        };
-        Ok((outcome, Some(state)))
+        })
     }
 
     /// Delete what the CR owns outside the garbage collector's reach (see
@@ -540,6 +554,65 @@ impl<C: Controller> Reconciler<C> {
             _ => Action::Retry,
         }
     }
+}
+
+/// The finalizers that matter to one reconcile of a CR.
+struct Finalizers {
+    /// The CR is being deleted.
+    finalizing: bool,
+    /// The controller's own finalizer, if it has one.
+    controllers: Option<String>,
+    /// windlass's cleanup finalizer is on the CR.
+    cleanup: bool,
+}
+
+impl Finalizers {
+    fn of<C: Controller>(controller: &C, manifest: &Value) -> Self {
+        Finalizers {
+            finalizing: manifest.is_terminating(),
+            controllers: controller.finalizer(),
+            cleanup: manifest.finalizers().contains(&CLEANUP_FINALIZER),
+        }
+    }
+
+    /// Whether the controller's finalizer is on the CR.
+    fn ours_holds(&self, manifest: &Value) -> bool {
+        self.controllers
+            .as_deref()
+            .is_some_and(|f| manifest.finalizers().contains(&f))
+    }
+
+    /// The controller's finalizer, when it is to be added (not while deleting).
+    fn to_add(&self, manifest: &Value) -> Option<&str> {
+        self.controllers
+            .as_deref()
+            .filter(|f| !self.finalizing && !manifest.finalizers().contains(f))
+    }
+}
+
+/// Step 4: note the start status, and the RolloutStarted Event when this generation of
+/// the spec was not rolled out before (the Ready condition describes an older one), not
+/// on every requeue. Returns whether this generation was already announced as rolled out.
+fn announce_start<C: Controller>(
+    session: &Session<C>,
+    manifest: &Value,
+    manage_status: bool,
+    start: &mut Option<StatusUpdate>,
+    starting: &mut Option<CrEvent>,
+) -> bool {
+    let ready_before = condition(&manifest["status"], status::READY).ok().flatten();
+    let this_generation =
+        ready_before.map(|c| c["observedGeneration"].as_i64()) == Some(manifest.generation());
+    // Without a status of its own, every reconcile would look like a new generation: such
+    // a primary only hears the outcome. Announced only if this reconcile does not
+    // complete it: one that does says so with a single RolloutCompleted.
+    if !this_generation && manage_status {
+        *starting = Some(CrEvent::rollout_started(session.version()));
+    }
+    if manage_status {
+        *start = Some(start_status(session, &manifest["status"]));
+    }
+    this_generation && crate::verify::condition_is(manifest, status::READY, true, None)
 }
 
 /// How soon a CR goes again when a dependency hash of its rollout was computed from data
