@@ -61,7 +61,7 @@ use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, Observer, Quiet, emit};
 use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
-use crate::status::{self, StatusUpdate, condition, reasons_for_error};
+use crate::status::{self, StatusUpdate, condition};
 
 mod input;
 mod status_write;
@@ -270,46 +270,21 @@ impl<C: Controller> Reconciler<C> {
                 Ok(Err(failure)) => failure,
                 Err(panic) => Failure::from(Error::from_panic("reconcile", panic.as_ref())),
             };
-            let outcome = self.failure_outcome(&failure.error);
-            if failure.error.is_fatal() {
-                tracing::warn!(error = %failure.error, "reconcile failed");
-                self.publish(&manifest, CrEvent::rollout_failed(&failure.error))
-                    .await;
-            } else {
-                tracing::info!(reason = %failure.error, "not yet");
-                if let Some(started) = starting {
-                    self.publish(&manifest, started).await;
-                }
-                if !status::is_managed::<C>(&self.operator) {
-                    self.publish(
-                        &manifest,
-                        CrEvent::rollout_waiting(failure.error.to_string()),
-                    )
-                    .await;
-                }
-            }
-            // The CR as the last write of this reconcile left it.
-            let current = ledger.seen(cr).flatten();
+            let outcome = self.fail(&manifest, &failure.error, starting).await;
             if status::is_managed::<C>(&self.operator)
-                && let Some(current) = current
+                && let Some(current) = ledger.seen(cr).flatten()
             {
                 let author = made.as_ref().and_then(Session::status_changes);
-                let (ready, updating) = reasons_for_error(&failure.error);
-                let message = failure.error.to_string();
-                let update = StatusUpdate {
-                    ready: ready.map(|r| (r, message.clone())),
-                    updating: Some((updating, message)),
-                    components: failure.state.clone(),
-                    observed_generation: manifest.generation(),
-                    inventory: Some(ledger.inventory()),
-                    ..Default::default()
-                };
-                let next = |status: &Value| {
-                    self.after_start(status, &cr.kind, start.as_ref(), author.as_ref(), |_| {
-                        update.clone()
-                    })
-                };
-                if let Err(e) = self.write_status(cr, current, next).await {
+                let error_status = self.write_error_status(
+                    cr,
+                    current,
+                    &manifest,
+                    &failure,
+                    ledger.inventory(),
+                    start.as_ref(),
+                    author,
+                );
+                if let Err(e) = error_status.await {
                     tracing::warn!(error = %e, "cannot write the error status");
                 }
             }
@@ -317,6 +292,24 @@ impl<C: Controller> Reconciler<C> {
         }
         .instrument(span)
         .await
+    }
+
+    /// A failed reconcile's log line and Events; what the queue does next.
+    async fn fail(&self, manifest: &Value, error: &Error, starting: Option<CrEvent>) -> Action {
+        if error.is_fatal() {
+            tracing::warn!(error = %error, "reconcile failed");
+            self.publish(manifest, CrEvent::rollout_failed(error)).await;
+        } else {
+            tracing::info!(reason = %error, "not yet");
+            if let Some(started) = starting {
+                self.publish(manifest, started).await;
+            }
+            if !status::is_managed::<C>(&self.operator) {
+                self.publish(manifest, CrEvent::rollout_waiting(error.to_string()))
+                    .await;
+            }
+        }
+        self.failure_outcome(error)
     }
 
     /// The objects the component `component` renders for the CR `cr` (read from the

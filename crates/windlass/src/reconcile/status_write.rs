@@ -12,12 +12,43 @@ use crate::progress::{Event, emit};
 use crate::session::Session;
 use crate::status::{self, ReadyReason, StatusUpdate, UpdatingReason, condition};
 
-use super::Reconciler;
+use super::{Failure, Reconciler};
+use crate::status::{Inventory, reasons_for_error};
 
 /// How often a status write is tried when other writers keep changing the CR.
 pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 
 impl<C: Controller> Reconciler<C> {
+    /// The status after a failed reconcile: the start status (if the reconcile got that
+    /// far) and the error's reasons, with the inventory and the author's changes, in one
+    /// write. The CR as the last write of the reconcile left it is `current`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn write_error_status(
+        &self,
+        cr: &ObjectRef,
+        current: Value,
+        manifest: &Value,
+        failure: &Failure,
+        inventory: Inventory,
+        start: Option<&StatusUpdate>,
+        author: Option<Map<String, Value>>,
+    ) -> Result<Option<Value>> {
+        let (ready, updating) = reasons_for_error(&failure.error);
+        let message = failure.error.to_string();
+        let update = StatusUpdate {
+            ready: ready.map(|r| (r, message.clone())),
+            updating: Some((updating, message)),
+            components: failure.state.clone(),
+            observed_generation: manifest.generation(),
+            inventory: Some(inventory),
+            ..Default::default()
+        };
+        let next = |status: &Value| {
+            self.after_start(status, &cr.kind, start, author.as_ref(), |_| update.clone())
+        };
+        self.write_status(cr, current, next).await
+    }
+
     /// `status` with the author's changes (see [`Session::update_status`]), the start
     /// status of this reconcile (if it got that far) and then `then` (computed from the
     /// started status) applied: all land in one write.
