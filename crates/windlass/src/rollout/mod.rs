@@ -58,50 +58,17 @@ pub async fn run<C: Controller>(
         rendered: Mutex::new(HashMap::new()),
         waiting: Mutex::new(BTreeMap::new()),
     };
-    let graph = &components.graph;
-    let (deploy_threads, verify_threads) = (
-        session.operator_config().rollout.deploy_concurrency,
-        session.operator_config().rollout.verify_concurrency,
-    );
-    let check_conditions = !session.dry_run();
-    // An edge condition that says "not yet" keeps the component it gates waiting (the
-    // runner checks it again), its reason kept for the status; one that errs or panics
-    // fails the component.
     let rollout = &rollout;
-    let condition = |node: NodeId, upstream: NodeId, edge: &Option<EdgeCondition<C>>| {
-        let edge = edge.clone();
-        let component = graph.name(node).to_string();
-        async move {
-            let check = match edge {
-                None => return Ok(true),
-                Some(EdgeCondition::UpstreamReady) => rollout.upstream_ready(upstream).boxed(),
-                Some(EdgeCondition::Check(check)) => check(session.clone()),
-            };
-            match AssertUnwindSafe(check).catch_unwind().await {
-                Ok(Ok(())) => {
-                    rollout.waiting_for(&component, None);
-                    Ok(true)
-                }
-                Ok(Err(Error::Precondition(reason) | Error::Verification(reason))) => {
-                    rollout.waiting_for(&component, Some(reason));
-                    Ok(false)
-                }
-                Ok(Err(e)) => Err(Halt {
-                    failure: e.is_fatal(),
-                    error: Some(e),
-                }),
-                Err(panic) => Err(Halt::failed(Error::from_panic(
-                    format!("the condition component \"{component}\" waits for"),
-                    panic.as_ref(),
-                ))),
-            }
-        }
+    let graph = &components.graph;
+    let check_conditions = !session.dry_run();
+    let condition = |node, upstream, edge: &Option<EdgeCondition<C>>| {
+        rollout.check_edge(node, upstream, edge.clone())
     };
 
     // Phase 1: deploy.
     session.emit(Event::PhaseStarted(Phase::Deploy));
     let deploy = Runner::new(graph)
-        .threads(deploy_threads)
+        .threads(session.operator_config().rollout.deploy_concurrency)
         .check_conditions(check_conditions)
         .run(|id| rollout.deploy_node(id), condition)
         .await;
@@ -115,34 +82,25 @@ pub async fn run<C: Controller>(
         .err();
     let p2_complete = p1_complete && p2_error.is_none();
 
-    // Phase 3: verify what was deployed.
-    let mut verify = CompletionState::default();
-    let mut p3_complete = false;
-    let mut p3_failed = false;
-    if !p1_failed {
+    // Phase 3: verify what was deployed, unless the deploy phase failed.
+    let verify = if p1_failed {
+        CompletionState::default()
+    } else {
         session.emit(Event::PhaseStarted(Phase::Verify));
-        let deployed: BTreeSet<&str> = deploy
-            .verified()
-            .union(deploy.unverified())
-            .filter(|n| !deploy.failed_nodes().contains(*n))
-            .map(String::as_str)
-            .collect();
         let mut runner = Runner::new(graph)
-            .threads(verify_threads)
+            .threads(session.operator_config().rollout.verify_concurrency)
             .check_conditions(check_conditions);
         for id in graph.ids() {
-            if !deployed.contains(graph.name(id)) {
+            if !deployed_in(&deploy, graph.name(id)) {
                 runner.disable(id);
             }
         }
-        verify = runner.run(|id| rollout.verify_node(id), condition).await;
-        p3_complete = verify.verify_completed() && p1_complete && p2_complete;
-        p3_failed = verify.failed();
-    }
+        runner.run(|id| rollout.verify_node(id), condition).await
+    };
 
     // Phase 4: the after-verify hook, once deploy and its hook completed.
-    let p4_error = if p1_complete && p2_complete {
-        let verified = phase_outcome(p3_complete, p3_failed);
+    let p4_error = if p2_complete {
+        let verified = phase_outcome(verify.verify_completed(), verify.failed());
         after_phase(controller, session, Phase::Verify, verified)
             .await
             .err()
@@ -153,17 +111,20 @@ pub async fn run<C: Controller>(
     let waiting = std::mem::take(&mut *rollout.waiting.lock())
         .into_iter()
         .collect();
-    combine(
-        &deploy,
-        &verify,
-        [
-            deploy.error().cloned(),
-            p2_error,
-            verify.error().cloned(),
-            p4_error,
-        ],
-    )
-    .with_waiting(waiting)
+    let errors = [
+        deploy.error().cloned(),
+        p2_error,
+        verify.error().cloned(),
+        p4_error,
+    ];
+    combine(&deploy, &verify, errors).with_waiting(waiting)
+}
+
+/// Whether `component` got through the deploy phase (verified its deploy step or only
+/// stayed unverified), so that the verify phase checks it.
+fn deployed_in(deploy: &CompletionState, component: &str) -> bool {
+    (deploy.verified().contains(component) || deploy.unverified().contains(component))
+        && !deploy.failed_nodes().contains(component)
 }
 
 /// The final state of a rollout from its two phases.
@@ -249,6 +210,42 @@ struct Rollout<'a, C: Controller> {
 }
 
 impl<C: Controller> Rollout<'_, C> {
+    /// Whether the edge from `node` to `upstream` lets `node` start. An edge condition
+    /// that says "not yet" keeps the component it gates waiting (the runner checks it
+    /// again), its reason kept for the status; one that errs or panics fails the
+    /// component.
+    async fn check_edge(
+        &self,
+        node: NodeId,
+        upstream: NodeId,
+        edge: Option<EdgeCondition<C>>,
+    ) -> std::result::Result<bool, Halt> {
+        let component = self.name(node).to_string();
+        let check = match edge {
+            None => return Ok(true),
+            Some(EdgeCondition::UpstreamReady) => self.upstream_ready(upstream).boxed(),
+            Some(EdgeCondition::Check(check)) => check(self.session.clone()),
+        };
+        match AssertUnwindSafe(check).catch_unwind().await {
+            Ok(Ok(())) => {
+                self.waiting_for(&component, None);
+                Ok(true)
+            }
+            Ok(Err(Error::Precondition(reason) | Error::Verification(reason))) => {
+                self.waiting_for(&component, Some(reason));
+                Ok(false)
+            }
+            Ok(Err(e)) => Err(Halt {
+                failure: e.is_fatal(),
+                error: Some(e),
+            }),
+            Err(panic) => Err(Halt::failed(Error::from_panic(
+                format!("the condition component \"{component}\" waits for"),
+                panic.as_ref(),
+            ))),
+        }
+    }
+
     fn name(&self, id: NodeId) -> &str {
         self.components.graph.name(id)
     }
