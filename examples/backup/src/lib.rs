@@ -89,6 +89,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use windlass::annotations::labels;
+use windlass::cluster::Selector;
 use windlass::component::restricted_pod;
 use windlass::config::ConfigOverrides;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
@@ -324,7 +325,10 @@ impl Controller for BackupController {
         })
         // Every backup Job, the CronJob's and the one-off: both carry the pod labels,
         // and windlass's own Job (the one-off) carries the standard labels too.
-        .labels(format!("{}={}", labels::NAME, app_label()));
+        .labels(Selector::from_iter([(
+            labels::NAME.to_string(),
+            app_label(),
+        )]));
         vec![secrets, jobs]
     }
 }
@@ -430,14 +434,14 @@ fn app_label() -> String {
 }
 
 /// The label selector of every backup Job of this Backup, scheduled or one-off.
-fn backup_jobs_selector(session: &Session<BackupController>) -> String {
-    format!(
-        "{}={},{}={}",
-        labels::NAME,
-        app_label(),
-        labels::INSTANCE,
-        windlass::object::label_value(session.name())
-    )
+fn backup_jobs_selector(session: &Session<BackupController>) -> Selector {
+    Selector::from_iter([
+        (labels::NAME.to_string(), app_label()),
+        (
+            labels::INSTANCE.to_string(),
+            windlass::object::label_value(session.name()),
+        ),
+    ])
 }
 
 /// `text` as part of an object name: lower-case letters, digits and `-`.

@@ -564,7 +564,7 @@ async fn secrets_and_backup_jobs_wake_the_backups_they_concern() {
     // The Job watch is scoped to this operator's objects and maps by instance label.
     let jobs = watches.iter().find(|w| w.type_ref.kind == "Job").unwrap();
     assert_eq!(
-        jobs.labels.as_deref(),
+        jobs.labels.as_ref().map(ToString::to_string).as_deref(),
         Some("app.kubernetes.io/name=backup")
     );
     let job = json!({"metadata": {"name": "shop-db-backup-1", "namespace": TEST_NAMESPACE,

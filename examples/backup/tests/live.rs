@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, ListQuery, LiveCluster, WriteMethod};
+use windlass::cluster::{Cluster, ListQuery, LiveCluster, WriteMethod, parse_labels};
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass_testenv::TestEnv;
 
@@ -337,8 +337,10 @@ async fn the_cronjob_controller_runs_scheduled_backups_that_reach_the_status() {
     cluster.apply(&manifest, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&manifest).unwrap();
 
-    let jobs = ListQuery::new(TypeRef::new("batch/v1", "Job"), Some(ns))
-        .labels("app.kubernetes.io/instance=minutely,app.kubernetes.io/component=schedule");
+    let jobs = ListQuery::new(TypeRef::new("batch/v1", "Job"), Some(ns)).labels(
+        parse_labels("app.kubernetes.io/instance=minutely,app.kubernetes.io/component=schedule")
+            .unwrap(),
+    );
     let limit = Duration::from_secs(100);
     eventually(
         "the CronJob controller started a backup Job",

@@ -174,7 +174,7 @@ impl Cluster for LiveCluster {
             .await?;
         let mut params = ListParams::default();
         if let Some(labels) = &query.label_selector {
-            params = params.labels(labels);
+            params = params.labels_from(labels);
         }
         if let Some(fields) = &query.field_selector {
             params = params.fields(fields);

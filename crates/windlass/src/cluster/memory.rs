@@ -498,7 +498,10 @@ impl Cluster for MemoryCluster {
             .filter(|(k, _)| k.group == group && k.kind == query.type_ref.kind)
             .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
             .map(|(_, e)| e)
-            .filter(|e| labels.matches(&e.object) && fields.matches(&e.object))
+            .filter(|e| {
+                crate::cluster::selector::labels_match(&labels, &e.object)
+                    && fields.matches(&e.object)
+            })
             .map(|e| e.view(&self.field_manager))
             .collect())
     }

@@ -23,7 +23,7 @@ use serde_json::Value;
 pub use live::LiveCluster;
 pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
 pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
-pub use selector::{FieldSelector, LabelSelector, SelectorError};
+pub use selector::{FieldSelector, Selector, SelectorError, SelectorExt, parse_labels};
 pub use validation::{LabelError, validate_label_key, validate_label_value};
 
 use crate::error::ClusterError;
@@ -71,8 +71,9 @@ pub struct ListQuery {
     pub type_ref: TypeRef,
     /// `None` lists across all namespaces (and is required for cluster-scoped kinds).
     pub namespace: Option<String>,
-    /// A label selector such as `app=web,tier in (db,cache)`.
-    pub label_selector: Option<String>,
+    /// A label selector (`None`: every object); [`parse_labels`] reads one written as
+    /// `app=web,tier in (db,cache)`.
+    pub label_selector: Option<Selector>,
     /// A field selector such as `metadata.name=web`.
     pub field_selector: Option<String>,
 }
@@ -88,8 +89,8 @@ impl ListQuery {
         }
     }
     /// Only objects whose labels match `selector`.
-    pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+    pub fn labels(mut self, selector: Selector) -> Self {
+        self.label_selector = Some(selector);
         self
     }
     /// Only objects whose fields match `selector`.
@@ -100,19 +101,16 @@ impl ListQuery {
 
     /// The query's label and field selectors, parsed; a malformed one is
     /// [`ClusterError::Invalid`], as the API server answers it.
-    pub(crate) fn selectors(&self) -> Result<(LabelSelector, FieldSelector), ClusterError> {
-        fn parse<S: std::str::FromStr<Err = SelectorError>>(
-            query: &ListQuery,
-            text: Option<&str>,
-        ) -> Result<S, ClusterError> {
-            text.unwrap_or("").parse().map_err(|e: SelectorError| {
-                ClusterError::invalid(query.type_ref.to_string(), e.to_string())
-            })
-        }
-        Ok((
-            parse(self, self.label_selector.as_deref())?,
-            parse(self, self.field_selector.as_deref())?,
-        ))
+    pub(crate) fn selectors(&self) -> Result<(Selector, FieldSelector), ClusterError> {
+        let fields = self
+            .field_selector
+            .as_deref()
+            .unwrap_or("")
+            .parse()
+            .map_err(|e: SelectorError| {
+                ClusterError::invalid(self.type_ref.to_string(), e.to_string())
+            })?;
+        Ok((self.label_selector.clone().unwrap_or_default(), fields))
     }
 }
 

@@ -1,4 +1,8 @@
-//! Label and field selectors, parsed once and matched against manifests.
+//! Label and field selectors, parsed once and matched against manifests. A label selector
+//! is kube-rs's [`Selector`] (what [`ListQuery`](super::ListQuery),
+//! [`ExtraWatch`](crate::watch::ExtraWatch) and `Session::list` take); [`parse_labels`]
+//! reads one written as text, as a user or a configuration file gives it. kube-rs has no
+//! parser of that text, hence this one.
 //!
 //! The grammar is Kubernetes': requirements separated by commas outside parentheses;
 //! `key=value`, `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key`
@@ -7,15 +11,20 @@
 //! superset of what real API servers allow per kind).
 //!
 //! ```
-//! use serde_json::json;
-//! use windlass::cluster::LabelSelector;
+//! use windlass::cluster::{Selector, SelectorExt, parse_labels};
 //!
-//! let sel: LabelSelector = "app=web, tier in (db, cache), !canary".parse().unwrap();
-//! assert!(sel.matches(&json!({"metadata": {"labels": {"app": "web", "tier": "cache"}}})));
-//! assert!(!sel.matches(&json!({"metadata": {"labels": {"app": "web", "tier": "cache", "canary": "1"}}})));
+//! let sel: Selector = parse_labels("app=web, tier in (db, cache), !canary").unwrap();
+//! let labels = |pairs: &[(&str, &str)]| {
+//!     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+//! };
+//! assert!(sel.matches(&labels(&[("app", "web"), ("tier", "cache")])));
+//! assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "cache"), ("canary", "1")])));
 //! ```
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
+
+pub use kube::core::{Expression, Selector, SelectorExt};
 
 use serde_json::Value;
 
@@ -63,20 +72,9 @@ impl Requirement {
     }
 }
 
-/// A parsed label selector. The empty selector matches everything.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LabelSelector(Vec<Requirement>);
-
 /// A parsed field selector. The empty selector matches everything.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FieldSelector(Vec<Requirement>);
-
-impl FromStr for LabelSelector {
-    type Err = SelectorError;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        parse(text, true).map(LabelSelector)
-    }
-}
 
 impl FromStr for FieldSelector {
     type Err = SelectorError;
@@ -85,46 +83,28 @@ impl FromStr for FieldSelector {
     }
 }
 
-impl LabelSelector {
-    /// Whether the manifest's `metadata.labels` satisfy every requirement.
-    pub fn matches(&self, manifest: &Value) -> bool {
-        let labels = manifest.get("metadata").and_then(|m| m.get("labels"));
-        self.0.iter().all(|r| {
-            r.matches(|key| {
-                labels
-                    .and_then(|l| l.get(key))
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
-        })
-    }
+/// A label selector written as text, e.g. `app=web,tier in (db,cache),!canary`.
+pub fn parse_labels(text: &str) -> Result<Selector, SelectorError> {
+    let expressions = parse(text, true)?.into_iter().map(|r| match r {
+        Requirement::Equals(k, v) => Expression::Equal(k, v),
+        Requirement::NotEquals(k, v) => Expression::NotEqual(k, v),
+        Requirement::In(k, values) => Expression::In(k, values.into_iter().collect()),
+        Requirement::NotIn(k, values) => Expression::NotIn(k, values.into_iter().collect()),
+        Requirement::Exists(k) => Expression::Exists(k),
+        Requirement::NotExists(k) => Expression::DoesNotExist(k),
+    });
+    Ok(Selector::from_iter(expressions))
+}
 
-    /// The selector of a Kubernetes `LabelSelector` (matchLabels and matchExpressions).
-    pub fn from_k8s(
-        selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    ) -> Result<Self, SelectorError> {
-        let mut reqs = Vec::new();
-        for (k, v) in selector.match_labels.iter().flatten() {
-            reqs.push(Requirement::Equals(k.clone(), v.clone()));
-        }
-        for expr in selector.match_expressions.iter().flatten() {
-            let values = expr.values.clone().unwrap_or_default();
-            let key = expr.key.clone();
-            reqs.push(match expr.operator.as_str() {
-                "In" => Requirement::In(key, values),
-                "NotIn" => Requirement::NotIn(key, values),
-                "Exists" => Requirement::Exists(key),
-                "DoesNotExist" => Requirement::NotExists(key),
-                other => {
-                    return Err(SelectorError {
-                        selector: format!("{key} {other} {values:?}"),
-                        reason: format!("unknown operator `{other}`"),
-                    });
-                }
-            });
-        }
-        Ok(LabelSelector(reqs))
-    }
+/// Whether the manifest's `metadata.labels` satisfy `selector`.
+pub(crate) fn labels_match(selector: &Selector, manifest: &Value) -> bool {
+    let labels: BTreeMap<String, String> = manifest["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
+    selector.matches(&labels)
 }
 
 impl FieldSelector {
@@ -271,21 +251,21 @@ mod tests {
             ("", true),
         ];
         for (sel, expected) in cases {
-            let parsed: LabelSelector = sel.parse().expect("parses");
-            assert_eq!(parsed.matches(&obj), expected, "{sel}");
+            let parsed = parse_labels(sel).expect("parses");
+            assert_eq!(labels_match(&parsed, &obj), expected, "{sel}");
         }
     }
 
     #[test]
     fn set_members_are_trimmed() {
-        let sel: LabelSelector = "tier in (a, b)".parse().expect("parses");
-        assert!(sel.matches(&labels(&[("tier", "b")])));
+        let sel = parse_labels("tier in (a, b)").expect("parses");
+        assert!(labels_match(&sel, &labels(&[("tier", "b")])));
     }
 
     #[test]
     fn bad_selectors_are_errors() {
-        assert!("tier in a,b".parse::<LabelSelector>().is_err());
-        assert!("=x".parse::<LabelSelector>().is_err());
+        assert!(parse_labels("tier in a,b").is_err());
+        assert!(parse_labels("=x").is_err());
         assert!("metadata.name".parse::<FieldSelector>().is_err());
         assert!("a in (b)".parse::<FieldSelector>().is_err());
     }

@@ -446,7 +446,7 @@ impl Cluster for CachedCluster {
         // In the API server's order: by namespace, then name.
         Ok(objects
             .into_values()
-            .filter(|o| labels.matches(o) && fields.matches(o))
+            .filter(|o| crate::cluster::selector::labels_match(&labels, o) && fields.matches(o))
             .collect())
     }
 

@@ -475,7 +475,12 @@ async fn route_events(
     );
     let extra: Vec<(TypeRef, Option<String>)> = router
         .extra_watches()
-        .map(|w| (w.type_ref.clone(), w.labels.clone()))
+        .map(|w| {
+            (
+                w.type_ref.clone(),
+                w.labels.as_ref().map(ToString::to_string),
+            )
+        })
         .collect();
     for (kind, labels) in extra {
         let scoped = cluster_scoped(&live, &kind).await;

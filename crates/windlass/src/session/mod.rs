@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::cluster::{Cluster, ListQuery};
+use crate::cluster::{Cluster, ListQuery, Selector};
 use crate::config::OperatorConfig;
 use crate::error::{Error, Result};
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
@@ -361,15 +361,16 @@ impl<C: ControllerTypes> Session<C> {
         Ok(self.inner.cluster.get(object).await?)
     }
 
-    /// Typed objects in the CR's namespace matching a label selector (`""` for all).
-    pub async fn list<T>(&self, label_selector: &str) -> Result<Vec<T>>
+    /// Typed objects in the CR's namespace matching `selector` (`Selector::default()`:
+    /// all of them).
+    pub async fn list<T>(&self, selector: &Selector) -> Result<Vec<T>>
     where
         T: k8s_openapi::Resource + DeserializeOwned,
     {
         let namespace = self.namespace_for::<T>().await?;
         let mut query = ListQuery::new(TypeRef::of::<T>(), namespace.as_deref());
-        if !label_selector.is_empty() {
-            query = query.labels(label_selector);
+        if !selector.selects_all() {
+            query = query.labels(selector.clone());
         }
         self.inner
             .cluster

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::cluster::Selector;
 use crate::object::{ObjectRef, TypeRef};
 
 pub mod filter;
@@ -17,6 +18,7 @@ pub mod filter;
 /// ```
 /// use std::sync::Arc;
 /// use windlass::object::{ObjectRef, TypeRef};
+/// use windlass::cluster::parse_labels;
 /// use windlass::watch::ExtraWatch;
 ///
 /// // A change of the Secret `<name>-tls` reconciles the WebApp `<name>` of its namespace.
@@ -25,14 +27,14 @@ pub mod filter;
 ///     let namespace = secret["metadata"]["namespace"].as_str();
 ///     Some(vec![ObjectRef::new("example.windlass.dev/v1alpha1", "WebApp", namespace, name)])
 /// })
-/// .labels("app.kubernetes.io/part-of=shop");
+/// .labels(parse_labels("app.kubernetes.io/part-of=shop").unwrap());
 /// ```
 #[derive(Clone)]
 pub struct ExtraWatch {
     /// The kind.
     pub type_ref: TypeRef,
     /// A label selector narrowing the watch, or `None` for every object.
-    pub labels: Option<String>,
+    pub labels: Option<Selector>,
     /// The CRs an object concerns (`None` or empty: none).
     pub map: MapFn,
 }
@@ -54,8 +56,8 @@ impl ExtraWatch {
     }
 
     /// Only objects matching the label `selector`.
-    pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.labels = Some(selector.into());
+    pub fn labels(mut self, selector: Selector) -> Self {
+        self.labels = Some(selector);
         self
     }
 }

@@ -5,7 +5,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use windlass::ClusterError;
-use windlass::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, WriteMethod};
+use windlass::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, WriteMethod, parse_labels};
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 
 use crate::{eventually, live};
@@ -332,27 +332,37 @@ fn selectors<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> 
                 .join(",")
         };
         let all = ListQuery::new(TypeRef::new("v1", "ConfigMap"), Some(ns))
-            .labels("windlass-conformance");
+            .labels(parse_labels("windlass-conformance").unwrap());
         vec![
             format!("all: {}", names(c.list(&all).await.unwrap())),
             format!(
                 "tier=web: {}",
-                names(c.list(&all.clone().labels("tier=web")).await.unwrap())
-            ),
-            format!(
-                "tier in (db, cache): {}",
                 names(
-                    c.list(&all.clone().labels("tier in (db, cache)"))
+                    c.list(&all.clone().labels(parse_labels("tier=web").unwrap()))
                         .await
                         .unwrap()
                 )
             ),
             format!(
+                "tier in (db, cache): {}",
+                names(
+                    c.list(
+                        &all.clone()
+                            .labels(parse_labels("tier in (db, cache)").unwrap())
+                    )
+                    .await
+                    .unwrap()
+                )
+            ),
+            format!(
                 "!tier: {}",
                 names(
-                    c.list(&all.clone().labels("windlass-conformance,!tier"))
-                        .await
-                        .unwrap()
+                    c.list(
+                        &all.clone()
+                            .labels(parse_labels("windlass-conformance,!tier").unwrap())
+                    )
+                    .await
+                    .unwrap()
                 )
             ),
             format!(

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod};
+use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod, parse_labels};
 use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
@@ -323,7 +323,8 @@ async fn a_list_of_a_kind_watched_whole_is_answered_from_the_watch_with_its_own_
     );
     let one = ListQuery::new(widgets.clone(), Some(ns.name())).fields("metadata.name=b");
     assert_eq!(names(cache.list(&one).await.unwrap()), ["b"]);
-    let none = ListQuery::new(widgets.clone(), Some(ns.name())).labels("tier=web");
+    let none =
+        ListQuery::new(widgets.clone(), Some(ns.name())).labels(parse_labels("tier=web").unwrap());
     assert!(cache.list(&none).await.unwrap().is_empty());
     // What this process just wrote is listed, whether or not the watch has it yet.
     cache

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cluster::parse_labels;
 use serde_json::json;
 
 fn cm(name: &str, data: Value) -> Value {
@@ -360,7 +361,7 @@ async fn list_filters_by_namespace_and_selectors() {
     );
     assert_eq!(
         names(
-            c.list(&ListQuery::new(ty.clone(), None).labels("tier=web"))
+            c.list(&ListQuery::new(ty.clone(), None).labels(parse_labels("tier=web").unwrap()))
                 .await
                 .unwrap()
         ),
