@@ -2,7 +2,7 @@
 //! render after another was deployed. The operator's reconcile writes the failure to the
 //! status and an Event; `describe` shows the failed component with its error, the deployed
 //! one's object as ready and in sync, the conditions and the Event, and writes nothing.
-
+//! And the hooks of a described CR are told that their writes would not take effect.
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -127,4 +127,64 @@ async fn describe_shows_a_failing_component_of_a_live_cr_and_writes_nothing() {
     assert_eq!(after.resource_version(), before.resource_version());
     let broken_map = ObjectRef::new("v1", "ConfigMap", Some(ns.name()), "sealed-broken");
     assert!(cluster.get(&broken_map).await.unwrap().is_none());
+}
+
+/// What `Session::writes_take_effect` said to the `observer` component, in order.
+static SEEN: std::sync::Mutex<Vec<bool>> = std::sync::Mutex::new(Vec::new());
+
+/// A Widget controller whose one component notes whether its writes take effect.
+struct Observing;
+
+#[windlass::async_trait]
+impl windlass::controller::Controller for Observing {
+    type Resource = windlass::testing::Widget;
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+
+    fn components(
+        &self,
+        _: &windlass::session::Session<Self>,
+    ) -> windlass::Result<windlass::controller::Components<Self>> {
+        let mut graph = windlass::controller::Components::new();
+        graph.add_fn(
+            "observer",
+            |session: &windlass::session::Session<Self>, _| {
+                SEEN.lock().unwrap().push(session.writes_take_effect());
+                Ok(())
+            },
+        )?;
+        Ok(graph)
+    }
+}
+
+#[tokio::test]
+async fn hooks_are_told_that_describe_writes_nothing() {
+    let (cluster, env) = live().await;
+    let ns = env.namespace("describe-effects").await.unwrap();
+    let widget = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "quiet", "namespace": ns.name()}, "spec": {}});
+    cluster.apply(&widget, WriteMethod::Update).await.unwrap();
+    let cr = ObjectRef::from_manifest(&widget).unwrap();
+
+    // A reconcile of the operator: its writes take effect.
+    let reconciler = Reconciler::new(Observing, cluster.clone(), OperatorConfig::default());
+    let report = reconciler.reconcile(&cr).await;
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(SEEN.lock().unwrap().last(), Some(&true));
+
+    // `describe` of the same CR: they would not.
+    let kubeconfig = env.kubeconfig_path().to_str().unwrap().to_string();
+    let argv = [
+        "widget-operator",
+        "describe",
+        "widget/quiet",
+        "-n",
+        ns.name(),
+        "--kubeconfig",
+        &kubeconfig,
+    ];
+    let (out, captured) = Output::buffer();
+    let code = run(Observing, argv, out).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{}", captured.text());
+    assert_eq!(SEEN.lock().unwrap().last(), Some(&false));
 }
