@@ -3,6 +3,7 @@
 //! status and an Event; `describe` shows the failed component with its error, the deployed
 //! one's object as ready and in sync, the conditions and the Event, and writes nothing.
 //! And the hooks of a described CR are told that their writes would not take effect.
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
