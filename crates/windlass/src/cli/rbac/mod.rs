@@ -2,7 +2,7 @@
 //! with a set of CRs: the `rbac` subcommand of [`crate::cli`].
 //!
 //! [`discover`] reconciles the CRs on the in-memory cluster (dry run) through a
-//! recording [`Cluster`], so every kind a rollout applies, deletes or reads is seen,
+//! recording [`Cluster`](crate::cluster::Cluster), so every kind a rollout applies, deletes or reads is seen,
 //! whichever code path touched it: enabled components (applied), disabled components
 //! (what they render, from the [`Rendered`](crate::progress::Event::Rendered) progress
 //! events: they delete it once it exists), [`Controller::finalize_components`] (each CR is
