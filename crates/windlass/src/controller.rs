@@ -91,6 +91,44 @@ pub async fn default_should_requeue<C: ControllerTypes>(
     })
 }
 
+/// What a controller does when one of its CRs is deleted, opted into by implementing this
+/// and returning `Some(self)` from [`Controller::finalizer`].
+///
+/// ```
+/// # use windlass::prelude::*;
+/// struct App;
+///
+/// #[async_trait]
+/// impl Controller for App {
+/// #   type Resource = windlass::testing::Widget;
+/// #   type Config = NoConfig;
+/// #   type Status = Status;
+///     // …
+/// #   fn components(&self, _: &Session<Self>) -> Result<Components<Self>> { Ok(Components::new()) }
+///     fn finalizer(&self) -> Option<&dyn Finalize<Self>> {
+///         Some(self)
+///     }
+/// }
+///
+/// impl Finalize<App> for App {
+///     fn name(&self) -> String {
+///         default_finalizer::<windlass::testing::Widget>()
+///     }
+///     // finalize_components: none by default, so the finalizer is simply removed.
+/// }
+/// ```
+pub trait Finalize<C: Controller>: Send + Sync {
+    /// The finalizer's name, e.g. [`default_finalizer`]'s.
+    fn name(&self) -> String;
+
+    /// The graph rolled out while a CR carrying the finalizer is being deleted; the
+    /// finalizer is removed once that rollout needs no requeue. By default no components:
+    /// the finalizer is simply removed.
+    fn finalize_components(&self, _session: &Session<C>) -> Result<Components<C>> {
+        Ok(Components::new())
+    }
+}
+
 /// Every controller has its types, for the session and the components.
 impl<C: Controller> ControllerTypes for C {
     type Resource = C::Resource;
@@ -125,18 +163,12 @@ pub trait Controller: Send + Sync + Sized + 'static {
     /// [`Error::Config`] for a CR that cannot be rolled out.
     fn components(&self, session: &Session<Self>) -> Result<Components<Self>>;
 
-    /// The finalizer this controller puts on its CRs, or `None` for no finalizer.
-    /// When set, [`Controller::finalize_components`] runs when a CR is deleted, and the
-    /// finalizer is removed once that rollout needs no requeue.
-    /// [`default_finalizer`] gives the conventional name.
-    fn finalizer(&self) -> Option<String> {
+    /// The controller's finalization, if it has one: a controller that implements
+    /// [`Finalize`] returns `Some(self)`. Its CRs then carry its finalizer, and deleting one
+    /// rolls out [`Finalize::finalize_components`] before the finalizer is removed. By
+    /// default none.
+    fn finalizer(&self) -> Option<&dyn Finalize<Self>> {
         None
-    }
-
-    /// The graph rolled out when a CR with this controller's finalizer is being deleted.
-    /// By default: no components, so the finalizer is simply removed.
-    fn finalize_components(&self, _session: &Session<Self>) -> Result<Components<Self>> {
-        Ok(Components::new())
     }
 
     /// This controller's own watch filters, applied on top of the configured global one:

@@ -93,7 +93,7 @@ pub mod prelude {
     pub use crate::cluster::{Cluster, MemoryCluster, WriteMethod};
     pub use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
     pub use crate::controller::{
-        ComponentId, Components, Controller, NoConfig, PrimaryResource, default_finalizer,
+        ComponentId, Components, Controller, Finalize, NoConfig, PrimaryResource, default_finalizer,
     };
     pub use crate::error::{Error, Result};
     pub use crate::reconcile::Action;

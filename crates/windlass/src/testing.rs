@@ -48,7 +48,7 @@ use serde_json::{Value, json};
 use crate::cluster::{Cluster, Deletion, ListQuery, MemoryCluster, Scope, WriteMethod};
 use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
 use crate::config::OperatorConfig;
-use crate::controller::{Components, Controller, PrimaryResource};
+use crate::controller::{Components, Controller, Finalize, PrimaryResource};
 use crate::error::{ClusterError, Error, Result};
 use crate::events::{MemoryEventSink, Reason, RecordedEvent};
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
@@ -753,6 +753,20 @@ impl<K: PrimaryResource> DummyController<K> {
     }
 }
 
+impl<K: PrimaryResource> Finalize<DummyController<K>> for DummyController<K> {
+    fn name(&self) -> String {
+        self.finalizer.clone().unwrap_or_default()
+    }
+
+    fn finalize_components(&self, _session: &Session<Self>) -> Result<Components<Self>> {
+        let mut graph = Components::new();
+        for component in &self.finalize {
+            graph.add(component.clone())?;
+        }
+        Ok(graph)
+    }
+}
+
 #[async_trait]
 impl<K: PrimaryResource> Controller for DummyController<K> {
     type Resource = K;
@@ -779,16 +793,10 @@ impl<K: PrimaryResource> Controller for DummyController<K> {
         Ok(graph)
     }
 
-    fn finalizer(&self) -> Option<String> {
-        self.finalizer.clone()
-    }
-
-    fn finalize_components(&self, _session: &Session<Self>) -> Result<Components<Self>> {
-        let mut graph = Components::new();
-        for component in &self.finalize {
-            graph.add(component.clone())?;
-        }
-        Ok(graph)
+    fn finalizer(&self) -> Option<&dyn Finalize<Self>> {
+        self.finalizer
+            .is_some()
+            .then_some(self as &dyn Finalize<Self>)
     }
 
     async fn after_phase(

@@ -56,8 +56,14 @@ impl Controller for Family {
         g.add(Children)?;
         Ok(g)
     }
-    fn finalizer(&self) -> Option<String> {
-        Some("test.windlass.dev/family".into())
+    fn finalizer(&self) -> Option<&dyn crate::controller::Finalize<Self>> {
+        Some(self)
+    }
+}
+
+impl crate::controller::Finalize<Family> for Family {
+    fn name(&self) -> String {
+        "test.windlass.dev/family".into()
     }
 }
 

@@ -14,7 +14,7 @@
 //!    already) or an unsupported version is logged and skipped.
 //! 4. Add the controller's finalizer (not while deleting); compute the start status — it is
 //!    written together with the outcome in step 6, not on its own.
-//! 5. Build the graph (`components`, or `finalize_components` while deleting) and roll
+//! 5. Build the graph (`components`, or the finalizer's `finalize_components` while deleting) and roll
 //!    it out. A recorded error, or a failed rollout, is an error of the reconcile. Objects
 //!    of components no longer in the graph are deleted.
 //! 6. Write the start and completion status in one write (or the start and error
@@ -342,7 +342,7 @@ impl<C: Controller> Reconciler<C> {
     pub async fn components(&self, cr: &ObjectRef) -> Result<Components<C>> {
         let (session, manifest) = self.stored_session(cr).await?;
         if manifest.is_terminating() {
-            self.controller.finalize_components(&session)
+            finalize_components(self.controller.as_ref(), &session)
         } else {
             self.controller.components(&session)
         }
@@ -423,7 +423,7 @@ impl<C: Controller> Reconciler<C> {
     ) -> std::result::Result<CompletionState, Failure> {
         let controller = self.controller.as_ref();
         let components = if finalizing {
-            controller.finalize_components(session)?
+            finalize_components(controller, session)?
         } else {
             controller.components(session)?
         };
@@ -549,6 +549,17 @@ impl<C: Controller> Reconciler<C> {
     }
 }
 
+/// The graph rolled out while a CR is being deleted: the controller's finalization, or none.
+fn finalize_components<C: Controller>(
+    controller: &C,
+    session: &Session<C>,
+) -> Result<Components<C>> {
+    match controller.finalizer() {
+        Some(finalize) => finalize.finalize_components(session),
+        None => Ok(Components::new()),
+    }
+}
+
 /// The finalizers that matter to one reconcile of a CR.
 struct Finalizers {
     /// The CR is being deleted.
@@ -563,7 +574,7 @@ impl Finalizers {
     fn of<C: Controller>(controller: &C, manifest: &Value) -> Self {
         Finalizers {
             finalizing: manifest.is_terminating(),
-            controllers: controller.finalizer(),
+            controllers: controller.finalizer().map(|f| f.name()),
             cleanup: manifest.finalizers().contains(&CLEANUP_FINALIZER),
         }
     }

@@ -5,7 +5,7 @@
 //! recording [`Cluster`](crate::cluster::Cluster), so every kind a rollout applies, deletes or reads is seen,
 //! whichever code path touched it: enabled components (applied), disabled components
 //! (what they render, from the [`Rendered`](crate::progress::Event::Rendered) progress
-//! events: they delete it once it exists), [`Controller::finalize_components`] (each CR is
+//! events: they delete it once it exists), [`Finalize::finalize_components`](crate::controller::Finalize::finalize_components) (each CR is
 //! deleted afterwards, so its finalizer rollout runs too), and reads such as
 //! [`Session::get`](crate::session::Session::get).
 //! [`rules`] turns that [`Access`] into policy rules, and [`manifests`] into a
