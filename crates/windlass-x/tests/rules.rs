@@ -403,7 +403,7 @@ impl Component<Probe<PostgresConnection>> for InClusterPostgres {
         session: &Session<Probe<PostgresConnection>>,
         out: &mut Resources,
     ) -> Result<()> {
-        out.add(
+        out.add_value(
             "service",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": session.scoped_name(&self.name)}}),

@@ -32,7 +32,7 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
         &self.0
     }
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
-        out.add(
+        out.add_value(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": session.scoped_name(&self.0)},

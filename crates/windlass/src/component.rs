@@ -275,15 +275,47 @@ impl Resources {
         }
     }
 
-    /// Add an object (a k8s-openapi struct, a CR, or a `json!` manifest) under a name
-    /// unique in this component. `null` fields are dropped and the namespace defaults to
-    /// the CR's.
-    pub fn add<T: Serialize + ?Sized>(&mut self, name: &str, object: &T) -> Result<ResourceId> {
+    /// Add a typed object (a k8s-openapi struct, a CR type) under a name unique in this
+    /// component. `null` fields are dropped and the namespace defaults to the CR's. An
+    /// object known only as JSON goes through [`Resources::add_value`].
+    pub fn add<K>(&mut self, name: &str, object: &K) -> Result<ResourceId>
+    where
+        K: kube::Resource<DynamicType = ()> + Serialize,
+    {
         self.add_with(name, object, ResourceOptions::default())
     }
 
     /// [`Resources::add`] with a custom verify function or write method.
-    pub fn add_with<T: Serialize + ?Sized>(
+    pub fn add_with<K>(
+        &mut self,
+        name: &str,
+        object: &K,
+        options: ResourceOptions,
+    ) -> Result<ResourceId>
+    where
+        K: kube::Resource<DynamicType = ()> + Serialize,
+    {
+        self.insert(name, object, options)
+    }
+
+    /// Add an object given as JSON (a `json!` manifest, a `kube::core::DynamicObject`
+    /// serialized, another operator's kind without a Rust type): it must name its
+    /// `apiVersion` and `kind` itself.
+    pub fn add_value(&mut self, name: &str, manifest: &Value) -> Result<ResourceId> {
+        self.insert(name, manifest, ResourceOptions::default())
+    }
+
+    /// [`Resources::add_value`] with a custom verify function or write method.
+    pub fn add_value_with(
+        &mut self,
+        name: &str,
+        manifest: &Value,
+        options: ResourceOptions,
+    ) -> Result<ResourceId> {
+        self.insert(name, manifest, options)
+    }
+
+    fn insert<T: Serialize + ?Sized>(
         &mut self,
         name: &str,
         object: &T,
@@ -489,7 +521,7 @@ mod tests {
     #[test]
     fn resources_default_the_namespace_and_drop_nulls() {
         let mut r = Resources::new("web", "shop", "app", "a");
-        r.add(
+        r.add_value(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": null}}),
         )
@@ -521,7 +553,7 @@ mod tests {
     #[test]
     fn bad_resources_are_config_errors_naming_the_component() {
         let mut r = Resources::new("web", "shop", "app", "a");
-        let err = r.add("x", &json!({"kind": "ConfigMap"})).unwrap_err();
+        let err = r.add_value("x", &json!({"kind": "ConfigMap"})).unwrap_err();
         assert!(matches!(err, Error::Config(_)));
         assert!(
             err.to_string()
@@ -529,14 +561,14 @@ mod tests {
             "{err}"
         );
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
-        r.add("dup", &cm).unwrap();
+        r.add_value("dup", &cm).unwrap();
         assert!(
-            r.add("dup", &cm)
+            r.add_value("dup", &cm)
                 .unwrap_err()
                 .to_string()
                 .contains("already exists")
         );
-        assert!(r.add("", &cm).is_err());
+        assert!(r.add_value("", &cm).is_err());
     }
 
     #[test]
@@ -544,8 +576,8 @@ mod tests {
         let mut r = Resources::new("db", "ns", "app", "a");
         let cm =
             |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
-        let a = r.add("a", &cm("a")).unwrap();
-        let b = r.add("b", &cm("b")).unwrap();
+        let a = r.add_value("a", &cm("a")).unwrap();
+        let b = r.add_value("b", &cm("b")).unwrap();
         r.depends_on(a, b).unwrap();
         assert!(r.depends_on(b, a).is_err(), "cycles are rejected");
         let names: Vec<String> = r.into_ordered().into_iter().map(|(n, _, _)| n).collect();

@@ -56,7 +56,7 @@ impl Controller for Shop {
         let settings = graph.add_fn("settings", |session: &Session<Self>, out| {
             let greeting = session.cr().spec.extra.get("greeting");
             let greeting = greeting.and_then(Value::as_str);
-            out.add(
+            out.add_value(
                 "secret",
                 &secret(&session.scoped_name("settings"), greeting.unwrap_or("")),
             )?;
@@ -64,7 +64,7 @@ impl Controller for Shop {
         })?;
         let web = graph.add_fn("web", |session, out| {
             let password = format!("{:?}", std::time::Instant::now());
-            out.add_with(
+            out.add_value_with(
                 "password",
                 &secret(&session.scoped_name("web"), &password),
                 ResourceOptions::new().create_only(),
@@ -75,7 +75,7 @@ impl Controller for Shop {
                 {"configMapRef": {"name": "extra", "optional": true}}]);
             let init_env = json!([{"name": "GREETING", "valueFrom": {"secretKeyRef":
                 {"name": session.scoped_name("settings"), "key": "value"}}}]);
-            out.add_with(
+            out.add_value_with(
                 "deployment",
                 &deployment(
                     &session.scoped_name("web"),
@@ -84,7 +84,7 @@ impl Controller for Shop {
                 ),
                 ResourceOptions::new().restart_on_dependency_change(),
             )?;
-            out.add(
+            out.add_value(
                 "plain",
                 &deployment(&session.scoped_name("plain"), env_from, init_env),
             )?;
@@ -277,15 +277,15 @@ impl Controller for Unrelated {
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         graph.add_fn("maker", |_: &Session<Self>, out| {
-            out.add("secret", &secret("shared", "v"))?;
+            out.add_value("secret", &secret("shared", "v"))?;
             Ok(())
         })?;
         let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
-            out.add("map", &config_map("gate", "g"))?;
+            out.add_value("map", &config_map("gate", "g"))?;
             Ok(())
         })?;
         let consumer = graph.add_fn("consumer", |_: &Session<Self>, out| {
-            out.add_with(
+            out.add_value_with(
                 "deployment",
                 &deployment(
                     "consumer",
@@ -353,7 +353,7 @@ impl Component<Switch> for Reader {
     }
 
     async fn render(&self, _: &Session<Switch>, out: &mut Resources) -> Result<()> {
-        out.add_with(
+        out.add_value_with(
             "deployment",
             &deployment(
                 "reader",
@@ -422,17 +422,17 @@ impl Controller for SameCr {
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
-            out.add("map", &config_map("gate", "g"))?;
+            out.add_value("map", &config_map("gate", "g"))?;
             Ok(())
         })?;
         let maker = graph.add_fn("maker", |session: &Session<Self>, out| {
             let greeting = session.cr().spec.extra.get("greeting");
             let greeting = greeting.and_then(Value::as_str).unwrap_or("");
-            out.add("secret", &secret("made", greeting))?;
+            out.add_value("secret", &secret("made", greeting))?;
             Ok(())
         })?;
         graph.add_fn("reader", |_: &Session<Self>, out| {
-            out.add_with(
+            out.add_value_with(
                 "deployment",
                 &deployment(
                     "reader",

@@ -22,7 +22,7 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
         "web"
     }
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
-        out.add(
+        out.add_value(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": session.scoped_name("web"), "labels": null},
@@ -134,12 +134,12 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
         "rbac"
     }
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
-        out.add(
+        out.add_value(
             "role",
             &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": session.scoped_name("reader")}, "rules": []}),
         )?;
-        out.add("config", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
+        out.add_value("config", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
         Ok(())
     }
 }

@@ -34,7 +34,7 @@ impl Controller for Web {
         graph.add_fn("web", |session: &Session<Self>, out| {
             let greeting = session.cr().spec.extra.get("greeting").and_then(Value::as_str);
             let settings = session.scoped_name("settings");
-            out.add(
+            out.add_value(
                 "settings",
                 &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": settings},
                     "data": {"greeting": encode(greeting.unwrap_or(""))}}),
@@ -60,7 +60,7 @@ impl Controller for Web {
                 pod["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "tuning", "optional": true}}]);
                 pod["containers"][0]["volumeMounts"] = json!([{"name": "credentials", "mountPath": "/credentials"}]);
             }
-            out.add_with(
+            out.add_value_with(
                 "deployment",
                 &deployment,
                 ResourceOptions::new().restart_on_dependency_change(),

@@ -656,7 +656,7 @@ impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
             .get(&format!("{}-input", session.name()))
             .await?
             .ok_or_else(|| Error::config("no input ConfigMap"))?;
-        out.add(
+        out.add_value(
             "output",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": format!("{}-output", session.name())},
@@ -807,7 +807,7 @@ impl windlass::controller::Controller for TenantDefaults {
     ) -> windlass::Result<windlass::controller::Components<Self>> {
         let mut graph = windlass::controller::Components::new();
         graph.add_fn("defaults", |session, out| {
-            out.add(
+            out.add_value(
                 "config",
                 &json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "tenant-defaults", "namespace": session.name()},
