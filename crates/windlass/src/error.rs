@@ -119,7 +119,7 @@ pub enum ClusterError {
         message: String,
         /// The kube-rs error behind it, when there is one.
         #[source]
-        source: Option<KubeSource>,
+        source: Option<SharedSource>,
     },
 }
 
@@ -187,8 +187,10 @@ impl FieldCause {
     }
 }
 
-/// An error kept as the [`std::error::Error::source`] of an [`Error::Other`]: shared, so
-/// errors stay cheap to clone; two are equal when they print the same.
+/// An error kept as the [`std::error::Error::source`] of an [`Error::Other`] or a
+/// [`ClusterError::Api`] (there, the kube-rs error: downcast it to `kube::Error`), so the
+/// whole chain (HTTP, TLS, I/O) stays inspectable. Shared, so errors stay cheap to clone;
+/// two are equal when they print the same.
 #[derive(Debug, Clone)]
 pub struct SharedSource(pub Arc<dyn std::error::Error + Send + Sync>);
 
@@ -210,31 +212,7 @@ impl PartialEq for SharedSource {
     }
 }
 
-/// A kube-rs error kept as the [`std::error::Error::source`] of a [`ClusterError`], so the
-/// whole chain (HTTP, TLS, I/O) stays inspectable. Shared, so errors stay cheap to clone;
-/// two are equal when they print the same.
-#[derive(Debug, Clone)]
-pub struct KubeSource(pub Arc<kube::Error>);
-
-impl fmt::Display for KubeSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for KubeSource {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-impl PartialEq for KubeSource {
-    fn eq(&self, other: &Self) -> bool {
-        self.to_string() == other.to_string()
-    }
-}
-
-impl Eq for KubeSource {}
+impl Eq for SharedSource {}
 
 impl Error {
     /// A [`Error::Config`] with the given message.

@@ -405,7 +405,7 @@ fn api_error(error: kube::Error, what: &dyn std::fmt::Display) -> ClusterError {
     let kube::Error::Api(status) = &error else {
         return ClusterError::Api {
             message: format!("{object}: {error}"),
-            source: Some(crate::error::KubeSource(std::sync::Arc::new(error))),
+            source: Some(crate::error::SharedSource(std::sync::Arc::new(error))),
         };
     };
     let mut message = status.message.clone();
@@ -437,7 +437,7 @@ fn api_error(error: kube::Error, what: &dyn std::fmt::Display) -> ClusterError {
         403 => ClusterError::Forbidden(format!("{object}: {message}")),
         code => ClusterError::Api {
             message: format!("{object}: HTTP {code}: {message}"),
-            source: Some(crate::error::KubeSource(std::sync::Arc::new(error))),
+            source: Some(crate::error::SharedSource(std::sync::Arc::new(error))),
         },
     }
 }

@@ -66,15 +66,16 @@ impl<C: Controller> Reconciler<C> {
                 )));
             }
         }
+        let defaults = config_defaults::<C>()?;
         let config_value = lenient(
             finalizing,
-            self.backend_config(cr, manifest).await,
+            self.backend_config(cr, manifest, defaults.clone()).await,
             "the backend config",
-            config_defaults::<C>()?,
+            defaults.clone(),
         )?;
         let config: C::Config = lenient(
             finalizing,
-            typed_config::<C>(&config_value),
+            typed_config::<C>(&config_value, &defaults),
             "the backend config",
             C::Config::default(),
         )?;
@@ -128,11 +129,15 @@ impl<C: Controller> Reconciler<C> {
         Ok((session, manifest))
     }
 
-    /// Controller defaults ← the ConfigMap named by the config-defaults annotation ←
-    /// `spec.configOverrides`. The overrides are read from `spec` because a structural CRD
-    /// schema prunes unknown fields at the CR's top level.
-    pub(super) async fn backend_config(&self, cr: &ObjectRef, manifest: &Value) -> Result<Value> {
-        let mut config = config_defaults::<C>()?;
+    /// The controller defaults (`config`) ← the ConfigMap named by the config-defaults
+    /// annotation ← `spec.configOverrides`. The overrides are read from `spec` because a
+    /// structural CRD schema prunes unknown fields at the CR's top level.
+    pub(super) async fn backend_config(
+        &self,
+        cr: &ObjectRef,
+        manifest: &Value,
+        mut config: Value,
+    ) -> Result<Value> {
         if let Some(name) = manifest.annotation(annotations::CONFIG_DEFAULTS) {
             let name = name.split('/').next().unwrap_or_default();
             let reference = ObjectRef::new("v1", "ConfigMap", cr.namespace.as_deref(), name);
@@ -212,10 +217,17 @@ impl<C: Controller> Reconciler<C> {
 }
 
 /// The backend config from its layers: a key `C::Config` does not have is an error that
-/// names it (serde would drop it), then a value of the wrong type is.
-pub(super) fn typed_config<C: Controller>(value: &Value) -> Result<C::Config> {
+/// names it (serde would drop it), then a value of the wrong type is. `defaults` is the
+/// serialized `C::Config::default()` the layers were merged over.
+pub(super) fn typed_config<C: Controller>(value: &Value, defaults: &Value) -> Result<C::Config> {
     const WHERE: &str = "backend config (spec.configOverrides or the config-defaults ConfigMap)";
-    let unknown = crate::config::unknown_keys::<C::Config>(value);
+    // Only a layer over the defaults can bring a key the type does not have; without one,
+    // the config type's schema (built anew each time) is not needed.
+    let unknown = if value == defaults {
+        Vec::new()
+    } else {
+        crate::config::unknown_keys::<C::Config>(value)
+    };
     if !unknown.is_empty() {
         return Err(Error::config(format!(
             "{WHERE}: no such key: {} (`config-schema` prints the keys)",
