@@ -510,7 +510,7 @@ impl ExternalTls {
             .and_then(|s| s.data)
             .and_then(|d| d.get(field).cloned())
             .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-            .ok_or_else(|| Error::not_yet(format!("Secret {name} has no {field} yet")))
+            .ok_or_else(|| Error::precondition(format!("Secret {name} has no {field} yet")))
     }
 }
 

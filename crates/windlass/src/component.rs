@@ -55,6 +55,7 @@ use crate::error::{Error, Result};
 use crate::object::{ManifestExt, to_manifest};
 use crate::resource::ControllerTypes;
 use crate::session::Session;
+use crate::verify::Readiness;
 
 pub use crate::managed::{ManagedObject, ResourceOptions, VerifyFn};
 
@@ -73,13 +74,13 @@ pub trait Component<C: ControllerTypes>: Send + Sync {
     /// reuses the result (a render that failed is tried again there).
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()>;
 
-    /// Whether the deployed objects are ready: `Ok(())`, or [`Error::not_yet`] with what
-    /// is not. The default checks each object by its kind's rule or its own verify
-    /// function, naming the first one that is not ready; in dry-run it passes without
-    /// looking.
-    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<()> {
+    /// Whether the deployed objects are ready: [`Readiness::Ready`], or
+    /// [`Readiness::NotYet`] with what is not; an `Err` fails the component. The default
+    /// checks each object by its kind's rule or its own verify function, naming the first
+    /// one that is not ready; in dry-run it passes without looking.
+    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<Readiness> {
         if session.dry_run() {
-            return Ok(());
+            return Ok(Readiness::Ready);
         }
         crate::verify::verify_objects(session.cluster(), objects).await
     }

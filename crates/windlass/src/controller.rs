@@ -55,6 +55,7 @@ use crate::error::{Error, Result};
 pub use crate::progress::{Phase, PhaseOutcome};
 pub use crate::resource::{Action, ControllerTypes, PrimaryResource};
 use crate::session::Session;
+use crate::verify::Readiness;
 
 /// The default of [`Controller::should_requeue`]: requeue after
 /// `runtime.requeue-after` until the CR's status, read back, shows it done: `Ready`,
@@ -138,9 +139,10 @@ impl<C: Controller> ControllerTypes for C {
 
 /// A CR kind, the components it owns, and the hooks around its rollouts.
 ///
-/// Only the three types and [`Controller::components`] are required. Everything that can
-/// be "not yet" (rendering, verifying, the hooks, conditions on edges) says so by
-/// returning [`Error::not_yet`] with the reason, which lands in the CR's status message.
+/// Only the three types and [`Controller::components`] are required. A check that can be
+/// "not yet" (a component's verify, a condition on an edge, [`Controller::after_phase`])
+/// returns a [`Readiness`], [`Readiness::NotYet`] with the reason, which lands in the CR's
+/// status message; a render that cannot proceed yet returns [`Error::precondition`].
 #[async_trait]
 pub trait Controller: Send + Sync + Sized + 'static {
     /// The primary resource this controller reconciles: usually the CR type
@@ -219,17 +221,17 @@ pub trait Controller: Send + Sync + Sized + 'static {
     }
 
     /// After each phase of a rollout, told how it ended: after [`Phase::Deploy`] always;
-    /// after [`Phase::Verify`] when deploy and this hook's deploy call both completed. An
-    /// error is the rollout's: [`Error::not_yet`] leaves it incomplete (the status says
-    /// why), any other error fails it; after a completed deploy, an error also keeps the
+    /// after [`Phase::Verify`] when deploy and this hook's deploy call both completed.
+    /// [`Readiness::NotYet`] leaves the rollout incomplete (the status says why), an error
+    /// fails it; after a completed deploy, anything but [`Readiness::Ready`] also keeps the
     /// verify phase from counting as complete.
     async fn after_phase(
         &self,
         _session: &Session<Self>,
         _phase: Phase,
         _outcome: PhaseOutcome,
-    ) -> Result<()> {
-        Ok(())
+    ) -> Result<Readiness> {
+        Ok(Readiness::Ready)
     }
 
     /// Whether to reconcile again, given what the rollout achieved: [`Action::Done`],
@@ -279,8 +281,9 @@ pub fn controller_display<C: Controller>() -> String {
 pub(crate) enum EdgeCondition<C: Controller> {
     /// The upstream component's own verify passes.
     UpstreamReady,
-    /// The author's check: `Ok(())` holds, [`Error::not_yet`] waits with a reason.
-    Check(Arc<dyn Fn(Session<C>) -> BoxFuture<'static, Result<()>> + Send + Sync>),
+    /// The author's check: [`Readiness::Ready`] holds, [`Readiness::NotYet`] waits with a
+    /// reason.
+    Check(Arc<dyn Fn(Session<C>) -> BoxFuture<'static, Result<Readiness>> + Send + Sync>),
 }
 
 impl<C: Controller> Clone for EdgeCondition<C> {
@@ -450,8 +453,8 @@ impl<C: Controller> Components<C> {
     }
 
     /// Like [`Components::depends_on`], and `component` also waits until `condition`
-    /// holds: it gets the session (a cheap handle) and returns `Ok(())` when the edge holds
-    /// or [`Error::not_yet`] with the reason it waits.
+    /// holds: it gets the session (a cheap handle) and returns [`Readiness::Ready`] when the
+    /// edge holds or [`Readiness::NotYet`] with the reason it waits.
     ///
     /// ```
     /// # use windlass::prelude::*;
@@ -459,8 +462,8 @@ impl<C: Controller> Components<C> {
     /// # fn edge<C: Controller>(graph: &mut Components<C>, web: ComponentId, db: ComponentId) -> Result<()> {
     /// graph.depends_on_when(web, db, |session| async move {
     ///     match session.get::<Secret>("external-db").await? {
-    ///         Some(_) => Ok(()),
-    ///         None => Err(Error::not_yet("Secret external-db does not exist yet")),
+    ///         Some(_) => Ok(Readiness::Ready),
+    ///         None => Ok(Readiness::not_yet("Secret external-db does not exist yet")),
     ///     }
     /// })
     /// # }
@@ -473,10 +476,10 @@ impl<C: Controller> Components<C> {
     ) -> Result<()>
     where
         F: Fn(Session<C>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<()>> + Send + 'static,
+        Fut: Future<Output = Result<Readiness>> + Send + 'static,
     {
         let check = Arc::new(
-            move |session: Session<C>| -> BoxFuture<'static, Result<()>> {
+            move |session: Session<C>| -> BoxFuture<'static, Result<Readiness>> {
                 Box::pin(condition(session))
             },
         );

@@ -12,7 +12,7 @@
 //! ```
 //! use windlass::Error;
 //!
-//! let not_yet = Error::not_yet("the database has no endpoint yet");
+//! let not_yet = Error::precondition("the database has no endpoint yet");
 //! assert!(!not_yet.is_fatal());
 //! let broken = Error::config("spec.replicas must be at least 1");
 //! assert!(broken.is_fatal());
@@ -223,36 +223,22 @@ impl Error {
     pub fn rollout(message: impl Into<String>) -> Self {
         Error::Rollout(message.into())
     }
-    /// "Not yet": the one way render, verify, the hooks and edge conditions say that
-    /// something is not ready, with the reason, which becomes the status message. The
-    /// rollout is incomplete, not failed, and the CR is requeued. Raised while verifying it
-    /// reads as [`Error::Verification`] (`Updating=VerifyWait`), elsewhere as
-    /// [`Error::Precondition`] (`Updating=PreconditionWait`).
+    /// A [`Error::Precondition`]: this step cannot proceed yet, for `reason`, which becomes
+    /// the status message. The rollout is incomplete, not failed, and the CR is requeued
+    /// (`Updating=PreconditionWait`). A render returns it when something outside the CR is
+    /// missing; checks say "not yet" with a [`Readiness`](crate::verify::Readiness) instead,
+    /// and treat a precondition error propagated with `?` the same way.
     ///
     /// ```
-    /// let e = windlass::Error::not_yet("the database has no endpoint yet");
+    /// let e = windlass::Error::precondition("the database has no endpoint yet");
     /// assert!(!e.is_fatal());
     /// assert!(e.to_string().contains("the database has no endpoint yet"));
     /// ```
-    pub fn not_yet(reason: impl Into<String>) -> Self {
+    pub fn precondition(reason: impl Into<String>) -> Self {
         Error::Precondition(reason.into())
     }
-    /// This error as seen from the verify phase: a "not yet" there is a verification that
-    /// has not passed.
-    pub(crate) fn in_verify(self) -> Self {
-        match self {
-            Error::Precondition(reason) => Error::Verification(reason),
-            other => other,
-        }
-    }
-    /// A [`Error::Precondition`] with the given message. Prefer [`Error::not_yet`], which
-    /// picks the variant by where it is raised; this and [`Error::verification`] remain
-    /// for code that picks the variant itself.
-    pub fn precondition(message: impl Into<String>) -> Self {
-        Error::Precondition(message.into())
-    }
-    /// A [`Error::Verification`] with the given message.
-    pub fn verification(message: impl Into<String>) -> Self {
+    /// A [`Error::Verification`]: a check that has not passed, as the rollout records it.
+    pub(crate) fn verification(message: impl Into<String>) -> Self {
         Error::Verification(message.into())
     }
     /// An [`Error::Other`] with this message and no source. For a foreign error, prefer
@@ -312,30 +298,6 @@ impl Error {
     }
 }
 
-/// Return a [`Error::Config`] unless `condition` holds.
-pub fn ensure_config(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
-    ensure(condition, || Error::Config(message()))
-}
-
-/// Return a [`Error::Precondition`] unless `condition` holds.
-pub fn ensure_precondition(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
-    ensure(condition, || Error::Precondition(message()))
-}
-
-/// Return a [`Error::Verification`] unless `condition` holds.
-pub fn ensure_verified(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
-    ensure(condition, || Error::Verification(message()))
-}
-
-/// Return a [`ClusterError::Api`] unless `condition` holds.
-pub fn ensure_cluster(condition: bool, message: impl FnOnce() -> String) -> Result<(), Error> {
-    ensure(condition, || Error::cluster(message()))
-}
-
-fn ensure(condition: bool, error: impl FnOnce() -> Error) -> Result<(), Error> {
-    if condition { Ok(()) } else { Err(error()) }
-}
-
 /// The result type of everything operator code implements.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -358,23 +320,6 @@ mod tests {
         ];
         assert!(expected.iter().all(|e| !e.is_fatal()));
         assert!(fatal.iter().all(Error::is_fatal));
-    }
-
-    #[test]
-    fn ensure_helpers_pick_their_variant() {
-        assert_eq!(
-            ensure_config(false, || "bad".into()),
-            Err(Error::config("bad"))
-        );
-        assert_eq!(
-            ensure_precondition(false, || "later".into()),
-            Err(Error::precondition("later"))
-        );
-        assert!(ensure_verified(true, || unreachable!()).is_ok());
-        assert!(matches!(
-            ensure_cluster(false, || "down".into()),
-            Err(Error::Cluster(ClusterError::Api { .. }))
-        ));
     }
 
     #[test]

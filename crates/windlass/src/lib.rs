@@ -100,5 +100,6 @@ pub mod prelude {
     pub use crate::reference::Ref;
     pub use crate::session::Session;
     pub use crate::status::{Status, Unmanaged};
+    pub use crate::verify::Readiness;
     pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 }

@@ -55,6 +55,7 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::progress::{Event, Observer, Phase, PhaseOutcome};
 use crate::reconcile::{Reconciler, Report};
 use crate::session::Session;
+use crate::verify::Readiness;
 
 /// The namespace test CRs live in.
 pub const TEST_NAMESPACE: &str = "test";
@@ -642,13 +643,13 @@ impl<C: Controller> Component<C> for DummyComponent {
         Ok(())
     }
 
-    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<()> {
+    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<Readiness> {
         match &self.behaviour {
             Behaviour::NeverVerifies => {
-                Err(Error::not_yet(format!("{} never verifies", self.name)))
+                Ok(Readiness::not_yet(format!("{} never verifies", self.name)))
             }
             Behaviour::VerifyError(e) => Err(e.clone()),
-            _ if session.dry_run() => Ok(()),
+            _ if session.dry_run() => Ok(Readiness::Ready),
             _ => crate::verify::verify_objects(session.cluster(), objects).await,
         }
     }
@@ -658,16 +659,16 @@ impl<C: Controller> Component<C> for DummyComponent {
 #[derive(Debug, Clone)]
 pub struct Hooks {
     /// After the deploy phase, however it ended.
-    pub after_deploy: Result<()>,
+    pub after_deploy: Result<Readiness>,
     /// After the verify phase, however it ended.
-    pub after_verify: Result<()>,
+    pub after_verify: Result<Readiness>,
 }
 
 impl Default for Hooks {
     fn default() -> Self {
         Hooks {
-            after_deploy: Ok(()),
-            after_verify: Ok(()),
+            after_deploy: Ok(Readiness::Ready),
+            after_verify: Ok(Readiness::Ready),
         }
     }
 }
@@ -747,7 +748,7 @@ impl<K: PrimaryResource> DummyController<K> {
         self.calls.clone()
     }
 
-    fn record(&self, hook: &str, result: &Result<()>) -> Result<()> {
+    fn record(&self, hook: &str, result: &Result<Readiness>) -> Result<Readiness> {
         self.calls.lock().push(hook.to_string());
         result.clone()
     }
@@ -804,7 +805,7 @@ impl<K: PrimaryResource> Controller for DummyController<K> {
         _: &Session<Self>,
         phase: Phase,
         outcome: PhaseOutcome,
-    ) -> Result<()> {
+    ) -> Result<Readiness> {
         let verdict = match phase {
             Phase::Deploy => &self.hooks.after_deploy,
             Phase::Verify => &self.hooks.after_verify,

@@ -11,19 +11,75 @@ use crate::error::{Error, Result};
 use crate::managed::ManagedObject;
 use crate::object::ManifestExt;
 
+/// The answer of a readiness check ([`Component::verify`](crate::component::Component::verify),
+/// an edge condition of
+/// [`Components::depends_on_when`](crate::controller::Components::depends_on_when)): ready,
+/// or not yet with the reason, which becomes the CR's status message.
+///
+/// "Not yet" is a value, not an error: the rollout is incomplete, not failed, and the CR is
+/// requeued. An `Err` from the same check is a real failure (a cluster error, a bad
+/// config); a [`Error::Precondition`] propagated with `?` from a helper is treated as "not
+/// yet" too.
+///
+/// ```
+/// use windlass::verify::Readiness;
+///
+/// let waiting = Readiness::not_yet("the database has no endpoint yet");
+/// assert!(!waiting.is_ready());
+/// assert_eq!(waiting.reason(), Some("the database has no endpoint yet"));
+/// assert!(Readiness::from(true).is_ready());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready: the rollout goes on.
+    Ready,
+    /// Not ready yet, with the reason.
+    NotYet(String),
+}
+
+impl Readiness {
+    /// Not ready yet, for `reason`.
+    pub fn not_yet(reason: impl Into<String>) -> Self {
+        Readiness::NotYet(reason.into())
+    }
+
+    /// Whether this is [`Readiness::Ready`].
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Readiness::Ready)
+    }
+
+    /// Why it is not ready, if it is not.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Readiness::Ready => None,
+            Readiness::NotYet(reason) => Some(reason),
+        }
+    }
+}
+
+/// `true` is ready; `false` is not yet, without a reason to give.
+impl From<bool> for Readiness {
+    fn from(ready: bool) -> Self {
+        match ready {
+            true => Readiness::Ready,
+            false => Readiness::not_yet("not ready"),
+        }
+    }
+}
+
 /// The default verification of a component's objects: every object must exist and
-/// pass its verify function or its kind's rule. An object that has failed for good (a Job
-/// with its `Failed` condition) fails the component. A failed read is a cluster error,
-/// not a verification that has not passed yet. Dry-run skips verification before calling
-/// this.
+/// pass its verify function or its kind's rule; the first that does not is named in the
+/// [`Readiness::NotYet`]. An object that has failed for good (a Job with its `Failed`
+/// condition) fails the component. A failed read is a cluster error, not a verification
+/// that has not passed yet. Dry-run skips verification before calling this.
 ///
 /// Pass the session's cluster ([`crate::session::Session::cluster`]): it answers with the
 /// copies the reconcile already holds (read or returned by a write in the deploy phase),
 /// so verifying costs no request.
-pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) -> Result<()> {
+pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) -> Result<Readiness> {
     for object in objects {
         let Some(live) = cluster.get(&object.reference).await? else {
-            return Err(Error::not_yet(format!(
+            return Ok(Readiness::not_yet(format!(
                 "{} does not exist",
                 object.reference
             )));
@@ -39,10 +95,13 @@ pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) ->
             None => verify_object(&live),
         };
         if !ok {
-            return Err(Error::not_yet(format!("{} is not ready", object.reference)));
+            return Ok(Readiness::not_yet(format!(
+                "{} is not ready",
+                object.reference
+            )));
         }
     }
-    Ok(())
+    Ok(Readiness::Ready)
 }
 
 /// Whether a live object is ready by its kind's rule; kinds without a rule are

@@ -372,10 +372,10 @@ fn check_spec(session: &Session<BackupController>) -> Result<()> {
 
 /// The source Secret exists and has both keys: the condition the schedule waits for. Its
 /// "not yet" reasons become the Backup's status message.
-async fn source_credentials(session: &Session<BackupController>) -> Result<()> {
+async fn source_credentials(session: &Session<BackupController>) -> Result<Readiness> {
     let name = &session.cr().spec.source.credentials_secret;
     let Some(secret) = session.get::<Secret>(name).await? else {
-        return Err(Error::not_yet(format!(
+        return Ok(Readiness::not_yet(format!(
             "waiting for Secret {name} (spec.source.credentialsSecret) with the database's username and password"
         )));
     };
@@ -386,12 +386,12 @@ async fn source_credentials(session: &Session<BackupController>) -> Result<()> {
                 .as_ref()
                 .is_some_and(|d| d.contains_key(key));
         if !present {
-            return Err(Error::not_yet(format!(
+            return Ok(Readiness::not_yet(format!(
                 "Secret {name} (spec.source.credentialsSecret) has no key `{key}`"
             )));
         }
     }
-    Ok(())
+    Ok(Readiness::Ready)
 }
 
 /// Which Secret each Backup reads its database credentials from, as its last reconcile
@@ -594,18 +594,18 @@ impl Component<BackupController> for EncryptionKey {
         &self,
         session: &Session<BackupController>,
         objects: &[ManagedObject],
-    ) -> Result<()> {
+    ) -> Result<Readiness> {
         if session.dry_run() {
-            return Ok(());
+            return Ok(Readiness::Ready);
         }
         let name = session.name_of(ENCRYPTION_KEY);
         let Some(secret) = session.get::<Secret>(ENCRYPTION_KEY).await? else {
-            return Err(Error::not_yet(format!("Secret {name} does not exist")));
+            return Ok(Readiness::not_yet(format!("Secret {name} does not exist")));
         };
         let key = secret.data.as_ref().and_then(|d| d.get(KEY));
         let usable = key.is_some_and(|k| k.0.len() == 64 && k.0.iter().all(u8::is_ascii_hexdigit));
         if !usable {
-            return Err(Error::not_yet(format!(
+            return Ok(Readiness::not_yet(format!(
                 "Secret {name} has no usable `{KEY}` (64 hex digits): restore it, or delete it \
                  to have a new key generated (backups made with the old key need the old key)"
             )));
@@ -725,11 +725,15 @@ impl Component<BackupController> for Schedule {
         &self,
         session: &Session<BackupController>,
         objects: &[ManagedObject],
-    ) -> Result<()> {
+    ) -> Result<Readiness> {
         if !session.dry_run() {
-            windlass::verify::verify_objects(session.cluster(), objects).await?;
+            let readiness = windlass::verify::verify_objects(session.cluster(), objects).await?;
+            if !readiness.is_ready() {
+                return Ok(readiness);
+            }
         }
-        observe_backups(session, objects).await
+        observe_backups(session, objects).await?;
+        Ok(Readiness::Ready)
     }
 }
 

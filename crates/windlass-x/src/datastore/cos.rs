@@ -117,13 +117,13 @@ impl CosConnection {
         )
     }
 
-    /// The PEM CA certificate when TLS is on; [`Error::not_yet`] when its Secret or field is
+    /// The PEM CA certificate when TLS is on; [`Error::precondition`] when its Secret or field is
     /// missing.
     pub async fn tls_cert(&self, secrets: &dyn SecretReader) -> Result<Option<String>> {
         self.endpoint.tls.cert(secrets).await
     }
 
-    /// The access key and secret key; [`Error::not_yet`] naming the Secret or field that is
+    /// The access key and secret key; [`Error::precondition`] naming the Secret or field that is
     /// missing.
     pub async fn keys(&self, secrets: &dyn SecretReader) -> Result<Keys> {
         if let Some(keys) = &self.keys {
@@ -141,7 +141,7 @@ impl CosConnection {
     }
 
     /// The one-line form `s3,endpoint=…,accesskey=…,secretkey=…,bucketsuffix=…`; it holds the
-    /// secret key, so it is a [`SecretString`]. [`Error::not_yet`] when the keys are missing.
+    /// secret key, so it is a [`SecretString`]. [`Error::precondition`] when the keys are missing.
     pub async fn connection_string(&self, secrets: &dyn SecretReader) -> Result<SecretString> {
         let keys = self.keys(secrets).await?;
         Ok(SecretString::new(format!(

@@ -51,7 +51,7 @@ pub trait Connection: std::fmt::Debug + Send + Sync + Sized + 'static {
     const TYPE: &'static str;
 
     /// Read a connection from the CR's section for it: a config error
-    /// naming each missing or malformed key, [`Error::not_yet`] for a Secret that is not there
+    /// naming each missing or malformed key, [`Error::precondition`] for a Secret that is not there
     /// yet (when the section points at a URI Secret).
     async fn from_spec(spec: &ConnectionSpec<'_>, secrets: &dyn SecretReader) -> Result<Self>;
 
@@ -69,7 +69,7 @@ pub trait Datastore<C: Controller>: Component<C> {
     /// The connection it hands out.
     type Connection: Connection;
 
-    /// The connection to what this component deploys. Return [`Error::not_yet`] while it
+    /// The connection to what this component deploys. Return [`Error::precondition`] while it
     /// cannot be known yet.
     async fn connection(&self, session: &Session<C>) -> Result<Self::Connection>;
 }

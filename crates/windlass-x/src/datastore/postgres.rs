@@ -193,7 +193,7 @@ impl PostgresConnection {
         }
     }
 
-    /// The username and password; [`Error::not_yet`] naming the Secret or field that is
+    /// The username and password; [`Error::precondition`] naming the Secret or field that is
     /// missing.
     pub async fn credentials(&self, secrets: &dyn SecretReader) -> Result<Credentials> {
         if let Some(credentials) = &self.credentials {
@@ -210,7 +210,7 @@ impl PostgresConnection {
         })
     }
 
-    /// The PEM CA certificate when TLS is on; [`Error::not_yet`] when its Secret or field is
+    /// The PEM CA certificate when TLS is on; [`Error::precondition`] when its Secret or field is
     /// missing.
     pub async fn tls_cert(&self, secrets: &dyn SecretReader) -> Result<Option<String>> {
         self.endpoint.tls.cert(secrets).await

@@ -92,13 +92,13 @@ impl RedisConnection {
         }
     }
 
-    /// The PEM CA certificate when TLS is on; [`Error::not_yet`] when its Secret or field is
+    /// The PEM CA certificate when TLS is on; [`Error::precondition`] when its Secret or field is
     /// missing.
     pub async fn tls_cert(&self, secrets: &dyn SecretReader) -> Result<Option<String>> {
         self.endpoint.tls.cert(secrets).await
     }
 
-    /// `<scheme>://<user>:<password>@<host>:<port>`; [`Error::not_yet`] naming the Secret or
+    /// `<scheme>://<user>:<password>@<host>:<port>`; [`Error::precondition`] naming the Secret or
     /// field when the credentials are missing.
     pub async fn url(&self, secrets: &dyn SecretReader) -> Result<SecretString> {
         let (username, password) = match &self.credentials {

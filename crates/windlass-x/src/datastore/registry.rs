@@ -413,7 +413,7 @@ impl<C: Controller, K: Connection> Component<C> for Instance<C, K> {
         self.inner.render(session, out).await
     }
 
-    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<()> {
+    async fn verify(&self, session: &Session<C>, objects: &[ManagedObject]) -> Result<Readiness> {
         self.inner.verify(session, objects).await
     }
 

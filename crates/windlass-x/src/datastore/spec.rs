@@ -13,7 +13,7 @@
 //! - `tlsSecretName` and `tlsSecretCertField` come both or neither;
 //! - `uriSecret` with `uriSecretHostnameField` and `uriSecretPortField` (COS adds
 //!   `uriSecretBucketnameField`) read the hostname, port (and bucket) from a Secret instead;
-//! - a Secret that does not exist yet is [`Error::not_yet`] naming it (another operator or a
+//! - a Secret that does not exist yet is [`Error::precondition`] naming it (another operator or a
 //!   user may still create it); a failed read is the cluster error the session returned.
 //!
 //! The TLS keys may be left out; they need not be present as empty strings.
@@ -101,11 +101,12 @@ impl SecretData {
         }
     }
 
-    /// The value of `field` as text; [`Error::not_yet`] naming the Secret and the field when
+    /// The value of `field` as text; [`Error::precondition`] naming the Secret and the field when
     /// it is missing (whoever writes the Secret may not have filled it in yet).
     pub fn require(&self, field: &str) -> Result<SecretString> {
-        self.text(field)?
-            .ok_or_else(|| Error::not_yet(format!("Secret {} has no field {field} yet", self.name)))
+        self.text(field)?.ok_or_else(|| {
+            Error::precondition(format!("Secret {} has no field {field} yet", self.name))
+        })
     }
 }
 
@@ -144,17 +145,16 @@ impl<C: Controller> SecretReader for Session<C> {
     }
 }
 
-/// Read the Secret `name`; [`Error::not_yet`] naming it and what needs it when it does not
+/// Read the Secret `name`; [`Error::precondition`] naming it and what needs it when it does not
 /// exist.
 pub async fn read_secret(
     secrets: &dyn SecretReader,
     name: &str,
     needed_for: &str,
 ) -> Result<SecretData> {
-    secrets
-        .secret(name)
-        .await?
-        .ok_or_else(|| Error::not_yet(format!("Secret {name} ({needed_for}) does not exist yet")))
+    secrets.secret(name).await?.ok_or_else(|| {
+        Error::precondition(format!("Secret {name} ({needed_for}) does not exist yet"))
+    })
 }
 
 /// The `connection` section of one datastore in the CR, with its path for messages.
@@ -310,7 +310,7 @@ impl TlsSecret {
         }
     }
 
-    /// The PEM CA certificate; [`Error::not_yet`] when the Secret or its field is missing.
+    /// The PEM CA certificate; [`Error::precondition`] when the Secret or its field is missing.
     pub async fn read_cert(&self, secrets: &dyn SecretReader) -> Result<String> {
         let data = read_secret(secrets, &self.secret_name, "TLS certificate").await?;
         Ok(data.require(&self.cert_field)?.expose().to_string())
@@ -370,7 +370,7 @@ pub struct CredentialSecret {
 }
 
 impl CredentialSecret {
-    /// Read both values; [`Error::not_yet`] naming the Secret or the field that is missing.
+    /// Read both values; [`Error::precondition`] naming the Secret or the field that is missing.
     pub async fn read(
         &self,
         secrets: &dyn SecretReader,

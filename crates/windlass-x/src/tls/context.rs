@@ -80,7 +80,7 @@ pub trait TlsContext<C: Controller>: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// The pair requested for `key`, from a component's render. A pair that was not
-    /// requested is a config error; one that is not available yet is [`windlass::Error::not_yet`].
+    /// requested is a config error; one that is not available yet is [`windlass::Error::precondition`].
     async fn server_pair(&self, session: &Session<C>, key: &PairKey) -> Result<KeyCertPair>;
 
     /// The CA certificate (PEM) clients trust to reach the servers.

@@ -45,6 +45,7 @@ use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, Phase, PhaseOutcome};
 use crate::session::Session;
+use crate::verify::Readiness;
 
 /// Roll out `components` for the session's CR and report what was achieved.
 pub async fn run<C: Controller>(
@@ -178,8 +179,9 @@ fn phase_outcome(complete: bool, failed: bool) -> PhaseOutcome {
     }
 }
 
-/// Run the controller's `after_phase` hook and report its verdict. Its "not yet" reads as
-/// a verification that has not passed, naming the phase.
+/// Run the controller's `after_phase` hook and report its verdict. Its "not yet" (or a
+/// precondition error it propagated) reads as a verification that has not passed, naming
+/// the phase.
 async fn after_phase<C: Controller>(
     controller: &C,
     session: &Session<C>,
@@ -190,14 +192,16 @@ async fn after_phase<C: Controller>(
     session.emit(Event::Hook {
         phase,
         outcome,
-        passed: result.is_ok(),
+        passed: matches!(result, Ok(Readiness::Ready)),
     });
-    result.map_err(|e| match e {
-        Error::Precondition(reason) | Error::Verification(reason) => {
-            Error::verification(format!("after the {phase} phase ({outcome}): {reason}"))
-        }
-        other => other,
-    })
+    match result {
+        Ok(Readiness::Ready) => Ok(()),
+        Ok(Readiness::NotYet(reason))
+        | Err(Error::Precondition(reason) | Error::Verification(reason)) => Err(
+            Error::verification(format!("after the {phase} phase ({outcome}): {reason}")),
+        ),
+        Err(other) => Err(other),
+    }
 }
 
 struct Rollout<'a, C: Controller> {
@@ -227,11 +231,12 @@ impl<C: Controller> Rollout<'_, C> {
             Some(EdgeCondition::Check(check)) => check(self.session.clone()),
         };
         match AssertUnwindSafe(check).catch_unwind().await {
-            Ok(Ok(())) => {
+            Ok(Ok(Readiness::Ready)) => {
                 self.waiting_for(&component, None);
                 Ok(true)
             }
-            Ok(Err(Error::Precondition(reason) | Error::Verification(reason))) => {
+            Ok(Ok(Readiness::NotYet(reason)))
+            | Ok(Err(Error::Precondition(reason) | Error::Verification(reason))) => {
                 self.waiting_for(&component, Some(reason));
                 Ok(false)
             }
@@ -280,53 +285,54 @@ impl<C: Controller> Rollout<'_, C> {
             let verdict = self.check_ready(id).await;
             self.session.emit(Event::Verified {
                 component: self.name(id).to_string(),
-                ok: verdict.is_ok(),
+                ok: matches!(verdict, Ok(Readiness::Ready)),
             });
-            match verdict {
-                Ok(()) => {
+            match verdict? {
+                Readiness::Ready => {
                     self.waiting_for(self.name(id), None);
                     Ok(true)
                 }
-                Err(Error::Verification(reason)) => {
+                Readiness::NotYet(reason) => {
                     self.waiting_for(self.name(id), Some(reason));
                     Ok(false)
                 }
-                Err(e) => Err(e),
             }
         })
         .await
     }
 
     /// Whether the component is ready: an enabled one by its own verify, a disabled one
-    /// once its objects are gone. A "not yet" reads as a verification in waiting.
-    async fn check_ready(&self, id: NodeId) -> Result<()> {
+    /// once its objects are gone. A precondition error that a verify propagated from a
+    /// helper (a Secret not there yet) is a "not yet" too, not a failure.
+    async fn check_ready(&self, id: NodeId) -> Result<Readiness> {
         let entry = self.components.graph.data(id);
         let objects = self.render(id).await?;
         if entry.disabled {
-            return match self.all_gone(id) {
-                true => Ok(()),
-                false => Err(Error::verification(format!(
+            return Ok(match self.all_gone(id) {
+                true => Readiness::Ready,
+                false => Readiness::not_yet(format!(
                     "the objects of disabled component \"{}\" are not gone yet",
                     self.name(id)
-                ))),
-            };
+                )),
+            });
         }
-        entry
-            .component
-            .verify(self.session, &objects)
-            .await
-            .map_err(Error::in_verify)
+        match entry.component.verify(self.session, &objects).await {
+            Err(Error::Precondition(reason) | Error::Verification(reason)) => {
+                Ok(Readiness::NotYet(reason))
+            }
+            verdict => verdict,
+        }
     }
 
     /// The condition of a [`Components::depends_on_ready`] edge: the upstream component,
     /// deployed already, verifies.
-    async fn upstream_ready(&self, upstream: NodeId) -> Result<()> {
-        self.check_ready(upstream).await.map_err(|e| match e {
-            Error::Verification(reason) | Error::Precondition(reason) => Error::not_yet(format!(
+    async fn upstream_ready(&self, upstream: NodeId) -> Result<Readiness> {
+        Ok(match self.check_ready(upstream).await? {
+            Readiness::Ready => Readiness::Ready,
+            Readiness::NotYet(reason) => Readiness::NotYet(format!(
                 "waiting for \"{}\" to be ready: {reason}",
                 self.name(upstream)
             )),
-            other => other,
         })
     }
 

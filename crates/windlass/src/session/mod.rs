@@ -79,7 +79,7 @@ pub(crate) use ledger::{Ledger, Recorded};
 ///         let text = format!("{}{}", session.cr().spec.greeting, session.config().suffix);
 ///         // A typed read, by full name: `None` when it does not exist.
 ///         if session.get::<Secret>("api-token").await?.is_none() {
-///             return Err(Error::not_yet("Secret api-token does not exist yet"));
+///             return Err(Error::precondition("Secret api-token does not exist yet"));
 ///         }
 ///         out.add("configmap", &ConfigMap {
 ///             metadata: session.meta(GREETING),

@@ -52,7 +52,7 @@ impl Controller for NamespaceDefaults {
     type Status = Unmanaged;
     fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
         if session.name().starts_with("kube-") {
-            return Err(Error::not_yet("system namespaces are left alone"));
+            return Err(Error::precondition("system namespaces are left alone"));
         }
         let mut graph = Components::new();
         graph.add(Defaults)?;

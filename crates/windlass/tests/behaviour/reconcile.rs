@@ -443,7 +443,7 @@ impl Controller for Gated {
         let db = g.add(DummyComponent::new("db").with_configmap("db"))?;
         let web = g.add(DummyComponent::new("web").with_configmap("web"))?;
         g.depends_on_when(web, db, |_| async {
-            Err(Error::not_yet("the gate is shut"))
+            Ok(Readiness::not_yet("the gate is shut"))
         })?;
         Ok(g)
     }

@@ -6,6 +6,7 @@ use windlass::reconcile::Action;
 use windlass::testing::{
     Behaviour, DummyComponent, DummyController, Harness, Hooks, TEST_NAMESPACE, assert_condition,
 };
+use windlass::verify::Readiness;
 
 use crate::support::{available, cm_ref, deployment, deployment_ref};
 
@@ -136,7 +137,7 @@ async fn hooks_run_in_their_phase_combinations() {
     let controller = DummyController::new()
         .component(DummyComponent::new("db").with_configmap("db"), &[])
         .hooks(Hooks {
-            after_deploy: Err(Error::not_yet("after_deploy waits")),
+            after_deploy: Ok(Readiness::not_yet("after_deploy waits")),
             ..Hooks::default()
         });
     let calls = controller.calls();
@@ -150,7 +151,7 @@ async fn a_hook_saying_not_yet_is_incomplete_but_not_failed() {
     let controller = DummyController::new()
         .component(DummyComponent::new("db").with_configmap("db"), &[])
         .hooks(Hooks {
-            after_verify: Err(Error::not_yet("after_verify waits")),
+            after_verify: Ok(Readiness::not_yet("after_verify waits")),
             ..Hooks::default()
         });
     let env = Harness::new(controller).await;
@@ -162,8 +163,8 @@ async fn a_hook_saying_not_yet_is_incomplete_but_not_failed() {
     assert!(!state.verify_completed());
     assert_eq!(
         report.error,
-        Some(Error::verification(
-            "after the verify phase (completed): after_verify waits"
+        Some(Error::Verification(
+            "after the verify phase (completed): after_verify waits".into()
         ))
     );
     let status = env.status(&cr).await;
@@ -358,4 +359,34 @@ async fn a_forged_inventory_entry_never_gets_another_object_deleted() {
         "the forged entries are forgotten: {recorded}"
     );
     assert!(env.get(&cm_ref("a-web")).await.is_some());
+}
+
+#[tokio::test]
+async fn a_precondition_error_raised_in_verify_waits_like_not_yet() {
+    // A verify that propagates a helper's precondition error with `?` (a Secret that is
+    // not there yet) leaves the component unverified, as `Readiness::NotYet` does; only
+    // other errors fail it.
+    let controller = DummyController::new().component(
+        DummyComponent::new("db")
+            .with_configmap("db")
+            .behave(Behaviour::VerifyError(Error::precondition(
+                "Secret db-ca does not exist yet",
+            ))),
+        &[],
+    );
+    let env = Harness::new(controller).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    let state = report.state.expect("a rollout ran");
+    assert!(!state.failed(), "a precondition in verify is not a failure");
+    assert!(state.verified().is_empty());
+    assert!(matches!(report.outcome, Action::RequeueAfter(_)));
+    let status = env.status(&cr).await;
+    assert_condition(&status, "Updating", true, "VerifyWait");
+    assert!(
+        status["conditions"]
+            .to_string()
+            .contains("Secret db-ca does not exist yet"),
+        "the reason reaches the status: {status}"
+    );
 }

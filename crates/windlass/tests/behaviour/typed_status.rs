@@ -39,7 +39,7 @@ impl Component<Publisher> for Publisher {
             .then(|| format!("http://{}", session.name()));
         session.update_status(|status| status.url = url);
         if self.fail.load(Ordering::SeqCst) {
-            return Err(Error::not_yet("the load balancer has no address yet"));
+            return Err(Error::precondition("the load balancer has no address yet"));
         }
         Ok(())
     }
