@@ -173,17 +173,20 @@ pub trait Controller: Send + Sync + Sized + 'static {
         None
     }
 
-    /// This controller's own watch filters, applied on top of the configured global one:
-    /// a filter for every watched kind, or for one kind.
-    /// Dependent watches AND them with [`DependentWatch`](crate::watch::filter::DependentWatch).
-    /// By default none: the global filter alone decides.
+    /// What this controller watches besides its CR's kind and the kinds its components
+    /// render, and its own event filters on top of the configured global one; see
+    /// [`Watches`](crate::watch::Watches). By default nothing more: the global filter alone
+    /// decides. Called once, when the controller starts.
     ///
     /// ```
     /// # use windlass::prelude::*;
     /// # #[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
     /// # #[kube(group = "example.com", version = "v1", kind = "App", namespaced)]
     /// # struct AppSpec {}
-    /// use windlass::watch::filter::{LabelSelector, WatchFilters};
+    /// use k8s_openapi::api::core::v1::Secret;
+    /// use windlass::object::{ManifestExt, ObjectRef};
+    /// use windlass::watch::Watches;
+    /// use windlass::watch::filter::LabelSelector;
     ///
     /// struct AppController;
     ///
@@ -195,24 +198,20 @@ pub trait Controller: Send + Sync + Sized + 'static {
     ///     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
     ///         Ok(Components::new())
     ///     }
-    ///     // Only reconcile Apps labelled for this shard.
-    ///     fn watch_filters(&self) -> WatchFilters {
-    ///         WatchFilters::new().kind_of::<App>(LabelSelector::new([("shard", "a")]))
+    ///     fn watches(&self) -> Watches {
+    ///         Watches::new()
+    ///             // The Secret `<app>-credentials` concerns the App `<app>`.
+    ///             .watch::<Secret>(|secret| {
+    ///                 let app = secret.name()?.strip_suffix("-credentials")?;
+    ///                 Some(vec![ObjectRef::new("example.com/v1", "App", secret.namespace(), app)])
+    ///             })
+    ///             // Only reconcile Apps labelled for this shard.
+    ///             .filter_kind::<App>(LabelSelector::new([("shard", "a")]))
     ///     }
     /// }
     /// ```
-    fn watch_filters(&self) -> crate::watch::filter::WatchFilters {
-        crate::watch::filter::WatchFilters::new()
-    }
-
-    /// Kinds to watch besides the CR's and the ones its components render, each with the
-    /// CRs an object concerns; see
-    /// [`ExtraWatch`](crate::watch::ExtraWatch). By default none. Their objects
-    /// also serve the reconcile's reads of that kind from memory. A kind the components
-    /// also render is then watched only by this watch (with its label selector, if any),
-    /// not by the label-scoped watch of windlass's own objects.
-    fn watches(&self) -> Vec<crate::watch::ExtraWatch> {
-        Vec::new()
+    fn watches(&self) -> crate::watch::Watches {
+        crate::watch::Watches::new()
     }
 
     /// Defaults merged under the CR before it is parsed: the CR wins.

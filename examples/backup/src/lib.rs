@@ -92,9 +92,9 @@ use windlass::annotations::labels;
 use windlass::cluster::Selector;
 use windlass::component::restricted_pod;
 use windlass::config::ConfigOverrides;
-use windlass::object::{ManifestExt, ObjectRef, TypeRef};
+use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::watch::ExtraWatch;
+use windlass::watch::Watches;
 
 // ─── The custom resource ────────────────────────────────────────────────────────────────
 
@@ -314,22 +314,19 @@ impl Controller for BackupController {
     /// `--watch-namespace` bounds that. A watch of a kind the components also render
     /// replaces windlass's own watch of it, so the Job watch's selector must also match
     /// the one-off Job windlass applies.
-    fn watches(&self) -> Vec<ExtraWatch> {
+    fn watches(&self) -> Watches {
         let sources = self.sources.clone();
-        let secrets = ExtraWatch::new(TypeRef::of::<Secret>(), move |secret| {
-            Some(sources.backups_reading(secret.namespace()?, secret.name()?))
-        });
-        let jobs = ExtraWatch::new(TypeRef::of::<Job>(), |job| {
-            let backup = job.label(labels::INSTANCE)?;
-            Some(vec![backup_ref(job.namespace(), backup)])
-        })
         // Every backup Job, the CronJob's and the one-off: both carry the pod labels,
         // and windlass's own Job (the one-off) carries the standard labels too.
-        .labels(Selector::from_iter([(
-            labels::NAME.to_string(),
-            app_label(),
-        )]));
-        vec![secrets, jobs]
+        let backup_jobs = Selector::from_iter([(labels::NAME.to_string(), app_label())]);
+        Watches::new()
+            .watch::<Secret>(move |secret| {
+                Some(sources.backups_reading(secret.namespace()?, secret.name()?))
+            })
+            .watch_selected::<Job>(backup_jobs, |job| {
+                let backup = job.label(labels::INSTANCE)?;
+                Some(vec![backup_ref(job.namespace(), backup)])
+            })
     }
 }
 

@@ -542,34 +542,29 @@ async fn the_status_reports_what_the_cronjob_and_its_jobs_did() {
 async fn secrets_and_backup_jobs_wake_the_backups_they_concern() {
     let env = Harness::dry_run(BackupController::default()).await;
     let watches = env.reconciler.controller().watches();
-    let map = |kind: &str, object: &Value| -> Vec<ObjectRef> {
-        let watch = watches
-            .iter()
-            .find(|w| w.type_ref.kind == kind)
-            .unwrap_or_else(|| panic!("no {kind} watch"));
-        (watch.map)(object).unwrap_or_default()
-    };
     let secret = credentials(json!({}));
     assert!(
-        map("Secret", &secret).is_empty(),
+        watches.crs_concerned(&secret).is_empty(),
         "no Backup has been seen yet"
     );
     let cr = env.apply_cr("shop-db", backup(json!({}))).await;
     env.reconcile(&cr).await;
-    assert_eq!(map("Secret", &secret), vec![cr.clone()]);
+    assert_eq!(watches.crs_concerned(&secret), vec![cr.clone()]);
     let mut elsewhere = secret.clone();
     elsewhere["metadata"]["namespace"] = json!("other");
-    assert!(map("Secret", &elsewhere).is_empty());
+    assert!(watches.crs_concerned(&elsewhere).is_empty());
 
     // The Job watch is scoped to this operator's objects and maps by instance label.
-    let jobs = watches.iter().find(|w| w.type_ref.kind == "Job").unwrap();
-    assert_eq!(
-        jobs.labels.as_ref().map(ToString::to_string).as_deref(),
-        Some("app.kubernetes.io/name=backup")
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "shop-db-backup-1", "namespace": TEST_NAMESPACE,
+        "labels": {"app.kubernetes.io/instance": "shop-db", "app.kubernetes.io/name": "backup"}}});
+    assert_eq!(watches.crs_concerned(&job), [cr]);
+    let mut someone_elses = job.clone();
+    someone_elses["metadata"]["labels"]["app.kubernetes.io/name"] = json!("other-app");
+    assert!(
+        watches.crs_concerned(&someone_elses).is_empty(),
+        "the Job watch selects this operator's Jobs only"
     );
-    let job = json!({"metadata": {"name": "shop-db-backup-1", "namespace": TEST_NAMESPACE,
-        "labels": {"app.kubernetes.io/instance": "shop-db"}}});
-    assert_eq!(map("Job", &job), [cr]);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Label and field selectors, parsed once and matched against manifests. A label selector
 //! is kube-rs's [`Selector`] (what [`ListQuery`](super::ListQuery),
-//! [`ExtraWatch`](crate::watch::ExtraWatch) and `Session::list` take); [`parse_labels`]
+//! [`Watches::watch_selected`](crate::watch::Watches::watch_selected) and `Session::list`
+//! take); [`parse_labels`]
 //! reads one written as text, as a user or a configuration file gives it. kube-rs has no
 //! parser of that text, hence this one.
 //!

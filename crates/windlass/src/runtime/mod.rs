@@ -347,8 +347,7 @@ impl<C: Controller> Start for Pending<C> {
         let operator = &context.operator;
         let (queue, period) = queue::from_config(operator)
             .map_err(|e| Error::config(format!("runtime.max-concurrent-reconciles: {e}")))?;
-        let filters = controller.watch_filters();
-        let controller_watches = controller.watches();
+        let (controller_watches, filters) = controller.watches().into_parts();
         let (kinds_tx, kinds_rx) = mpsc::unbounded_channel();
         let reconciler = Reconciler::new(
             controller,

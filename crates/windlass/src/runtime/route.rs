@@ -397,7 +397,7 @@ mod tests {
             queue::new_queue(1, Default::default()).unwrap(),
             cluster.clone(),
             GlobalFilter::Default.spec(),
-            WatchFilters::new(),
+            WatchFilters::default(),
             Vec::new(),
         );
         let queued = router.route(&event(cr));

@@ -679,20 +679,17 @@ impl windlass::controller::Controller for Copier {
         graph.add(Copy)?;
         Ok(graph)
     }
-    fn watches(&self) -> Vec<windlass::watch::ExtraWatch> {
-        vec![windlass::watch::ExtraWatch::new(
-            TypeRef::new("v1", "ConfigMap"),
-            |cm| {
-                let name = cm["metadata"]["name"].as_str()?.strip_suffix("-input")?;
-                let ns = cm["metadata"]["namespace"].as_str();
-                Some(vec![ObjectRef::new(
-                    "test.windlass.dev/v1",
-                    "Widget",
-                    ns,
-                    name,
-                )])
-            },
-        )]
+    fn watches(&self) -> windlass::watch::Watches {
+        windlass::watch::Watches::new().watch::<k8s_openapi::api::core::v1::ConfigMap>(|cm| {
+            let name = cm["metadata"]["name"].as_str()?.strip_suffix("-input")?;
+            let ns = cm["metadata"]["namespace"].as_str();
+            Some(vec![ObjectRef::new(
+                "test.windlass.dev/v1",
+                "Widget",
+                ns,
+                name,
+            )])
+        })
     }
 }
 
@@ -817,11 +814,11 @@ impl windlass::controller::Controller for TenantDefaults {
         })?;
         Ok(graph)
     }
-    fn watch_filters(&self) -> windlass::watch::filter::WatchFilters {
-        use windlass::watch::filter::{LabelSelector, WatchFilters};
-        WatchFilters::new().kind_of::<k8s_openapi::api::core::v1::Namespace>(LabelSelector::new([
-            ("windlass.dev/test-tenant", "yes"),
-        ]))
+    fn watches(&self) -> windlass::watch::Watches {
+        use windlass::watch::filter::LabelSelector;
+        windlass::watch::Watches::new().filter_kind::<k8s_openapi::api::core::v1::Namespace>(
+            LabelSelector::new([("windlass.dev/test-tenant", "yes")]),
+        )
     }
 }
 

@@ -17,7 +17,7 @@
 //!   The split is deliberate: a group may stop testing once its outcome is decided, and the
 //!   type system guarantees that skipping a test cannot change any member's state.
 //! - State belongs to one object and one requester (the CR whose reconcile the event would
-//!   start): a [`FilterTracker`] keeps one filter instance per (object uid, requester),
+//!   start): a `FilterTracker` keeps one filter instance per (object uid, requester),
 //!   built from a [`FilterSpec`], and drops them when the object is deleted.
 //! - [`All`] and [`Any`] combine votes: abstentions are ignored, an empty group passes, a
 //!   group in which every member abstains fails, and every member is updated on every
@@ -36,11 +36,11 @@
 //! # The global filter
 //!
 //! `runtime.event-filter` picks the filter applied to every watched object
-//! ([`GlobalFilter`]): `default` or `annotation`. The config cannot name
+//! (`default` or `annotation`). The config cannot name
 //! code to load; custom filters are passed to the runtime in code: a controller's own
 //! filters come from
-//! [`Controller::watch_filters`](crate::controller::Controller::watch_filters)
-//! ([`WatchFilters`]), AND-ed with the global one.
+//! [`Controller::watches`](crate::controller::Controller::watches)
+//! ([`Watches::filter`](crate::watch::Watches::filter)), AND-ed with the global one.
 //!
 //! `default` passes more than changes that bump the generation: a filter that ignored every
 //! other change would leave unpausing a CR or editing its labels waiting for the periodic
@@ -74,43 +74,18 @@
 //!
 //! # How the runtime uses it
 //!
-//! One [`FilterTracker`] per watch stream, built with the configured global filter. For
+//! One `FilterTracker` per watch stream, built with the configured global filter. For
 //! each event, the runtime names the CRs the event concerns and the filter each one
 //! asks for, and gets back the CRs to reconcile:
 //!
-//! ```
-//! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-//! use windlass::config::OperatorConfig;
-//! use windlass::watch::filter::{EventKind, FilterTracker, GlobalFilter, WatchEvent, WatchFilters};
-//!
-//! let config = OperatorConfig::default();
-//! let global = GlobalFilter::from_config(&config).spec();
-//! // What `Controller::watch_filters` returned, narrowed to the watched kind.
-//! let own = WatchFilters::new().for_kind(&windlass::object::TypeRef::new("example.com/v1", "App"));
-//! let mut tracker = FilterTracker::new(global);
-//!
-//! let mut cr = ObjectMeta {
-//!     name: Some("shop".into()),
-//!     namespace: Some("default".into()),
-//!     uid: Some("u-1".into()),
-//!     generation: Some(1),
-//!     resource_version: Some("10".into()),
-//!     ..Default::default()
-//! };
-//! let start = tracker.admit(WatchEvent::new(EventKind::Added, &cr), [("default/shop", &own)]);
-//! assert_eq!(start, ["default/shop"]);
-//!
-//! // windlass writes the status: new resourceVersion, same generation.
-//! cr.resource_version = Some("11".into());
-//! let start = tracker.admit(WatchEvent::new(EventKind::Modified, &cr), [("default/shop", &own)]);
-//! assert!(start.is_empty());
-//! # Ok::<(), windlass::Error>(())
-//! ```
+//! (The unit test `the_tracker_starts_a_reconcile_on_creation_but_not_on_a_status_write`
+//! walks through it.)
 //!
 //! kube-runtime's watcher does not tell an added object from a modified one
-//! (`Event::Apply`, `Event::InitApply`); [`FilterTracker::apply_kind`] does, from whether
-//! the object has filter state. After a relist (`Event::InitDone`),
-//! [`FilterTracker::retain`] drops the state of objects deleted while the watch was down.
+//! (`Event::Apply`, `Event::InitApply`); `FilterTracker::apply_kind` does, from whether
+//! the object has filter state. After a relist (`Event::InitDone`), the runtime's watch
+//! source reports the objects deleted while the watch was down as deletions, which drop
+//! their state.
 
 mod builtin;
 mod compose;
@@ -128,8 +103,9 @@ pub use builtin::{
     RESOURCE_VERSIONS_KEPT, ResourceVersion, SubsystemStatus, UserAnnotations,
 };
 pub use compose::{All, Any, FilterSpec};
-pub use policy::{GlobalFilter, WatchFilters, changed, generation_only};
-pub use tracker::FilterTracker;
+pub(crate) use policy::{GlobalFilter, WatchFilters};
+pub use policy::{changed, generation_only};
+pub(crate) use tracker::FilterTracker;
 
 /// What happened to the object: the three watch event types of the Kubernetes API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Annotations, CreationDeletion, DeletionRequested, DependentWatch, Enable, FilterSpec,
-    Generation, Labels, NoGeneration, Pause, ResourceVersion, UserAnnotations,
+    Annotations, CreationDeletion, DeletionRequested, Enable, FilterSpec, Generation, Labels,
+    NoGeneration, Pause, ResourceVersion, UserAnnotations,
 };
 use crate::config::{EventFilter, OperatorConfig};
 use crate::object::TypeRef;
@@ -27,8 +27,9 @@ pub fn changed() -> FilterSpec {
 /// The generation-only filter:
 /// `All[CreationDeletion, Generation, NoGeneration, ResourceVersion, Pause]`. It ignores
 /// annotation and label edits, unpausing included, which then wait for the periodic
-/// reconcile; windlass's [`GlobalFilter::Default`] does not. For a controller that wants
-/// exactly that, through [`WatchFilters`].
+/// reconcile; windlass's `default` global filter (`runtime.event-filter`) does not. For a
+/// controller that wants exactly that, through
+/// [`Watches::filter`](crate::watch::Watches::filter).
 pub fn generation_only() -> FilterSpec {
     FilterSpec::all([
         CreationDeletion.into(),
@@ -51,7 +52,8 @@ pub fn generation_only() -> FilterSpec {
 /// [`PLATFORM_ANNOTATION_DOMAINS`](super::PLATFORM_ANNOTATION_DOMAINS)) and a deletion
 /// request pass, and a status-only change or a replay does not.
 ///
-/// Custom filters are given in code, per controller, through [`WatchFilters`].
+/// Custom filters are given in code, per controller, through
+/// [`Watches::filter`](crate::watch::Watches::filter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GlobalFilter {
     /// `default`.
@@ -91,27 +93,8 @@ impl GlobalFilter {
 /// A controller's own filters, applied on top of the global filter: to every kind the
 /// controller watches, or to one kind only. All that apply to a kind are AND-ed.
 ///
-/// Returned by [`Controller::watch_filters`](crate::controller::Controller::watch_filters);
-/// the runtime asks it for the spec of each watch ([`WatchFilters::for_kind`],
-/// [`WatchFilters::for_dependent`]).
-///
-/// ```
-/// use k8s_openapi::api::core::v1::ConfigMap;
-/// use windlass::object::TypeRef;
-/// use windlass::watch::filter::{LabelSelector, SubsystemStatus, WatchFilters};
-///
-/// let filters = WatchFilters::new()
-///     .every_kind(LabelSelector::new([("team", "shop")]))
-///     .kind_of::<ConfigMap>(SubsystemStatus::default());
-/// assert_eq!(
-///     format!("{:?}", filters.for_kind(&TypeRef::of::<ConfigMap>())),
-///     "All[LabelSelector, SubsystemStatus]"
-/// );
-/// assert_eq!(
-///     format!("{:?}", filters.for_dependent(&TypeRef::new("v1", "Secret"))),
-///     "All[DependentWatch, LabelSelector]"
-/// );
-/// ```
+/// Declared through [`Watches`](crate::watch::Watches); the runtime asks it for the spec
+/// of each watch ([`WatchFilters::for_kind`]).
 #[derive(Debug, Clone, Default)]
 pub struct WatchFilters {
     every_kind: Vec<FilterSpec>,
@@ -119,11 +102,6 @@ pub struct WatchFilters {
 }
 
 impl WatchFilters {
-    /// No filters of the controller's own: only the global filter applies.
-    pub fn new() -> Self {
-        WatchFilters::default()
-    }
-
     /// Add a filter for every kind the controller watches, its owned and dependent kinds
     /// included.
     pub fn every_kind(mut self, filter: impl Into<FilterSpec>) -> Self {
@@ -137,23 +115,14 @@ impl WatchFilters {
         self
     }
 
-    /// [`WatchFilters::kind`] for a Rust type: a k8s-openapi kind or a CR.
-    pub fn kind_of<K: kube::Resource<DynamicType = ()>>(
-        self,
-        filter: impl Into<FilterSpec>,
-    ) -> Self {
-        let kind = TypeRef::new(K::api_version(&()), K::kind(&()));
-        self.kind(kind, filter)
-    }
-
     /// Whether the controller declared no filter.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.every_kind.is_empty() && self.by_kind.is_empty()
     }
 
-    /// The filter for a watch of `kind` whose events reconcile the object itself or its
-    /// owner: all filters declared for every kind and for `kind`, AND-ed; [`Enable`] if
-    /// none.
+    /// The filter for a watch of `kind`: all filters declared for every kind and for
+    /// `kind`, AND-ed; [`Enable`] if none.
     pub fn for_kind(&self, kind: &TypeRef) -> FilterSpec {
         let mut members: Vec<FilterSpec> = self.every_kind.clone();
         members.extend(self.by_kind.get(kind).into_iter().flatten().cloned());
@@ -162,19 +131,5 @@ impl WatchFilters {
             1 => members.remove(0),
             _ => FilterSpec::all(members),
         }
-    }
-
-    /// The filter for a dependent watch of `kind` (objects the reconcile applied): the
-    /// [`DependentWatch`] filter, AND-ed with [`WatchFilters::for_kind`] when the
-    /// controller declared any for `kind`.
-    pub fn for_dependent(&self, kind: &TypeRef) -> FilterSpec {
-        let own = self.every_kind.len() + self.by_kind.get(kind).map_or(0, Vec::len);
-        if own == 0 {
-            return FilterSpec::new(DependentWatch);
-        }
-        let mut members = vec![FilterSpec::new(DependentWatch)];
-        members.extend(self.every_kind.iter().cloned());
-        members.extend(self.by_kind.get(kind).into_iter().flatten().cloned());
-        FilterSpec::all(members)
     }
 }

@@ -768,7 +768,7 @@ fn tracker_keeps_the_first_filter_of_a_requester_and_counts_a_requester_once() {
 }
 
 #[test]
-fn tracker_drops_state_on_delete_forget_and_retain() {
+fn tracker_drops_state_on_delete_and_forget() {
     let mut tracker = FilterTracker::new(FilterSpec::new(Enable));
     let own = FilterSpec::new(Enable);
     let v1 = Obj::cr();
@@ -801,7 +801,7 @@ fn tracker_drops_state_on_delete_forget_and_retain() {
     tracker.admit(v1.event(Added), [("a", &own)]);
     tracker.admit(other.event(Added), [("a", &own)]);
     assert_eq!(tracker.len(), 2);
-    tracker.retain(|uid| uid == "uid-other");
+    tracker.forget("uid-shop");
     assert_eq!(tracker.len(), 1);
     assert_eq!(tracker.apply_kind(&v1.meta), Added);
     tracker.forget("uid-other");
@@ -947,8 +947,8 @@ fn the_default_filter_ignores_a_paused_objects_deletion() {
 
 #[test]
 fn the_default_filter_on_dependent_watches_of_owned_objects() {
-    // Owned objects are watched metadata-only; the controller declared no filters.
-    let dependent = WatchFilters::new().for_dependent(&TypeRef::new("apps/v1", "Deployment"));
+    // Owned objects are watched metadata-only.
+    let dependent = FilterSpec::new(DependentWatch);
     let created = Obj::cr().metadata_only();
     let applied = created.next(|o| {
         o.bump_generation();
@@ -1048,34 +1048,28 @@ fn the_configured_event_filter_picks_the_global_filter() {
 // Per-controller filters
 
 #[test]
-fn controller_filters_apply_to_every_kind_or_one_and_dependents_and_them() {
+fn controller_filters_apply_to_every_kind_or_one() {
     let app = TypeRef::new("example.com/v1", "App");
     let secret = TypeRef::new("v1", "Secret");
     assert_eq!(
-        format!("{:?}", WatchFilters::new().for_kind(&app)),
+        format!("{:?}", WatchFilters::default().for_kind(&app)),
         "Enable"
     );
-    assert_eq!(
-        format!("{:?}", WatchFilters::new().for_dependent(&secret)),
-        "DependentWatch"
-    );
-    assert!(WatchFilters::new().is_empty());
+    assert!(WatchFilters::default().is_empty());
 
-    let filters = WatchFilters::new()
-        .every_kind(LabelSelector::new([("shard", "a")]))
-        .kind(app.clone(), SubsystemStatus::default());
+    // Declared as a controller declares them.
+    let (_, filters) = crate::watch::Watches::new()
+        .filter(LabelSelector::new([("shard", "a")]))
+        .filter_type(app.clone(), SubsystemStatus::default())
+        .into_parts();
     assert!(!filters.is_empty());
     assert_eq!(format!("{:?}", filters.for_kind(&secret)), "LabelSelector");
     assert_eq!(
         format!("{:?}", filters.for_kind(&app)),
         "All[LabelSelector, SubsystemStatus]"
     );
-    assert_eq!(
-        format!("{:?}", filters.for_dependent(&secret)),
-        "All[DependentWatch, LabelSelector]"
-    );
 
-    let dependent = filters.for_dependent(&secret);
+    let dependent = filters.for_kind(&secret);
     let mut in_shard = Obj::cr().metadata_only();
     in_shard.label("shard", "a");
     let mut elsewhere = in_shard.next(|_| {});
@@ -1089,7 +1083,7 @@ fn controller_filters_apply_to_every_kind_or_one_and_dependents_and_them() {
                 (Modified, &elsewhere)
             ]
         ),
-        [N, Y, N]
+        [Y, Y, N]
     );
 }
 
@@ -1116,5 +1110,39 @@ fn controllers_declare_no_filters_by_default() {
             Ok(Components::new())
         }
     }
-    assert!(Things.watch_filters().is_empty());
+    let (extra, filters) = Things.watches().into_parts();
+    assert!(extra.is_empty() && filters.is_empty());
+}
+
+#[test]
+fn the_tracker_starts_a_reconcile_on_creation_but_not_on_a_status_write() {
+    use crate::config::OperatorConfig;
+
+    let config = OperatorConfig::default();
+    let global = GlobalFilter::from_config(&config).spec();
+    // What `Controller::watches` declared, narrowed to the watched kind.
+    let own = WatchFilters::default().for_kind(&TypeRef::new("example.com/v1", "App"));
+    let mut tracker = FilterTracker::new(global);
+
+    let mut cr = ObjectMeta {
+        name: Some("shop".into()),
+        namespace: Some("default".into()),
+        uid: Some("u-1".into()),
+        generation: Some(1),
+        resource_version: Some("10".into()),
+        ..Default::default()
+    };
+    let start = tracker.admit(
+        WatchEvent::new(EventKind::Added, &cr),
+        [("default/shop", &own)],
+    );
+    assert_eq!(start, ["default/shop"]);
+
+    // windlass writes the status: new resourceVersion, same generation.
+    cr.resource_version = Some("11".into());
+    let start = tracker.admit(
+        WatchEvent::new(EventKind::Modified, &cr),
+        [("default/shop", &own)],
+    );
+    assert!(start.is_empty());
 }

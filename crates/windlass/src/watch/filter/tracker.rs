@@ -15,7 +15,8 @@ use super::{EventKind, Filter, FilterSpec, WatchEvent};
 ///   produce, by `namespace/name`), then by requester `R`, any key the runtime uses to
 ///   name a CR.
 /// - It is dropped when a [`EventKind::Deleted`] event for the object has been filtered,
-///   by [`FilterTracker::forget`], or by [`FilterTracker::retain`] after a relist. An
+///   or by [`FilterTracker::forget`]; after a relist, the watch source reports the objects
+///   that went away meanwhile as deletions. An
 ///   object no request concerns gets no state.
 /// - A requester keeps the filter instance it got first; a different spec given later for
 ///   the same (object, requester) is ignored until the object's state is dropped.
@@ -134,19 +135,14 @@ impl<R: Eq + Hash + Clone> FilterTracker<R> {
         });
     }
 
-    /// Keep only the objects for which `keep(key)` holds, the key being the uid. After a
-    /// relist, keep the uids listed: the others were deleted while the watch was down,
-    /// and no [`EventKind::Deleted`] will come for them.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        self.objects.retain(|key, _| keep(key));
-    }
-
     /// The number of objects with filter state.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.objects.len()
     }
 
     /// Whether no object has filter state.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
