@@ -49,11 +49,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::Action;
 use crate::component::Component;
 use crate::dag::{Graph, GraphError, NodeId};
 use crate::error::{Error, Result};
 pub use crate::progress::{Phase, PhaseOutcome};
-pub use crate::resource::{Action, ControllerTypes, PrimaryResource};
+pub use crate::resource::{ControllerTypes, PrimaryResource};
 use crate::session::Session;
 use crate::verify::Readiness;
 

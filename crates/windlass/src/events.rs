@@ -21,27 +21,11 @@
 //! | [`CrEvent::rollout_started`]      | a reconcile starts rolling out a spec or version not yet rolled out (the start status turns `Updating` on) and does not complete it, not on every requeue; a rollout done in one reconcile gets only its RolloutCompleted |
 //! | [`CrEvent::rollout_completed`]    | the completion status turns `Ready` true                             |
 //! | [`CrEvent::rollout_failed`]       | a reconcile ends in a fatal [`Error`] ([`Error::is_fatal`])           |
-//! | [`CrEvent::component_failed`]     | a component fails ([`Event::Halted`] with `failure`; see [`CrEvent::from_progress`]) |
+//! | [`CrEvent::component_failed`]     | a component fails ([`Event::Halted`] with `failure`) |
 //!
 //! Publishing is best effort: a sink's error is for the log, never a reason to fail or
 //! retry the reconcile.
 //!
-//! ```
-//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-//! use serde_json::json;
-//! use windlass::events::{CrEvent, EventSink, MemoryEventSink};
-//!
-//! let cr = json!({"apiVersion": "example.com/v1", "kind": "App",
-//!                 "metadata": {"name": "shop", "namespace": "prod", "uid": "1234"}});
-//! let sink = MemoryEventSink::new();
-//! sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
-//! sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
-//! let events = sink.events();
-//! assert_eq!(events.len(), 1);
-//! assert_eq!(events[0].count, 2);
-//! assert_eq!(events[0].event.reason().as_str(), "RolloutStarted");
-//! # });
-//! ```
 //!
 //! # No secrets
 //!
@@ -49,7 +33,7 @@
 //! version, a component name, a phase and an [`Error`]'s message. No constructor takes a
 //! manifest, and the sinks keep only an [`ObjectReference`] of the CR, so no object's
 //! data (a Secret's in particular) reaches an Event. Notes are cut to the API's limit of
-//! [`NOTE_LIMIT`] bytes.
+//! 1024 bytes.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -68,10 +52,10 @@ use crate::object::ManifestExt;
 use crate::progress::{Event, Phase};
 
 /// The longest note `events.k8s.io/v1` accepts, in bytes.
-pub const NOTE_LIMIT: usize = 1024;
+pub(crate) const NOTE_LIMIT: usize = 1024;
 
 /// The reporting controller of [`LiveEventSink::new`].
-pub const DEFAULT_REPORTER: &str = "windlass";
+pub(crate) const DEFAULT_REPORTER: &str = "windlass";
 
 /// Why an event was published (the Event's `reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,7 +197,7 @@ impl CrEvent {
     pub fn action(&self) -> &str {
         self.action
     }
-    /// The human-readable message, at most [`NOTE_LIMIT`] bytes.
+    /// The human-readable message, at most 1024 bytes.
     pub fn note(&self) -> &str {
         &self.note
     }
@@ -236,7 +220,7 @@ fn truncate(mut text: String, limit: usize) -> String {
 
 /// A reference to the CR of `manifest`: apiVersion, kind, name, namespace, uid and
 /// resourceVersion. The manifest must have the first three.
-pub fn object_reference(manifest: &Value) -> Result<ObjectReference, ClusterError> {
+pub(crate) fn object_reference(manifest: &Value) -> Result<ObjectReference, ClusterError> {
     let required = |field: &str, value: Option<&str>| {
         value.map(str::to_string).ok_or_else(|| {
             ClusterError::invalid(
@@ -355,8 +339,8 @@ const MAX_SERIES: usize = 1024;
 /// a repeat is a series even after the CR changed, this sink keeps one recorder and the
 /// first reference per series (at most 1024 series, each for 6 minutes).
 ///
-/// Needs `create`, `patch` (and `update`) on `events` in the `events.k8s.io` group; see
-/// [`crate::cli::rbac`].
+/// Needs `create`, `patch` (and `update`) on `events` in the `events.k8s.io` group, which
+/// the `rbac` and `manifests` commands grant.
 pub struct LiveEventSink {
     client: kube::Client,
     reporter: Reporter,
@@ -370,7 +354,7 @@ struct Series {
 }
 
 impl LiveEventSink {
-    /// A sink reporting as [`DEFAULT_REPORTER`], with the instance from `$POD_NAME` or
+    /// A sink reporting as `windlass`, with the instance from `$POD_NAME` or
     /// `$HOSTNAME` when set.
     pub fn new(client: kube::Client) -> Self {
         let instance = ["POD_NAME", "HOSTNAME"]
@@ -458,6 +442,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_repeated_event_is_counted_as_a_series_not_recorded_twice() {
+        use serde_json::json;
+
+
+        let cr = json!({"apiVersion": "example.com/v1", "kind": "App",
+                        "metadata": {"name": "shop", "namespace": "prod", "uid": "1234"}});
+        let sink = MemoryEventSink::new();
+        sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
+        sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
+        let events = sink.events();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].count, 2);
+        assert_eq!(events[0].event.reason().as_str(), "RolloutStarted");
+    }
     use serde_json::json;
 
     fn cr(name: &str, resource_version: &str) -> Value {

@@ -78,7 +78,7 @@ pub mod verify;
 pub mod watch;
 
 pub use error::{ClusterError, Error, Result};
-pub use reconcile::Action;
+pub use windlass_tasks::queue::Action;
 
 /// The field manager windlass writes with (server-side apply).
 pub const FIELD_MANAGER: &str = "windlass";
@@ -89,6 +89,7 @@ pub use async_trait::async_trait;
 
 /// Everything an operator author needs, in one import.
 pub mod prelude {
+    pub use crate::Action;
     pub use crate::async_trait;
     pub use crate::cluster::{Cluster, MemoryCluster, WriteMethod};
     pub use crate::component::{Component, ManagedObject, ResourceOptions, Resources};
@@ -96,7 +97,6 @@ pub mod prelude {
         ComponentId, Components, Controller, Finalize, NoConfig, PrimaryResource, default_finalizer,
     };
     pub use crate::error::{Error, Result};
-    pub use crate::reconcile::Action;
     pub use crate::reference::Ref;
     pub use crate::session::Session;
     pub use crate::status::{Status, Unmanaged};

@@ -94,7 +94,7 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Keeps a CR's logging override in force for one reconcile; dropping it removes it.
 #[must_use = "the override lasts as long as the guard"]
-pub struct CrLogGuard(Option<String>);
+pub(crate) struct CrLogGuard(Option<String>);
 
 impl Drop for CrLogGuard {
     fn drop(&mut self) {
@@ -109,7 +109,7 @@ impl Drop for CrLogGuard {
 
 /// Register the logging override the CR's annotations ask for, for the reconcile `id`.
 /// A CR without the annotations, or with unparseable ones (logged), gets none.
-pub fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
+pub(crate) fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
     let level = manifest.annotation(annotations::LOG_DEFAULT_LEVEL);
     let filters = manifest.annotation(annotations::LOG_FILTERS);
     if level.is_none() && filters.is_none() {

@@ -1,6 +1,6 @@
 //! The types every other module speaks of, which depend on nothing else of windlass: what
 //! a CR type must be ([`PrimaryResource`]), the three types a controller names
-//! ([`ControllerTypes`]) and what next after a reconcile ([`Action`]). Kept apart so that
+//! ([`ControllerTypes`]) and what next after a reconcile ([`Action`](crate::Action)). Kept apart so that
 //! the controller, its components, the session and the status can all name them without
 //! importing one another: a [`Session`](crate::session::Session) and a
 //! [`Component`](crate::component::Component) need a controller's types, not the
@@ -15,7 +15,6 @@ use serde::de::DeserializeOwned;
 /// What next for a CR after a reconcile: `Done` (nothing until the CR or something it owns
 /// changes), `RequeueAfter(delay)` (not a failure), or `Retry` with back-off after an error.
 /// The queue's own type, so nothing is translated between reconcile and queue.
-pub use windlass_tasks::queue::Action;
 
 /// What a type must be to be a controller's primary resource: what
 /// `#[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]` gives,

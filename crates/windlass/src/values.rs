@@ -90,7 +90,7 @@ pub fn nested_set(value: &mut Value, path: &str, new: Value) -> Result<(), PathE
 ///
 /// Typed Kubernetes objects serialize unset optional fields as absent already; this catches
 /// hand-written `json!` manifests, so that "set to null" never reaches an apply by accident.
-pub fn prune_nulls(value: &mut Value) {
+pub(crate) fn prune_nulls(value: &mut Value) {
     match value {
         Value::Object(map) => {
             map.retain(|_, v| !v.is_null());
@@ -103,7 +103,7 @@ pub fn prune_nulls(value: &mut Value) {
 
 /// SHA-256 (hex) of the canonical JSON of a value: map keys sorted, so equal trees hash
 /// equally whatever order their maps were built in.
-pub fn canonical_hash(value: &Value) -> String {
+pub(crate) fn canonical_hash(value: &Value) -> String {
     use sha2::{Digest, Sha256};
     fn write(value: &Value, out: &mut Vec<u8>) {
         match value {
@@ -143,7 +143,7 @@ pub fn canonical_hash(value: &Value) -> String {
 }
 
 /// Lower-case hexadecimal of bytes.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

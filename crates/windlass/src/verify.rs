@@ -155,7 +155,7 @@ pub fn verify_object(object: &Value) -> bool {
 
 /// Why a live object has failed for good, if it has: a Job whose `Failed` condition is
 /// true (its back-off limit or deadline was reached; it will not run again by itself).
-pub fn failure(object: &Value) -> Option<String> {
+pub(crate) fn failure(object: &Value) -> Option<String> {
     match object.kind() {
         Some("Job") if condition_is(object, "Failed", true, None) => {
             let condition = newest_condition(object, "Failed")?;

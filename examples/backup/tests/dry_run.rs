@@ -7,10 +7,10 @@ use std::process::ExitCode;
 
 use backup_operator::{BackupController, MAX_NAME_LENGTH};
 use serde_json::{Value, json};
+use windlass::Action;
 use windlass::cli::{Output, run};
 use windlass::controller::Controller as _;
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::reconcile::Action;
 use windlass::testing::{Harness, TEST_NAMESPACE, assert_condition};
 
 const NIGHTLY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/nightly.yaml");

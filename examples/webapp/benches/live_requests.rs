@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use webapp_operator::{WebApp, WebAppController};
+use windlass::Action;
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, RequestCounts, Verb, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::object::{ObjectRef, TypeRef};
-use windlass::reconcile::{Action, Reconciler};
+use windlass::reconcile::Reconciler;
 use windlass_testenv::TestEnv;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -13,11 +13,12 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use webapp_operator::WebAppController;
+use windlass::Action;
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::progress::Event;
-use windlass::reconcile::{Action, Reconciler};
+use windlass::reconcile::Reconciler;
 use windlass::testing::{EventLog, assert_condition};
 use windlass_testenv::TestEnv;
 
@@ -369,6 +370,16 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
     );
 }
 
+/// The documents `webapp-operator rbac --name ACCOUNT --namespace NS shop.yaml` prints.
+async fn rbac_command(account: &str, namespace: &str) -> Vec<Value> {
+    let shop = concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml");
+    let (out, printed) = windlass::cli::Output::buffer();
+    let args = ["webapp-operator", "rbac", "--name", account, "--namespace", namespace, shop];
+    let code = windlass::cli::run(WebAppController, args, out).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{}", printed.text());
+    serde_saphyr::from_multiple(&printed.text()).expect("the rbac command prints YAML")
+}
+
 /// Apply `objects` with the admin cluster.
 async fn apply_all(cluster: &LiveCluster, objects: Vec<serde_json::Value>) {
     for object in objects {
@@ -392,22 +403,12 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     let admin = Arc::new(LiveCluster::new(env.client().unwrap()));
     install_crd(&admin).await;
 
-    // The rules for the example CR, from the rbac module, bound to a ServiceAccount.
-    let shop_yaml =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml")).unwrap();
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&shop_yaml).unwrap();
-    let access = windlass::cli::rbac::discover(WebAppController, OperatorConfig::default(), docs)
-        .await
-        .unwrap();
-    // ClusterRoles are cluster-wide: name them after the test's namespace.
-    let options = windlass::cli::rbac::Options {
-        name: format!("{}-operator", ns.name()),
-        namespace: ns.name().to_string(),
-        namespaced: false,
-    };
-    let granted = windlass::cli::rbac::manifests(&access, &options).unwrap();
-    apply_all(&admin, granted.to_values().unwrap()).await;
-    let operator = impersonating(env, ns.name(), &options.name);
+    // The rules for the example CR, as the `rbac` command prints them, bound to a
+    // ServiceAccount. ClusterRoles are cluster-wide: name them after the test's namespace.
+    let account = format!("{}-operator", ns.name());
+    let granted = rbac_command(&account, ns.name()).await;
+    apply_all(&admin, granted.clone()).await;
+    let operator = impersonating(env, ns.name(), &account);
 
     let webapp = |name: &str| {
         json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
@@ -443,22 +444,18 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
     assert_condition(&status, "Ready", true, "Stable");
 
     // The same without the rule for deployments, for a fresh CR and another account.
-    let options = windlass::cli::rbac::Options {
-        name: format!("{}-no-deployments", ns.name()),
-        ..options
-    };
-    let mut denied = windlass::cli::rbac::manifests(&access, &options).unwrap();
-    for rule in denied.rules_mut() {
-        if let Some(resources) = &mut rule.resources {
-            resources.retain(|r| r != "deployments");
-        }
-    }
-    denied
-        .rules_mut()
-        .retain(|r| r.resources.as_ref().is_some_and(|r| !r.is_empty()));
-    assert_ne!(denied.rules(), granted.rules(), "a rule named deployments");
-    apply_all(&admin, denied.to_values().unwrap()).await;
-    let operator = impersonating(env, ns.name(), &options.name);
+    let account = format!("{}-no-deployments", ns.name());
+    let mut denied = rbac_command(&account, ns.name()).await;
+    let role = denied
+        .iter_mut()
+        .find(|doc| doc["kind"] == "ClusterRole")
+        .expect("the rbac command prints a ClusterRole");
+    let rules = role["rules"].as_array_mut().expect("the ClusterRole has rules");
+    let before = rules.len();
+    rules.retain(|rule| !rule["resources"].to_string().contains("\"deployments\""));
+    assert!(rules.len() < before, "a rule named deployments");
+    apply_all(&admin, denied).await;
+    let operator = impersonating(env, ns.name(), &account);
     let outlet = webapp("outlet");
     admin.apply(&outlet, WriteMethod::Update).await.unwrap();
     let cr = ObjectRef::from_manifest(&outlet).unwrap();

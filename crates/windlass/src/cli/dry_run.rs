@@ -12,11 +12,11 @@ use serde_json::Value;
 use super::Output;
 use super::files::{install_crds, read_manifests};
 use super::hosted::Hosted;
+use crate::Action;
 use crate::cluster::{Cluster, MemoryCluster};
 use crate::config::OperatorConfig;
 use crate::dryrun::DryRun;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
-use crate::reconcile::Action;
 
 /// Reconcile the CR files of `matches` with `controllers` on a fresh in-memory cluster.
 pub(super) async fn run(

@@ -64,7 +64,7 @@ use crate::config::OperatorConfig;
 use crate::controller::Controller;
 
 pub(crate) mod install;
-pub mod rbac;
+pub(crate) mod rbac;
 
 mod args;
 mod deploy;

@@ -14,7 +14,7 @@ pub(crate) mod finalizer;
 mod live;
 mod memory;
 mod requests;
-pub mod selector;
+pub(crate) mod selector;
 pub(crate) mod validation;
 
 use async_trait::async_trait;
@@ -22,8 +22,13 @@ use serde_json::Value;
 
 pub use live::LiveCluster;
 pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
+// Request counting serves the runtime's metrics; its types are public for tests (feature
+// `testing`), which count what an operator asks of the API server.
+#[cfg(feature = "testing")]
 pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
-pub use selector::{FieldSelector, Selector, SelectorError, SelectorExt, parse_labels};
+#[cfg(not(feature = "testing"))]
+pub(crate) use requests::RequestCounter;
+pub use selector::{FieldSelector, Selector, SelectorError, parse_labels};
 pub use validation::{LabelError, validate_label_key, validate_label_value};
 
 use crate::error::ClusterError;

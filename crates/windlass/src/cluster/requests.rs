@@ -24,6 +24,10 @@
 //! # Ok(()) }
 //! ```
 
+// The runtime reads only totals for its metrics; the rest of the API is for tests, which
+// get it through the `testing` feature.
+#![cfg_attr(not(feature = "testing"), allow(dead_code))]
+
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt;

@@ -141,11 +141,6 @@ impl Layers {
         self
     }
 
-    /// Override keys from the process environment.
-    pub fn process_env(self) -> Self {
-        self.env(std::env::vars())
-    }
-
     /// Override one key from its text, as `--set KEY=VALUE` does (a list key takes
     /// comma-separated values).
     pub fn set(self, path: &str, value: &str) -> Self {

@@ -31,21 +31,23 @@
 //! ```
 //!
 //! A file in oper8's `config.yaml` schema is recognised by its keys and translated by
-//! [`oper8`]; nothing else in windlass knows oper8's names.
+//! the internal `oper8` module; nothing else in windlass knows oper8's names.
 
 mod backend;
 mod duration;
-pub mod layers;
-pub mod oper8;
+pub(crate) mod layers;
+pub(crate) mod oper8;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use backend::{ConfigOverrides, unknown_keys};
+pub use backend::ConfigOverrides;
+pub(crate) use backend::unknown_keys;
 pub use duration::{ConfigDuration, DurationError};
-pub use layers::{ConfigError, Layers};
+pub use layers::ConfigError;
+pub(crate) use layers::Layers;
 
 /// Everything the operator process can be configured with. `Default` is what an operator
 /// runs with when nothing is set.

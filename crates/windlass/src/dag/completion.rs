@@ -30,7 +30,7 @@ pub struct CompletionState {
 impl CompletionState {
     /// A state from its four node sets; an error if a node is in two of them (a bug in the
     /// code that computed them).
-    pub fn new(
+    pub(crate) fn new(
         verified: impl IntoIterator<Item = impl Into<String>>,
         unverified: impl IntoIterator<Item = impl Into<String>>,
         failed: impl IntoIterator<Item = impl Into<String>>,
@@ -65,11 +65,11 @@ impl CompletionState {
 
     /// This state, with why nodes wait: `(node, reason)` for the unverified ones whose
     /// verify said "not yet", and the unstarted ones whose edge condition did.
-    pub fn with_waiting(mut self, waiting: Vec<(String, String)>) -> Self {
+    pub(crate) fn with_waiting(mut self, waiting: Vec<(String, String)>) -> Self {
         self.waiting = waiting;
         self
     }
-    /// Why nodes wait, `(node, reason)`, in node order (see [`CompletionState::with_waiting`]).
+    /// Why nodes wait, `(node, reason)`, in node order.
     pub fn waiting(&self) -> &[(String, String)] {
         &self.waiting
     }

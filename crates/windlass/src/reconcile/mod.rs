@@ -49,6 +49,7 @@ use futures::FutureExt;
 use serde_json::Value;
 use tracing::Instrument;
 
+use crate::Action;
 use crate::annotations;
 use crate::cluster::Cluster;
 use crate::cluster::finalizer::{self, CLEANUP_FINALIZER};
@@ -69,9 +70,6 @@ mod status_write;
 use input::reconcile_id;
 use status_write::{completion_status, start_status};
 
-pub use status_write::STATUS_WRITE_ATTEMPTS;
-
-pub use crate::resource::Action;
 
 /// What one reconcile did.
 #[derive(Debug, Clone)]

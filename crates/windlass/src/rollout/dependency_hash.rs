@@ -38,7 +38,7 @@
 //!   consumer writes a dependency after the consumer's hash was computed from the
 //!   cluster's copy, that hash is stale, and the echo of windlass's own write does not
 //!   reconcile the CR that wrote it. The reconcile then ends with
-//!   [`Action::RequeueAfter`](crate::reconcile::Action::RequeueAfter)
+//!   [`Action::RequeueAfter`](crate::Action::RequeueAfter)
 //!   [`STALE_DEPENDENCY_HASH_REQUEUE`](crate::reconcile::STALE_DEPENDENCY_HASH_REQUEUE),
 //!   whatever `should_requeue` says, and the next one rolls the pods: one reconcile
 //!   later, not in the reconcile that writes the Secret. Declaring the dependency

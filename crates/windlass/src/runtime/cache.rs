@@ -137,6 +137,7 @@ impl Stores {
     }
 
     /// Every object of `type_ref` the watches have, e.g. to find a CR by uid.
+    #[cfg(any(test, feature = "testing"))]
     pub fn objects(&self, type_ref: &TypeRef) -> Vec<Value> {
         read(&self.kinds)
             .get(type_ref)
@@ -164,6 +165,7 @@ impl Stores {
     }
 
     /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_synced(&self, type_ref: &TypeRef, namespace: Option<&str>) -> bool {
         read(&self.kinds)
             .get(type_ref)
@@ -281,22 +283,26 @@ impl CachedCluster {
     }
 
     /// What the watches know of `object` (not what this process wrote since).
+    #[cfg(any(test, feature = "testing"))]
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
         self.stores.lookup(object)
     }
 
     /// Every object of `type_ref` the watches have.
+    #[cfg(any(test, feature = "testing"))]
     pub fn objects(&self, type_ref: &TypeRef) -> Vec<Value> {
         self.stores.objects(type_ref)
     }
 
     /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_synced(&self, type_ref: &TypeRef, namespace: Option<&str>) -> bool {
         self.stores.is_synced(type_ref, namespace)
     }
 
     /// Whether this process deleted `object` and the watch has not delivered the deletion
     /// yet.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_own_delete(&self, object: &ObjectRef) -> bool {
         self.own.is_own_delete(object)
     }

@@ -14,8 +14,9 @@ use windlass_tasks::queue::KeyPlace;
 
 use super::queue::ReconcileQueue;
 use super::worker::ReconcileObserver;
+use crate::Action;
 use crate::object::{ObjectRef, TypeRef};
-use crate::reconcile::{Action, Report};
+use crate::reconcile::Report;
 
 /// How the last reconcile of a CR ended.
 struct Last {

@@ -36,7 +36,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
 use super::metrics::{CONTENT_TYPE, Metrics};
@@ -168,25 +167,6 @@ impl Health {
     /// [`require_leadership`](Self::require_leadership).
     pub fn set_leader(&self, leader: bool) {
         self.state().leadership = Leadership::Known(leader);
-    }
-
-    /// Copy the leadership changes of `leadership` (e.g.
-    /// [`Leadership::watch`](super::leader::Leadership::watch)) into
-    /// [`set_leader`](Self::set_leader) until its sender is gone.
-    ///
-    /// A receiver that reads `true` is known to lead at once; one that reads `false` is
-    /// known once it has changed, because a receiver cannot tell "not leader" from "not
-    /// decided yet". So a replica that stays a standby from the start must still be
-    /// reported with `set_leader(false)` by whoever sees its first election attempt end.
-    pub async fn follow_leadership(&self, mut leadership: watch::Receiver<bool>) {
-        self.require_leadership();
-        if *leadership.borrow_and_update() {
-            self.set_leader(true);
-        }
-        while leadership.changed().await.is_ok() {
-            let leader = *leadership.borrow_and_update();
-            self.set_leader(leader);
-        }
     }
 
     /// Readiness also asks the API server behind `client` whether it is ready (see the
@@ -326,6 +306,7 @@ pub struct Endpoints {
 
 impl Endpoints {
     /// Metrics and health, no debug endpoint.
+    #[cfg(test)]
     pub fn new(metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
         Endpoints {
             metrics,
@@ -412,8 +393,8 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
+    use crate::Action;
     use crate::object::TypeRef;
-    use crate::reconcile::Action;
 
     fn watch(kind: &str, namespace: Option<&str>) -> Watch {
         Watch {
@@ -593,53 +574,6 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
-    }
-
-    /// Polls `check` until it holds, failing after a deadline.
-    async fn eventually(what: &str, check: impl Fn() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !check() {
-            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    #[tokio::test]
-    async fn following_a_leadership_channel_makes_leadership_known() {
-        let health = Arc::new(Health::new());
-        let (tx, rx) = watch::channel(false);
-        let follower = tokio::spawn({
-            let health = health.clone();
-            async move { health.follow_leadership(rx).await }
-        });
-        // `false` from the start could mean "not decided yet".
-        eventually("election required", || health.readiness().is_err()).await;
-        assert_eq!(
-            health.readiness(),
-            Err(vec!["leader election: no answer yet".to_string()])
-        );
-        tx.send(true).unwrap();
-        eventually("leader", || {
-            health.state().leadership == Leadership::Known(true)
-        })
-        .await;
-        tx.send(false).unwrap();
-        eventually("standby", || {
-            health.state().leadership == Leadership::Known(false)
-        })
-        .await;
-        assert_eq!(health.readiness(), Ok(()));
-        drop(tx);
-        tokio::time::timeout(Duration::from_secs(10), follower)
-            .await
-            .expect("the follower ends with the channel")
-            .unwrap();
-
-        // A channel that already reads `true` is known at once.
-        let health = Health::new();
-        let (_tx, rx) = watch::channel(true);
-        let _ = tokio::time::timeout(Duration::from_millis(1), health.follow_leadership(rx)).await;
-        assert_eq!(health.state().leadership, Leadership::Known(true));
     }
 
     /// A stand-in for kube-apiserver's `/readyz`: answers `status`, counts the requests.

@@ -82,6 +82,8 @@ pub async fn write_beat(file: &Path, now: &Zoned) -> std::io::Result<()> {
 /// ```
 #[derive(Debug)]
 pub struct Heartbeat {
+    // Read by the tests, which wait for beats.
+    #[cfg_attr(not(test), allow(dead_code))]
     beats: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
@@ -100,12 +102,14 @@ impl Heartbeat {
     }
 
     /// Beats written so far, and a way to wait for the next one.
+    #[cfg(test)]
     pub fn beats(&self) -> watch::Receiver<u64> {
         self.beats.clone()
     }
 
     /// Wait until a beat is written after this call. Waits forever if the file cannot be
     /// written, so race it with a timeout.
+    #[cfg(test)]
     pub async fn wait_for_beat(&self) {
         let mut beats = self.beats.clone();
         beats.borrow_and_update();

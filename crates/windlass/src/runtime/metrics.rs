@@ -42,9 +42,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use windlass_tasks::queue::QueueStats;
 
+use crate::Action;
 use crate::cluster::RequestCounter;
 use crate::object::TypeRef;
-use crate::reconcile::Action;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -94,7 +94,7 @@ fn duration_histogram() -> Histogram {
 ///
 /// ```
 /// use std::time::Duration;
-/// use windlass::reconcile::Action;
+/// use windlass::Action;
 /// use windlass::runtime::metrics::Metrics;
 ///
 /// let metrics = Metrics::new();

@@ -19,16 +19,16 @@
 //! - `source`: watches, one per kind and namespace, filling the `cache`.
 //! - [`filter`](crate::watch::filter): which events start a reconcile.
 //! - `queue`: when each CR is reconciled.
-//! - [`leader`]: which replica may start reconciles.
+//! - `leader`: which replica may start reconciles.
 //! - `cache`: the cluster a reconcile reads through, answered from the watches.
 //! - `dependencies`: the Secrets and ConfigMaps CRs read without owning them, so that
 //!   their changes reconcile them (the runtime's half of `rollout::dependency_hash`).
 //! - `echo`: windlass's own writes, in flight and landed, so the router can tell their
 //!   echoes from changes by others; `held`: the events it holds until such a write
 //!   lands.
-//! - [`metrics`]: what `/metrics` exports.
-//! - [`heartbeat`]: the heartbeat file and its check, for exec liveness probes.
-//! - [`health`]: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
+//! - `metrics`: what `/metrics` exports.
+//! - `heartbeat`: the heartbeat file and its check, for exec liveness probes.
+//! - `health`: the `/metrics`, `/healthz` and `/readyz` server, and what readiness waits for.
 //! - `debug`: the runtime's view of one CR (queue place, failures, last reconcile), for
 //!   `describe`, when `server.debug-endpoints` is on.
 
@@ -36,18 +36,28 @@ pub(crate) mod cache;
 pub(crate) mod debug;
 pub(crate) mod dependencies;
 pub(crate) mod echo;
-pub mod health;
-pub mod heartbeat;
+pub(crate) mod health;
+pub(crate) mod heartbeat;
 pub(crate) mod held;
+// The lock itself is internal; windlass's own live tests drive it directly through the
+// `testing` feature.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod leader;
-pub mod metrics;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod leader;
+pub(crate) mod metrics;
 pub(crate) mod queue;
 pub(crate) mod route;
 pub(crate) mod source;
 pub(crate) mod worker;
 
+// The watch caches are the runtime's own; tests inspect them (feature `testing`).
+#[cfg(feature = "testing")]
 pub use cache::{Cached, CachedCluster};
-pub use source::{InitialList, WATCH_LIST_CLIENT_ENV};
+#[cfg(not(feature = "testing"))]
+pub(crate) use cache::CachedCluster;
+pub use source::InitialList;
 pub use worker::ReconcileObserver;
 
 use parking_lot::Mutex;
@@ -147,14 +157,13 @@ impl Manager {
         }
     }
 
-    /// The metrics `/metrics` serves; operators may register their own in its registry.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// What `/readyz` answers from.
-    pub fn health(&self) -> &Arc<Health> {
-        &self.health
+    /// The registry `/metrics` serves, to register an operator's own metrics next to
+    /// windlass's (they are prefixed `windlass_` too). Do not hold the guard across an
+    /// `.await`: scrapes wait for it.
+    pub fn metrics_registry(
+        &self,
+    ) -> parking_lot::MutexGuard<'_, prometheus_client::registry::Registry> {
+        self.metrics.registry()
     }
 
     /// Add a controller; it runs with the others when the manager runs.
@@ -172,12 +181,13 @@ impl Manager {
     /// How the watches list what exists: streaming lists by default (unless
     /// `KUBE_FEATURE_WatchListClient=false`), paged lists on request. A server that
     /// refuses streaming lists gets paged ones either way.
-    pub fn initial_list(mut self, initial_list: source::InitialList) -> Self {
+    pub fn initial_list(mut self, initial_list: InitialList) -> Self {
         self.initial_list = initial_list;
         self
     }
 
     /// The cluster reconciles read and write through: the watch caches over the API.
+    #[cfg(feature = "testing")]
     pub fn cluster(&self) -> &Arc<CachedCluster> {
         &self.cluster
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use windlass_tasks::backoff::BackOffPolicy;
 use windlass_tasks::queue::{QueueConfigError, TaskQueue};
 
-use crate::reconcile::Action;
+use crate::Action;
 
 use crate::config::OperatorConfig;
 use crate::object::ObjectRef;

@@ -163,7 +163,7 @@ pub enum InitialList {
 pub const WATCH_LIST_CLIENT_ENV: &str = "KUBE_FEATURE_WatchListClient";
 
 impl InitialList {
-    /// Streaming, unless [`WATCH_LIST_CLIENT_ENV`] is `false`.
+    /// Streaming, unless `KUBE_FEATURE_WatchListClient` is `false`.
     pub fn from_env() -> Self {
         Self::from_switch(std::env::var(WATCH_LIST_CLIENT_ENV).ok().as_deref())
     }

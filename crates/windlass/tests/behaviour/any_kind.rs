@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use serde_json::json;
+use windlass::Action;
 use windlass::cluster::{Cluster, MemoryCluster};
 use windlass::config::OperatorConfig;
 use windlass::events::{MemoryEventSink, Reason};
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::reconcile::{Action, Reconciler};
+use windlass::reconcile::Reconciler;
 
 /// Gives each Namespace a `tenant-defaults` ConfigMap.
 struct NamespaceDefaults;

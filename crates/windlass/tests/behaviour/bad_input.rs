@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use serde_json::json;
+use windlass::Action;
 use windlass::prelude::*;
-use windlass::reconcile::Action;
 use windlass::testing::{Harness, assert_condition};
 
 use crate::support::{Shop, cm_ref};

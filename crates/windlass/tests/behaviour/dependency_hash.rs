@@ -453,7 +453,8 @@ impl Controller for SameCr {
 /// reconcile asks to go again soon instead, and that one rolls the pods.
 #[tokio::test]
 async fn a_hash_computed_before_the_same_rollout_overwrote_its_secret_requeues_the_cr() {
-    use windlass::reconcile::{Action, STALE_DEPENDENCY_HASH_REQUEUE};
+    use windlass::Action;
+    use windlass::reconcile::STALE_DEPENDENCY_HASH_REQUEUE;
     let env = Harness::dry_run(SameCr).await;
     let annotation = |deployment: Value| {
         deployment["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH].clone()

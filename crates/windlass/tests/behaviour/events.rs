@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use windlass::Action;
 use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::events::{MemoryEventSink, Reason};
-use windlass::reconcile::{Action, Reconciler};
+use windlass::reconcile::Reconciler;
 use windlass::testing::{Behaviour, DummyComponent, DummyController, Harness};
 
 fn reasons(sink: &MemoryEventSink) -> Vec<(Reason, u32)> {

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use windlass::Action;
 use windlass::cluster::MemoryCluster;
 use windlass::config::OperatorConfig;
 use windlass::object::ManifestExt;
-use windlass::reconcile::Action;
 use windlass::testing::{
     DummyComponent, DummyController, FaultyCluster, Harness, Op, assert_condition,
 };

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use windlass::Action;
 use windlass::ClusterError;
 use windlass::cluster::MemoryCluster;
 use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::prelude::*;
-use windlass::reconcile::Action;
 use windlass::testing::{
     Behaviour, DummyComponent, DummyController, FaultyCluster, Harness, Op, TEST_NAMESPACE, Widget,
     assert_condition, make_patch, patch_kind,

@@ -1,8 +1,8 @@
 //! The rollout's phase algebra.
 
 use serde_json::json;
+use windlass::Action;
 use windlass::Error;
-use windlass::reconcile::Action;
 use windlass::testing::{
     Behaviour, DummyComponent, DummyController, Harness, Hooks, TEST_NAMESPACE, assert_condition,
 };

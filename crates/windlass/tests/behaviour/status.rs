@@ -1,7 +1,7 @@
 //! Status bookkeeping and the requeue loop.
 
 use serde_json::json;
-use windlass::reconcile::Action;
+use windlass::Action;
 use windlass::testing::{Behaviour, DummyComponent, DummyController, Harness, assert_condition};
 
 use crate::support::{available, deployment, deployment_ref, high_water_mark};

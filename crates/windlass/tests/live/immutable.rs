@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use windlass::Action;
 use windlass::cluster::{Cluster, LiveCluster, RequestCounter, Verb};
 use windlass::component::ResourceOptions;
 use windlass::config::OperatorConfig;
 use windlass::error::{ClusterError, Error};
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::reconcile::{Action, Reconciler};
+use windlass::reconcile::Reconciler;
 use windlass::testing::{DummyComponent, DummyController, assert_condition};
 
 use crate::live;

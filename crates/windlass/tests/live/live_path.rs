@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use windlass::Action;
 use windlass::cluster::{
     Cluster, Deletion, ListQuery, LiveCluster, RequestCounter, Scope, Verb, WriteMethod,
 };
 use windlass::config::OperatorConfig;
 use windlass::error::ClusterError;
 use windlass::object::{ManifestExt, ObjectRef, TypeRef};
-use windlass::reconcile::{Action, Reconciler, Report};
+use windlass::reconcile::{Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, assert_condition};
 
 use crate::{eventually, live};

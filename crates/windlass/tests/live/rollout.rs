@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use windlass::Action;
 use windlass::cluster::{Cluster, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::object::{ManifestExt, ObjectRef};
-use windlass::reconcile::{Action, Reconciler, Report};
+use windlass::reconcile::{Reconciler, Report};
 use windlass::testing::{DummyComponent, DummyController, Gadget, assert_condition};
 
 use crate::{eventually, live};

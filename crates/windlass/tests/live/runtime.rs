@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use windlass::Action;
 use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod, parse_labels};
 use windlass::config::OperatorConfig;
 use windlass::error::Error;
 use windlass::object::{ObjectRef, TypeRef};
-use windlass::reconcile::{Action, Report};
+use windlass::reconcile::Report;
 use windlass::runtime::InitialList;
 use windlass::runtime::Manager;
 use windlass::runtime::ReconcileObserver;

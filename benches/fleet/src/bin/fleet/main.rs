@@ -367,7 +367,7 @@ async fn restart(
         ns,
         &settings.period,
         &format!("{n}-restart-{how}"),
-        &[(windlass::runtime::WATCH_LIST_CLIENT_ENV, switch)],
+        &[("KUBE_FEATURE_WatchListClient", switch)],
     );
     let what =
         format!("the operator restarted with {how} lists has listed and reconciled all {n} CRs");

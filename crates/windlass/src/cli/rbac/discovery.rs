@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kube::CustomResourceExt;
 use serde_json::Value;
 
 use crate::cluster::validation::builtin_plural;
@@ -28,6 +27,7 @@ use super::{Access, KindAccess, RbacError};
 /// reconciled, with every CR their rollouts create, and then deleted so that the
 /// finalizer rollout runs too. CRDs among the manifests teach the plurals of other
 /// custom kinds.
+#[cfg(test)]
 pub async fn discover<C>(
     controller: C,
     operator: OperatorConfig,
@@ -35,13 +35,20 @@ pub async fn discover<C>(
 ) -> Result<Access, RbacError>
 where
     C: Controller,
-    C::Resource: CustomResourceExt,
+    C::Resource: kube::CustomResourceExt,
 {
-    discover_with(controller, Some(C::Resource::crd()), operator, manifests).await
+    discover_with(
+        controller,
+        Some(<C::Resource as kube::CustomResourceExt>::crd()),
+        operator,
+        manifests,
+    )
+    .await
 }
 
 /// [`discover`] for a primary kind given its CRD, or none for a kind the cluster already
 /// serves (a built-in kind).
+#[cfg(test)]
 pub async fn discover_with<C: Controller>(
     controller: C,
     crd: crate::resource::Crd,

@@ -51,7 +51,9 @@ use crate::object::{TypeRef, api_group};
 
 mod discovery;
 
-pub use discovery::{Discovery, discover, discover_with};
+pub use discovery::Discovery;
+#[cfg(test)]
+pub use discovery::discover;
 
 /// Verbs on a kind the operator creates, changes or deletes.
 pub const WRITE_VERBS: [&str; 7] = [
@@ -187,6 +189,7 @@ impl Access {
     }
 
     /// The other kinds' access, by kind name (e.g. `Deployment`), if the operator uses it.
+    #[cfg(test)]
     pub fn kind(&self, kind: &str) -> Option<&KindAccess> {
         self.kinds.iter().find(|k| k.type_ref.kind == kind)
     }
@@ -303,6 +306,7 @@ pub struct Options {
 
 impl Options {
     /// `<kind lowercase>-operator` in `default`, cluster-wide.
+    #[cfg(test)]
     pub fn for_controller<C: Controller>() -> Self {
         use kube::Resource as _;
         Options {
@@ -333,6 +337,7 @@ pub struct Manifests {
 
 impl Manifests {
     /// The rules of the role.
+    #[cfg(test)]
     pub fn rules(&self) -> &[PolicyRule] {
         let rules = match &self.grant {
             Grant::Cluster(role, _) => &role.rules,

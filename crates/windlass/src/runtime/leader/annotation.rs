@@ -154,6 +154,9 @@ impl AnnotationLock {
     ///
     /// # Errors
     /// [`LockError::Cluster`] if the read or the write failed.
+    // Not called by the runtime yet: a per-object lock is left to expire after a reconcile
+    // and at shutdown. windlass's live tests drive it (feature `testing`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn release(&self, object: &ObjectRef) -> Result<(), LockError> {
         let Some(current) = self.cluster.get(object).await? else {
             return Ok(());
@@ -174,6 +177,7 @@ impl AnnotationLock {
 
     /// Whether this replica holds a valid lock on `object`, a manifest as the runtime has
     /// it.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn holds(&self, object: &Value) -> bool {
         let (holder, time) = lease_annotations(object);
         holder == Some(self.identity.as_str())

@@ -297,6 +297,9 @@ impl Leadership {
     ///
     /// # Errors
     /// [`LockError`] if the object could not be read or its annotations removed.
+    // Not called by the runtime yet: a per-object lock is left to expire after a reconcile
+    // and at shutdown. windlass's live tests drive it (feature `testing`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn release(&self, object: &ObjectRef) -> Result<(), LockError> {
         match &*self.inner {
             Inner::PerObject { lock, .. } => lock.release(object).await,
@@ -306,6 +309,7 @@ impl Leadership {
 
     /// Whether this replica holds the lock of `object` (a manifest as the runtime's cache
     /// has it) and the lock is still valid; for the other locks, [`Leadership::is_leader`].
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn holds(&self, object: &Value) -> bool {
         match &*self.inner {
             Inner::PerObject { lock, .. } => lock.holds(object),
