@@ -13,7 +13,7 @@ pub const CONFIG_DEFAULTS: &str = "windlass.dev/config-defaults";
 /// JSON index of temporary patches: `{name: {timestamp, api_version, kind?}}`.
 pub const TEMPORARY_PATCHES: &str = "windlass.dev/temporary-patches";
 /// Stamped on every rendered object: `<component>.<resource>`.
-pub const INTERNAL_NAME: &str = "windlass.dev/internal-name";
+pub(crate) const INTERNAL_NAME: &str = "windlass.dev/internal-name";
 /// SHA-256 of the manifest windlass last applied to an object. An object is written again
 /// when its desired manifest hashes differently (so fields the operator stopped setting are
 /// removed by server-side apply) or when another writer took a field windlass owns (see
@@ -75,7 +75,7 @@ pub fn passthrough(manifest: &serde_json::Value) -> std::collections::BTreeMap<S
 }
 
 /// Whether an annotation value means "true": `true` in any case, nothing else.
-pub fn is_true(value: Option<&str>) -> bool {
+pub(crate) fn is_true(value: Option<&str>) -> bool {
     value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
@@ -99,7 +99,11 @@ pub mod labels {
     /// The labels that select the pods of one component of the CR `instance` of kind
     /// `kind`: name (the kind in lower case), instance and component. Stable for the life
     /// of the CR, so fit for a Deployment's immutable selector.
-    pub fn selector(kind: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+    pub(crate) fn selector(
+        kind: &str,
+        instance: &str,
+        component: &str,
+    ) -> BTreeMap<String, String> {
         BTreeMap::from([
             (
                 NAME.to_string(),
@@ -111,7 +115,11 @@ pub mod labels {
     }
 
     /// [`selector`] plus `managed-by`: what windlass stamps on every object it applies.
-    pub fn standard(kind: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+    pub(crate) fn standard(
+        kind: &str,
+        instance: &str,
+        component: &str,
+    ) -> BTreeMap<String, String> {
         let mut labels = selector(kind, instance, component);
         labels.insert(MANAGED_BY.to_string(), MANAGER.to_string());
         labels

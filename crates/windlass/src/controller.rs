@@ -266,7 +266,7 @@ pub fn default_finalizer<K: kube::Resource<DynamicType = ()>>() -> String {
 }
 
 /// `Controller(<group>/<version>/<kind>)`, the display form of a controller.
-pub fn controller_display<C: Controller>() -> String {
+pub(crate) fn controller_display<C: Controller>() -> String {
     use kube::Resource as _;
     format!(
         "Controller({}/{}/{})",
@@ -521,7 +521,7 @@ impl<C: Controller> Components<C> {
     }
 
     /// Names of the enabled (`disabled == false`) or disabled components.
-    pub fn names(&self, disabled: bool) -> Vec<&str> {
+    pub(crate) fn names(&self, disabled: bool) -> Vec<&str> {
         self.graph
             .topology()
             .into_iter()
@@ -549,12 +549,12 @@ impl<C: Controller> Components<C> {
     }
 
     /// The graph as a Mermaid flowchart; disabled components are marked.
-    pub fn to_mermaid(&self) -> String {
+    pub(crate) fn to_mermaid(&self) -> String {
         self.graph.to_mermaid(|id| self.label(id))
     }
 
     /// The graph in Graphviz DOT; disabled components are marked.
-    pub fn to_dot(&self) -> String {
+    pub(crate) fn to_dot(&self) -> String {
         self.graph.to_dot(|id| self.label(id))
     }
 

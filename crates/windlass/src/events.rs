@@ -447,12 +447,15 @@ mod tests {
     async fn a_repeated_event_is_counted_as_a_series_not_recorded_twice() {
         use serde_json::json;
 
-
         let cr = json!({"apiVersion": "example.com/v1", "kind": "App",
                         "metadata": {"name": "shop", "namespace": "prod", "uid": "1234"}});
         let sink = MemoryEventSink::new();
-        sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
-        sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0"))).await.unwrap();
+        sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0")))
+            .await
+            .unwrap();
+        sink.publish(&cr, CrEvent::rollout_started(Some("1.4.0")))
+            .await
+            .unwrap();
         let events = sink.events();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].count, 2);

@@ -124,7 +124,7 @@ impl fmt::Display for TypeRef {
 ///
 /// For the core API this is the group Kubernetes itself uses, the empty string; `v1` is
 /// its version, not its group.
-pub fn api_group(api_version: &str) -> &str {
+pub(crate) fn api_group(api_version: &str) -> &str {
     api_version
         .split_once('/')
         .map_or("", |(group, _version)| group)
@@ -231,7 +231,7 @@ pub fn to_manifest<T: Serialize + ?Sized>(object: &T) -> Result<Value, Error> {
 }
 
 /// The current time as Kubernetes writes timestamps: RFC 3339, UTC, whole seconds.
-pub fn timestamp_now() -> String {
+pub(crate) fn timestamp_now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
@@ -250,7 +250,7 @@ pub const MAX_NAME_LENGTH: usize = 63;
 /// assert!(short.starts_with(&"a".repeat(59)));
 /// assert_eq!(windlass::object::truncated_name("web"), "web");
 /// ```
-pub fn truncated_name(name: &str) -> String {
+pub(crate) fn truncated_name(name: &str) -> String {
     if name.len() <= MAX_NAME_LENGTH {
         return name.to_string();
     }
@@ -298,7 +298,7 @@ pub fn label_value(text: &str) -> String {
 }
 
 /// `<cr name>-<name>`, truncated to a valid length.
-pub fn scoped_name(cr_name: &str, name: &str) -> String {
+pub(crate) fn scoped_name(cr_name: &str, name: &str) -> String {
     truncated_name(&format!("{cr_name}-{name}"))
 }
 

@@ -61,7 +61,7 @@ pub trait ControllerTypes: Send + Sync + 'static {
 }
 
 /// Whether objects of kind `K` live in a namespace, from its type.
-pub fn is_namespaced<K: PrimaryResource>() -> bool {
+pub(crate) fn is_namespaced<K: PrimaryResource>() -> bool {
     std::any::TypeId::of::<K::Scope>()
         != std::any::TypeId::of::<k8s_openapi::ClusterResourceScope>()
 }

@@ -187,7 +187,7 @@ fn observed_current(object: &Value) -> bool {
 ///
 /// Statuses are the strings `"True"`/`"False"` (any case) or booleans; a boolean `false`
 /// matches an expected false (it is not judged by truthiness).
-pub fn condition_is(
+pub(crate) fn condition_is(
     object: &Value,
     condition_type: &str,
     expected: bool,
@@ -206,7 +206,7 @@ pub fn condition_is(
 }
 
 /// The newest condition of a type in `status.conditions`.
-pub fn newest_condition<'a>(object: &'a Value, condition_type: &str) -> Option<&'a Value> {
+pub(crate) fn newest_condition<'a>(object: &'a Value, condition_type: &str) -> Option<&'a Value> {
     object["status"]["conditions"]
         .as_array()?
         .iter()

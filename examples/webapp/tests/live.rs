@@ -374,7 +374,15 @@ async fn a_steady_state_reconcile_writes_nothing_and_drift_is_put_back_once() {
 async fn rbac_command(account: &str, namespace: &str) -> Vec<Value> {
     let shop = concat!(env!("CARGO_MANIFEST_DIR"), "/shop.yaml");
     let (out, printed) = windlass::cli::Output::buffer();
-    let args = ["webapp-operator", "rbac", "--name", account, "--namespace", namespace, shop];
+    let args = [
+        "webapp-operator",
+        "rbac",
+        "--name",
+        account,
+        "--namespace",
+        namespace,
+        shop,
+    ];
     let code = windlass::cli::run(WebAppController, args, out).await;
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{}", printed.text());
     serde_saphyr::from_multiple(&printed.text()).expect("the rbac command prints YAML")
@@ -450,7 +458,9 @@ async fn the_webapp_rolls_out_with_only_the_rbac_the_rbac_command_derives() {
         .iter_mut()
         .find(|doc| doc["kind"] == "ClusterRole")
         .expect("the rbac command prints a ClusterRole");
-    let rules = role["rules"].as_array_mut().expect("the ClusterRole has rules");
+    let rules = role["rules"]
+        .as_array_mut()
+        .expect("the ClusterRole has rules");
     let before = rules.len();
     rules.retain(|rule| !rule["resources"].to_string().contains("\"deployments\""));
     assert!(rules.len() < before, "a rule named deployments");

@@ -286,7 +286,7 @@ impl MemoryCluster {
     /// # Errors
     /// What [`Cluster::apply`] refuses (no apiVersion or kind, an unknown kind, invalid
     /// metadata).
-    pub async fn store(&self, mut manifest: Value) -> Result<Value, ClusterError> {
+    pub(crate) async fn store(&self, mut manifest: Value) -> Result<Value, ClusterError> {
         if let (Some(api_version), Some(kind)) = (manifest.api_version(), manifest.kind()) {
             let type_ref = TypeRef::new(api_version, kind);
             if self.scope(&type_ref).await? == Scope::Namespaced {
@@ -390,7 +390,7 @@ impl MemoryCluster {
 
     /// Watch events of every change from now on. A receiver that falls more than 4096
     /// events behind loses the oldest ones (and is told so by `recv`).
-    pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
         self.events.subscribe()
     }
 

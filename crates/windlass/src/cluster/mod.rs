@@ -21,13 +21,14 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 pub use live::LiveCluster;
-pub use memory::{MemoryCluster, WatchEvent, WatchEventType};
+pub use memory::MemoryCluster;
+pub(crate) use memory::{WatchEvent, WatchEventType};
 // Request counting serves the runtime's metrics; its types are public for tests (feature
 // `testing`), which count what an operator asks of the API server.
-#[cfg(feature = "testing")]
-pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
 #[cfg(not(feature = "testing"))]
 pub(crate) use requests::RequestCounter;
+#[cfg(feature = "testing")]
+pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
 pub use selector::{FieldSelector, Selector, SelectorError, parse_labels};
 pub use validation::{LabelError, validate_label_key, validate_label_value};
 

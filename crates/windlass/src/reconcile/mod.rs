@@ -70,7 +70,6 @@ mod status_write;
 use input::reconcile_id;
 use status_write::{completion_status, start_status};
 
-
 /// What one reconcile did.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -166,7 +165,7 @@ impl<C: Controller> Reconciler<C> {
 
     /// The same reconciler on another cluster (a view over this
     /// one, say).
-    pub fn with_cluster(mut self, cluster: Arc<dyn Cluster>) -> Self {
+    pub(crate) fn with_cluster(mut self, cluster: Arc<dyn Cluster>) -> Self {
         self.cluster = cluster;
         self
     }
@@ -180,16 +179,6 @@ impl<C: Controller> Reconciler<C> {
     /// The controller.
     pub fn controller(&self) -> &C {
         &self.controller
-    }
-
-    /// The cluster.
-    pub fn cluster(&self) -> &Arc<dyn Cluster> {
-        &self.cluster
-    }
-
-    /// The operator configuration.
-    pub fn operator_config(&self) -> &OperatorConfig {
-        &self.operator
     }
 
     /// Reconcile the CR `cr` once. Never fails: errors are written to the CR's status

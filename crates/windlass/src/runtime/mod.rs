@@ -53,10 +53,10 @@ pub(crate) mod source;
 pub(crate) mod worker;
 
 // The watch caches are the runtime's own; tests inspect them (feature `testing`).
-#[cfg(feature = "testing")]
-pub use cache::{Cached, CachedCluster};
 #[cfg(not(feature = "testing"))]
 pub(crate) use cache::CachedCluster;
+#[cfg(feature = "testing")]
+pub use cache::{Cached, CachedCluster};
 pub use source::InitialList;
 pub use worker::ReconcileObserver;
 
@@ -88,7 +88,7 @@ use worker::WorkerSettings;
 
 /// How long reconciles in flight may finish after a shutdown signal before they are
 /// cancelled.
-pub const DRAIN: Duration = Duration::from_secs(20);
+pub(crate) const DRAIN: Duration = Duration::from_secs(20);
 
 /// Runs controllers against a real cluster: one client, one set of watch caches, one
 /// leadership, one shutdown. Each controller has its own
@@ -193,7 +193,7 @@ impl Manager {
     }
 
     /// Run until `shutdown` resolves; then stop taking work, let reconciles in flight
-    /// finish (up to [`DRAIN`]), release the leadership and return.
+    /// finish (up to 20 s), release the leadership and return.
     ///
     /// # Errors
     /// [`Error::Config`] for a configuration the runtime cannot work with (the global

@@ -405,7 +405,7 @@ fn typed<T: DeserializeOwned>(value: Value, kind: &str) -> Result<T> {
 
 /// The version of a CR manifest: `version_override` if set, else the value at the
 /// dotted `field`.
-pub fn manifest_version(manifest: &Value, operator: &OperatorConfig) -> Option<String> {
+pub(crate) fn manifest_version(manifest: &Value, operator: &OperatorConfig) -> Option<String> {
     if let Some(v) = &operator.versions.version_override {
         return Some(v.clone());
     }

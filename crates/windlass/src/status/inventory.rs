@@ -33,7 +33,7 @@ impl Inventory {
     /// The inventory recorded in a CR's status. Entries that do not parse are dropped:
     /// the inventory is windlass's own bookkeeping, and a hand-edited entry must not stop
     /// a reconcile.
-    pub fn from_status(status: &Value) -> Self {
+    pub(crate) fn from_status(status: &Value) -> Self {
         let mut inventory = Inventory::default();
         for entry in status[FIELD].as_array().into_iter().flatten() {
             let text = |key: &str| entry[key].as_str().map(str::to_string);
@@ -58,7 +58,7 @@ impl Inventory {
     }
 
     /// The inventory as the status stores it: a list sorted by component and object.
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         let mut entries = Vec::new();
         for (component, objects) in &self.0 {
             for (reference, uid) in objects {
@@ -76,7 +76,7 @@ impl Inventory {
     }
 
     /// Note that `component` applied `reference`, now with `uid`.
-    pub fn record(&mut self, component: &str, reference: ObjectRef, uid: &str) {
+    pub(crate) fn record(&mut self, component: &str, reference: ObjectRef, uid: &str) {
         self.0
             .entry(component.to_string())
             .or_default()
@@ -84,7 +84,7 @@ impl Inventory {
     }
 
     /// Forget an object (it is gone, or no longer windlass's).
-    pub fn forget(&mut self, component: &str, reference: &ObjectRef) {
+    pub(crate) fn forget(&mut self, component: &str, reference: &ObjectRef) {
         if let Some(objects) = self.0.get_mut(component) {
             objects.remove(reference);
             if objects.is_empty() {

@@ -180,9 +180,9 @@ pub(crate) fn is_managed<C: ControllerTypes>(operator: &crate::config::OperatorC
 }
 
 /// The `Ready` condition type.
-pub const READY: &str = "Ready";
+pub(crate) const READY: &str = "Ready";
 /// The `Updating` condition type.
-pub const UPDATING: &str = "Updating";
+pub(crate) const UPDATING: &str = "Updating";
 
 macro_rules! reasons {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident),* $(,)? }) => {

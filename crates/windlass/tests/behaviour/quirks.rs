@@ -44,7 +44,12 @@ async fn q11_transition_times_and_component_lists() {
     // Timestamps have whole seconds: wait (at most 2 s) until "now" is a later one, so a
     // refreshed transition time would differ from the first.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while first.as_str() == Some(windlass::object::timestamp_now().as_str()) {
+    let now = || {
+        jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
+    while first.as_str() == Some(now().as_str()) {
         assert!(
             std::time::Instant::now() < deadline,
             "the clock stands still"

@@ -16,10 +16,11 @@ use crate::status;
 
 /// Annotation keys containing one of these belong to the platform, not the user, and are
 /// ignored by [`UserAnnotations`].
-pub const PLATFORM_ANNOTATION_DOMAINS: [&str; 3] = ["k8s.io", "kubernetes.io", "openshift.io"];
+pub(crate) const PLATFORM_ANNOTATION_DOMAINS: [&str; 3] =
+    ["k8s.io", "kubernetes.io", "openshift.io"];
 
 /// How many resourceVersions [`ResourceVersion`] remembers per object.
-pub const RESOURCE_VERSIONS_KEPT: usize = 20;
+pub(crate) const RESOURCE_VERSIONS_KEPT: usize = 20;
 
 fn is_added_or_deleted(event: WatchEvent<'_>) -> bool {
     matches!(event.kind, EventKind::Added | EventKind::Deleted)
@@ -176,7 +177,7 @@ impl Filter for NoGeneration {
     }
 }
 
-/// No when the event's resourceVersion is one of the last [`RESOURCE_VERSIONS_KEPT`] seen
+/// No when the event's resourceVersion is one of the last 20 seen
 /// for the object, yes otherwise: drops the replays a watch sends when it
 /// reconnects. Abstains on [`EventKind::Deleted`].
 #[derive(Debug, Clone, Default)]
@@ -230,7 +231,8 @@ impl Filter for Annotations {
     }
 }
 
-/// [`Annotations`], ignoring the keys that contain one of [`PLATFORM_ANNOTATION_DOMAINS`]:
+/// [`Annotations`], ignoring the keys that contain one of the platform's domains
+/// (`k8s.io`, `kubernetes.io`, `openshift.io`):
 /// `deployment.kubernetes.io/revision` changes when a controller writes it, not a user.
 #[derive(Debug, Clone, Default)]
 pub struct UserAnnotations {

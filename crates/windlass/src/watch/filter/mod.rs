@@ -99,8 +99,7 @@ use serde_json::Value;
 
 pub use builtin::{
     Annotations, CreationDeletion, DeletionRequested, DependentWatch, Disable, Enable, Generation,
-    LabelSelector, Labels, NoGeneration, PLATFORM_ANNOTATION_DOMAINS, Pause,
-    RESOURCE_VERSIONS_KEPT, ResourceVersion, SubsystemStatus, UserAnnotations,
+    LabelSelector, Labels, NoGeneration, Pause, ResourceVersion, SubsystemStatus, UserAnnotations,
 };
 pub use compose::{All, Any, FilterSpec};
 pub(crate) use policy::{GlobalFilter, WatchFilters};
@@ -169,18 +168,6 @@ impl<'a> WatchEvent<'a> {
             body: Some(body),
             ..self
         }
-    }
-
-    /// An event for a [`DynamicObject`](kube::core::DynamicObject): metadata and fields.
-    pub fn dynamic(kind: EventKind, object: &'a kube::core::DynamicObject) -> Self {
-        WatchEvent::new(kind, &object.metadata).with_body(&object.data)
-    }
-
-    /// An event for any typed object, from its metadata only; add the fields with
-    /// [`WatchEvent::with_body`] when a filter needs them. Works for
-    /// [`PartialObjectMeta`](kube::core::PartialObjectMeta) (metadata-only watches) too.
-    pub fn of<K: kube::Resource>(kind: EventKind, object: &'a K) -> Self {
-        WatchEvent::new(kind, object.meta())
     }
 
     /// `metadata.uid`.

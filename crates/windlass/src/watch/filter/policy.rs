@@ -49,7 +49,7 @@ pub fn generation_only() -> FilterSpec {
 ///
 /// So: nothing passes while the object is paused; otherwise creation, deletion, a content
 /// change, a label change, an annotation change (`default`: only annotations outside
-/// [`PLATFORM_ANNOTATION_DOMAINS`](super::PLATFORM_ANNOTATION_DOMAINS)) and a deletion
+/// the platform's domains) and a deletion
 /// request pass, and a status-only change or a replay does not.
 ///
 /// Custom filters are given in code, per controller, through

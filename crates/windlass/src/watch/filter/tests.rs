@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Value, json};
 
 use super::EventKind::{Added, Deleted, Modified};
+use super::builtin::RESOURCE_VERSIONS_KEPT;
 use super::*;
 use crate::annotations::PAUSE_EXECUTION;
 use crate::object::TypeRef;
@@ -143,36 +144,6 @@ fn events_expose_metadata_and_body() {
     assert_eq!(event.field("spec"), Some(&json!({"replicas": 1})));
     let bare = obj.clone().metadata_only();
     assert_eq!(bare.event(Modified).status(), None);
-}
-
-#[test]
-fn dynamic_objects_and_typed_objects_make_events() {
-    let object: kube::core::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.com/v1", "kind": "App",
-        "metadata": {"name": "a", "uid": "u", "generation": 2},
-        "spec": {"x": 1}, "status": {"y": 2}
-    }))
-    .unwrap();
-    let event = WatchEvent::dynamic(Added, &object);
-    assert_eq!(event.generation(), Some(2));
-    assert_eq!(event.status(), Some(&json!({"y": 2})));
-
-    let cm = k8s_openapi::api::core::v1::ConfigMap {
-        metadata: ObjectMeta {
-            uid: Some("c".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let event = WatchEvent::of(Deleted, &cm);
-    assert_eq!(event.uid(), Some("c"));
-    assert!(event.body.is_none());
-
-    let partial: kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap> =
-        serde_json::from_value(json!({"metadata": {"uid": "p", "resourceVersion": "7"}})).unwrap();
-    let event = WatchEvent::of(Modified, &partial);
-    assert_eq!(event.resource_version(), Some("7"));
-    assert!(event.body.is_none());
 }
 
 // ---------------------------------------------------------------------------------------
