@@ -198,100 +198,132 @@ impl<C: Controller> Reconciler<C> {
     /// (when `manage_status`), logged, and returned in the [`Report`].
     pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
         let id = reconcile_id();
-        // The reconcile's id and its CR, on every log line of this reconcile.
-        let span = tracing::info_span!(
-            "reconcile",
-            reconciliation_id = %id,
-            kind = %cr.kind,
-            api_version = %cr.api_version,
-            namespace = cr.namespace.as_deref().unwrap_or(""),
-            // Not `name`: JSON lines already use that key for the span's own name.
-            resource_name = %cr.name,
-            resource_version = tracing::field::Empty,
-        );
-        async {
-            emit(
-                self.observer.as_ref(),
-                Event::ReconcileStarted {
-                    cr: cr.clone(),
-                    id: id.clone(),
-                },
-            );
-            let report = |outcome, state, error| Report {
-                id: id.clone(),
+        let span = reconcile_span(&id, cr);
+        self.reconcile_in_span(&id, cr).instrument(span).await
+    }
+
+    /// [`Reconciler::reconcile`], inside the reconcile's span: steps 1 to 6, and the error
+    /// path when they fail or panic.
+    async fn reconcile_in_span(&self, id: &str, cr: &ObjectRef) -> Report {
+        emit(
+            self.observer.as_ref(),
+            Event::ReconcileStarted {
                 cr: cr.clone(),
-                outcome,
-                state,
-                error,
-            };
-            let manifest = match self.cluster.get(cr).await {
-                Ok(Some(manifest)) => {
-                    tracing::Span::current().record(
-                        "resource_version",
-                        manifest.resource_version().unwrap_or(""),
-                    );
-                    manifest
-                }
-                Ok(None) => return report(Action::Done, None, None),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the CR");
-                    return report(Action::Retry, None, Some(e.into()));
-                }
-            };
-            // The CR's own log level, if it asks for one, for the rest of this reconcile.
-            let _log = crate::logging::for_cr(&id, &manifest);
-            if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
-                tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
-                return report(Action::Done, None, None);
-            }
-            let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
-            ledger.remember(cr.clone(), Some(manifest.clone()));
-            // The start status (step 4), not written on its own: the end of the reconcile
-            // writes it together with the outcome, one status write per reconcile.
-            let mut start = None;
-            // The session, once made: the error status carries its author's changes too.
-            let mut made = None;
-            // A rollout that starts and does not complete in this reconcile is announced.
-            let mut starting = None;
-            let run = AssertUnwindSafe(self.run(
-                &id,
-                cr,
-                &manifest,
-                &ledger,
-                Progress {
-                    start: &mut start,
-                    made: &mut made,
-                    starting: &mut starting,
-                },
-            ))
-            .catch_unwind();
-            let failure = match run.await {
-                Ok(Ok((outcome, state))) => return report(outcome, state, None),
-                Ok(Err(failure)) => failure,
-                Err(panic) => Failure::from(Error::from_panic("reconcile", panic.as_ref())),
-            };
-            let outcome = self.fail(&manifest, &failure.error, starting).await;
-            if status::is_managed::<C>(&self.operator)
-                && let Some(current) = ledger.seen(cr).flatten()
-            {
-                let author = made.as_ref().and_then(Session::status_changes);
-                let error_status = self.write_error_status(
-                    cr,
-                    current,
-                    &manifest,
-                    &failure,
-                    ledger.inventory(),
-                    start.as_ref(),
-                    author,
-                );
-                if let Err(e) = error_status.await {
-                    tracing::warn!(error = %e, "cannot write the error status");
-                }
-            }
-            report(outcome, failure.state, Some(failure.error))
+                id: id.to_string(),
+            },
+        );
+        let report = |outcome, state, error| Report {
+            id: id.to_string(),
+            cr: cr.clone(),
+            outcome,
+            state,
+            error,
+        };
+        let manifest = match self.read_cr(cr).await {
+            Ok(Some(manifest)) => manifest,
+            Ok(None) => return report(Action::Done, None, None),
+            Err(e) => return report(Action::Retry, None, Some(e.into())),
+        };
+        // The CR's own log level, if it asks for one, for the rest of this reconcile.
+        let _log = crate::logging::for_cr(id, &manifest);
+        if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
+            tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
+            return report(Action::Done, None, None);
         }
-        .instrument(span)
-        .await
+        let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+        ledger.remember(cr.clone(), Some(manifest.clone()));
+        // The start status (step 4), not written on its own: the end of the reconcile
+        // writes it together with the outcome, one status write per reconcile.
+        let mut start = None;
+        // The session, once made: the error status carries its author's changes too.
+        let mut made = None;
+        // A rollout that starts and does not complete in this reconcile is announced.
+        let mut starting = None;
+        let progress = Progress {
+            start: &mut start,
+            made: &mut made,
+            starting: &mut starting,
+        };
+        let failure = match self.run_caught(id, cr, &manifest, &ledger, progress).await {
+            Ok((outcome, state)) => return report(outcome, state, None),
+            Err(failure) => failure,
+        };
+        let outcome = self.fail(&manifest, &failure.error, starting).await;
+        self.record_failure(
+            cr,
+            &manifest,
+            &ledger,
+            &failure,
+            start.as_ref(),
+            made.as_ref(),
+        )
+        .await;
+        report(outcome, failure.state, Some(failure.error))
+    }
+
+    /// [`Reconciler::run`], a panic in it caught as a failure of the reconcile.
+    async fn run_caught(
+        &self,
+        id: &str,
+        cr: &ObjectRef,
+        manifest: &Value,
+        ledger: &Arc<Ledger>,
+        progress: Progress<'_, C>,
+    ) -> std::result::Result<(Action, Option<CompletionState>), Failure> {
+        let run = AssertUnwindSafe(self.run(id, cr, manifest, ledger, progress)).catch_unwind();
+        match run.await {
+            Ok(result) => result,
+            Err(panic) => Err(Failure::from(Error::from_panic(
+                "reconcile",
+                panic.as_ref(),
+            ))),
+        }
+    }
+
+    /// Step 1: read the CR (`None`: it is gone), and note its resourceVersion on the
+    /// reconcile's span.
+    async fn read_cr(&self, cr: &ObjectRef) -> std::result::Result<Option<Value>, ClusterError> {
+        let manifest = self.cluster.get(cr).await.inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot read the CR");
+        })?;
+        if let Some(manifest) = &manifest {
+            tracing::Span::current().record(
+                "resource_version",
+                manifest.resource_version().unwrap_or(""),
+            );
+        }
+        Ok(manifest)
+    }
+
+    /// The error path's status: when windlass manages the CR's status and the CR is still
+    /// there, write the error status over the CR as the reconcile last saw it. A failure
+    /// to write it is logged; the reconcile's outcome stays the same.
+    async fn record_failure(
+        &self,
+        cr: &ObjectRef,
+        manifest: &Value,
+        ledger: &Ledger,
+        failure: &Failure,
+        start: Option<&StatusUpdate>,
+        made: Option<&Session<C>>,
+    ) {
+        if status::is_managed::<C>(&self.operator)
+            && let Some(current) = ledger.seen(cr).flatten()
+        {
+            let author = made.and_then(Session::status_changes);
+            let error_status = self.write_error_status(
+                cr,
+                current,
+                manifest,
+                failure,
+                ledger.inventory(),
+                start,
+                author,
+            );
+            if let Err(e) = error_status.await {
+                tracing::warn!(error = %e, "cannot write the error status");
+            }
+        }
     }
 
     /// A failed reconcile's log line and Events; what the queue does next.
@@ -547,6 +579,21 @@ impl<C: Controller> Reconciler<C> {
             _ => Action::Retry,
         }
     }
+}
+
+/// The span of one reconcile: its id and its CR, on every log line of the reconcile. The
+/// CR's resourceVersion is recorded once it is read.
+fn reconcile_span(id: &str, cr: &ObjectRef) -> tracing::Span {
+    tracing::info_span!(
+        "reconcile",
+        reconciliation_id = %id,
+        kind = %cr.kind,
+        api_version = %cr.api_version,
+        namespace = cr.namespace.as_deref().unwrap_or(""),
+        // Not `name`: JSON lines already use that key for the span's own name.
+        resource_name = %cr.name,
+        resource_version = tracing::field::Empty,
+    )
 }
 
 /// The graph rolled out while a CR is being deleted: the controller's finalization, or none.
