@@ -67,7 +67,7 @@ mod input;
 mod status_write;
 
 use input::reconcile_id;
-use status_write::{completion_status, start_status};
+use status_write::{ErrorStatus, completion_status, start_status};
 
 pub use status_write::STATUS_WRITE_ATTEMPTS;
 
@@ -311,16 +311,14 @@ impl<C: Controller> Reconciler<C> {
             && let Some(current) = ledger.seen(cr).flatten()
         {
             let author = made.and_then(Session::status_changes);
-            let error_status = self.write_error_status(
-                cr,
-                current,
+            let error = ErrorStatus {
                 manifest,
                 failure,
-                ledger.inventory(),
+                inventory: ledger.inventory(),
                 start,
                 author,
-            );
-            if let Err(e) = error_status.await {
+            };
+            if let Err(e) = self.write_error_status(cr, current, error).await {
                 tracing::warn!(error = %e, "cannot write the error status");
             }
         }
