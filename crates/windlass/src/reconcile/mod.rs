@@ -40,6 +40,12 @@
 //! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later (`rollout::dependency_hash`) | [`Action::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
 //! | invalid input: a config error, an object the server refused as invalid (422) | [`Action::Done`]: nothing changes until the CR (or the operator) does |
 //! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Action::Retry`] with back-off |
+//!
+//! # Files
+//!
+//! This file holds the pipeline; `input` makes the session (steps 2 and 3),
+//! `status_write` computes and writes the status, `finalizing` is what a CR being deleted
+//! needs, and `failure` is the error path.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -51,7 +57,7 @@ use tracing::Instrument;
 
 use crate::annotations;
 use crate::cluster::Cluster;
-use crate::cluster::finalizer::{self, CLEANUP_FINALIZER};
+use crate::cluster::finalizer;
 use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller};
 pub use crate::dag::CompletionState;
@@ -63,11 +69,14 @@ use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
 use crate::status::{self, StatusUpdate, condition};
 
+mod failure;
+mod finalizing;
 mod input;
 mod status_write;
 
+use finalizing::{Finalizers, finalize_components};
 use input::reconcile_id;
-use status_write::{ErrorStatus, completion_status, start_status};
+use status_write::{completion_status, start_status};
 
 pub use status_write::STATUS_WRITE_ATTEMPTS;
 
@@ -295,53 +304,6 @@ impl<C: Controller> Reconciler<C> {
         Ok(manifest)
     }
 
-    /// The error path's status: when windlass manages the CR's status and the CR is still
-    /// there, write the error status over the CR as the reconcile last saw it. A failure
-    /// to write it is logged; the reconcile's outcome stays the same.
-    async fn record_failure(
-        &self,
-        cr: &ObjectRef,
-        manifest: &Value,
-        ledger: &Ledger,
-        failure: &Failure,
-        start: Option<&StatusUpdate>,
-        made: Option<&Session<C>>,
-    ) {
-        if status::is_managed::<C>(&self.operator)
-            && let Some(current) = ledger.seen(cr).flatten()
-        {
-            let author = made.and_then(Session::status_changes);
-            let error = ErrorStatus {
-                manifest,
-                failure,
-                inventory: ledger.inventory(),
-                start,
-                author,
-            };
-            if let Err(e) = self.write_error_status(cr, current, error).await {
-                tracing::warn!(error = %e, "cannot write the error status");
-            }
-        }
-    }
-
-    /// A failed reconcile's log line and Events; what the queue does next.
-    async fn fail(&self, manifest: &Value, error: &Error, starting: Option<CrEvent>) -> Action {
-        if error.is_fatal() {
-            tracing::warn!(error = %error, "reconcile failed");
-            self.publish(manifest, CrEvent::rollout_failed(error)).await;
-        } else {
-            tracing::info!(reason = %error, "not yet");
-            if let Some(started) = starting {
-                self.publish(manifest, started).await;
-            }
-            if !status::is_managed::<C>(&self.operator) {
-                self.publish(manifest, CrEvent::rollout_waiting(error.to_string()))
-                    .await;
-            }
-        }
-        self.failure_outcome(error)
-    }
-
     /// The objects the component `component` renders for the CR `cr` (read from the
     /// cluster), as the rollout would apply them — after the temporary patches, the
     /// internal-name annotation and the component's `update_object_definition`, before the
@@ -542,41 +504,6 @@ impl<C: Controller> Reconciler<C> {
             other => other,
         })
     }
-
-    /// Delete what the CR owns outside the garbage collector's reach (see
-    /// [`finalizer`]), each object only if it is still the one windlass applied,
-    /// then remove the cleanup finalizer. Returns the CR as stored after, `None` if gone.
-    async fn clean_up(
-        &self,
-        cr: &ObjectRef,
-        current: Value,
-        ledger: &Ledger,
-    ) -> Result<Option<Value>> {
-        let inventory = ledger.inventory();
-        for component in inventory.components() {
-            for (object, uid) in inventory.of(&component) {
-                if finalizer::collected_with(object.namespace.as_deref(), &current) {
-                    continue;
-                }
-                match self.cluster.delete(&object, Some(&uid)).await {
-                    Ok(_) | Err(ClusterError::UnknownKind { .. }) => {
-                        tracing::info!(object = %object, "deleted with the CR");
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        finalizer::remove(self.cluster.as_ref(), cr, current, CLEANUP_FINALIZER).await
-    }
-
-    /// What a reconcile that ended in `error` asks for next (see the module docs).
-    fn failure_outcome(&self, error: &Error) -> Action {
-        match error {
-            e if !e.is_fatal() => Action::RequeueAfter(self.operator.requeue_after()),
-            Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => Action::Done,
-            _ => Action::Retry,
-        }
-    }
 }
 
 /// The span of one reconcile: its id and its CR, on every log line of the reconcile. The
@@ -592,51 +519,6 @@ fn reconcile_span(id: &str, cr: &ObjectRef) -> tracing::Span {
         resource_name = %cr.name,
         resource_version = tracing::field::Empty,
     )
-}
-
-/// The graph rolled out while a CR is being deleted: the controller's finalization, or none.
-fn finalize_components<C: Controller>(
-    controller: &C,
-    session: &Session<C>,
-) -> Result<Components<C>> {
-    match controller.finalizer() {
-        Some(finalize) => finalize.finalize_components(session),
-        None => Ok(Components::new()),
-    }
-}
-
-/// The finalizers that matter to one reconcile of a CR.
-struct Finalizers {
-    /// The CR is being deleted.
-    finalizing: bool,
-    /// The controller's own finalizer, if it has one.
-    controllers: Option<String>,
-    /// windlass's cleanup finalizer is on the CR.
-    cleanup: bool,
-}
-
-impl Finalizers {
-    fn of<C: Controller>(controller: &C, manifest: &Value) -> Self {
-        Finalizers {
-            finalizing: manifest.is_terminating(),
-            controllers: controller.finalizer().map(|f| f.name()),
-            cleanup: manifest.finalizers().contains(&CLEANUP_FINALIZER),
-        }
-    }
-
-    /// Whether the controller's finalizer is on the CR.
-    fn ours_holds(&self, manifest: &Value) -> bool {
-        self.controllers
-            .as_deref()
-            .is_some_and(|f| manifest.finalizers().contains(&f))
-    }
-
-    /// The controller's finalizer, when it is to be added (not while deleting).
-    fn to_add(&self, manifest: &Value) -> Option<&str> {
-        self.controllers
-            .as_deref()
-            .filter(|f| !self.finalizing && !manifest.finalizers().contains(f))
-    }
 }
 
 /// Step 4: note the start status, and the RolloutStarted Event when this generation of
