@@ -134,131 +134,48 @@ impl<'g, N, E> Runner<'g, N, E> {
         C: Fn(NodeId, NodeId, &'g E) -> CF,
         CF: Future<Output = Result<bool, Halt>>,
     {
-        let graph = self.graph;
-        let mut rank = vec![0; graph.len()];
-        for (i, id) in graph.topology().into_iter().enumerate() {
-            rank[id.index()] = i;
-        }
-        let mut waiting_on: Vec<usize> = graph.ids().map(|id| graph.upstream(id).count()).collect();
-        let mut downstream: Vec<Vec<NodeId>> = vec![Vec::new(); graph.len()];
-        for id in graph.ids() {
-            for (up, _) in graph.upstream(id) {
-                downstream[up.index()].push(id);
-            }
-        }
-        let mut state = vec![NodeState::Waiting; graph.len()];
-        // Ready nodes ordered by topology rank, so a limit of 1 runs them in topology order.
-        let mut queue: BTreeSet<(usize, NodeId)> = BTreeSet::new();
-        for id in graph.ids() {
-            if waiting_on[id.index()] == 0 && !self.disabled.contains(&id) {
-                state[id.index()] = NodeState::Queued;
-                queue.insert((rank[id.index()], id));
-            }
-        }
-        let mut gated: Vec<NodeId> = Vec::new();
-        let mut error: Option<Error> = None;
+        let mut schedule = Schedule::new(self.graph, &self.disabled);
         let mut in_flight = FuturesUnordered::new();
         let mut recheck_delay = FIRST_RECHECK;
         let mut recheck_at: Option<Instant> = None;
 
         loop {
             while in_flight.len() < self.concurrency {
-                let Some((_, id)) = queue.pop_first() else {
+                let Some(id) = schedule.start_next() else {
                     break;
                 };
-                state[id.index()] = NodeState::InFlight;
                 in_flight.push(self.step(id, &action, &condition));
             }
             if in_flight.is_empty() {
                 break;
             }
             let event = match recheck_at {
-                Some(at) if !gated.is_empty() => tokio::select! {
+                Some(at) if !schedule.gated.is_empty() => tokio::select! {
                     biased;
                     done = in_flight.next() => done,
                     _ = tokio::time::sleep_until(at) => None,
                 },
                 _ => in_flight.next().await,
             };
-            let requeue_gated = |gated: &mut Vec<NodeId>,
-                                 queue: &mut BTreeSet<(usize, NodeId)>,
-                                 state: &mut Vec<NodeState>| {
-                for id in gated.drain(..) {
-                    state[id.index()] = NodeState::Queued;
-                    queue.insert((rank[id.index()], id));
-                }
-            };
             match event {
                 None => {
                     // The re-check timer fired while other nodes are still running.
-                    requeue_gated(&mut gated, &mut queue, &mut state);
+                    schedule.requeue_gated();
                     recheck_delay = (recheck_delay * 2).min(MAX_RECHECK);
                     recheck_at = None;
                 }
                 Some((id, Step::Gated)) => {
-                    state[id.index()] = NodeState::Gated;
-                    gated.push(id);
+                    schedule.gate(id);
                     recheck_at.get_or_insert_with(|| Instant::now() + recheck_delay);
                 }
                 Some((id, step)) => {
-                    let outcome = match step {
-                        Step::Finished(Ok(())) => NodeState::Verified,
-                        Step::Finished(Err(halt)) => {
-                            if error.is_none() {
-                                error = halt.error;
-                            }
-                            if halt.failure {
-                                NodeState::Failed
-                            } else {
-                                NodeState::Unverified
-                            }
-                        }
-                        Step::Panicked | Step::Gated => NodeState::Failed,
-                    };
-                    state[id.index()] = outcome;
-                    if outcome == NodeState::Verified {
-                        for &down in &downstream[id.index()] {
-                            waiting_on[down.index()] -= 1;
-                            if waiting_on[down.index()] == 0
-                                && state[down.index()] == NodeState::Waiting
-                                && !self.disabled.contains(&down)
-                            {
-                                state[down.index()] = NodeState::Queued;
-                                queue.insert((rank[down.index()], down));
-                            }
-                        }
-                    }
+                    schedule.finish(id, step);
                     // A completion is the event gated nodes wait for (rule 4).
-                    requeue_gated(&mut gated, &mut queue, &mut state);
+                    schedule.requeue_gated();
                 }
             }
         }
-
-        let names = |wanted: NodeState| {
-            graph
-                .ids()
-                .filter(|id| state[id.index()] == wanted)
-                .map(|id| graph.name(id).to_string())
-                .collect::<Vec<_>>()
-        };
-        let unstarted: Vec<String> = graph
-            .ids()
-            .filter(|id| {
-                matches!(
-                    state[id.index()],
-                    NodeState::Waiting | NodeState::Gated | NodeState::Queued | NodeState::InFlight
-                )
-            })
-            .map(|id| graph.name(id).to_string())
-            .collect();
-        CompletionState::new(
-            names(NodeState::Verified),
-            names(NodeState::Unverified),
-            names(NodeState::Failed),
-            unstarted,
-            error,
-        )
-        .expect("each node has exactly one state, so the sets are disjoint")
+        schedule.completion(self.graph)
     }
 
     fn step<'a, A, AF, C, CF>(
@@ -291,6 +208,148 @@ impl<'g, N, E> Runner<'g, N, E> {
         AssertUnwindSafe(work)
             .catch_unwind()
             .map(move |result| (id, result.unwrap_or(Step::Panicked)))
+    }
+}
+
+/// The bookkeeping of one [`Runner::run`]: each node's state, how many of its upstream
+/// nodes it still waits for, the ready nodes in topology order, the gated ones, and the
+/// first error reported.
+struct Schedule<'r> {
+    disabled: &'r BTreeSet<NodeId>,
+    /// Each node's place in the graph's topological order.
+    rank: Vec<usize>,
+    /// How many upstream nodes each node waits for to be verified.
+    waiting_on: Vec<usize>,
+    downstream: Vec<Vec<NodeId>>,
+    state: Vec<NodeState>,
+    /// Ready nodes ordered by topology rank, so a limit of 1 runs them in topology order.
+    queue: BTreeSet<(usize, NodeId)>,
+    /// Nodes whose edge condition said "not yet", waiting for a completion or the
+    /// re-check timer.
+    gated: Vec<NodeId>,
+    error: Option<Error>,
+}
+
+impl<'r> Schedule<'r> {
+    /// Every node waiting; those with nothing upstream (and not disabled) queued.
+    fn new<N, E>(graph: &Graph<N, E>, disabled: &'r BTreeSet<NodeId>) -> Self {
+        let mut rank = vec![0; graph.len()];
+        for (i, id) in graph.topology().into_iter().enumerate() {
+            rank[id.index()] = i;
+        }
+        let waiting_on: Vec<usize> = graph.ids().map(|id| graph.upstream(id).count()).collect();
+        let mut downstream: Vec<Vec<NodeId>> = vec![Vec::new(); graph.len()];
+        for id in graph.ids() {
+            for (up, _) in graph.upstream(id) {
+                downstream[up.index()].push(id);
+            }
+        }
+        let mut schedule = Schedule {
+            disabled,
+            rank,
+            waiting_on,
+            downstream,
+            state: vec![NodeState::Waiting; graph.len()],
+            queue: BTreeSet::new(),
+            gated: Vec::new(),
+            error: None,
+        };
+        for id in graph.ids() {
+            if schedule.waiting_on[id.index()] == 0 && !disabled.contains(&id) {
+                schedule.enqueue(id);
+            }
+        }
+        schedule
+    }
+
+    /// Mark `id` ready to run.
+    fn enqueue(&mut self, id: NodeId) {
+        self.state[id.index()] = NodeState::Queued;
+        self.queue.insert((self.rank[id.index()], id));
+    }
+
+    /// The next ready node, now in flight, if any.
+    fn start_next(&mut self) -> Option<NodeId> {
+        let (_, id) = self.queue.pop_first()?;
+        self.state[id.index()] = NodeState::InFlight;
+        Some(id)
+    }
+
+    /// `id`'s edge condition said "not yet": it waits to be tried again.
+    fn gate(&mut self, id: NodeId) {
+        self.state[id.index()] = NodeState::Gated;
+        self.gated.push(id);
+    }
+
+    /// Queue every gated node again, to re-evaluate its conditions.
+    fn requeue_gated(&mut self) {
+        for id in std::mem::take(&mut self.gated) {
+            self.enqueue(id);
+        }
+    }
+
+    /// Record how `id` ended (keeping the first error), and once it is verified, queue the
+    /// dependents that now wait for nothing.
+    fn finish(&mut self, id: NodeId, step: Step) {
+        let outcome = match step {
+            Step::Finished(Ok(())) => NodeState::Verified,
+            Step::Finished(Err(halt)) => {
+                if self.error.is_none() {
+                    self.error = halt.error;
+                }
+                if halt.failure {
+                    NodeState::Failed
+                } else {
+                    NodeState::Unverified
+                }
+            }
+            Step::Panicked | Step::Gated => NodeState::Failed,
+        };
+        self.state[id.index()] = outcome;
+        if outcome == NodeState::Verified {
+            for &down in &self.downstream[id.index()] {
+                self.waiting_on[down.index()] -= 1;
+                if self.waiting_on[down.index()] == 0
+                    && self.state[down.index()] == NodeState::Waiting
+                    && !self.disabled.contains(&down)
+                {
+                    // `enqueue`, spelled out: `self.downstream` is borrowed.
+                    self.state[down.index()] = NodeState::Queued;
+                    self.queue.insert((self.rank[down.index()], down));
+                }
+            }
+        }
+    }
+
+    /// What the run did to each node: the nodes by state, the ones it never finished
+    /// counted as not started.
+    fn completion<N, E>(self, graph: &Graph<N, E>) -> CompletionState {
+        let state = &self.state;
+        let names = |wanted: NodeState| {
+            graph
+                .ids()
+                .filter(|id| state[id.index()] == wanted)
+                .map(|id| graph.name(id).to_string())
+                .collect::<Vec<_>>()
+        };
+        let unstarted: Vec<String> = graph
+            .ids()
+            .filter(|id| {
+                matches!(
+                    state[id.index()],
+                    NodeState::Waiting | NodeState::Gated | NodeState::Queued | NodeState::InFlight
+                )
+            })
+            .map(|id| graph.name(id).to_string())
+            .collect();
+        CompletionState::new(
+            names(NodeState::Verified),
+            names(NodeState::Unverified),
+            names(NodeState::Failed),
+            unstarted,
+            self.error,
+        )
+        .expect("each node has exactly one state, so the sets are disjoint")
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::annotations;
+use crate::config::OperatorConfig;
 use crate::controller::Controller;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
@@ -31,54 +32,14 @@ impl<C: Controller> Reconciler<C> {
         // A CR being deleted must be able to finish: what only shapes a rollout is
         // skipped, with a warning, when it fails.
         let finalizing = manifest.is_terminating();
-        fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Result<T> {
-            match result {
-                Err(e) if finalizing => {
-                    tracing::warn!(error = %e, "deleting: ignoring {what}");
-                    Ok(default)
-                }
-                other => other,
-            }
-        }
         let mut merged = self.controller.cr_defaults();
         merge(&mut merged, manifest.clone());
-        let typed: C::Resource = serde_path_to_error::deserialize(&merged).map_err(|e| {
-            Error::config(format!(
-                "invalid {} {}: {}: {}",
-                cr.kind,
-                cr.name,
-                e.path(),
-                e.inner()
-            ))
-        })?;
+        let typed = typed_cr::<C>(cr, &merged)?;
         let version = manifest_version(&merged, operator);
-        if operator.versions.strict && !finalizing {
-            let version = version.as_deref().ok_or_else(|| {
-                Error::config(format!(
-                    "the CR has no version at {}",
-                    operator.versions.field
-                ))
-            })?;
-            if !operator.versions.supported.iter().any(|v| v == version) {
-                return Err(Error::config(format!(
-                    "unsupported version {version}: this operator supports {}",
-                    operator.versions.supported.join(", ")
-                )));
-            }
+        if !finalizing {
+            check_version(operator, version.as_deref())?;
         }
-        let defaults = config_defaults::<C>()?;
-        let config_value = lenient(
-            finalizing,
-            self.backend_config(cr, manifest, defaults.clone()).await,
-            "the backend config",
-            defaults.clone(),
-        )?;
-        let config: C::Config = lenient(
-            finalizing,
-            typed_config::<C>(&config_value, &defaults),
-            "the backend config",
-            C::Config::default(),
-        )?;
+        let (config_value, config) = self.config(cr, manifest, finalizing).await?;
         let temporary_patches = lenient(
             finalizing,
             self.temporary_patches(cr, manifest).await,
@@ -87,17 +48,7 @@ impl<C: Controller> Reconciler<C> {
         )?;
         let status = manifest.get("status").cloned().unwrap_or(Value::Null);
         let current_version = reconciled_version(&status).map(str::to_string);
-        let typed_status = match &status {
-            Value::Null => C::Status::default(),
-            stored => serde_path_to_error::deserialize(stored).unwrap_or_else(|e| {
-                tracing::warn!(
-                    "the stored status does not parse ({}: {}); starting from the default",
-                    e.path(),
-                    e.inner()
-                );
-                C::Status::default()
-            }),
-        };
+        let typed_status = typed_status::<C>(&status);
         Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
@@ -115,6 +66,31 @@ impl<C: Controller> Reconciler<C> {
             observer: self.observer.clone(),
             ledger,
         }))
+    }
+
+    /// The backend config of the CR, as JSON and typed: its layers over the controller's
+    /// defaults (see [`Reconciler::backend_config`]). While the CR is being deleted, a
+    /// config that cannot be read or typed is skipped: the defaults stand in for it.
+    async fn config(
+        &self,
+        cr: &ObjectRef,
+        manifest: &Value,
+        finalizing: bool,
+    ) -> Result<(Value, C::Config)> {
+        let defaults = config_defaults::<C>()?;
+        let config_value = lenient(
+            finalizing,
+            self.backend_config(cr, manifest, defaults.clone()).await,
+            "the backend config",
+            defaults.clone(),
+        )?;
+        let config: C::Config = lenient(
+            finalizing,
+            typed_config::<C>(&config_value, &defaults),
+            "the backend config",
+            C::Config::default(),
+        )?;
+        Ok((config_value, config))
     }
 
     /// A session for the CR as the cluster stores it, outside a reconcile, and that manifest.
@@ -213,6 +189,69 @@ impl<C: Controller> Reconciler<C> {
             patches.push(patch);
         }
         Ok(patches)
+    }
+}
+
+/// `result`, or, while the CR is being deleted (`finalizing`), `default` in place of an
+/// error, which is logged as `what` being ignored.
+fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Result<T> {
+    match result {
+        Err(e) if finalizing => {
+            tracing::warn!(error = %e, "deleting: ignoring {what}");
+            Ok(default)
+        }
+        other => other,
+    }
+}
+
+/// The CR `cr` (merged over the controller's defaults) as its type; a spec that does not
+/// parse is a config error naming the field.
+fn typed_cr<C: Controller>(cr: &ObjectRef, merged: &Value) -> Result<C::Resource> {
+    serde_path_to_error::deserialize(merged).map_err(|e| {
+        Error::config(format!(
+            "invalid {} {}: {}: {}",
+            cr.kind,
+            cr.name,
+            e.path(),
+            e.inner()
+        ))
+    })
+}
+
+/// Strict versioning: with `versions.strict`, the CR must have a `version` the operator
+/// supports.
+fn check_version(operator: &OperatorConfig, version: Option<&str>) -> Result<()> {
+    if !operator.versions.strict {
+        return Ok(());
+    }
+    let version = version.ok_or_else(|| {
+        Error::config(format!(
+            "the CR has no version at {}",
+            operator.versions.field
+        ))
+    })?;
+    if !operator.versions.supported.iter().any(|v| v == version) {
+        return Err(Error::config(format!(
+            "unsupported version {version}: this operator supports {}",
+            operator.versions.supported.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The stored status as the controller's status type; one that does not parse (an older
+/// operator wrote it, say) is logged and replaced by the default.
+fn typed_status<C: Controller>(status: &Value) -> C::Status {
+    match status {
+        Value::Null => C::Status::default(),
+        stored => serde_path_to_error::deserialize(stored).unwrap_or_else(|e| {
+            tracing::warn!(
+                "the stored status does not parse ({}: {}); starting from the default",
+                e.path(),
+                e.inner()
+            );
+            C::Status::default()
+        }),
     }
 }
 

@@ -40,6 +40,12 @@
 //! | success, but a dependency hash was computed from a Secret or ConfigMap the rollout overwrote later (`rollout::dependency_hash`) | [`Action::RequeueAfter`] [`STALE_DEPENDENCY_HASH_REQUEUE`], whatever `should_requeue` says |
 //! | invalid input: a config error, an object the server refused as invalid (422) | [`Action::Done`]: nothing changes until the CR (or the operator) does |
 //! | anything else (cluster errors, conflicts, forbidden, component failures, panics) | [`Action::Retry`] with back-off |
+//!
+//! # Files
+//!
+//! This file holds the pipeline; `input` makes the session (steps 2 and 3),
+//! `status_write` computes and writes the status, `finalizing` is what a CR being deleted
+//! needs, and `failure` is the error path.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -52,7 +58,7 @@ use tracing::Instrument;
 use crate::Action;
 use crate::annotations;
 use crate::cluster::Cluster;
-use crate::cluster::finalizer::{self, CLEANUP_FINALIZER};
+use crate::cluster::finalizer;
 use crate::config::OperatorConfig;
 use crate::controller::{Components, Controller};
 pub use crate::dag::CompletionState;
@@ -64,9 +70,12 @@ use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
 use crate::status::{self, StatusUpdate, condition};
 
+mod failure;
+mod finalizing;
 mod input;
 mod status_write;
 
+use finalizing::{Finalizers, finalize_components};
 use input::reconcile_id;
 use status_write::{completion_status, start_status};
 
@@ -185,118 +194,101 @@ impl<C: Controller> Reconciler<C> {
     /// (when `manage_status`), logged, and returned in the [`Report`].
     pub async fn reconcile(&self, cr: &ObjectRef) -> Report {
         let id = reconcile_id();
-        // The reconcile's id and its CR, on every log line of this reconcile.
-        let span = tracing::info_span!(
-            "reconcile",
-            reconciliation_id = %id,
-            kind = %cr.kind,
-            api_version = %cr.api_version,
-            namespace = cr.namespace.as_deref().unwrap_or(""),
-            // Not `name`: JSON lines already use that key for the span's own name.
-            resource_name = %cr.name,
-            resource_version = tracing::field::Empty,
-        );
-        async {
-            emit(
-                self.observer.as_ref(),
-                Event::ReconcileStarted {
-                    cr: cr.clone(),
-                    id: id.clone(),
-                },
-            );
-            let report = |outcome, state, error| Report {
-                id: id.clone(),
-                cr: cr.clone(),
-                outcome,
-                state,
-                error,
-            };
-            let manifest = match self.cluster.get(cr).await {
-                Ok(Some(manifest)) => {
-                    tracing::Span::current().record(
-                        "resource_version",
-                        manifest.resource_version().unwrap_or(""),
-                    );
-                    manifest
-                }
-                Ok(None) => return report(Action::Done, None, None),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the CR");
-                    return report(Action::Retry, None, Some(e.into()));
-                }
-            };
-            // The CR's own log level, if it asks for one, for the rest of this reconcile.
-            let _log = crate::logging::for_cr(&id, &manifest);
-            if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
-                tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
-                return report(Action::Done, None, None);
-            }
-            let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
-            ledger.remember(cr.clone(), Some(manifest.clone()));
-            // The start status (step 4), not written on its own: the end of the reconcile
-            // writes it together with the outcome, one status write per reconcile.
-            let mut start = None;
-            // The session, once made: the error status carries its author's changes too.
-            let mut made = None;
-            // A rollout that starts and does not complete in this reconcile is announced.
-            let mut starting = None;
-            let run = AssertUnwindSafe(self.run(
-                &id,
-                cr,
-                &manifest,
-                &ledger,
-                Progress {
-                    start: &mut start,
-                    made: &mut made,
-                    starting: &mut starting,
-                },
-            ))
-            .catch_unwind();
-            let failure = match run.await {
-                Ok(Ok((outcome, state))) => return report(outcome, state, None),
-                Ok(Err(failure)) => failure,
-                Err(panic) => Failure::from(Error::from_panic("reconcile", panic.as_ref())),
-            };
-            let outcome = self.fail(&manifest, &failure.error, starting).await;
-            if status::is_managed::<C>(&self.operator)
-                && let Some(current) = ledger.seen(cr).flatten()
-            {
-                let author = made.as_ref().and_then(Session::status_changes);
-                let error_status = self.write_error_status(
-                    cr,
-                    current,
-                    &manifest,
-                    &failure,
-                    ledger.inventory(),
-                    start.as_ref(),
-                    author,
-                );
-                if let Err(e) = error_status.await {
-                    tracing::warn!(error = %e, "cannot write the error status");
-                }
-            }
-            report(outcome, failure.state, Some(failure.error))
-        }
-        .instrument(span)
-        .await
+        let span = reconcile_span(&id, cr);
+        self.reconcile_in_span(&id, cr).instrument(span).await
     }
 
-    /// A failed reconcile's log line and Events; what the queue does next.
-    async fn fail(&self, manifest: &Value, error: &Error, starting: Option<CrEvent>) -> Action {
-        if error.is_fatal() {
-            tracing::warn!(error = %error, "reconcile failed");
-            self.publish(manifest, CrEvent::rollout_failed(error)).await;
-        } else {
-            tracing::info!(reason = %error, "not yet");
-            if let Some(started) = starting {
-                self.publish(manifest, started).await;
-            }
-            if !status::is_managed::<C>(&self.operator) {
-                self.publish(manifest, CrEvent::rollout_waiting(error.to_string()))
-                    .await;
-            }
+    /// [`Reconciler::reconcile`], inside the reconcile's span: steps 1 to 6, and the error
+    /// path when they fail or panic.
+    async fn reconcile_in_span(&self, id: &str, cr: &ObjectRef) -> Report {
+        emit(
+            self.observer.as_ref(),
+            Event::ReconcileStarted {
+                cr: cr.clone(),
+                id: id.to_string(),
+            },
+        );
+        let report = |outcome, state, error| Report {
+            id: id.to_string(),
+            cr: cr.clone(),
+            outcome,
+            state,
+            error,
+        };
+        let manifest = match self.read_cr(cr).await {
+            Ok(Some(manifest)) => manifest,
+            Ok(None) => return report(Action::Done, None, None),
+            Err(e) => return report(Action::Retry, None, Some(e.into())),
+        };
+        // The CR's own log level, if it asks for one, for the rest of this reconcile.
+        let _log = crate::logging::for_cr(id, &manifest);
+        if annotations::is_true(manifest.annotation(annotations::PAUSE_EXECUTION)) {
+            tracing::info!("paused by {}", annotations::PAUSE_EXECUTION);
+            return report(Action::Done, None, None);
         }
-        self.failure_outcome(error)
+        let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+        ledger.remember(cr.clone(), Some(manifest.clone()));
+        // The start status (step 4), not written on its own: the end of the reconcile
+        // writes it together with the outcome, one status write per reconcile.
+        let mut start = None;
+        // The session, once made: the error status carries its author's changes too.
+        let mut made = None;
+        // A rollout that starts and does not complete in this reconcile is announced.
+        let mut starting = None;
+        let progress = Progress {
+            start: &mut start,
+            made: &mut made,
+            starting: &mut starting,
+        };
+        let failure = match self.run_caught(id, cr, &manifest, &ledger, progress).await {
+            Ok((outcome, state)) => return report(outcome, state, None),
+            Err(failure) => failure,
+        };
+        let outcome = self.fail(&manifest, &failure.error, starting).await;
+        self.record_failure(
+            cr,
+            &manifest,
+            &ledger,
+            &failure,
+            start.as_ref(),
+            made.as_ref(),
+        )
+        .await;
+        report(outcome, failure.state, Some(failure.error))
+    }
+
+    /// [`Reconciler::run`], a panic in it caught as a failure of the reconcile.
+    async fn run_caught(
+        &self,
+        id: &str,
+        cr: &ObjectRef,
+        manifest: &Value,
+        ledger: &Arc<Ledger>,
+        progress: Progress<'_, C>,
+    ) -> std::result::Result<(Action, Option<CompletionState>), Failure> {
+        let run = AssertUnwindSafe(self.run(id, cr, manifest, ledger, progress)).catch_unwind();
+        match run.await {
+            Ok(result) => result,
+            Err(panic) => Err(Failure::from(Error::from_panic(
+                "reconcile",
+                panic.as_ref(),
+            ))),
+        }
+    }
+
+    /// Step 1: read the CR (`None`: it is gone), and note its resourceVersion on the
+    /// reconcile's span.
+    async fn read_cr(&self, cr: &ObjectRef) -> std::result::Result<Option<Value>, ClusterError> {
+        let manifest = self.cluster.get(cr).await.inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot read the CR");
+        })?;
+        if let Some(manifest) = &manifest {
+            tracing::Span::current().record(
+                "resource_version",
+                manifest.resource_version().unwrap_or(""),
+            );
+        }
+        Ok(manifest)
     }
 
     /// The objects the component `component` renders for the CR `cr` (read from the
@@ -499,86 +491,21 @@ impl<C: Controller> Reconciler<C> {
             other => other,
         })
     }
-
-    /// Delete what the CR owns outside the garbage collector's reach (see
-    /// [`finalizer`]), each object only if it is still the one windlass applied,
-    /// then remove the cleanup finalizer. Returns the CR as stored after, `None` if gone.
-    async fn clean_up(
-        &self,
-        cr: &ObjectRef,
-        current: Value,
-        ledger: &Ledger,
-    ) -> Result<Option<Value>> {
-        let inventory = ledger.inventory();
-        for component in inventory.components() {
-            for (object, uid) in inventory.of(&component) {
-                if finalizer::collected_with(object.namespace.as_deref(), &current) {
-                    continue;
-                }
-                match self.cluster.delete(&object, Some(&uid)).await {
-                    Ok(_) | Err(ClusterError::UnknownKind { .. }) => {
-                        tracing::info!(object = %object, "deleted with the CR");
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        finalizer::remove(self.cluster.as_ref(), cr, current, CLEANUP_FINALIZER).await
-    }
-
-    /// What a reconcile that ended in `error` asks for next (see the module docs).
-    fn failure_outcome(&self, error: &Error) -> Action {
-        match error {
-            e if !e.is_fatal() => Action::RequeueAfter(self.operator.requeue_after()),
-            Error::Config(_) | Error::Cluster(ClusterError::Invalid { .. }) => Action::Done,
-            _ => Action::Retry,
-        }
-    }
 }
 
-/// The graph rolled out while a CR is being deleted: the controller's finalization, or none.
-fn finalize_components<C: Controller>(
-    controller: &C,
-    session: &Session<C>,
-) -> Result<Components<C>> {
-    match controller.finalizer() {
-        Some(finalize) => finalize.finalize_components(session),
-        None => Ok(Components::new()),
-    }
-}
-
-/// The finalizers that matter to one reconcile of a CR.
-struct Finalizers {
-    /// The CR is being deleted.
-    finalizing: bool,
-    /// The controller's own finalizer, if it has one.
-    controllers: Option<String>,
-    /// windlass's cleanup finalizer is on the CR.
-    cleanup: bool,
-}
-
-impl Finalizers {
-    fn of<C: Controller>(controller: &C, manifest: &Value) -> Self {
-        Finalizers {
-            finalizing: manifest.is_terminating(),
-            controllers: controller.finalizer().map(|f| f.name()),
-            cleanup: manifest.finalizers().contains(&CLEANUP_FINALIZER),
-        }
-    }
-
-    /// Whether the controller's finalizer is on the CR.
-    fn ours_holds(&self, manifest: &Value) -> bool {
-        self.controllers
-            .as_deref()
-            .is_some_and(|f| manifest.finalizers().contains(&f))
-    }
-
-    /// The controller's finalizer, when it is to be added (not while deleting).
-    fn to_add(&self, manifest: &Value) -> Option<&str> {
-        self.controllers
-            .as_deref()
-            .filter(|f| !self.finalizing && !manifest.finalizers().contains(f))
-    }
+/// The span of one reconcile: its id and its CR, on every log line of the reconcile. The
+/// CR's resourceVersion is recorded once it is read.
+fn reconcile_span(id: &str, cr: &ObjectRef) -> tracing::Span {
+    tracing::info_span!(
+        "reconcile",
+        reconciliation_id = %id,
+        kind = %cr.kind,
+        api_version = %cr.api_version,
+        namespace = cr.namespace.as_deref().unwrap_or(""),
+        // Not `name`: JSON lines already use that key for the span's own name.
+        resource_name = %cr.name,
+        resource_version = tracing::field::Empty,
+    )
 }
 
 /// Step 4: note the start status, and the RolloutStarted Event when this generation of

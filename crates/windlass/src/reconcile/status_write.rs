@@ -18,21 +18,38 @@ use crate::status::{Inventory, reasons_for_error};
 /// How often a status write is tried when other writers keep changing the CR.
 pub const STATUS_WRITE_ATTEMPTS: u32 = 5;
 
+/// What a failed reconcile writes to the CR's status: how it failed, and what it got to.
+pub(super) struct ErrorStatus<'a> {
+    /// The CR as the reconcile read it: its generation is the one the status observed.
+    pub(super) manifest: &'a Value,
+    /// The error, with the rollout state it carries.
+    pub(super) failure: &'a Failure,
+    /// What windlass applied for the CR, as far as the reconcile got.
+    pub(super) inventory: Inventory,
+    /// The start status, if the reconcile got that far.
+    pub(super) start: Option<&'a StatusUpdate>,
+    /// The author's status changes (see [`Session::update_status`]), if the reconcile
+    /// made a session.
+    pub(super) author: Option<Map<String, Value>>,
+}
+
 impl<C: Controller> Reconciler<C> {
     /// The status after a failed reconcile: the start status (if the reconcile got that
     /// far) and the error's reasons, with the inventory and the author's changes, in one
     /// write. The CR as the last write of the reconcile left it is `current`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn write_error_status(
         &self,
         cr: &ObjectRef,
         current: Value,
-        manifest: &Value,
-        failure: &Failure,
-        inventory: Inventory,
-        start: Option<&StatusUpdate>,
-        author: Option<Map<String, Value>>,
+        error: ErrorStatus<'_>,
     ) -> Result<Option<Value>> {
+        let ErrorStatus {
+            manifest,
+            failure,
+            inventory,
+            start,
+            author,
+        } = error;
         let (ready, updating) = reasons_for_error(&failure.error);
         let message = failure.error.to_string();
         let update = StatusUpdate {

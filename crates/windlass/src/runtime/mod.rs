@@ -17,6 +17,8 @@
 //! ```
 //!
 //! - `source`: watches, one per kind and namespace, filling the `cache`.
+//! - `dispatch`: one controller's watches, started as its reconciles learn which kinds
+//!   they deploy and read, and their events routed (`route`) into its queue.
 //! - [`filter`](crate::watch::filter): which events start a reconcile.
 //! - `queue`: when each CR is reconciled.
 //! - `leader`: which replica may start reconciles.
@@ -35,6 +37,7 @@
 pub(crate) mod cache;
 pub(crate) mod debug;
 pub(crate) mod dependencies;
+mod dispatch;
 pub(crate) mod echo;
 pub(crate) mod health;
 pub(crate) mod heartbeat;
@@ -60,30 +63,28 @@ pub use cache::{Cached, CachedCluster};
 pub use source::InitialList;
 pub use worker::ReconcileObserver;
 
-use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+use tokio::task::{JoinHandle, JoinSet};
 
-use crate::cluster::{Cluster, LiveCluster, RequestCounter, Scope};
+use crate::cluster::{Cluster, LiveCluster, RequestCounter};
 use crate::config::{LockKind, OperatorConfig};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::events::LiveEventSink;
 use crate::object::TypeRef;
-use crate::progress::{Event, Observer};
 use crate::reconcile::Reconciler;
 use crate::watch::filter::GlobalFilter;
 use cache::Stores;
+use dispatch::KindsSeen;
 use health::Health;
 use heartbeat::Heartbeat;
 use leader::{Leadership, LockSettings};
 use metrics::Metrics;
-use source::{SourceEvent, Watch, WatchObserver};
+use source::{Watch, WatchObserver};
 use worker::WorkerSettings;
 
 /// How long reconciles in flight may finish after a shutdown signal before they are
@@ -209,6 +210,38 @@ impl Manager {
         .await?;
         let (stop_tx, stop) = watch::channel(false);
         let mut background = JoinSet::new();
+        self.report_leadership(&mut background, &settings, &leadership);
+        let debug = self
+            .operator
+            .server
+            .debug_endpoints
+            .then(|| Arc::new(debug::Debug::default()));
+        self.serve_endpoints(&mut background, &stop, debug.as_ref());
+        let heartbeat = self
+            .operator
+            .heartbeat
+            .file
+            .clone()
+            .map(|file| Heartbeat::spawn(file, self.operator.heartbeat.period.into()));
+        let context = self.context(leadership.clone(), global, debug.as_ref(), stop);
+        let running = start_controllers(self.controllers, &context, debug.as_deref())?;
+        tracing::info!(controllers = running.len(), "running");
+        shutdown.await;
+        tracing::info!("shutting down: no new reconciles");
+        self.health.set_shutting_down();
+        let _ = stop_tx.send(true);
+        wind_down(running, leadership, heartbeat, background).await;
+        Ok(())
+    }
+
+    /// Keep readiness (when it waits for the leadership) and the leader gauge in step
+    /// with `leadership`, in the background.
+    fn report_leadership(
+        &self,
+        background: &mut JoinSet<()>,
+        settings: &LockSettings,
+        leadership: &Leadership,
+    ) {
         if matches!(
             settings.kind,
             LockKind::LeaderWithLease | LockKind::LeaderForLife
@@ -221,6 +254,17 @@ impl Manager {
             self.health.clone(),
             self.metrics.clone(),
         ));
+    }
+
+    /// Serve `/metrics` and the probes on the configured addresses (one server for both,
+    /// or one each), in the background until `stop`. When some server answers the probes,
+    /// readiness also asks the API server whether it is ready.
+    fn serve_endpoints(
+        &self,
+        background: &mut JoinSet<()>,
+        stop: &watch::Receiver<bool>,
+        debug: Option<&Arc<debug::Debug>>,
+    ) {
         let endpoints = self.operator.endpoints();
         let servers = match (endpoints.metrics, endpoints.probes) {
             (Some(metrics), Some(probes)) => vec![
@@ -237,21 +281,12 @@ impl Manager {
         {
             self.health.probe_api(self.client.clone());
         }
-        let debug = self
-            .operator
-            .server
-            .debug_endpoints
-            .then(|| Arc::new(debug::Debug::default()));
-        let mut observers = self.observers.clone();
-        if let Some(debug) = &debug {
-            observers.push(debug.clone());
-        }
         for (address, serves) in servers {
             let mut stopped = stop.clone();
             let endpoints = health::Endpoints {
                 metrics: self.metrics.clone(),
                 health: self.health.clone(),
-                debug: debug.clone(),
+                debug: debug.cloned(),
             };
             background.spawn(async move {
                 let until = async move {
@@ -262,18 +297,27 @@ impl Manager {
                 }
             });
         }
-        let heartbeat = self
-            .operator
-            .heartbeat
-            .file
-            .clone()
-            .map(|file| Heartbeat::spawn(file, self.operator.heartbeat.period.into()));
-        let context = Context {
+    }
+
+    /// What every controller shares: the clients, the leadership, the observers of
+    /// reconciles (the debug endpoints' among them, when on) and of watches.
+    fn context(
+        &self,
+        leadership: Leadership,
+        global: crate::watch::filter::FilterSpec,
+        debug: Option<&Arc<debug::Debug>>,
+        stop: watch::Receiver<bool>,
+    ) -> Context {
+        let mut observers = self.observers.clone();
+        if let Some(debug) = debug {
+            observers.push(debug.clone());
+        }
+        Context {
             client: self.client.clone(),
             live: self.live.clone(),
             cluster: self.cluster.clone(),
             operator: self.operator.clone(),
-            leadership: leadership.clone(),
+            leadership,
             observer: Arc::new(Fanout(observers)),
             watches: Arc::new(Telemetry {
                 health: self.health.clone(),
@@ -282,38 +326,52 @@ impl Manager {
             global,
             initial_list: self.initial_list,
             stop,
-        };
-        let mut running = Vec::new();
-        for controller in self.controllers {
-            let started = controller.start(&context)?;
-            if let Some(debug) = &debug {
-                debug.register(started.kind.clone(), started.queue.clone());
-            }
-            running.push(started);
         }
-        tracing::info!(controllers = running.len(), "running");
-        shutdown.await;
-        tracing::info!("shutting down: no new reconciles");
-        self.health.set_shutting_down();
-        let _ = stop_tx.send(true);
-        for controller in &running {
-            controller.queue.shutdown();
-        }
-        for controller in running {
-            if let Err(e) = controller.worker.await {
-                tracing::warn!(error = %e, "a worker ended abnormally");
-            }
-            controller.router.abort();
-        }
-        if let Err(e) = leadership.shutdown().await {
-            tracing::warn!(error = %e, "cannot release the leadership; it expires on its own");
-        }
-        if let Some(heartbeat) = heartbeat {
-            heartbeat.stop().await;
-        }
-        background.shutdown().await;
-        Ok(())
     }
+}
+
+/// Start every controller, registering each with the debug endpoints when they are on.
+fn start_controllers(
+    controllers: Vec<Box<dyn Start>>,
+    context: &Context,
+    debug: Option<&debug::Debug>,
+) -> Result<Vec<Running>> {
+    let mut running = Vec::new();
+    for controller in controllers {
+        let started = controller.start(context)?;
+        if let Some(debug) = debug {
+            debug.register(started.kind.clone(), started.queue.clone());
+        }
+        running.push(started);
+    }
+    Ok(running)
+}
+
+/// Stop after the shutdown signal, in order: the queues take no more work, the workers
+/// finish what is in flight (up to [`DRAIN`]) and the routers stop, the leadership is
+/// released, then the heartbeat and the servers stop.
+async fn wind_down(
+    running: Vec<Running>,
+    leadership: Leadership,
+    heartbeat: Option<Heartbeat>,
+    mut background: JoinSet<()>,
+) {
+    for controller in &running {
+        controller.queue.shutdown();
+    }
+    for controller in running {
+        if let Err(e) = controller.worker.await {
+            tracing::warn!(error = %e, "a worker ended abnormally");
+        }
+        controller.router.abort();
+    }
+    if let Err(e) = leadership.shutdown().await {
+        tracing::warn!(error = %e, "cannot release the leadership; it expires on its own");
+    }
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.stop().await;
+    }
+    background.shutdown().await;
 }
 
 /// What every controller of a manager shares.
@@ -364,11 +422,7 @@ impl<C: Controller> Start for Pending<C> {
             context.cluster.clone() as Arc<dyn Cluster>,
             (**operator).clone(),
         )
-        .with_observer(KindsSeen {
-            primary: primary.clone(),
-            seen: Mutex::default(),
-            tx: kinds_tx,
-        })
+        .with_observer(KindsSeen::new(primary.clone(), kinds_tx))
         .with_events(Arc::new(LiveEventSink::new(context.client.clone())));
         let router = route::Router::new(
             primary.clone(),
@@ -378,9 +432,9 @@ impl<C: Controller> Start for Pending<C> {
             filters,
             controller_watches,
         );
-        let router = tokio::spawn(route_events(
+        let router = tokio::spawn(dispatch::route_events(
             router,
-            Sources {
+            dispatch::Sources {
                 live: context.live.clone(),
                 stores: context.cluster.stores().clone(),
                 namespaces: operator.watch_namespaces(),
@@ -409,216 +463,6 @@ impl<C: Controller> Start for Pending<C> {
             worker,
             router,
         })
-    }
-}
-
-/// What one controller's watches are made of.
-struct Sources {
-    live: Arc<LiveCluster>,
-    stores: Arc<Stores>,
-    /// Empty: every namespace.
-    namespaces: Vec<String>,
-    observer: Arc<dyn WatchObserver>,
-    initial_list: source::InitialList,
-}
-
-/// Start the primary kind's and the controller's extra watches, then route every event;
-/// start a label-scoped watch for each kind the controller's reconciles deploy, as they
-/// appear.
-async fn route_events(
-    mut router: route::Router,
-    sources: Sources,
-    mut kinds: mpsc::UnboundedReceiver<Learned>,
-) {
-    let Sources {
-        live,
-        stores,
-        namespaces,
-        observer,
-        initial_list,
-    } = sources;
-    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
-    let mut watches = JoinSet::new();
-    let namespaces: Vec<Option<String>> = if namespaces.is_empty() {
-        vec![None]
-    } else {
-        namespaces.into_iter().map(Some).collect()
-    };
-    let start = |watches: &mut JoinSet<()>,
-                 type_ref: &TypeRef,
-                 cluster_scoped: bool,
-                 labels: Option<String>| {
-        let spread: Vec<Option<String>> = if cluster_scoped {
-            vec![None]
-        } else {
-            namespaces.clone()
-        };
-        // Before the tasks start: from now on the store answers as the new watch's.
-        stores.declare(type_ref, labels.as_deref());
-        let mut started = Vec::new();
-        for namespace in spread {
-            let watch = Watch {
-                type_ref: type_ref.clone(),
-                namespace,
-                labels: labels.clone(),
-            };
-            observer.declare(&watch);
-            let handle = watches.spawn(source::run(
-                live.clone(),
-                stores.clone(),
-                watch.clone(),
-                initial_list,
-                events_tx.clone(),
-                observer.clone(),
-            ));
-            started.push((handle, watch));
-        }
-        started
-    };
-    let primary = router.primary().clone();
-    start(
-        &mut watches,
-        &primary,
-        cluster_scoped(&live, &primary).await,
-        None,
-    );
-    let extra: Vec<(TypeRef, Option<String>)> = router
-        .extra_watches()
-        .map(|w| {
-            (
-                w.type_ref.clone(),
-                w.labels.as_ref().map(ToString::to_string),
-            )
-        })
-        .collect();
-    for (kind, labels) in extra {
-        let scoped = cluster_scoped(&live, &kind).await;
-        start(&mut watches, &kind, scoped, labels);
-    }
-    let owned = crate::annotations::OWNER_UID.to_string();
-    // The label-scoped watches of the kinds the controller deploys, until a kind is
-    // watched whole because CRs read objects of it they do not own.
-    let mut scoped: HashMap<TypeRef, Vec<(AbortHandle, Watch)>> = HashMap::new();
-    let mut whole: HashSet<TypeRef> = HashSet::new();
-    loop {
-        tokio::select! {
-            Some(event) = events.recv() => {
-                router.route(&event);
-            }
-            Some(released) = router.released() => {
-                router.release(released);
-            }
-            Some(learned) = kinds.recv() => match learned {
-                Learned::Deploys(kind) => {
-                    if router.watches_extra(&kind) || whole.contains(&kind) || scoped.contains_key(&kind) {
-                        continue;
-                    }
-                    let cluster = cluster_scoped(&live, &kind).await;
-                    tracing::info!(%kind, "watching the kind the controller deploys");
-                    let started = start(&mut watches, &kind, cluster, Some(owned.clone()));
-                    scoped.insert(kind, started);
-                }
-                Learned::Reads { cr, component, objects } => {
-                    for kind in router.depend(&cr, &component, objects) {
-                        if router.watches_extra(&kind) || !whole.insert(kind.clone()) {
-                            continue;
-                        }
-                        let cluster = cluster_scoped(&live, &kind).await;
-                        // One watch per kind feeds its store: the label-scoped one ends
-                        // before the whole one starts, so it cannot write behind it; and
-                        // `start` declares the whole watch at once, with no wait between,
-                        // so the store never answers from the stopped watch's copies.
-                        if let Some(old) = scoped.remove(&kind) {
-                            retire(&mut watches, &old, observer.as_ref()).await;
-                        }
-                        tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-                        start(&mut watches, &kind, cluster, None);
-                    }
-                }
-            },
-            else => break,
-        }
-    }
-}
-
-/// Stop the watches `old` and wait until they have stopped.
-async fn retire(
-    watches: &mut JoinSet<()>,
-    old: &[(AbortHandle, Watch)],
-    observer: &dyn WatchObserver,
-) {
-    let mut pending: HashSet<tokio::task::Id> = old.iter().map(|(h, _)| h.id()).collect();
-    for (handle, watch) in old {
-        handle.abort();
-        observer.retired(watch);
-    }
-    while !pending.is_empty() {
-        match watches.join_next_with_id().await {
-            Some(Ok((id, ()))) => pending.remove(&id),
-            Some(Err(e)) => pending.remove(&e.id()),
-            None => break,
-        };
-    }
-}
-
-/// What the reconciles of a controller tell its router.
-enum Learned {
-    /// A kind the controller deploys.
-    Deploys(TypeRef),
-    /// What a component of a CR reads without owning it ([`Event::Dependencies`]).
-    Reads {
-        cr: crate::object::ObjectRef,
-        component: String,
-        objects: Vec<(crate::object::ObjectRef, Option<String>)>,
-    },
-}
-
-/// Whether `kind` is cluster-scoped (one watch for it, whatever the namespaces); a kind
-/// discovery cannot find yet is watched per namespace and retried by its watch.
-async fn cluster_scoped(live: &LiveCluster, kind: &TypeRef) -> bool {
-    matches!(live.scope(kind).await, Ok(Scope::Cluster))
-}
-
-/// Tells the router about each kind a reconcile deployed, once, and about what the
-/// components read without owning it, every time.
-struct KindsSeen {
-    primary: TypeRef,
-    seen: Mutex<HashSet<TypeRef>>,
-    tx: mpsc::UnboundedSender<Learned>,
-}
-
-impl Observer for KindsSeen {
-    fn event(&self, event: &Event) {
-        if let Event::Dependencies {
-            cr,
-            component,
-            objects,
-        } = event
-        {
-            let _ = self.tx.send(Learned::Reads {
-                cr: cr.clone(),
-                component: component.clone(),
-                objects: objects.clone(),
-            });
-            return;
-        }
-        // Rendered comes before the objects are applied, so the watch starts as early as
-        // it can; what it misses meanwhile its first list reports.
-        let Event::Rendered {
-            objects,
-            disabled: false,
-            ..
-        } = event
-        else {
-            return;
-        };
-        let mut seen = self.seen.lock();
-        for object in objects {
-            let kind = object.type_ref();
-            if kind != self.primary && seen.insert(kind.clone()) {
-                let _ = self.tx.send(Learned::Deploys(kind));
-            }
-        }
     }
 }
 

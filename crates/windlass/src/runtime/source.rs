@@ -265,53 +265,13 @@ async fn follow(
                 Vec::new()
             }
             Event::InitDone => {
-                let listed = std::mem::take(&mut relist);
-                let mut changes: Vec<SourceEvent> = listed
-                    .iter()
-                    .map(|(reference, object)| SourceEvent {
-                        kind: EventKind::Added,
-                        object: object.clone(),
-                        reference: reference.clone(),
-                    })
-                    .collect();
-                let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
+                let changes = relisted(stores, watch, std::mem::take(&mut relist));
                 observer.synced(watch, true);
                 backoff.reset();
-                changes.extend(gone.into_iter().filter_map(|object| {
-                    Some(SourceEvent {
-                        kind: EventKind::Deleted,
-                        reference: ObjectRef::from_manifest(&object).ok()?,
-                        object,
-                    })
-                }));
                 changes
             }
-            Event::Apply(object) => match entry(live, &watch.type_ref, object) {
-                Some((reference, object)) => {
-                    let replaced = stores.upsert(reference.clone(), &object);
-                    vec![SourceEvent {
-                        kind: if replaced {
-                            EventKind::Modified
-                        } else {
-                            EventKind::Added
-                        },
-                        object,
-                        reference,
-                    }]
-                }
-                None => Vec::new(),
-            },
-            Event::Delete(object) => match entry(live, &watch.type_ref, object) {
-                Some((reference, object)) => {
-                    stores.remove(&reference);
-                    vec![SourceEvent {
-                        kind: EventKind::Deleted,
-                        object,
-                        reference,
-                    }]
-                }
-                None => Vec::new(),
-            },
+            Event::Apply(object) => applied(live, stores, watch, object).into_iter().collect(),
+            Event::Delete(object) => deleted(live, stores, watch, object).into_iter().collect(),
         };
         for event in sent {
             if events.send(event).await.is_err() {
@@ -321,6 +281,70 @@ async fn follow(
     }
     // kube-runtime's watcher stream never ends; if it did, start a new one.
     Ended::Failed
+}
+
+/// A relist is complete: `listed` replaces what the store held of the watch. Every listed
+/// object is reported added, and every object the store held that the list no longer has
+/// is reported deleted: it went while the watch was down.
+fn relisted(
+    stores: &Stores,
+    watch: &Watch,
+    listed: Vec<(ObjectRef, Arc<Value>)>,
+) -> Vec<SourceEvent> {
+    let mut changes: Vec<SourceEvent> = listed
+        .iter()
+        .map(|(reference, object)| SourceEvent {
+            kind: EventKind::Added,
+            object: object.clone(),
+            reference: reference.clone(),
+        })
+        .collect();
+    let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
+    changes.extend(gone.into_iter().filter_map(|object| {
+        Some(SourceEvent {
+            kind: EventKind::Deleted,
+            reference: ObjectRef::from_manifest(&object).ok()?,
+            object,
+        })
+    }));
+    changes
+}
+
+/// An object was created or changed: store it, and report it added or modified as the
+/// store had it or not.
+fn applied(
+    live: &LiveCluster,
+    stores: &Stores,
+    watch: &Watch,
+    object: kube::core::DynamicObject,
+) -> Option<SourceEvent> {
+    let (reference, object) = entry(live, &watch.type_ref, object)?;
+    let replaced = stores.upsert(reference.clone(), &object);
+    Some(SourceEvent {
+        kind: if replaced {
+            EventKind::Modified
+        } else {
+            EventKind::Added
+        },
+        object,
+        reference,
+    })
+}
+
+/// An object was deleted: drop it from the store and report it.
+fn deleted(
+    live: &LiveCluster,
+    stores: &Stores,
+    watch: &Watch,
+    object: kube::core::DynamicObject,
+) -> Option<SourceEvent> {
+    let (reference, object) = entry(live, &watch.type_ref, object)?;
+    stores.remove(&reference);
+    Some(SourceEvent {
+        kind: EventKind::Deleted,
+        object,
+        reference,
+    })
 }
 
 /// The object as the store keeps it. Items of a list carry no apiVersion and kind: they

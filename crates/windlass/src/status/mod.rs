@@ -315,6 +315,38 @@ pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, n
         Value::Object(map) => map.clone(),
         _ => Map::new(),
     };
+    let conditions = updated_conditions(&status, update, now);
+    if !conditions.is_empty() {
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
+    if let Some(state) = &update.components {
+        status.insert("componentStatus".into(), component_status(state));
+    }
+    if let Some(generation) = update.observed_generation {
+        status.insert("observedGeneration".into(), json!(generation));
+    }
+    set_versions(&mut status, update);
+    if let Some(v) = &update.operator_version {
+        status.insert("operatorVersion".into(), json!(v));
+    }
+    match &update.inventory {
+        Some(inventory) if inventory.is_empty() => {
+            status.remove(crate::status::inventory::FIELD);
+        }
+        Some(inventory) => {
+            status.insert(crate::status::inventory::FIELD.into(), inventory.to_value());
+        }
+        None => {}
+    }
+    let mut status = Value::Object(status);
+    set_service_status(&mut status, kind);
+    status
+}
+
+/// The conditions of `status` with `Ready` and `Updating` set as `update` says, first,
+/// then everyone else's in their order. A condition keeps its `lastTransitionTime` while
+/// its status stays; one whose status flips (or is new) is stamped `now`.
+fn updated_conditions(status: &Map<String, Value>, update: &StatusUpdate, now: &str) -> Vec<Value> {
     let mut conditions: Vec<Value> = status
         .get("conditions")
         .and_then(Value::as_array)
@@ -353,15 +385,12 @@ pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, n
         Some(UPDATING) => 1,
         _ => 2,
     });
-    if !conditions.is_empty() {
-        status.insert("conditions".into(), Value::Array(conditions));
-    }
-    if let Some(state) = &update.components {
-        status.insert("componentStatus".into(), component_status(state));
-    }
-    if let Some(generation) = update.observed_generation {
-        status.insert("observedGeneration".into(), json!(generation));
-    }
+    conditions
+}
+
+/// `versions.reconciled` and `versions.available` as `update` says; `versions` itself is
+/// left out when it holds nothing (and replaced when it is not a map).
+fn set_versions(status: &mut Map<String, Value>, update: &StatusUpdate) {
     let versions = status
         .entry("versions")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -378,19 +407,12 @@ pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, n
     if versions.as_object().is_some_and(Map::is_empty) {
         status.remove("versions");
     }
-    if let Some(v) = &update.operator_version {
-        status.insert("operatorVersion".into(), json!(v));
-    }
-    match &update.inventory {
-        Some(inventory) if inventory.is_empty() => {
-            status.remove(crate::status::inventory::FIELD);
-        }
-        Some(inventory) => {
-            status.insert(crate::status::inventory::FIELD.into(), inventory.to_value());
-        }
-        None => {}
-    }
-    let mut status = Value::Object(status);
+}
+
+/// The service status field (`<kind>Status`, see [`service_status_field`]): `Completed`,
+/// `Failed` or `InProgress` from the conditions, unless it holds a value windlass did not
+/// write.
+fn set_service_status(status: &mut Value, kind: &str) {
     let field = service_status_field(kind);
     let ours = ["Completed", "Failed", "InProgress"];
     let overwritable = match status.get(&field) {
@@ -399,10 +421,9 @@ pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, n
         Some(_) => false,
     };
     if overwritable {
-        let value = service_status(&status);
+        let value = service_status(status);
         status[field.as_str()] = json!(value);
     }
-    status
 }
 
 /// `componentStatus` of a completion state; both `verifiedComponents` and

@@ -1,6 +1,7 @@
 use super::*;
 use crate::cluster::parse_labels;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 fn cm(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -1,0 +1,156 @@
+//! What the in-memory cluster holds: the objects by key, what each field manager applied to
+//! them, the kinds it serves, the resourceVersion counter and the events of the operation
+//! in progress.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+
+use super::apply::fields_v1;
+use super::watch::WatchEvent;
+use crate::cluster::Scope;
+use crate::error::ClusterError;
+use crate::object::{ManifestExt, TypeRef, api_group};
+
+/// Where an object is stored: objects are keyed by group and kind, not by API version.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Key {
+    pub(super) group: String,
+    pub(super) kind: String,
+    pub(super) namespace: String,
+    pub(super) name: String,
+}
+
+impl Key {
+    /// The key of the namespace `name`.
+    pub(super) fn namespace(name: &str) -> Key {
+        Key {
+            group: String::new(),
+            kind: "Namespace".into(),
+            namespace: String::new(),
+            name: name.into(),
+        }
+    }
+
+    /// Whether this is the key of a namespace.
+    pub(super) fn is_namespace(&self) -> bool {
+        self.group.is_empty() && self.kind == "Namespace"
+    }
+}
+
+/// One stored object.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) object: Value,
+    /// What each field manager last applied (server-side apply's managed fields).
+    pub(super) applied: BTreeMap<String, Value>,
+}
+
+impl Entry {
+    /// The object as the API returns it: with the `managedFields` entry of `manager`'s
+    /// applies, when it has applied the object.
+    pub(super) fn view(&self, manager: &str) -> Value {
+        let mut object = self.object.clone();
+        if let Some(applied) = self.applied.get(manager) {
+            let api_version = object.api_version().unwrap_or_default().to_string();
+            object.metadata_mut().insert(
+                "managedFields".into(),
+                json!([{
+                    "manager": manager,
+                    "operation": "Apply",
+                    "apiVersion": api_version,
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": fields_v1(applied, true),
+                }]),
+            );
+        }
+        object
+    }
+}
+
+/// What the store knows of a kind.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KindInfo {
+    pub(super) scope: Scope,
+    /// Whether `status` is a subresource, written apart from the rest (true for built-in
+    /// kinds and for CRDs that declare it). Without one, status is an ordinary field.
+    pub(super) status_subresource: bool,
+    /// Whether objects carry `metadata.generation`.
+    pub(super) generation: bool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) objects: BTreeMap<Key, Entry>,
+    pub(super) kinds: HashMap<TypeRef, KindInfo>,
+    resource_version: u64,
+    /// Events of the current operation, published (in order, under the lock) when it ends.
+    pub(super) pending: Vec<WatchEvent>,
+}
+
+impl State {
+    pub(super) fn kind(&self, type_ref: &TypeRef) -> Result<KindInfo, ClusterError> {
+        self.kinds
+            .get(type_ref)
+            .copied()
+            .ok_or_else(|| ClusterError::UnknownKind {
+                api_version: type_ref.api_version.clone(),
+                kind: type_ref.kind.clone(),
+            })
+    }
+
+    pub(super) fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+        self.kind(type_ref).map(|k| k.scope)
+    }
+
+    pub(super) fn next_resource_version(&mut self) -> String {
+        self.resource_version += 1;
+        self.resource_version.to_string()
+    }
+
+    pub(super) fn namespace(&self, name: &str) -> Option<&Value> {
+        self.objects.get(&Key::namespace(name)).map(|e| &e.object)
+    }
+}
+
+/// The store key of a stored object (its namespace already resolved by its kind's scope).
+pub(super) fn key_of_manifest(object: &Value) -> Key {
+    Key {
+        group: api_group(object.api_version().unwrap_or_default()).to_string(),
+        kind: object.kind().unwrap_or_default().to_string(),
+        namespace: object.namespace().unwrap_or_default().to_string(),
+        name: object.name().unwrap_or_default().to_string(),
+    }
+}
+
+/// Serve the kinds a stored `CustomResourceDefinition` defines.
+pub(super) fn register_crd_kinds(state: &mut State, object: &Value) {
+    if object.kind() != Some("CustomResourceDefinition")
+        || !object
+            .api_version()
+            .is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))
+    {
+        return;
+    }
+    let spec = &object["spec"];
+    let (Some(group), Some(kind)) = (spec["group"].as_str(), spec["names"]["kind"].as_str()) else {
+        return;
+    };
+    let scope = if spec["scope"].as_str() == Some("Cluster") {
+        Scope::Cluster
+    } else {
+        Scope::Namespaced
+    };
+    for version in spec["versions"].as_array().into_iter().flatten() {
+        if let Some(name) = version["name"].as_str() {
+            let info = KindInfo {
+                scope,
+                status_subresource: version["subresources"].get("status").is_some(),
+                generation: true,
+            };
+            state
+                .kinds
+                .insert(TypeRef::new(format!("{group}/{name}"), kind), info);
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! One controller's dispatcher: the task that starts the controller's watches and routes
+//! every event they see through its [`Router`] into its queue.
+//!
+//! The primary kind's watch and the controller's extra watches start at once. The kinds
+//! the controller deploys get a label-scoped watch (only objects carrying windlass's
+//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]); a kind whose
+//! objects CRs read without owning them ([`Learned::Reads`], for a dependency hash) is
+//! watched whole from then on, in place of its label-scoped watch.
+
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+
+use super::cache::Stores;
+use super::route::Router;
+use super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
+use crate::cluster::{Cluster, LiveCluster, Scope};
+use crate::object::{ObjectRef, TypeRef};
+use crate::progress::{Event, Observer};
+
+/// What one controller's watches are made of.
+pub(super) struct Sources {
+    pub(super) live: Arc<LiveCluster>,
+    pub(super) stores: Arc<Stores>,
+    /// Empty: every namespace.
+    pub(super) namespaces: Vec<String>,
+    pub(super) observer: Arc<dyn WatchObserver>,
+    pub(super) initial_list: InitialList,
+}
+
+/// Start the primary kind's and the controller's extra watches, then route every event;
+/// start a label-scoped watch for each kind the controller's reconciles deploy, as they
+/// appear.
+pub(super) async fn route_events(
+    mut router: Router,
+    sources: Sources,
+    mut kinds: mpsc::UnboundedReceiver<Learned>,
+) {
+    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
+    let mut watches = Watches::new(sources, events_tx);
+    watches.start_declared(declared_watches(&router)).await;
+    loop {
+        tokio::select! {
+            Some(event) = events.recv() => {
+                router.route(&event);
+            }
+            Some(released) = router.released() => {
+                router.release(released);
+            }
+            Some(learned) = kinds.recv() => watches.learned(&mut router, learned).await,
+            else => break,
+        }
+    }
+}
+
+/// The watches of one controller, and what it takes to start more.
+struct Watches {
+    live: Arc<LiveCluster>,
+    stores: Arc<Stores>,
+    /// The namespaces a namespaced kind is watched in (`[None]`: all of them).
+    namespaces: Vec<Option<String>>,
+    observer: Arc<dyn WatchObserver>,
+    initial_list: InitialList,
+    /// Where the watches send what they see. Held here for as long as the dispatcher
+    /// runs, so the channel stays open even while no watch runs.
+    events: mpsc::Sender<SourceEvent>,
+    /// The tasks that run the watches.
+    tasks: JoinSet<()>,
+    /// The label-scoped watches of the kinds the controller deploys, until a kind is
+    /// watched whole because CRs read objects of it they do not own.
+    scoped: HashMap<TypeRef, Vec<(AbortHandle, Watch)>>,
+    /// The kinds watched whole for that reason.
+    whole: HashSet<TypeRef>,
+}
+
+impl Watches {
+    fn new(sources: Sources, events: mpsc::Sender<SourceEvent>) -> Self {
+        let Sources {
+            live,
+            stores,
+            namespaces,
+            observer,
+            initial_list,
+        } = sources;
+        let namespaces: Vec<Option<String>> = if namespaces.is_empty() {
+            vec![None]
+        } else {
+            namespaces.into_iter().map(Some).collect()
+        };
+        Watches {
+            live,
+            stores,
+            namespaces,
+            observer,
+            initial_list,
+            events,
+            tasks: JoinSet::new(),
+            scoped: HashMap::new(),
+            whole: HashSet::new(),
+        }
+    }
+
+    /// Start watching `type_ref` (the objects matching `labels`, or all), in every watched
+    /// namespace or, for a cluster-scoped kind, once. Returns the watches started.
+    fn start(
+        &mut self,
+        type_ref: &TypeRef,
+        cluster_scoped: bool,
+        labels: Option<String>,
+    ) -> Vec<(AbortHandle, Watch)> {
+        let spread: Vec<Option<String>> = if cluster_scoped {
+            vec![None]
+        } else {
+            self.namespaces.clone()
+        };
+        // Before the tasks start: from now on the store answers as the new watch's.
+        self.stores.declare(type_ref, labels.as_deref());
+        let mut started = Vec::new();
+        for namespace in spread {
+            let watch = Watch {
+                type_ref: type_ref.clone(),
+                namespace,
+                labels: labels.clone(),
+            };
+            self.observer.declare(&watch);
+            let handle = self.tasks.spawn(source::run(
+                self.live.clone(),
+                self.stores.clone(),
+                watch.clone(),
+                self.initial_list,
+                self.events.clone(),
+                self.observer.clone(),
+            ));
+            started.push((handle, watch));
+        }
+        started
+    }
+
+    /// Start the watches `declared`, each kind with its label selector (`None`: all).
+    async fn start_declared(&mut self, declared: Vec<(TypeRef, Option<String>)>) {
+        for (kind, labels) in declared {
+            let scoped = cluster_scoped(&self.live, &kind).await;
+            self.start(&kind, scoped, labels);
+        }
+    }
+
+    /// Start the watches what a reconcile learned calls for. A kind the controller
+    /// watches already with an extra watch needs no other.
+    async fn learned(&mut self, router: &mut Router, learned: Learned) {
+        match learned {
+            Learned::Deploys(kind) => {
+                if !router.watches_extra(&kind) {
+                    self.watch_deployed(kind).await;
+                }
+            }
+            Learned::Reads {
+                cr,
+                component,
+                objects,
+            } => {
+                for kind in router.depend(&cr, &component, objects) {
+                    if !router.watches_extra(&kind) {
+                        self.watch_read(kind).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A kind the controller deploys: watch its objects that carry windlass's ownership
+    /// label, unless the kind is watched already.
+    async fn watch_deployed(&mut self, kind: TypeRef) {
+        if self.whole.contains(&kind) || self.scoped.contains_key(&kind) {
+            return;
+        }
+        let cluster = cluster_scoped(&self.live, &kind).await;
+        tracing::info!(%kind, "watching the kind the controller deploys");
+        let owned = crate::annotations::OWNER_UID.to_string();
+        let started = self.start(&kind, cluster, Some(owned));
+        self.scoped.insert(kind, started);
+    }
+
+    /// A kind CRs read without owning it (the dependency hash): watch every object of it,
+    /// in place of its label-scoped watch, unless it is watched whole already.
+    async fn watch_read(&mut self, kind: TypeRef) {
+        if !self.whole.insert(kind.clone()) {
+            return;
+        }
+        let cluster = cluster_scoped(&self.live, &kind).await;
+        // One watch per kind feeds its store: the label-scoped one ends
+        // before the whole one starts, so it cannot write behind it; and
+        // `start` declares the whole watch at once, with no wait between,
+        // so the store never answers from the stopped watch's copies.
+        if let Some(old) = self.scoped.remove(&kind) {
+            retire(&mut self.tasks, &old, self.observer.as_ref()).await;
+        }
+        tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
+        self.start(&kind, cluster, None);
+    }
+}
+
+/// The watches known before any reconcile: the primary kind's, of every object, then the
+/// controller's extra ones, each with its label selector.
+fn declared_watches(router: &Router) -> Vec<(TypeRef, Option<String>)> {
+    let primary = (router.primary().clone(), None);
+    let extra = router.extra_watches().map(|w| {
+        (
+            w.type_ref.clone(),
+            w.labels.as_ref().map(ToString::to_string),
+        )
+    });
+    std::iter::once(primary).chain(extra).collect()
+}
+
+/// Stop the watches `old` and wait until they have stopped.
+async fn retire(
+    watches: &mut JoinSet<()>,
+    old: &[(AbortHandle, Watch)],
+    observer: &dyn WatchObserver,
+) {
+    let mut pending: HashSet<tokio::task::Id> = old.iter().map(|(h, _)| h.id()).collect();
+    for (handle, watch) in old {
+        handle.abort();
+        observer.retired(watch);
+    }
+    while !pending.is_empty() {
+        match watches.join_next_with_id().await {
+            Some(Ok((id, ()))) => pending.remove(&id),
+            Some(Err(e)) => pending.remove(&e.id()),
+            None => break,
+        };
+    }
+}
+
+/// What the reconciles of a controller tell its router.
+pub(super) enum Learned {
+    /// A kind the controller deploys.
+    Deploys(TypeRef),
+    /// What a component of a CR reads without owning it ([`Event::Dependencies`]).
+    Reads {
+        cr: ObjectRef,
+        component: String,
+        objects: Vec<(ObjectRef, Option<String>)>,
+    },
+}
+
+/// Whether `kind` is cluster-scoped (one watch for it, whatever the namespaces); a kind
+/// discovery cannot find yet is watched per namespace and retried by its watch.
+async fn cluster_scoped(live: &LiveCluster, kind: &TypeRef) -> bool {
+    matches!(live.scope(kind).await, Ok(Scope::Cluster))
+}
+
+/// Tells the router about each kind a reconcile deployed, once, and about what the
+/// components read without owning it, every time.
+pub(super) struct KindsSeen {
+    primary: TypeRef,
+    seen: Mutex<HashSet<TypeRef>>,
+    tx: mpsc::UnboundedSender<Learned>,
+}
+
+impl KindsSeen {
+    /// Tells `tx` about the kinds the controller of `primary` deploys and reads.
+    pub(super) fn new(primary: TypeRef, tx: mpsc::UnboundedSender<Learned>) -> Self {
+        KindsSeen {
+            primary,
+            seen: Mutex::default(),
+            tx,
+        }
+    }
+}
+
+impl Observer for KindsSeen {
+    fn event(&self, event: &Event) {
+        if let Event::Dependencies {
+            cr,
+            component,
+            objects,
+        } = event
+        {
+            let _ = self.tx.send(Learned::Reads {
+                cr: cr.clone(),
+                component: component.clone(),
+                objects: objects.clone(),
+            });
+            return;
+        }
+        // Rendered comes before the objects are applied, so the watch starts as early as
+        // it can; what it misses meanwhile its first list reports.
+        let Event::Rendered {
+            objects,
+            disabled: false,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let mut seen = self.seen.lock();
+        for object in objects {
+            let kind = object.type_ref();
+            if kind != self.primary && seen.insert(kind.clone()) {
+                let _ = self.tx.send(Learned::Deploys(kind));
+            }
+        }
+    }
+}
