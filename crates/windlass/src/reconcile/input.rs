@@ -64,6 +64,7 @@ impl<C: Controller> Reconciler<C> {
             version,
             current_version,
             observer: self.observer.clone(),
+            component_events: parking_lot::Mutex::new(Vec::new()),
             ledger,
         }))
     }

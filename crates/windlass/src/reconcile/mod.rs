@@ -240,7 +240,14 @@ impl<C: Controller> Reconciler<C> {
             made: &mut made,
             starting: &mut starting,
         };
-        let failure = match self.run_caught(id, cr, &manifest, &ledger, progress).await {
+        let result = self.run_caught(id, cr, &manifest, &ledger, progress).await;
+        // The components that failed, whether the reconcile then failed or not.
+        if let Some(session) = &made {
+            for event in session.take_component_events() {
+                self.publish(&manifest, event).await;
+            }
+        }
+        let failure = match result {
             Ok((outcome, state)) => return report(outcome, state, None),
             Err(failure) => failure,
         };

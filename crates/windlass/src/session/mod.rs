@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use crate::cluster::{Cluster, ListQuery, Selector};
 use crate::config::OperatorConfig;
 use crate::error::{Error, Result};
+use crate::events::CrEvent;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
@@ -142,6 +143,9 @@ pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) version: Option<String>,
     pub(crate) current_version: Option<String>,
     pub(crate) observer: Arc<dyn Observer>,
+    /// The Events the progress of this reconcile calls for (a component that failed),
+    /// published by the reconcile once the rollout is over.
+    pub(crate) component_events: Mutex<Vec<CrEvent>>,
     pub(crate) ledger: Arc<Ledger>,
 }
 
@@ -389,7 +393,15 @@ impl<C: ControllerTypes> Session<C> {
     }
 
     pub(crate) fn emit(&self, event: Event) {
+        if let Some(cr_event) = CrEvent::from_progress(&event) {
+            self.inner.component_events.lock().push(cr_event);
+        }
         emit(self.inner.observer.as_ref(), event);
+    }
+
+    /// The Events the rollout's progress called for so far, handed over once.
+    pub(crate) fn take_component_events(&self) -> Vec<CrEvent> {
+        std::mem::take(&mut self.inner.component_events.lock())
     }
 }
 

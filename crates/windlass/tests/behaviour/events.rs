@@ -117,3 +117,58 @@ async fn the_test_env_records_events_for_one_line_assertions() {
     }));
     assert!(missing.is_err(), "an Event never published is not found");
 }
+
+#[tokio::test]
+async fn a_failed_component_gets_an_event_naming_it_before_the_rollout_failed_one() {
+    let broken = DummyComponent::new("db")
+        .with_configmap("db")
+        .behave(Behaviour::VerifyError(Error::rollout("the volume is lost")));
+    let env = Harness::new(DummyController::new()).await;
+    let sink = Arc::new(MemoryEventSink::new());
+    let reconciler = Reconciler::new(
+        DummyController::new()
+            .component(broken, &[])
+            .component(DummyComponent::new("web").with_configmap("web"), &[]),
+        env.memory.clone(),
+        OperatorConfig::default(),
+    )
+    .with_events(sink.clone());
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = reconciler.reconcile(&cr).await;
+    assert!(report.error.is_some_and(|e| e.is_fatal()));
+    let events = sink.events();
+    let reasons: Vec<Reason> = events.iter().map(|e| e.event.reason()).collect();
+    assert_eq!(
+        reasons,
+        [Reason::ComponentFailed, Reason::RolloutFailed],
+        "{events:#?}"
+    );
+    let note = events[0].event.note();
+    assert!(
+        note.contains("db") && note.contains("the volume is lost"),
+        "the Event names the component and why: {note}"
+    );
+
+    // A component that only waits is no failure: no ComponentFailed.
+    sink.clear();
+    let waiting = Reconciler::new(
+        DummyController::new().component(
+            DummyComponent::new("db")
+                .with_configmap("db")
+                .behave(Behaviour::NeverVerifies),
+            &[],
+        ),
+        env.memory.clone(),
+        OperatorConfig::default(),
+    )
+    .with_events(sink.clone());
+    let cr = env.apply_cr("b", json!({})).await;
+    waiting.reconcile(&cr).await;
+    assert!(
+        sink.events()
+            .iter()
+            .all(|e| e.event.reason() != Reason::ComponentFailed),
+        "{:#?}",
+        sink.events()
+    );
+}

@@ -158,7 +158,7 @@ impl MemoryCluster {
     /// # Errors
     /// What [`Cluster::apply`] refuses (no apiVersion or kind, an unknown kind, invalid
     /// metadata).
-    pub async fn store(&self, mut manifest: Value) -> Result<Value, ClusterError> {
+    pub(crate) async fn store(&self, mut manifest: Value) -> Result<Value, ClusterError> {
         if let (Some(api_version), Some(kind)) = (manifest.api_version(), manifest.kind()) {
             let type_ref = TypeRef::new(api_version, kind);
             if self.scope(&type_ref).await? == Scope::Namespaced {

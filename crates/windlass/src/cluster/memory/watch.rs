@@ -29,7 +29,7 @@ pub struct WatchEvent {
 impl MemoryCluster {
     /// Watch events of every change from now on. A receiver that falls more than 4096
     /// events behind loses the oldest ones (and is told so by `recv`).
-    pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
         self.events.subscribe()
     }
 
