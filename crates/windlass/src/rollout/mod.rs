@@ -20,29 +20,36 @@
 //! The final state: verified = verified in phase 3; failed = failed in either phase;
 //! unverified = everything else that deployed; unstarted = what phase 1 never started;
 //! error = the first of the deploy, after-deploy, verify and after-verify errors.
+//!
+//! This file runs the phases and one node of each; the steps of a node live beside it:
+//! `render` (a component's objects: patches, scope, dependency hashes, dump), `deploy`
+//! (applying them with `drift` detection, deleting a disabled component's), `prune`
+//! (components that left the graph), `patch` (temporary patches), `dependency_hash` and
+//! `dump`.
 
 pub(crate) mod dependency_hash;
+mod deploy;
 pub(crate) mod drift;
 mod dump;
 pub(crate) mod patch;
+mod prune;
+mod render;
+
+pub(crate) use prune::prune_removed_components;
+pub(crate) use render::render_component;
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::FutureExt;
-use serde_json::{Value, json};
 
-use crate::annotations;
-use crate::cluster::{Deletion, Scope};
-use crate::component::{ManagedObject, ResourceOptions, Resources};
-use crate::controller::{ComponentEntry, Components, Controller, EdgeCondition};
+use crate::component::ManagedObject;
+use crate::controller::{Components, Controller, EdgeCondition};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
-use crate::error::{ClusterError, Error, Result};
-use crate::object::{ManifestExt, ObjectRef};
+use crate::error::{Error, Result};
 use crate::progress::{Event, Phase, PhaseOutcome};
 use crate::session::Session;
 use crate::verify::Readiness;
@@ -59,20 +66,9 @@ pub async fn run<C: Controller>(
         rendered: Mutex::new(HashMap::new()),
         waiting: Mutex::new(BTreeMap::new()),
     };
-    let rollout = &rollout;
-    let graph = &components.graph;
-    let check_conditions = !session.dry_run();
-    let condition = |node, upstream, edge: &Option<EdgeCondition<C>>| {
-        rollout.check_edge(node, upstream, edge.clone())
-    };
 
     // Phase 1: deploy.
-    session.emit(Event::PhaseStarted(Phase::Deploy));
-    let deploy = Runner::new(graph)
-        .threads(session.operator_config().rollout.deploy_concurrency)
-        .check_conditions(check_conditions)
-        .run(|id| rollout.deploy_node(id), condition)
-        .await;
+    let deploy = rollout.deploy_phase().await;
     let p1_complete = deploy.verify_completed();
     let p1_failed = deploy.failed();
 
@@ -84,19 +80,9 @@ pub async fn run<C: Controller>(
     let p2_complete = p1_complete && p2_error.is_none();
 
     // Phase 3: verify what was deployed, unless the deploy phase failed.
-    let verify = if p1_failed {
-        CompletionState::default()
-    } else {
-        session.emit(Event::PhaseStarted(Phase::Verify));
-        let mut runner = Runner::new(graph)
-            .threads(session.operator_config().rollout.verify_concurrency)
-            .check_conditions(check_conditions);
-        for id in graph.ids() {
-            if !deployed_in(&deploy, graph.name(id)) {
-                runner.disable(id);
-            }
-        }
-        runner.run(|id| rollout.verify_node(id), condition).await
+    let verify = match p1_failed {
+        true => CompletionState::default(),
+        false => rollout.verify_phase(&deploy).await,
     };
 
     // Phase 4: the after-verify hook, once deploy and its hook completed.
@@ -214,6 +200,44 @@ struct Rollout<'a, C: Controller> {
 }
 
 impl<C: Controller> Rollout<'_, C> {
+    /// Phase 1: every component deployed in dependency order (edge conditions checked,
+    /// except in a dry run).
+    async fn deploy_phase(&self) -> CompletionState {
+        self.session.emit(Event::PhaseStarted(Phase::Deploy));
+        Runner::new(&self.components.graph)
+            .threads(self.session.operator_config().rollout.deploy_concurrency)
+            .check_conditions(!self.session.dry_run())
+            .run(
+                |id| self.deploy_node(id),
+                |node, upstream, edge: &Option<EdgeCondition<C>>| {
+                    self.check_edge(node, upstream, edge.clone())
+                },
+            )
+            .await
+    }
+
+    /// Phase 3: the components that got through `deploy` verified, in dependency order.
+    async fn verify_phase(&self, deploy: &CompletionState) -> CompletionState {
+        self.session.emit(Event::PhaseStarted(Phase::Verify));
+        let graph = &self.components.graph;
+        let mut runner = Runner::new(graph)
+            .threads(self.session.operator_config().rollout.verify_concurrency)
+            .check_conditions(!self.session.dry_run());
+        for id in graph.ids() {
+            if !deployed_in(deploy, graph.name(id)) {
+                runner.disable(id);
+            }
+        }
+        runner
+            .run(
+                |id| self.verify_node(id),
+                |node, upstream, edge: &Option<EdgeCondition<C>>| {
+                    self.check_edge(node, upstream, edge.clone())
+                },
+            )
+            .await
+    }
+
     /// Whether the edge from `node` to `upstream` lets `node` start. An edge condition
     /// that says "not yet" keeps the component it gates waiting (the runner checks it
     /// again), its reason kept for the status; one that errs or panics fails the
@@ -372,509 +396,13 @@ impl<C: Controller> Rollout<'_, C> {
         }
         Err(outcome)
     }
-
-    async fn render(&self, id: NodeId) -> Result<Arc<Vec<ManagedObject>>> {
-        if let Some(done) = self.rendered.lock().get(&id) {
-            return Ok(done.clone());
-        }
-        let session = self.session;
-        let entry = self.components.graph.data(id);
-        let name = self.name(id);
-        let rendered = render_component(session, entry, name).await?;
-        let mut objects = Vec::with_capacity(rendered.len());
-        let mut restart_on_change = Vec::with_capacity(rendered.len());
-        for (internal_name, mut manifest, options) in rendered {
-            // Patches and the hook may have broken what `Resources::add` checked.
-            let mut reference = ObjectRef::from_manifest(&manifest).map_err(|e| {
-                Error::config(format!(
-                    "{internal_name} after temporary patches and update_object_definition: {e}"
-                ))
-            })?;
-            // Resolve the kind's scope once: cluster-scoped objects have no namespace.
-            match session.cluster().scope(&reference.type_ref()).await {
-                Ok(Scope::Namespaced) => {}
-                Ok(Scope::Cluster) => {
-                    manifest.metadata_mut().remove("namespace");
-                    reference.namespace = None;
-                }
-                // A disabled component's object of a kind the server does not serve
-                // cannot exist: there is nothing to delete or wait for.
-                Err(ClusterError::UnknownKind { .. }) if entry.disabled => continue,
-                Err(e) => return Err(e.into()),
-            }
-            restart_on_change.push(options.restart_on_dependency_change);
-            objects.push(ManagedObject {
-                internal_name,
-                reference,
-                manifest,
-                verify: options.verify,
-                method: options.method,
-                recreate: options.recreate,
-                create_only: options.create_only,
-            });
-        }
-        if !entry.disabled {
-            self.stamp_dependency_hashes(id, &mut objects, &restart_on_change)
-                .await?;
-        } else {
-            // Its pods are being deleted: whatever it read before concerns the CR no more.
-            session.emit(Event::Dependencies {
-                cr: session.cr_ref(),
-                component: name.to_string(),
-                objects: Vec::new(),
-            });
-        }
-        crate::rollout::dump::dump_component(session, name, entry.disabled, &objects)?;
-        session.emit(Event::Rendered {
-            component: name.to_string(),
-            disabled: entry.disabled,
-            objects: objects.iter().map(|o| o.reference.clone()).collect(),
-        });
-        let objects = Arc::new(objects);
-        self.rendered.lock().insert(id, objects.clone());
-        Ok(objects)
-    }
-
-    /// Stamp the dependency hash on the objects rendered with
-    /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change)
-    /// (see [`crate::rollout::dependency_hash`]), from this component's Secrets and ConfigMaps and
-    /// those of the enabled components it depends on (transitively), else from the
-    /// cluster; report
-    /// what came from the cluster and is not the CR's own (the runtime watches it).
-    async fn stamp_dependency_hashes(
-        &self,
-        id: NodeId,
-        objects: &mut [ManagedObject],
-        restart_on_change: &[bool],
-    ) -> Result<()> {
-        let session = self.session;
-        let mut external = BTreeMap::new();
-        if restart_on_change.contains(&true) {
-            let is_data = |o: &&ManagedObject| {
-                o.reference.api_version == "v1"
-                    && matches!(o.reference.kind.as_str(), "Secret" | "ConfigMap")
-            };
-            // Only what this component waits for, directly or not: the runner renders
-            // those before it, every time. A component rendered concurrently (or not) by
-            // chance would make the hash depend on timing, flipping it between passes
-            // whenever its rendered copy and the cluster's differ.
-            let graph = &self.components.graph;
-            let earlier: Vec<Arc<Vec<ManagedObject>>> = self
-                .rendered
-                .lock()
-                .iter()
-                .filter(|(other, _)| {
-                    **other != id && graph.depends_on(id, **other) && !graph.data(**other).disabled
-                })
-                .map(|(_, rendered)| rendered.clone())
-                .collect();
-            // Secrets and ConfigMaps are never targets: a copy of them serves every target.
-            let own: Vec<ManagedObject> = objects.iter().filter(is_data).cloned().collect();
-            let sources: Vec<crate::rollout::dependency_hash::Rendered<'_>> = own
-                .iter()
-                .chain(earlier.iter().flat_map(|r| r.iter().filter(is_data)))
-                .map(|o| crate::rollout::dependency_hash::Rendered {
-                    reference: &o.reference,
-                    manifest: &o.manifest,
-                    create_only: o.create_only,
-                })
-                .collect();
-            let uid = session.manifest().uid();
-            for (object, _) in objects
-                .iter_mut()
-                .zip(restart_on_change)
-                .filter(|(_, restart)| **restart)
-            {
-                // Noted before the reads: a write of one of them by another component of
-                // this rollout after this point makes the hash stale, and the CR is
-                // requeued (the echo of its own write does not reconcile it).
-                let namespace = object.manifest.namespace().map(str::to_string);
-                for dependency in crate::rollout::dependency_hash::dependencies(&object.manifest) {
-                    let reference = dependency.object_ref(namespace.as_deref());
-                    if !sources.iter().any(|s| *s.reference == reference) {
-                        session.ledger().dependency_read(reference);
-                    }
-                }
-                let read = crate::rollout::dependency_hash::annotate(
-                    session.cluster(),
-                    &mut object.manifest,
-                    &sources,
-                )
-                .await?;
-                // What this rollout renders (a create-only Secret read back), or what
-                // carries this CR's ownership label, reconciles it through that label.
-                external.extend(
-                    read.into_iter()
-                        .filter(|(reference, _)| !sources.iter().any(|s| s.reference == reference))
-                        .filter(|(_, found)| {
-                            found.as_ref().and_then(|f| f.label(annotations::OWNER_UID)) != uid
-                                || uid.is_none()
-                        })
-                        .map(|(reference, found)| {
-                            let version = found
-                                .as_ref()
-                                .and_then(|f| f.resource_version())
-                                .map(str::to_string);
-                            (reference, version)
-                        }),
-                );
-            }
-        }
-        session.emit(Event::Dependencies {
-            cr: session.cr_ref(),
-            component: self.name(id).to_string(),
-            objects: external.into_iter().collect(),
-        });
-        Ok(())
-    }
-
-    /// Apply every object in render order; the first error stops the component.
-    /// Once all are applied, what the component applied before and no longer renders is
-    /// deleted.
-    async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
-        let component = self.name(id);
-        let mut applied = Vec::new();
-        let mut unchanged = Vec::new();
-        for object in objects {
-            let (reference, changed) = self.deploy_object(component, object).await?;
-            if changed && self.session.ledger().dependency_written(&reference) {
-                tracing::debug!(object = %reference, component, "written after a dependency hash was computed from its old data: the CR is requeued");
-            }
-            if changed {
-                applied.push(reference);
-            } else {
-                unchanged.push(reference);
-            }
-        }
-        let rendered: BTreeSet<&ObjectRef> = objects.iter().map(|o| &o.reference).collect();
-        let leftovers = self
-            .session
-            .ledger()
-            .inventory()
-            .of(component)
-            .into_iter()
-            .filter(|(r, _)| !rendered.contains(r))
-            .collect::<Vec<_>>();
-        let pruned = delete_recorded(self.session, component, leftovers).await?;
-        self.session.emit(Event::Deployed {
-            component: component.to_string(),
-            applied,
-            unchanged,
-        });
-        if !pruned.is_empty() {
-            self.session.emit(Event::Disabled {
-                component: component.to_string(),
-                deleted: pruned,
-            });
-        }
-        Ok(())
-    }
-
-    /// Apply one object unless windlass already applied exactly this and still owns every
-    /// field of it (see [`crate::rollout::drift`]). Returns its reference and whether a write
-    /// happened.
-    async fn deploy_object(
-        &self,
-        component: &str,
-        object: &ManagedObject,
-    ) -> Result<(ObjectRef, bool)> {
-        let session = self.session;
-        let cr = session.manifest();
-        let mut manifest = object.manifest.clone();
-        let reference = object.reference.clone();
-        // A component may render the CR itself (to rewrite its own spec): it is not its
-        // own child.
-        let itself = reference == session.cr_ref();
-        add_owner_reference(&mut manifest, cr);
-        if !itself {
-            stamp_labels(&mut manifest, cr, component);
-        }
-        crate::rollout::drift::stamp(&mut manifest);
-        // About to write it: a watch of windlass's own objects may answer for it.
-        let live = session.cluster().get_own(&reference).await?;
-        if let Some(live) = &live
-            && !itself
-        {
-            refuse_foreign(&reference, live, cr)?;
-        }
-        let drift = match (&live, object.create_only) {
-            // Created once; what it holds now is what it keeps.
-            (Some(_), true) => crate::rollout::drift::Drift::InSync,
-            _ => crate::rollout::drift::drift(
-                &manifest,
-                live.as_ref(),
-                object.method,
-                crate::FIELD_MANAGER,
-            ),
-        };
-        let stored = if drift.needs_write() {
-            tracing::debug!(object = %reference, ?drift, "writing");
-            if !itself
-                && !crate::cluster::finalizer::collected_with(reference.namespace.as_deref(), cr)
-            {
-                session.hold_for_cleanup().await?;
-            }
-            self.write(object, &manifest).await?
-        } else {
-            live.unwrap_or_default()
-        };
-        if let Some(uid) = stored.uid() {
-            session
-                .ledger()
-                .inventory_mut(|i| i.record(component, reference.clone(), uid));
-        }
-        Ok((reference, drift.needs_write()))
-    }
-
-    /// Write `manifest` by the object's method. Conflicts (HTTP 409) are retried with a
-    /// linear back-off; server-side apply sends no resourceVersion and cannot conflict on
-    /// it, so the retry is for the replace method, whose cluster call reads the live
-    /// resourceVersion afresh. A refused change of an immutable field recreates the object
-    /// when the resource asked for it. A refused apply is never retried as a replace: on a
-    /// real server the replace meets the same validation, so it would only cost requests.
-    async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
-        let cluster = self.session.cluster();
-        let operator = self.session.operator_config();
-        let mut attempt = 0;
-        let method = object.method;
-        let mut recreated = false;
-        loop {
-            match cluster.apply(manifest, method).await {
-                Ok(stored) => return Ok(stored),
-                Err(ClusterError::Conflict { .. })
-                    if attempt < operator.rollout.conflict_retries =>
-                {
-                    attempt += 1;
-                    let wait = Duration::from(operator.rollout.conflict_backoff) * attempt;
-                    tokio::time::sleep(wait).await;
-                }
-                Err(e) if e.is_immutable_field() && object.recreate && !recreated => {
-                    tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");
-                    recreated = true;
-                    cluster.delete(&object.reference, None).await?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Delete a disabled component's objects, dependents first: the ones it applied
-    /// and that are still there. Nothing is sent once they are gone.
-    async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
-        let component = self.name(id);
-        let recorded = self.session.ledger().inventory().of(component);
-        // Rendered order reversed first, then whatever else was recorded.
-        let position = |r: &ObjectRef| objects.iter().position(|o| o.reference == *r);
-        let mut ordered = recorded;
-        ordered.sort_by_key(|(r, _)| std::cmp::Reverse(position(r)));
-        let deleted = delete_recorded(self.session, component, ordered).await?;
-        self.session.emit(Event::Disabled {
-            component: component.to_string(),
-            deleted,
-        });
-        Ok(())
-    }
-
-    /// Whether a disabled component's objects are all gone.
-    fn all_gone(&self, id: NodeId) -> bool {
-        self.session.dry_run()
-            || self
-                .session
-                .ledger()
-                .inventory()
-                .of(self.name(id))
-                .is_empty()
-    }
-}
-
-/// Delete what the inventory holds for components that are no longer in the graph at all.
-pub(crate) async fn prune_removed_components<C: Controller>(
-    session: &Session<C>,
-    components: &Components<C>,
-) -> Result<()> {
-    let known: BTreeSet<&str> = components
-        .names(false)
-        .into_iter()
-        .chain(components.names(true))
-        .collect();
-    let inventory = session.ledger().inventory();
-    for component in inventory.components() {
-        if !known.contains(component.as_str()) {
-            let deleted = delete_recorded(session, &component, inventory.of(&component)).await?;
-            session.emit(Event::Disabled { component, deleted });
-        }
-    }
-    Ok(())
-}
-
-/// Delete recorded objects of `component`, each only if it is still the object windlass
-/// applied for this CR: it carries this CR's ownership label, and the uid recorded (a
-/// precondition the server checks too, for a replacement made meanwhile). The inventory
-/// lives in the status, which others may be allowed to write: an entry naming someone
-/// else's object must never get it deleted. Entries for objects that are gone or not this
-/// CR's are forgotten. Returns what was deleted.
-async fn delete_recorded<C: Controller>(
-    session: &Session<C>,
-    component: &str,
-    objects: Vec<(ObjectRef, String)>,
-) -> Result<Vec<ObjectRef>> {
-    let owner = session.manifest().uid();
-    let forget = |reference: &ObjectRef| {
-        session
-            .ledger()
-            .inventory_mut(|i| i.forget(component, reference));
-    };
-    let mut deleted = Vec::new();
-    for (reference, uid) in objects {
-        let live = match session.cluster().get_own(&reference).await {
-            // The kind is no longer served: nothing of it can exist.
-            Err(ClusterError::UnknownKind { .. }) => None,
-            other => other?,
-        };
-        let Some(live) = live else {
-            forget(&reference);
-            continue;
-        };
-        if owner.is_none() || live.label(annotations::OWNER_UID) != owner {
-            tracing::warn!(
-                object = %reference,
-                component,
-                "status.inventory names an object that does not carry this resource's {} label; it is left alone",
-                annotations::OWNER_UID
-            );
-            forget(&reference);
-            continue;
-        }
-        if live.uid() != Some(uid.as_str()) {
-            // Replaced since windlass applied it: not the object recorded.
-            forget(&reference);
-            continue;
-        }
-        match session.cluster().delete(&reference, Some(&uid)).await? {
-            Deletion::Deleted => {
-                forget(&reference);
-                deleted.push(reference);
-            }
-            // Finalizers hold it: it stays recorded until it is gone.
-            Deletion::Terminating => deleted.push(reference),
-            Deletion::NotFound => forget(&reference),
-        }
-    }
-    Ok(deleted)
-}
-
-/// Refuse to write an object another CR's rollout applied: two CRs rendering the same
-/// object would overwrite each other on every reconcile.
-fn refuse_foreign(reference: &ObjectRef, live: &Value, cr: &Value) -> Result<()> {
-    match (live.label(annotations::OWNER_UID), cr.uid()) {
-        (Some(owner), Some(uid)) if owner != uid => Err(Error::config(format!(
-            "{reference} belongs to another {} (uid {owner}, label {}); two resources cannot render the same object: give this one another name",
-            cr.kind().unwrap_or("resource"),
-            annotations::OWNER_UID
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Label an object with the CR it was rendered for and the component that rendered it,
-/// and with the recommended `app.kubernetes.io/…` labels, where the component did not set them.
-fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
-    let standard = annotations::labels::standard(
-        cr.kind().unwrap_or_default(),
-        cr.name().unwrap_or_default(),
-        component,
-    );
-    let metadata = manifest.metadata_mut();
-    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
-    let Some(map) = labels.as_object_mut() else {
-        return;
-    };
-    if let Some(uid) = cr.uid() {
-        map.insert(annotations::OWNER_UID.into(), json!(uid));
-        map.insert(
-            annotations::COMPONENT.into(),
-            json!(crate::object::label_value(component)),
-        );
-    }
-    for (key, value) in standard {
-        map.entry(key).or_insert(Value::String(value));
-    }
-}
-
-/// Make the CR an owner of the object, so deleting the CR garbage-collects it.
-/// A namespaced CR owns objects in its own namespace only (Kubernetes forbids owners in
-/// another namespace and cluster-scoped dependents of namespaced owners); a cluster-scoped
-/// CR owns everything it renders. Never the CR itself; `blockOwnerDeletion`, and the
-/// controller reference unless the component set one.
-fn add_owner_reference(manifest: &mut Value, owner: &Value) {
-    let (Some(uid), Some(name), Some(kind), Some(api_version)) =
-        (owner.uid(), owner.name(), owner.kind(), owner.api_version())
-    else {
-        return;
-    };
-    let same_object = manifest.kind() == Some(kind)
-        && manifest.api_version() == Some(api_version)
-        && manifest.name() == Some(name);
-    if same_object || !crate::cluster::finalizer::collected_with(manifest.namespace(), owner) {
-        return;
-    }
-    // The CR is the object's controller, as `kubectl` and other controllers expect,
-    // unless the component named another one (there can be only one).
-    let controlled = manifest["metadata"]["ownerReferences"]
-        .as_array()
-        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
-    let reference = json!({
-        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "blockOwnerDeletion": true, "controller": !controlled,
-    });
-    let metadata = manifest.metadata_mut();
-    let refs = metadata
-        .entry("ownerReferences")
-        .or_insert_with(|| json!([]));
-    if let Some(list) = refs.as_array_mut()
-        && !list.iter().any(|r| r["uid"] == uid)
-    {
-        list.push(reference);
-    }
-}
-
-/// What the component `entry` (named `name`) renders for the session's CR, as the rollout
-/// applies it: after the temporary patches, the internal-name annotation and the
-/// component's `update_object_definition`; before the owner reference, windlass's labels,
-/// the scope check and the dependency hash. Each object with its internal name and options.
-pub(crate) async fn render_component<C: Controller>(
-    session: &Session<C>,
-    entry: &ComponentEntry<C>,
-    name: &str,
-) -> Result<Vec<(String, Value, ResourceOptions)>> {
-    let mut resources = Resources::new(name, session.namespace(), session.kind(), session.name());
-    entry.component.render(session, &mut resources).await?;
-    let mut rendered = Vec::with_capacity(resources.len());
-    for (internal_name, manifest, options) in resources.into_ordered() {
-        let mut manifest = crate::rollout::patch::apply_patches(
-            &internal_name,
-            manifest,
-            session.temporary_patches(),
-        )?;
-        if session.operator_config().rollout.internal_name_annotation {
-            let metadata = manifest.metadata_mut();
-            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
-            if let Some(map) = annotations.as_object_mut() {
-                map.insert(annotations::INTERNAL_NAME.into(), json!(internal_name));
-            }
-        }
-        let manifest =
-            entry
-                .component
-                .update_object_definition(session, &internal_name, manifest)?;
-        rendered.push((internal_name, manifest, options));
-    }
-    Ok(rendered)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::deploy::add_owner_reference;
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn owner_references_only_within_the_namespace_and_never_self() {
