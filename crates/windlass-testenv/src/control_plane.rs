@@ -382,44 +382,8 @@ async fn launch(
     apiserver_flags: &[String],
     ports: [u16; 3],
 ) -> Result<Launched> {
-    let dir = parts.dir.clone();
-    let pki = dir.join("pki");
-    let (etcd_client, etcd_peer, secure_port) = (ports[0], ports[1], ports[2]);
-    let apiserver_url = format!("https://127.0.0.1:{secure_port}");
-    let kubeconfig_path = dir.join("kubeconfig");
-
-    create_dir(&pki)?;
-    let admin_token = random_token()?;
-    let kcm_token = random_token()?;
-    // Both are cluster admins; separate users keep audit trails and logs readable.
-    write_file(
-        &dir.join("tokens.csv"),
-        &format!(
-            "{admin_token},admin,windlass-testenv-admin,system:masters\n\
-             {kcm_token},system:kube-controller-manager,windlass-testenv-kcm,system:masters\n"
-        ),
-    )?;
-    let sa_key = pki.join("sa.key");
-    let sa_pub = pki.join("sa.pub");
-    let (private_pem, public_pem) = service_account_key_pems()?;
-    write_file(&sa_key, &private_pem)?;
-    write_file(&sa_pub, &public_pem)?;
-    let ca_file = pki.join("apiserver.crt");
-    write_file(
-        &kubeconfig_path,
-        &kubeconfig_yaml(&apiserver_url, &ca_file, "admin", &admin_token),
-    )?;
-    let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
-    write_file(
-        &kcm_kubeconfig,
-        &kubeconfig_yaml(
-            &apiserver_url,
-            &ca_file,
-            "system:kube-controller-manager",
-            &kcm_token,
-        ),
-    )?;
-    let pid_file = dir.join("pids");
+    let layout = Layout::new(&parts.dir, ports);
+    write_configuration(&layout)?;
 
     // Asking the binaries which flags they take costs a few hundred ms: do it while etcd starts.
     let flags = {
@@ -435,6 +399,111 @@ async fn launch(
         })
     };
 
+    start_etcd(parts, assets, &layout).await?;
+    let (apiserver_has_insecure_port, kcm_help) = flags.await.map_err(|e| {
+        Error::io(
+            "asking the control plane binaries for their flags",
+            std::io::Error::other(e),
+        )
+    })?;
+    let apiserver_args = apiserver_args(&layout, apiserver_has_insecure_port, apiserver_flags);
+    start_apiserver(parts, assets, &layout, &apiserver_args).await?;
+    let (config, client) = connect_when_ready(parts, &layout).await?;
+    start_controller_manager(parts, assets, &layout, &kcm_help, client).await?;
+    Ok(Launched {
+        kubeconfig_path: layout.kubeconfig,
+        config,
+        apiserver_url: layout.apiserver_url,
+    })
+}
+
+/// Where the files of one control plane are, and the ports it serves on.
+struct Layout {
+    /// The control plane's directory.
+    dir: PathBuf,
+    /// Keys and certificates: the service account key pair, the apiserver's serving cert.
+    pki: PathBuf,
+    etcd_client: u16,
+    etcd_peer: u16,
+    secure_port: u16,
+    apiserver_url: String,
+    /// The admin's kubeconfig, handed to the tests.
+    kubeconfig: PathBuf,
+    /// The controller manager's kubeconfig.
+    kcm_kubeconfig: PathBuf,
+    /// The bearer tokens kube-apiserver accepts.
+    tokens: PathBuf,
+    sa_key: PathBuf,
+    sa_pub: PathBuf,
+    /// kube-apiserver's serving certificate, which it generates; clients trust exactly it.
+    ca_file: PathBuf,
+    /// Where the processes' ids are recorded, for the watchdog.
+    pid_file: PathBuf,
+}
+
+impl Layout {
+    /// The layout in `dir`, with `ports` as `[etcd client, etcd peer, apiserver]`.
+    fn new(dir: &Path, ports: [u16; 3]) -> Self {
+        let pki = dir.join("pki");
+        let secure_port = ports[2];
+        Layout {
+            dir: dir.to_path_buf(),
+            etcd_client: ports[0],
+            etcd_peer: ports[1],
+            secure_port,
+            apiserver_url: format!("https://127.0.0.1:{secure_port}"),
+            kubeconfig: dir.join("kubeconfig"),
+            kcm_kubeconfig: dir.join("kube-controller-manager.kubeconfig"),
+            tokens: dir.join("tokens.csv"),
+            sa_key: pki.join("sa.key"),
+            sa_pub: pki.join("sa.pub"),
+            ca_file: pki.join("apiserver.crt"),
+            pid_file: dir.join("pids"),
+            pki,
+        }
+    }
+}
+
+/// Writes what the processes are configured with: the bearer tokens of the admin and of
+/// the controller manager, the service account key pair, and a kubeconfig for each user.
+fn write_configuration(layout: &Layout) -> Result<()> {
+    create_dir(&layout.pki)?;
+    let admin_token = random_token()?;
+    let kcm_token = random_token()?;
+    // Both are cluster admins; separate users keep audit trails and logs readable.
+    write_file(
+        &layout.tokens,
+        &format!(
+            "{admin_token},admin,windlass-testenv-admin,system:masters\n\
+             {kcm_token},system:kube-controller-manager,windlass-testenv-kcm,system:masters\n"
+        ),
+    )?;
+    let (private_pem, public_pem) = service_account_key_pems()?;
+    write_file(&layout.sa_key, &private_pem)?;
+    write_file(&layout.sa_pub, &public_pem)?;
+    write_file(
+        &layout.kubeconfig,
+        &kubeconfig_yaml(
+            &layout.apiserver_url,
+            &layout.ca_file,
+            "admin",
+            &admin_token,
+        ),
+    )?;
+    write_file(
+        &layout.kcm_kubeconfig,
+        &kubeconfig_yaml(
+            &layout.apiserver_url,
+            &layout.ca_file,
+            "system:kube-controller-manager",
+            &kcm_token,
+        ),
+    )
+}
+
+/// Starts etcd and waits until it accepts connections.
+async fn start_etcd(parts: &mut Parts, assets: &Assets, layout: &Layout) -> Result<()> {
+    let (dir, etcd_client, etcd_peer) = (&layout.dir, layout.etcd_client, layout.etcd_peer);
     let etcd_help = help_text(&assets.etcd);
     let mut etcd_args = vec![
         "--name=default".to_string(),
@@ -457,32 +526,33 @@ async fn launch(
         &assets.etcd,
         &etcd_args,
         dir.join("etcd.log"),
-        &pid_file,
+        &layout.pid_file,
     )?);
     let etcd_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, etcd_client));
     parts
         .wait_for("etcd to accept connections", || async move {
             tokio::net::TcpStream::connect(etcd_addr).await.is_ok()
         })
-        .await?;
+        .await
+}
 
-    let (apiserver_has_insecure_port, kcm_help) = flags.await.map_err(|e| {
-        Error::io(
-            "asking the control plane binaries for their flags",
-            std::io::Error::other(e),
-        )
-    })?;
+/// kube-apiserver's flags: etcd, loopback, TLS with token authentication and RBAC, service
+/// accounts; then `extra`, the caller's.
+fn apiserver_args(layout: &Layout, has_insecure_port: bool, extra: &[String]) -> Vec<String> {
     let mut apiserver_args = vec![
-        format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+        format!("--etcd-servers=http://127.0.0.1:{}", layout.etcd_client),
         "--bind-address=127.0.0.1".to_string(),
         "--advertise-address=127.0.0.1".to_string(),
-        format!("--secure-port={secure_port}"),
-        format!("--cert-dir={}", pki.display()),
-        format!("--token-auth-file={}", dir.join("tokens.csv").display()),
+        format!("--secure-port={}", layout.secure_port),
+        format!("--cert-dir={}", layout.pki.display()),
+        format!("--token-auth-file={}", layout.tokens.display()),
         "--authorization-mode=RBAC".to_string(),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
-        format!("--service-account-key-file={}", sa_pub.display()),
-        format!("--service-account-signing-key-file={}", sa_key.display()),
+        format!("--service-account-key-file={}", layout.sa_pub.display()),
+        format!(
+            "--service-account-signing-key-file={}",
+            layout.sa_key.display()
+        ),
         "--service-cluster-ip-range=10.96.0.0/16".to_string(),
         "--allow-privileged=true".to_string(),
         // The `kubernetes` Service's endpoints would name the advertise address, and current
@@ -495,31 +565,47 @@ async fn launch(
     // Up to 1.19 kube-apiserver also serves unauthenticated HTTP on 127.0.0.1:8080 unless
     // --insecure-port=0 (1.20-1.23 accept the flag, deprecated, and ignore it; 1.24 removed it
     // and rejects it). The flag is hidden from --help, hence the trial run.
-    if apiserver_has_insecure_port {
+    if has_insecure_port {
         apiserver_args.push("--insecure-port=0".to_string());
     }
-    apiserver_args.extend(apiserver_flags.iter().cloned());
+    apiserver_args.extend(extra.iter().cloned());
+    apiserver_args
+}
+
+/// Starts kube-apiserver with `args` and waits until it has written its serving certificate
+/// and listens.
+async fn start_apiserver(
+    parts: &mut Parts,
+    assets: &Assets,
+    layout: &Layout,
+    args: &[String],
+) -> Result<()> {
     parts.processes.push(ManagedProcess::start(
         "kube-apiserver",
         &assets.kube_apiserver,
-        &apiserver_args,
-        dir.join("kube-apiserver.log"),
-        &pid_file,
+        args,
+        layout.dir.join("kube-apiserver.log"),
+        &layout.pid_file,
     )?);
-    let apiserver_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, secure_port));
-    let key_file = pki.join("apiserver.key");
+    let apiserver_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, layout.secure_port));
+    let key_file = layout.pki.join("apiserver.key");
     parts
         .wait_for("kube-apiserver to listen", || {
-            let (ca_file, key_file) = (ca_file.clone(), key_file.clone());
+            let (ca_file, key_file) = (layout.ca_file.clone(), key_file.clone());
             async move {
                 ca_file.exists()
                     && key_file.exists()
                     && tokio::net::TcpStream::connect(apiserver_addr).await.is_ok()
             }
         })
-        .await?;
+        .await
+}
 
-    let kubeconfig = Kubeconfig::read_from(&kubeconfig_path).map_err(|e| Error::Kubeconfig {
+/// The client configuration of the admin kubeconfig, and a client of it, once
+/// kube-apiserver's `/readyz` answers `ok`.
+async fn connect_when_ready(parts: &mut Parts, layout: &Layout) -> Result<(kube::Config, Client)> {
+    let kubeconfig_path = &layout.kubeconfig;
+    let kubeconfig = Kubeconfig::read_from(kubeconfig_path).map_err(|e| Error::Kubeconfig {
         path: kubeconfig_path.clone(),
         reason: e.to_string(),
     })?;
@@ -537,13 +623,27 @@ async fn launch(
             async move { apiserver_ready(&client).await }
         })
         .await?;
+    Ok((config, client))
+}
 
+/// Starts kube-controller-manager and waits until it works: it has created the `default`
+/// service account, which `client` reads.
+async fn start_controller_manager(
+    parts: &mut Parts,
+    assets: &Assets,
+    layout: &Layout,
+    kcm_help: &str,
+    client: Client,
+) -> Result<()> {
     let mut kcm_args = vec![
-        format!("--kubeconfig={}", kcm_kubeconfig.display()),
+        format!("--kubeconfig={}", layout.kcm_kubeconfig.display()),
         "--leader-elect=false".to_string(),
         "--controllers=*".to_string(),
-        format!("--service-account-private-key-file={}", sa_key.display()),
-        format!("--root-ca-file={}", ca_file.display()),
+        format!(
+            "--service-account-private-key-file={}",
+            layout.sa_key.display()
+        ),
+        format!("--root-ca-file={}", layout.ca_file.display()),
         "--use-service-account-credentials=false".to_string(),
         "--secure-port=0".to_string(),
         // Tests create objects in bursts; the default 20 QPS makes controllers lag behind.
@@ -561,12 +661,12 @@ async fn launch(
         "kube-controller-manager",
         &assets.kube_controller_manager,
         &kcm_args,
-        dir.join("kube-controller-manager.log"),
-        &pid_file,
+        layout.dir.join("kube-controller-manager.log"),
+        &layout.pid_file,
     )?);
     // The service account controller creating `default/default` shows the controller
     // manager is connected, has synced its informers and runs its controllers.
-    let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let service_accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
     parts
         .wait_for(
             "kube-controller-manager to create the default service account",
@@ -575,12 +675,7 @@ async fn launch(
                 async move { matches!(service_accounts.get_opt("default").await, Ok(Some(_))) }
             },
         )
-        .await?;
-    Ok(Launched {
-        kubeconfig_path,
-        config,
-        apiserver_url,
-    })
+        .await
 }
 
 /// Whether kube-apiserver's `/readyz` answers `ok` within 5 s.
