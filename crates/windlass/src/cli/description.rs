@@ -314,60 +314,11 @@ impl Description {
     /// The text `describe` prints: the CR's conditions, a tree of components and objects,
     /// the Events. `colour` marks states on a terminal.
     pub(super) fn to_text(&self, colour: bool) -> String {
-        let paint = |code: &str, text: &str| {
-            if colour {
-                format!("\u{1b}[{code}m{text}\u{1b}[0m")
-            } else {
-                text.to_string()
-            }
-        };
         let mut out = vec![self.cr.clone()];
-        for c in &self.conditions {
-            out.push(format!(
-                "  {:<9} {:<5} {}: {}",
-                c["type"].as_str().unwrap_or_default(),
-                c["status"].as_str().unwrap_or_default(),
-                c["reason"].as_str().unwrap_or_default(),
-                c["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-            ));
-        }
+        out.extend(self.conditions.iter().map(condition_line));
         out.push("components (as a reconcile now would find them; nothing was written):".into());
         for component in &self.components {
-            let (mark, code) = match component.state.as_str() {
-                "verified" => ("✓", "32"),
-                "failed" => ("✗", "31"),
-                "waiting" | "deployed" | "to deploy" => ("…", "33"),
-                "disabled" => ("-", "2"),
-                _ => ("·", "2"),
-            };
-            let reason = component
-                .reason
-                .as_deref()
-                .map(|r| format!(": {}", r.lines().next().unwrap_or_default()))
-                .unwrap_or_default();
-            out.push(format!(
-                "  {} {} {}{}",
-                paint(code, mark),
-                component.name,
-                paint(code, &component.state),
-                reason
-            ));
-            for object in &component.objects {
-                let state = match (object.present, object.ready) {
-                    (false, _) => "missing",
-                    (true, Some(false)) => "not ready",
-                    (true, _) => "ready",
-                };
-                match &object.sync {
-                    Some(sync) => out.push(format!("      {}  {state}, {sync}", object.object)),
-                    None => out.push(format!("      {}  {state}", object.object)),
-                }
-            }
+            out.extend(component_lines(component, colour));
         }
         match &self.error {
             Some(error) => out.push(format!("outcome: {} ({error})", self.outcome)),
@@ -388,6 +339,64 @@ impl Description {
         }
         out.join("\n")
     }
+}
+
+/// One status condition in a line: type, status, reason and the first line of its message.
+fn condition_line(c: &Value) -> String {
+    format!(
+        "  {:<9} {:<5} {}: {}",
+        c["type"].as_str().unwrap_or_default(),
+        c["status"].as_str().unwrap_or_default(),
+        c["reason"].as_str().unwrap_or_default(),
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default()
+    )
+}
+
+/// A component's line, its state marked (and coloured with `colour`), then a line per object.
+fn component_lines(component: &ComponentView, colour: bool) -> Vec<String> {
+    let paint = |code: &str, text: &str| {
+        if colour {
+            format!("\u{1b}[{code}m{text}\u{1b}[0m")
+        } else {
+            text.to_string()
+        }
+    };
+    let (mark, code) = match component.state.as_str() {
+        "verified" => ("✓", "32"),
+        "failed" => ("✗", "31"),
+        "waiting" | "deployed" | "to deploy" => ("…", "33"),
+        "disabled" => ("-", "2"),
+        _ => ("·", "2"),
+    };
+    let reason = component
+        .reason
+        .as_deref()
+        .map(|r| format!(": {}", r.lines().next().unwrap_or_default()))
+        .unwrap_or_default();
+    let mut out = vec![format!(
+        "  {} {} {}{}",
+        paint(code, mark),
+        component.name,
+        paint(code, &component.state),
+        reason
+    )];
+    for object in &component.objects {
+        let state = match (object.present, object.ready) {
+            (false, _) => "missing",
+            (true, Some(false)) => "not ready",
+            (true, _) => "ready",
+        };
+        match &object.sync {
+            Some(sync) => out.push(format!("      {}  {state}, {sync}", object.object)),
+            None => out.push(format!("      {}  {state}", object.object)),
+        }
+    }
+    out
 }
 
 /// The operator's view of the CR as lines: where it is in the queue, its last reconcile.
