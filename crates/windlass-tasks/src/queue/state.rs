@@ -228,13 +228,46 @@ impl<K: Hash + Eq + Clone> State<K> {
             self.rerun_marked -= 1;
         }
         let was_failing = backoff.is_failing();
-        let next = match outcome {
+        let next = self.next_due(outcome, rerun, &mut backoff, policy, preempt);
+        match (was_failing, backoff.is_failing()) {
+            (false, true) => self.failing += 1,
+            (true, false) => self.failing -= 1,
+            _ => {}
+        }
+        match next {
+            None => {
+                self.entries.remove(&key);
+                self.maybe_compact();
+            }
+            Some(next) => {
+                let (slot, _) = self.lines.place(key.clone(), next);
+                if let Some(entry) = self.entries.get_mut(&key) {
+                    entry.slot = slot;
+                    entry.backoff = backoff;
+                }
+            }
+        }
+    }
+
+    /// When a key whose run ended in `outcome` runs next (`None`: it leaves the queue), with
+    /// `rerun` the due time asked for while it ran. A success resets `backoff`, a failure
+    /// advances it and is counted. Unless `preempt`, a failed run's rerun mark is folded into
+    /// the retry at the back-off deadline.
+    fn next_due(
+        &mut self,
+        outcome: Action,
+        rerun: Option<Due>,
+        backoff: &mut BackOffState,
+        policy: &BackOffPolicy,
+        preempt: bool,
+    ) -> Option<Due> {
+        match outcome {
             Action::Done => {
-                backoff = BackOffState::new();
+                *backoff = BackOffState::new();
                 rerun
             }
             Action::RequeueAfter(delay) => {
-                backoff = BackOffState::new();
+                *backoff = BackOffState::new();
                 let due = if delay.is_zero() {
                     Due::Now
                 } else {
@@ -251,24 +284,6 @@ impl<K: Hash + Eq + Clone> State<K> {
                 } else {
                     // max(deadline, rerun) merged with the retry at the deadline.
                     Some(due)
-                }
-            }
-        };
-        match (was_failing, backoff.is_failing()) {
-            (false, true) => self.failing += 1,
-            (true, false) => self.failing -= 1,
-            _ => {}
-        }
-        match next {
-            None => {
-                self.entries.remove(&key);
-                self.maybe_compact();
-            }
-            Some(next) => {
-                let (slot, _) = self.lines.place(key.clone(), next);
-                if let Some(entry) = self.entries.get_mut(&key) {
-                    entry.slot = slot;
-                    entry.backoff = backoff;
                 }
             }
         }
