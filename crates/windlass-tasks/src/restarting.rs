@@ -337,8 +337,8 @@ enum AfterCrash {
     Stop,
     /// `start` was called after the crash.
     RestartNow,
-    /// The usual back-off.
-    RestartAfter(Duration),
+    /// The usual back-off, cut short by notifying the `Notify`.
+    RestartAfter(Duration, Arc<Notify>),
 }
 
 /// How one run ended.
@@ -348,6 +348,9 @@ enum RunEnd {
     Crashed(String),
 }
 
+/// The supervisor of one start of the task: it waits for the previous supervisor to be
+/// gone, then runs the task's future again and again, as a clean exit, a crash, `start` and
+/// `stop` decide (see the [module docs](self)).
 async fn supervise(
     core: Arc<Core>,
     token: CancellationToken,
@@ -360,118 +363,155 @@ async fn supervise(
         wait_closed(previous).await;
     }
     loop {
-        {
-            // The token is only cancelled under this lock, so while it is not, the control
-            // state is this supervisor's.
-            let mut control = core.control.lock();
-            if token.is_cancelled() {
-                return;
-            }
-            control.phase = Phase::Running;
+        if !core.begin_run(&token) {
+            return;
         }
         core.runs.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let end = match std::panic::catch_unwind(AssertUnwindSafe(|| (core.factory)())) {
-            Err(panic) => {
-                core.end_run(&token);
-                RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic)))
-            }
-            Ok(run) => {
-                let mut run = std::pin::pin!(AssertUnwindSafe(run).catch_unwind());
-                // The run's end is recorded in the poll in which the future returns, before
-                // it is dropped, so a `start` from then on (its drop guards, another thread)
-                // is seen below.
-                let ended = std::future::poll_fn(|cx| {
-                    let result = std::task::ready!(run.as_mut().poll(cx));
-                    core.end_run(&token);
-                    std::task::Poll::Ready(result)
-                });
-                tokio::select! {
-                    biased;
-                    () = token.cancelled() => RunEnd::Cancelled,
-                    result = ended => match result {
-                        Ok(Ok(())) => RunEnd::Clean,
-                        Ok(Err(error)) => RunEnd::Crashed(error),
-                        Err(panic) => RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic))),
-                    },
-                }
-                // The future is dropped here, before the decision below.
-            }
-        };
-        let error = match end {
+        let error = match run_once(&core, &token).await {
             RunEnd::Cancelled => {
                 tracing::debug!(task = %core.name, "restarting task stopped");
                 return;
             }
-            RunEnd::Clean => {
-                let mut control = core.control.lock();
-                if token.is_cancelled() {
-                    return;
-                }
-                if matches!(
-                    control.phase,
-                    Phase::Ended {
-                        start_requested: true
-                    }
-                ) {
-                    control.phase = Phase::Running;
-                    drop(control);
-                    tracing::debug!(task = %core.name, "restarting task exited cleanly and was started again");
-                    continue;
-                }
-                // Not running any more: a `start` from now on spawns a new supervisor (which
-                // waits for this one to be gone) instead of talking to this one.
-                control.token = None;
-                drop(control);
-                tracing::debug!(task = %core.name, "restarting task exited cleanly; not restarting");
-                return;
-            }
+            RunEnd::Clean if core.start_requested_after_clean_exit(&token) => continue,
+            RunEnd::Clean => return,
             RunEnd::Crashed(error) => error,
         };
         core.crashes.fetch_add(1, Ordering::Relaxed);
-        let wake = Arc::new(Notify::new());
-        let next = {
-            let mut control = core.control.lock();
-            if token.is_cancelled() {
-                AfterCrash::Stop
-            } else {
-                if core
-                    .reset_after
-                    .is_some_and(|healthy| started.elapsed() >= healthy)
-                {
-                    control.backoff.reset();
-                }
-                if matches!(
-                    control.phase,
-                    Phase::Ended {
-                        start_requested: true
-                    }
-                ) {
-                    // `start` came after the crash: it reset the back-off and asked for a
-                    // run now.
-                    AfterCrash::RestartNow
-                } else {
-                    control.phase = Phase::BackingOff(Arc::clone(&wake));
-                    AfterCrash::RestartAfter(control.backoff.next_jittered())
-                }
+        let next = core.after_crash(&token, started);
+        if !wait_after_crash(&core, &token, next, &error).await {
+            return;
+        }
+    }
+}
+
+/// Make the task's future and run it until it ends or the token is cancelled; a panic,
+/// making it or running it, is a crash. The future is dropped when this returns, before the
+/// supervisor decides what follows.
+async fn run_once(core: &Core, token: &CancellationToken) -> RunEnd {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| (core.factory)())) {
+        Err(panic) => {
+            core.end_run(token);
+            RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic)))
+        }
+        Ok(run) => {
+            let mut run = std::pin::pin!(AssertUnwindSafe(run).catch_unwind());
+            // The run's end is recorded in the poll in which the future returns, before
+            // it is dropped, so a `start` from then on (its drop guards, another thread)
+            // is seen by the supervisor.
+            let ended = std::future::poll_fn(|cx| {
+                let result = std::task::ready!(run.as_mut().poll(cx));
+                core.end_run(token);
+                std::task::Poll::Ready(result)
+            });
+            tokio::select! {
+                biased;
+                () = token.cancelled() => RunEnd::Cancelled,
+                result = ended => match result {
+                    Ok(Ok(())) => RunEnd::Clean,
+                    Ok(Err(error)) => RunEnd::Crashed(error),
+                    Err(panic) => RunEnd::Crashed(format!("panicked: {}", panic_message(&*panic))),
+                },
             }
-        };
-        match next {
-            AfterCrash::Stop => {
-                tracing::warn!(task = %core.name, %error, "restarting task crashed while being stopped; not restarting");
-                return;
+        }
+    }
+}
+
+/// Log the crash, then wait as `next` says: not at all, or out the back-off (cut short by
+/// `start`). Returns whether to run the task again.
+async fn wait_after_crash(
+    core: &Core,
+    token: &CancellationToken,
+    next: AfterCrash,
+    error: &str,
+) -> bool {
+    match next {
+        AfterCrash::Stop => {
+            tracing::warn!(task = %core.name, %error, "restarting task crashed while being stopped; not restarting");
+            false
+        }
+        AfterCrash::RestartNow => {
+            tracing::warn!(task = %core.name, %error, "restarting task crashed and was started again; restarting now");
+            true
+        }
+        AfterCrash::RestartAfter(delay, wake) => {
+            tracing::warn!(task = %core.name, %error, retry_in = ?delay, "restarting task crashed; restarting after back-off");
+            tokio::select! {
+                () = token.cancelled() => return false,
+                () = tokio::time::sleep(delay) => {}
+                () = wake.notified() => {}
             }
-            AfterCrash::RestartNow => {
-                tracing::warn!(task = %core.name, %error, "restarting task crashed and was started again; restarting now");
+            true
+        }
+    }
+}
+
+impl Core {
+    /// Claim the control state for the next run; false when the task was stopped.
+    fn begin_run(&self, token: &CancellationToken) -> bool {
+        // The token is only cancelled under this lock, so while it is not, the control
+        // state is this supervisor's.
+        let mut control = self.control.lock();
+        if token.is_cancelled() {
+            return false;
+        }
+        control.phase = Phase::Running;
+        true
+    }
+
+    /// After a clean exit: whether `start` was called since the run ended, so it runs
+    /// again. If not, the task is no longer running.
+    fn start_requested_after_clean_exit(&self, token: &CancellationToken) -> bool {
+        let mut control = self.control.lock();
+        if token.is_cancelled() {
+            return false;
+        }
+        if matches!(
+            control.phase,
+            Phase::Ended {
+                start_requested: true
             }
-            AfterCrash::RestartAfter(delay) => {
-                tracing::warn!(task = %core.name, %error, retry_in = ?delay, "restarting task crashed; restarting after back-off");
-                tokio::select! {
-                    () = token.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                    () = wake.notified() => {}
-                }
+        ) {
+            control.phase = Phase::Running;
+            drop(control);
+            tracing::debug!(task = %self.name, "restarting task exited cleanly and was started again");
+            return true;
+        }
+        // Not running any more: a `start` from now on spawns a new supervisor (which
+        // waits for this one to be gone) instead of talking to this one.
+        control.token = None;
+        drop(control);
+        tracing::debug!(task = %self.name, "restarting task exited cleanly; not restarting");
+        false
+    }
+
+    /// What follows a crash of the run begun at `started`: the back-off is reset first if
+    /// the run was healthy long enough, and a back-off wait is recorded in the phase so that
+    /// `start` can cut it short.
+    fn after_crash(&self, token: &CancellationToken, started: Instant) -> AfterCrash {
+        let mut control = self.control.lock();
+        if token.is_cancelled() {
+            return AfterCrash::Stop;
+        }
+        if self
+            .reset_after
+            .is_some_and(|healthy| started.elapsed() >= healthy)
+        {
+            control.backoff.reset();
+        }
+        if matches!(
+            control.phase,
+            Phase::Ended {
+                start_requested: true
             }
+        ) {
+            // `start` came after the crash: it reset the back-off and asked for a
+            // run now.
+            AfterCrash::RestartNow
+        } else {
+            let wake = Arc::new(Notify::new());
+            control.phase = Phase::BackingOff(Arc::clone(&wake));
+            AfterCrash::RestartAfter(control.backoff.next_jittered(), wake)
         }
     }
 }

@@ -100,129 +100,178 @@ pub(super) const NAMED_FLAGS: [(&str, &str, &str, &str, &str); 11] = [
     ),
 ];
 
+/// The whole command line: the global flags, the subcommands, and the named flags of the
+/// operator configuration, in the order `--help` lists them.
 pub(super) fn command(name: &str, about: &str) -> Command {
-    let crs = || {
-        [
-            Arg::new("manifests")
-                .num_args(0..)
-                .value_name("PATH")
-                .help("CR manifests: YAML files or directories of them"),
-            Arg::new("cr")
-                .short('c')
-                .long("cr")
-                .action(ArgAction::Append)
-                .value_name("FILE")
-                .help("A CR manifest (same as a PATH)"),
-        ]
-    };
-    let mut cmd = Command::new(name.to_string())
+    Command::new(name.to_string())
         .about(about.to_string())
         .subcommand_required(true)
-        .arg(
-            Arg::new("config")
-                .long("config")
-                .global(true)
-                .value_name("FILE")
-                .help_heading("Configuration")
-                .help(format!("A YAML file of operator configuration (`config-schema --operator`; oper8's config.yaml is translated) [env: {CONFIG_FILE_ENV}]")),
-        )
-        .arg(
-            Arg::new("set")
-                .long("set")
-                .global(true)
-                .action(ArgAction::Append)
-                .value_name("KEY=VALUE")
-                .help_heading("Configuration")
-                .help("Set any configuration key, e.g. --set rollout.conflict-retries=5 (env: WINDLASS_ and the key, e.g. WINDLASS_ROLLOUT_CONFLICT_RETRIES)"),
-        )
-        .arg(
-            Arg::new("kubeconfig")
-                .long("kubeconfig")
-                .global(true)
-                .value_name("FILE")
-                .help_heading("Cluster")
-                .help("The kubeconfig to reach the cluster with (run, describe) [default: KUBECONFIG, ~/.kube/config, or the in-cluster config]"),
-        )
-        .arg(
-            Arg::new("context")
-                .long("context")
-                .global(true)
-                .value_name("NAME")
-                .help_heading("Cluster")
-                .help("The kubeconfig context to use [default: its current context]"),
-        )
-        .subcommand(
-            Command::new("run")
-                .about("Reconcile the CRs in the cluster. With --dry-run: the CRs in files, on the in-memory cluster, printing the rollout and the final status")
-                .arg(Arg::new("dry-run").long("dry-run").action(ArgAction::SetTrue).help("Reconcile the CR manifests given on the in-memory cluster instead"))
-                .args(crs())
-                .arg(Arg::new("resource_dir").short('r').long("resource-dir").value_name("DIR").help("Objects that already exist in the cluster (--dry-run)")),
-        )
-        .subcommand(
-            Command::new("graph")
-                .about("Print the component graph the controller builds for a CR")
-                .arg(Arg::new("cr").required(true).value_name("CR").help("A CR manifest"))
-                .arg(Arg::new("format").long("format").value_parser(["mermaid", "dot"]).default_value("mermaid")),
-        )
-        .subcommand(
-            Command::new("describe")
-                .about("Why is this CR (not) Ready? Its conditions, each component's state and objects (present, ready, drifted), what a reconcile would write, its latest Events; nothing is written")
-                .arg(Arg::new("target").required(true).value_name("KIND/NAME").help("The CR, e.g. webapp/shop"))
-                .arg(Arg::new("namespace").short('n').long("namespace").value_name("NS").help("The CR's namespace [default: default]"))
-                .arg(Arg::new("output").short('o').long("output").value_parser(["text", "json", "mermaid"]).default_value("text"))
-                .arg(Arg::new("dry-run").long("dry-run").action(ArgAction::SetTrue).help("On the in-memory cluster, after a dry run of the CR files given with -f"))
-                .arg(Arg::new("operator").long("operator").value_name("URL").help("Also ask the operator process at URL (its metrics server, with server.debug-endpoints on) where the CR is in its queue"))
-                .arg(Arg::new("cr").short('f').long("file").action(ArgAction::Append).value_name("FILE").help("A CR manifest for --dry-run"))
-                .arg(Arg::new("resource_dir").short('r').long("resource-dir").value_name("DIR").help("Objects that already exist in the cluster (--dry-run)")),
-        )
-        .subcommand(Command::new("crds").about("Print the CustomResourceDefinitions as YAML"))
-        .subcommand(
-            Command::new("config-schema")
-                .about("Print the JSON schema of the backend config (the config-defaults ConfigMap's data and spec.configOverrides) as YAML")
-                .arg(Arg::new("kind").value_name("KIND").help("The controller's CR kind (needed when the operator has several, unless --operator)"))
-                .arg(Arg::new("operator").long("operator").action(ArgAction::SetTrue).help("The schema of the operator configuration (--config) instead")),
-        )
-        .subcommand(
-            Command::new("rbac")
-                .about("Print a ServiceAccount and the least-privilege ClusterRole (or Role) and binding the controllers need for these CRs, found by a dry run")
-                .args(crs())
-                .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the ServiceAccount, role and binding [default: the operator's name]"))
-                .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("Namespace of the ServiceAccount (and of the Role with --namespaced)"))
-                .arg(Arg::new("namespaced").long("namespaced").action(ArgAction::SetTrue).help("A Role and RoleBinding in --namespace instead of cluster-wide ones")),
-        )
-        .subcommand(
-            Command::new("manifests")
-                .about("Print the CRD, Namespace, ServiceAccount, least-privilege RBAC (found by a dry run of these CRs) and a Deployment that run the operator; the configuration given here is the one it runs with")
-                .args(crs())
-                .arg(Arg::new("image").long("image").required(true).value_name("IMAGE").help("The operator's image; its entrypoint must be the operator binary"))
-                .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the Deployment, ServiceAccount, roles and bindings [default: the operator's name]"))
-                .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("The operator's namespace"))
-                .arg(Arg::new("replicas").long("replicas").value_name("N").default_value("1").value_parser(clap::value_parser!(i32).range(0..)).help("Replicas; above 1, leader election with a Lease unless --leader-elect says otherwise")),
-        )
-        .subcommand(
-            Command::new("check-heartbeat")
-                .about("Exit 0 if the heartbeat file was written at most --delta seconds ago, else 1: an exec liveness probe")
-                .arg(Arg::new("delta").short('d').long("delta").required(true).value_name("SECONDS").value_parser(clap::value_parser!(u64)).help("How old the last beat may be, in seconds"))
-                .arg(Arg::new("file").short('f').long("file").value_name("FILE").help("The heartbeat file [default: heartbeat.file]")),
-        );
-    for (flag, key, heading, value_name, help) in NAMED_FLAGS {
-        let mut arg = Arg::new(flag)
-            .long(flag)
+        .args(configuration_args())
+        .args(cluster_args())
+        .subcommands([
+            run_command(),
+            graph_command(),
+            describe_command(),
+            Command::new("crds").about("Print the CustomResourceDefinitions as YAML"),
+            config_schema_command(),
+            rbac_command(),
+            manifests_command(),
+            check_heartbeat_command(),
+        ])
+        .args(named_flag_args())
+}
+
+/// The CR manifests a command reads: as positional paths or with `--cr`.
+fn cr_args() -> [Arg; 2] {
+    [
+        Arg::new("manifests")
+            .num_args(0..)
+            .value_name("PATH")
+            .help("CR manifests: YAML files or directories of them"),
+        Arg::new("cr")
+            .short('c')
+            .long("cr")
+            .action(ArgAction::Append)
+            .value_name("FILE")
+            .help("A CR manifest (same as a PATH)"),
+    ]
+}
+
+/// `--config` and `--set`: the file and the assignments of any configuration key, for every
+/// subcommand.
+fn configuration_args() -> [Arg; 2] {
+    [
+        Arg::new("config")
+            .long("config")
             .global(true)
-            .help_heading(heading)
-            .value_name(value_name)
-            .help(format!("{help} [env: {}]", env_name(key)));
-        arg = match flag {
-            "leader-elect" => arg
-                .num_args(0..=1)
-                .require_equals(true)
-                .default_missing_value("true"),
-            "watch-namespace" => arg.action(ArgAction::Append).value_delimiter(','),
-            _ => arg.num_args(1),
-        };
-        cmd = cmd.arg(arg);
-    }
-    cmd
+            .value_name("FILE")
+            .help_heading("Configuration")
+            .help(format!("A YAML file of operator configuration (`config-schema --operator`; oper8's config.yaml is translated) [env: {CONFIG_FILE_ENV}]")),
+        Arg::new("set")
+            .long("set")
+            .global(true)
+            .action(ArgAction::Append)
+            .value_name("KEY=VALUE")
+            .help_heading("Configuration")
+            .help("Set any configuration key, e.g. --set rollout.conflict-retries=5 (env: WINDLASS_ and the key, e.g. WINDLASS_ROLLOUT_CONFLICT_RETRIES)"),
+    ]
+}
+
+/// `--kubeconfig` and `--context`: how to reach the cluster, for the subcommands that do.
+fn cluster_args() -> [Arg; 2] {
+    [
+        Arg::new("kubeconfig")
+            .long("kubeconfig")
+            .global(true)
+            .value_name("FILE")
+            .help_heading("Cluster")
+            .help("The kubeconfig to reach the cluster with (run, describe) [default: KUBECONFIG, ~/.kube/config, or the in-cluster config]"),
+        Arg::new("context")
+            .long("context")
+            .global(true)
+            .value_name("NAME")
+            .help_heading("Cluster")
+            .help("The kubeconfig context to use [default: its current context]"),
+    ]
+}
+
+/// `run`: reconcile in the cluster, or with `--dry-run` on the in-memory one.
+fn run_command() -> Command {
+    Command::new("run")
+        .about("Reconcile the CRs in the cluster. With --dry-run: the CRs in files, on the in-memory cluster, printing the rollout and the final status")
+        .arg(Arg::new("dry-run").long("dry-run").action(ArgAction::SetTrue).help("Reconcile the CR manifests given on the in-memory cluster instead"))
+        .args(cr_args())
+        .arg(Arg::new("resource_dir").short('r').long("resource-dir").value_name("DIR").help("Objects that already exist in the cluster (--dry-run)"))
+}
+
+/// `graph`: the component graph of one CR.
+fn graph_command() -> Command {
+    Command::new("graph")
+        .about("Print the component graph the controller builds for a CR")
+        .arg(
+            Arg::new("cr")
+                .required(true)
+                .value_name("CR")
+                .help("A CR manifest"),
+        )
+        .arg(
+            Arg::new("format")
+                .long("format")
+                .value_parser(["mermaid", "dot"])
+                .default_value("mermaid"),
+        )
+}
+
+/// `describe`: why a CR is (not) Ready, live or after a dry run.
+fn describe_command() -> Command {
+    Command::new("describe")
+        .about("Why is this CR (not) Ready? Its conditions, each component's state and objects (present, ready, drifted), what a reconcile would write, its latest Events; nothing is written")
+        .arg(Arg::new("target").required(true).value_name("KIND/NAME").help("The CR, e.g. webapp/shop"))
+        .arg(Arg::new("namespace").short('n').long("namespace").value_name("NS").help("The CR's namespace [default: default]"))
+        .arg(Arg::new("output").short('o').long("output").value_parser(["text", "json", "mermaid"]).default_value("text"))
+        .arg(Arg::new("dry-run").long("dry-run").action(ArgAction::SetTrue).help("On the in-memory cluster, after a dry run of the CR files given with -f"))
+        .arg(Arg::new("operator").long("operator").value_name("URL").help("Also ask the operator process at URL (its metrics server, with server.debug-endpoints on) where the CR is in its queue"))
+        .arg(Arg::new("cr").short('f').long("file").action(ArgAction::Append).value_name("FILE").help("A CR manifest for --dry-run"))
+        .arg(Arg::new("resource_dir").short('r').long("resource-dir").value_name("DIR").help("Objects that already exist in the cluster (--dry-run)"))
+}
+
+/// `config-schema`: the JSON schema of a backend config, or of the operator configuration.
+fn config_schema_command() -> Command {
+    Command::new("config-schema")
+        .about("Print the JSON schema of the backend config (the config-defaults ConfigMap's data and spec.configOverrides) as YAML")
+        .arg(Arg::new("kind").value_name("KIND").help("The controller's CR kind (needed when the operator has several, unless --operator)"))
+        .arg(Arg::new("operator").long("operator").action(ArgAction::SetTrue).help("The schema of the operator configuration (--config) instead"))
+}
+
+/// `rbac`: the least-privilege ServiceAccount, role and binding, found by a dry run.
+fn rbac_command() -> Command {
+    Command::new("rbac")
+        .about("Print a ServiceAccount and the least-privilege ClusterRole (or Role) and binding the controllers need for these CRs, found by a dry run")
+        .args(cr_args())
+        .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the ServiceAccount, role and binding [default: the operator's name]"))
+        .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("Namespace of the ServiceAccount (and of the Role with --namespaced)"))
+        .arg(Arg::new("namespaced").long("namespaced").action(ArgAction::SetTrue).help("A Role and RoleBinding in --namespace instead of cluster-wide ones"))
+}
+
+/// `manifests`: everything to install the operator, its Deployment included.
+fn manifests_command() -> Command {
+    Command::new("manifests")
+        .about("Print the CRD, Namespace, ServiceAccount, least-privilege RBAC (found by a dry run of these CRs) and a Deployment that run the operator; the configuration given here is the one it runs with")
+        .args(cr_args())
+        .arg(Arg::new("image").long("image").required(true).value_name("IMAGE").help("The operator's image; its entrypoint must be the operator binary"))
+        .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the Deployment, ServiceAccount, roles and bindings [default: the operator's name]"))
+        .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("The operator's namespace"))
+        .arg(Arg::new("replicas").long("replicas").value_name("N").default_value("1").value_parser(clap::value_parser!(i32).range(0..)).help("Replicas; above 1, leader election with a Lease unless --leader-elect says otherwise"))
+}
+
+/// `check-heartbeat`: the exec liveness probe.
+fn check_heartbeat_command() -> Command {
+    Command::new("check-heartbeat")
+        .about("Exit 0 if the heartbeat file was written at most --delta seconds ago, else 1: an exec liveness probe")
+        .arg(Arg::new("delta").short('d').long("delta").required(true).value_name("SECONDS").value_parser(clap::value_parser!(u64)).help("How old the last beat may be, in seconds"))
+        .arg(Arg::new("file").short('f').long("file").value_name("FILE").help("The heartbeat file [default: heartbeat.file]"))
+}
+
+/// The flags of [`NAMED_FLAGS`], global, each naming its environment variable in its help.
+fn named_flag_args() -> impl Iterator<Item = Arg> {
+    NAMED_FLAGS
+        .into_iter()
+        .map(|(flag, key, heading, value_name, help)| {
+            let arg = Arg::new(flag)
+                .long(flag)
+                .global(true)
+                .help_heading(heading)
+                .value_name(value_name)
+                .help(format!("{help} [env: {}]", env_name(key)));
+            match flag {
+                "leader-elect" => arg
+                    .num_args(0..=1)
+                    .require_equals(true)
+                    .default_missing_value("true"),
+                "watch-namespace" => arg.action(ArgAction::Append).value_delimiter(','),
+                _ => arg.num_args(1),
+            }
+        })
 }
 
 /// The operator configuration of a command line, and what it set to no effect (warnings to

@@ -17,11 +17,12 @@ use std::sync::Arc;
 use clap::ArgMatches;
 
 use super::Output;
+use super::description::Description;
 use super::files::{install_crds, read_manifests};
 use super::hosted::Hosted;
 use crate::cluster::{Cluster, LiveCluster, MemoryCluster, Scope};
 use crate::config::OperatorConfig;
-use crate::object::ObjectRef;
+use crate::object::{ObjectRef, TypeRef};
 
 /// `describe KIND/NAME`: find the controller of KIND and describe the CR, on the live
 /// cluster or, with `--dry-run`, on the in-memory cluster after a dry run of the files.
@@ -40,81 +41,24 @@ pub(super) async fn command(
         eprintln!("describe KIND/NAME, e.g. describe webapp/shop: `{target}` has no `/`");
         return ExitCode::from(2);
     };
-    let kinds: Vec<String> = controllers.iter().map(|c| c.kind().kind).collect();
-    let Some(controller) = controllers
-        .into_iter()
-        .find(|c| c.kind().kind.eq_ignore_ascii_case(kind))
-    else {
-        eprintln!(
-            "{kind}: not a kind this operator reconciles ({})",
-            kinds.join(", ")
-        );
-        return ExitCode::from(2);
+    let controller = match controller_of(controllers, kind) {
+        Ok(controller) => controller,
+        Err(code) => return code,
     };
     let type_ref = controller.kind();
     config.dry_run = matches.get_flag("dry-run");
     config.planning = !config.dry_run;
-    let (cluster, memory): (Arc<dyn Cluster>, Option<Arc<MemoryCluster>>) = if config.dry_run {
-        let memory = Arc::new(MemoryCluster::new());
-        if let Err(e) = install_crds(&memory, controller.crd()) {
-            eprintln!("cannot install the CRD in the in-memory cluster: {e}");
-            return ExitCode::FAILURE;
-        }
-        if let Err(e) = load(&memory, matches).await {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-        (memory.clone(), Some(memory))
-    } else {
-        let client = match super::kube_config(top)
-            .await
-            .and_then(|c| kube::Client::try_from(c).map_err(|e| e.to_string()))
-        {
-            Ok(client) => client,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        (Arc::new(LiveCluster::new(client)), None)
+    let (cluster, memory) = match cluster_to_read(controller.as_ref(), &config, top, matches).await
+    {
+        Ok(clusters) => clusters,
+        Err(code) => return code,
     };
-    let namespace = match cluster.scope(&type_ref).await {
-        Ok(Scope::Namespaced) => Some(
-            matches
-                .get_one::<String>("namespace")
-                .cloned()
-                .unwrap_or_else(|| "default".to_string()),
-        ),
-        Ok(Scope::Cluster) => None,
-        Err(e) => {
-            eprintln!("{type_ref}: {e}");
-            return ExitCode::FAILURE;
-        }
+    let cr = match existing_cr(cluster.as_ref(), &type_ref, matches, name).await {
+        Ok(cr) => cr,
+        Err(code) => return code,
     };
-    let cr = ObjectRef::new(
-        &type_ref.api_version,
-        &type_ref.kind,
-        namespace.as_deref(),
-        name,
-    );
-    match cluster.get(&cr).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            eprintln!("{cr}: not found");
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            eprintln!("{cr}: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
     let operator = matches.get_one::<String>("operator").cloned();
-    let path = format!(
-        "/debug/windlass/{}/{}/{}",
-        cr.kind,
-        cr.namespace.as_deref().unwrap_or("-"),
-        cr.name
-    );
+    let path = debug_path(&cr);
     let description = match controller.describe(cluster, config, cr, memory).await {
         Ok(mut description) => {
             if let Some(url) = operator {
@@ -127,8 +71,118 @@ pub(super) async fn command(
             return ExitCode::FAILURE;
         }
     };
+    print(&description, matches, &out)
+}
+
+/// The one of `controllers` that reconciles `kind` (its name, in any case); a usage error
+/// naming the kinds there are if none does.
+fn controller_of(
+    controllers: Vec<Box<dyn Hosted>>,
+    kind: &str,
+) -> Result<Box<dyn Hosted>, ExitCode> {
+    let kinds: Vec<String> = controllers.iter().map(|c| c.kind().kind).collect();
+    let Some(controller) = controllers
+        .into_iter()
+        .find(|c| c.kind().kind.eq_ignore_ascii_case(kind))
+    else {
+        eprintln!(
+            "{kind}: not a kind this operator reconciles ({})",
+            kinds.join(", ")
+        );
+        return Err(ExitCode::from(2));
+    };
+    Ok(controller)
+}
+
+/// The cluster to describe the CR on: with `--dry-run`, a fresh in-memory one holding the
+/// CRD and the files (also returned as the dry run's cluster), else the live one of the
+/// kubeconfig. On failure, the message is printed and the exit code returned.
+async fn cluster_to_read(
+    controller: &dyn Hosted,
+    config: &OperatorConfig,
+    top: &ArgMatches,
+    matches: &ArgMatches,
+) -> Result<(Arc<dyn Cluster>, Option<Arc<MemoryCluster>>), ExitCode> {
+    if config.dry_run {
+        let memory = Arc::new(MemoryCluster::new());
+        if let Err(e) = install_crds(&memory, controller.crd()) {
+            eprintln!("cannot install the CRD in the in-memory cluster: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+        if let Err(e) = load(&memory, matches).await {
+            eprintln!("{e}");
+            return Err(ExitCode::from(2));
+        }
+        Ok((memory.clone(), Some(memory)))
+    } else {
+        let client = match super::kube_config(top)
+            .await
+            .and_then(|c| kube::Client::try_from(c).map_err(|e| e.to_string()))
+        {
+            Ok(client) => client,
+            Err(e) => {
+                eprintln!("{e}");
+                return Err(ExitCode::FAILURE);
+            }
+        };
+        Ok((Arc::new(LiveCluster::new(client)), None))
+    }
+}
+
+/// The CR `name` of `type_ref`, in `--namespace` (`default`) if its kind is namespaced,
+/// checked to exist: describing a CR that is not there would only print nothing.
+async fn existing_cr(
+    cluster: &dyn Cluster,
+    type_ref: &TypeRef,
+    matches: &ArgMatches,
+    name: &str,
+) -> Result<ObjectRef, ExitCode> {
+    let namespace = match cluster.scope(type_ref).await {
+        Ok(Scope::Namespaced) => Some(
+            matches
+                .get_one::<String>("namespace")
+                .cloned()
+                .unwrap_or_else(|| "default".to_string()),
+        ),
+        Ok(Scope::Cluster) => None,
+        Err(e) => {
+            eprintln!("{type_ref}: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let cr = ObjectRef::new(
+        &type_ref.api_version,
+        &type_ref.kind,
+        namespace.as_deref(),
+        name,
+    );
+    match cluster.get(&cr).await {
+        Ok(Some(_)) => Ok(cr),
+        Ok(None) => {
+            eprintln!("{cr}: not found");
+            Err(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("{cr}: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Where the operator's debug endpoint serves its view of `cr`.
+fn debug_path(cr: &ObjectRef) -> String {
+    format!(
+        "/debug/windlass/{}/{}/{}",
+        cr.kind,
+        cr.namespace.as_deref().unwrap_or("-"),
+        cr.name
+    )
+}
+
+/// Print `description` in the `--output` format: JSON, the Mermaid graph, or text.
+fn print(description: &Description, matches: &ArgMatches, out: &Output) -> ExitCode {
     match matches.get_one::<String>("output").map(String::as_str) {
-        Some("json") => match serde_json::to_string_pretty(&description) {
+        Some("json") => match serde_json::to_string_pretty(description) {
             Ok(json) => out.line(json),
             Err(e) => {
                 eprintln!("cannot write JSON: {e}");

@@ -14,6 +14,7 @@ use crate::object::{ObjectRef, TypeRef};
 use crate::progress::{Event, Observer};
 use crate::reconcile::Report;
 use crate::rollout::drift::Drift;
+use crate::status::inventory::Inventory;
 
 /// Records every progress event of the planned reconcile.
 #[derive(Clone, Default)]
@@ -109,82 +110,19 @@ pub(super) async fn build(
     planned: Vec<Planned>,
 ) -> Description {
     let live = cluster.get(cr).await.ok().flatten().unwrap_or(Value::Null);
-    let inventory = crate::status::inventory::Inventory::from_status(&live["status"]);
-    let mut rendered: BTreeMap<String, Vec<ObjectRef>> = BTreeMap::new();
-    let mut halted: BTreeMap<String, (bool, Option<String>)> = BTreeMap::new();
-    let mut verified: BTreeMap<String, bool> = BTreeMap::new();
-    let mut deployed: BTreeSet<String> = BTreeSet::new();
-    for event in events {
-        match event {
-            Event::Rendered {
-                component, objects, ..
-            } => {
-                rendered.insert(component, objects);
-            }
-            Event::Deployed { component, .. } | Event::Disabled { component, .. } => {
-                deployed.insert(component);
-            }
-            Event::Verified { component, ok } => {
-                verified.insert(component, ok);
-            }
-            Event::Halted {
-                component,
-                failure,
-                message,
-                ..
-            } => {
-                halted.insert(component, (failure, message));
-            }
-            _ => {}
-        }
-    }
-    let waiting: BTreeMap<&str, &str> = report
-        .state
-        .as_ref()
-        .map(|s| {
-            s.waiting()
-                .iter()
-                .map(|(c, r)| (c.as_str(), r.as_str()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let inventory = Inventory::from_status(&live["status"]);
+    let progress = Progress::of(events);
+    let waiting = waiting_components(report);
     let mut components = Vec::new();
     for (name, disabled) in names {
-        let (state, reason) = if disabled {
-            ("disabled", None)
-        } else if let Some((failure, message)) = halted.get(&name) {
-            let state = if *failure { "failed" } else { "waiting" };
-            (state, message.clone())
-        } else if let Some(reason) = waiting.get(name.as_str()) {
-            ("waiting", Some(reason.to_string()))
-        } else if verified.get(&name) == Some(&true) {
-            ("verified", None)
-        } else if deployed.contains(&name) {
-            ("deployed", None)
-        } else {
-            ("not reached", None)
-        };
-        // What it renders now; else what it applied last time.
-        let references = rendered.get(&name).cloned().unwrap_or_else(|| {
-            inventory
-                .of(&name)
-                .into_iter()
-                .map(|(reference, _)| reference)
-                .collect()
-        });
+        let (state, reason) = progress.state(&name, disabled, &waiting);
         let mut objects = Vec::new();
-        for reference in references {
+        for reference in progress.objects(&name, &inventory) {
             objects.push(object_view(cluster, &reference, &planned).await);
         }
-        // Verified against what the reconcile would create is not verified yet.
-        let creates = objects.iter().any(|o| !o.present && o.sync.is_some());
-        let state = match state {
-            "verified" | "deployed" if creates => "to deploy",
-            state => state,
-        };
         components.push(ComponentView {
             name,
-            state: state.to_string(),
+            state: shown_state(state, &objects).to_string(),
             reason,
             objects,
         });
@@ -202,6 +140,111 @@ pub(super) async fn build(
         events: cr_events(cluster, cr, live["metadata"]["uid"].as_str()).await,
         operator: None,
         mermaid,
+    }
+}
+
+/// What the progress events of the planned reconcile told of each component, by name.
+#[derive(Default)]
+struct Progress {
+    /// The objects each component rendered.
+    rendered: BTreeMap<String, Vec<ObjectRef>>,
+    /// The components that stopped the rollout: whether as a failure, and why.
+    halted: BTreeMap<String, (bool, Option<String>)>,
+    /// The components verified, and whether they passed.
+    verified: BTreeMap<String, bool>,
+    /// The components deployed or disabled.
+    deployed: BTreeSet<String>,
+}
+
+impl Progress {
+    /// Sort `events` by what they tell; the others are of no use to `describe`.
+    fn of(events: Vec<Event>) -> Self {
+        let mut progress = Progress::default();
+        for event in events {
+            match event {
+                Event::Rendered {
+                    component, objects, ..
+                } => {
+                    progress.rendered.insert(component, objects);
+                }
+                Event::Deployed { component, .. } | Event::Disabled { component, .. } => {
+                    progress.deployed.insert(component);
+                }
+                Event::Verified { component, ok } => {
+                    progress.verified.insert(component, ok);
+                }
+                Event::Halted {
+                    component,
+                    failure,
+                    message,
+                    ..
+                } => {
+                    progress.halted.insert(component, (failure, message));
+                }
+                _ => {}
+            }
+        }
+        progress
+    }
+
+    /// The state of component `name` (see [`ComponentView::state`]), and why it waits or
+    /// how it failed: the furthest the reconcile took it.
+    fn state(
+        &self,
+        name: &str,
+        disabled: bool,
+        waiting: &BTreeMap<&str, &str>,
+    ) -> (&'static str, Option<String>) {
+        if disabled {
+            ("disabled", None)
+        } else if let Some((failure, message)) = self.halted.get(name) {
+            let state = if *failure { "failed" } else { "waiting" };
+            (state, message.clone())
+        } else if let Some(reason) = waiting.get(name) {
+            ("waiting", Some(reason.to_string()))
+        } else if self.verified.get(name) == Some(&true) {
+            ("verified", None)
+        } else if self.deployed.contains(name) {
+            ("deployed", None)
+        } else {
+            ("not reached", None)
+        }
+    }
+
+    /// The objects of component `name`.
+    fn objects(&self, name: &str, inventory: &Inventory) -> Vec<ObjectRef> {
+        // What it renders now; else what it applied last time.
+        self.rendered.get(name).cloned().unwrap_or_else(|| {
+            inventory
+                .of(name)
+                .into_iter()
+                .map(|(reference, _)| reference)
+                .collect()
+        })
+    }
+}
+
+/// The components the rollout left waiting, with why, as the report's state tells.
+fn waiting_components(report: &Report) -> BTreeMap<&str, &str> {
+    report
+        .state
+        .as_ref()
+        .map(|s| {
+            s.waiting()
+                .iter()
+                .map(|(c, r)| (c.as_str(), r.as_str()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The state to show for a component in `state` whose objects are `objects`.
+fn shown_state<'a>(state: &'a str, objects: &[ObjectView]) -> &'a str {
+    // Verified against what the reconcile would create is not verified yet.
+    let creates = objects.iter().any(|o| !o.present && o.sync.is_some());
+    match state {
+        "verified" | "deployed" if creates => "to deploy",
+        state => state,
     }
 }
 
@@ -271,60 +314,11 @@ impl Description {
     /// The text `describe` prints: the CR's conditions, a tree of components and objects,
     /// the Events. `colour` marks states on a terminal.
     pub(super) fn to_text(&self, colour: bool) -> String {
-        let paint = |code: &str, text: &str| {
-            if colour {
-                format!("\u{1b}[{code}m{text}\u{1b}[0m")
-            } else {
-                text.to_string()
-            }
-        };
         let mut out = vec![self.cr.clone()];
-        for c in &self.conditions {
-            out.push(format!(
-                "  {:<9} {:<5} {}: {}",
-                c["type"].as_str().unwrap_or_default(),
-                c["status"].as_str().unwrap_or_default(),
-                c["reason"].as_str().unwrap_or_default(),
-                c["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-            ));
-        }
+        out.extend(self.conditions.iter().map(condition_line));
         out.push("components (as a reconcile now would find them; nothing was written):".into());
         for component in &self.components {
-            let (mark, code) = match component.state.as_str() {
-                "verified" => ("✓", "32"),
-                "failed" => ("✗", "31"),
-                "waiting" | "deployed" | "to deploy" => ("…", "33"),
-                "disabled" => ("-", "2"),
-                _ => ("·", "2"),
-            };
-            let reason = component
-                .reason
-                .as_deref()
-                .map(|r| format!(": {}", r.lines().next().unwrap_or_default()))
-                .unwrap_or_default();
-            out.push(format!(
-                "  {} {} {}{}",
-                paint(code, mark),
-                component.name,
-                paint(code, &component.state),
-                reason
-            ));
-            for object in &component.objects {
-                let state = match (object.present, object.ready) {
-                    (false, _) => "missing",
-                    (true, Some(false)) => "not ready",
-                    (true, _) => "ready",
-                };
-                match &object.sync {
-                    Some(sync) => out.push(format!("      {}  {state}, {sync}", object.object)),
-                    None => out.push(format!("      {}  {state}", object.object)),
-                }
-            }
+            out.extend(component_lines(component, colour));
         }
         match &self.error {
             Some(error) => out.push(format!("outcome: {} ({error})", self.outcome)),
@@ -345,6 +339,64 @@ impl Description {
         }
         out.join("\n")
     }
+}
+
+/// One status condition in a line: type, status, reason and the first line of its message.
+fn condition_line(c: &Value) -> String {
+    format!(
+        "  {:<9} {:<5} {}: {}",
+        c["type"].as_str().unwrap_or_default(),
+        c["status"].as_str().unwrap_or_default(),
+        c["reason"].as_str().unwrap_or_default(),
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default()
+    )
+}
+
+/// A component's line, its state marked (and coloured with `colour`), then a line per object.
+fn component_lines(component: &ComponentView, colour: bool) -> Vec<String> {
+    let paint = |code: &str, text: &str| {
+        if colour {
+            format!("\u{1b}[{code}m{text}\u{1b}[0m")
+        } else {
+            text.to_string()
+        }
+    };
+    let (mark, code) = match component.state.as_str() {
+        "verified" => ("✓", "32"),
+        "failed" => ("✗", "31"),
+        "waiting" | "deployed" | "to deploy" => ("…", "33"),
+        "disabled" => ("-", "2"),
+        _ => ("·", "2"),
+    };
+    let reason = component
+        .reason
+        .as_deref()
+        .map(|r| format!(": {}", r.lines().next().unwrap_or_default()))
+        .unwrap_or_default();
+    let mut out = vec![format!(
+        "  {} {} {}{}",
+        paint(code, mark),
+        component.name,
+        paint(code, &component.state),
+        reason
+    )];
+    for object in &component.objects {
+        let state = match (object.present, object.ready) {
+            (false, _) => "missing",
+            (true, Some(false)) => "not ready",
+            (true, _) => "ready",
+        };
+        match &object.sync {
+            Some(sync) => out.push(format!("      {}  {state}, {sync}", object.object)),
+            None => out.push(format!("      {}  {state}", object.object)),
+        }
+    }
+    out
 }
 
 /// The operator's view of the CR as lines: where it is in the queue, its last reconcile.

@@ -17,6 +17,7 @@ use crate::cluster::{Cluster, MemoryCluster};
 use crate::config::OperatorConfig;
 use crate::dryrun::DryRun;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::reconcile::Report;
 
 /// Reconcile the CR files of `matches` with `controllers` on a fresh in-memory cluster.
 pub(super) async fn run(
@@ -25,6 +26,40 @@ pub(super) async fn run(
     matches: &ArgMatches,
     out: Output,
 ) -> ExitCode {
+    let paths = cr_paths(matches);
+    let memory = match prepare_cluster(&controllers, matches) {
+        Ok(memory) => memory,
+        Err(code) => return code,
+    };
+    let docs = match read_cr_files(&paths) {
+        Ok(docs) => docs,
+        Err(code) => return code,
+    };
+    let targets: Vec<TypeRef> = controllers.iter().map(|c| c.kind()).collect();
+    let (crs, stored_all) = store_documents(&memory, docs, &targets, &out).await;
+    if crs.is_empty() && stored_all {
+        // Exit 0 with nothing printed would read as "all is well".
+        eprintln!("{}", nothing_to_reconcile(&paths, &targets));
+        return ExitCode::from(2);
+    }
+
+    // CRs that the rollouts create, change or delete are reconciled too, each by the
+    // controller of its kind.
+    let mut dry = DryRun::on(memory.clone());
+    for controller in controllers {
+        dry = controller.add_to_dry_run(dry, memory.clone(), config.clone(), out.clone());
+    }
+    let reports = dry.run(crs, |report| out.line(outcome_line(report))).await;
+    let reconciled_all = print_statuses_and_summary(&memory, &reports, &out).await;
+    if stored_all && reconciled_all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The CR files and directories named on the command line, manifests first.
+fn cr_paths(matches: &ArgMatches) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = Vec::new();
     for id in ["manifests", "cr"] {
         paths.extend(
@@ -35,10 +70,19 @@ pub(super) async fn run(
                 .map(PathBuf::from),
         );
     }
+    paths
+}
+
+/// A fresh in-memory cluster serving the controllers' CRDs and holding the objects of
+/// `--resource-dir`, if given; on failure, the message is printed and the exit code returned.
+fn prepare_cluster(
+    controllers: &[Box<dyn Hosted>],
+    matches: &ArgMatches,
+) -> Result<Arc<MemoryCluster>, ExitCode> {
     let memory = Arc::new(MemoryCluster::new());
     if let Err(e) = install_crds(&memory, controllers.iter().filter_map(|c| c.crd())) {
         eprintln!("cannot install the CRDs in the in-memory cluster: {e}");
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
     if let Some(dir) = matches.get_one::<String>("resource_dir") {
         let loaded = read_manifests(Path::new(dir), true).and_then(|docs| {
@@ -48,25 +92,40 @@ pub(super) async fn run(
         });
         if let Err(e) = loaded {
             eprintln!("{e}");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     }
+    Ok(memory)
+}
+
+/// Every document of the CR files, with the file it came from; an unreadable file, or no
+/// document at all, is a usage error (exit 2), its message printed.
+fn read_cr_files(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Value)>, ExitCode> {
     let mut docs = Vec::new();
-    for path in &paths {
+    for path in paths {
         match read_manifests(path, false) {
             Ok(found) => docs.extend(found),
             Err(e) => {
                 eprintln!("{e}");
-                return ExitCode::from(2);
+                return Err(ExitCode::from(2));
             }
         }
     }
     if docs.is_empty() {
         eprintln!("no CR manifests given: run --dry-run <file.yaml | directory>…");
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     }
+    Ok(docs)
+}
 
-    let targets: Vec<TypeRef> = controllers.iter().map(|c| c.kind()).collect();
+/// Store each document in `memory`, printing those the cluster refuses. Returns the CRs of
+/// the controllers' kinds among them, to reconcile, and whether every document was stored.
+async fn store_documents(
+    memory: &MemoryCluster,
+    docs: Vec<(PathBuf, Value)>,
+    targets: &[TypeRef],
+    out: &Output,
+) -> (Vec<ObjectRef>, bool) {
     let mut crs = Vec::new();
     let mut ok = true;
     for (source, doc) in docs {
@@ -88,45 +147,49 @@ pub(super) async fn run(
             }
         }
     }
-    if crs.is_empty() && ok {
-        // Exit 0 with nothing printed would read as "all is well".
-        eprintln!(
-            "{} hold no {}: there is nothing to reconcile",
-            paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            targets
-                .iter()
-                .map(|t| format!("{} ({})", t.kind, t.api_version))
-                .collect::<Vec<_>>()
-                .join(" nor ")
-        );
-        return ExitCode::from(2);
-    }
+    (crs, ok)
+}
 
-    // CRs that the rollouts create, change or delete are reconciled too, each by the
-    // controller of its kind.
-    let mut dry = DryRun::on(memory.clone());
-    for controller in controllers {
-        dry = controller.add_to_dry_run(dry, memory.clone(), config.clone(), out.clone());
+/// Why there is nothing to do: the files given hold no CR of any controller's kind.
+fn nothing_to_reconcile(paths: &[PathBuf], targets: &[TypeRef]) -> String {
+    format!(
+        "{} hold no {}: there is nothing to reconcile",
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        targets
+            .iter()
+            .map(|t| format!("{} ({})", t.kind, t.api_version))
+            .collect::<Vec<_>>()
+            .join(" nor ")
+    )
+}
+
+/// `  outcome: …`: what one reconcile decided, printed as it happens.
+fn outcome_line(report: &Report) -> String {
+    match (&report.outcome, &report.error) {
+        (Action::Done, _) => "  outcome: done".to_string(),
+        (Action::RequeueAfter(d), _) => {
+            format!("  outcome: requeue after {}s", d.as_secs())
+        }
+        (Action::Retry, Some(e)) => format!("  outcome: retry with back-off ({e})"),
+        (Action::Retry, None) => "  outcome: retry with back-off".to_string(),
     }
-    let reports = dry
-        .run(crs, |report| {
-            out.line(match (&report.outcome, &report.error) {
-                (Action::Done, _) => "  outcome: done".to_string(),
-                (Action::RequeueAfter(d), _) => {
-                    format!("  outcome: requeue after {}s", d.as_secs())
-                }
-                (Action::Retry, Some(e)) => format!("  outcome: retry with back-off ({e})"),
-                (Action::Retry, None) => "  outcome: retry with back-off".to_string(),
-            })
-        })
-        .await;
+}
+
+/// Print each reconciled CR's status (or that it is gone), then a summary line per CR.
+/// Returns whether every CR's last reconcile succeeded.
+async fn print_statuses_and_summary(
+    memory: &MemoryCluster,
+    reports: &[Report],
+    out: &Output,
+) -> bool {
+    let mut ok = true;
     // Each CR once, in the order first reconciled, judged by its last reconcile.
     let mut crs: Vec<&ObjectRef> = Vec::new();
-    for report in &reports {
+    for report in reports {
         if !crs.contains(&&report.cr) {
             crs.push(&report.cr);
         }
@@ -157,11 +220,7 @@ pub(super) async fn run(
     for line in summary {
         out.line(line);
     }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ok
 }
 
 /// `✓ WebApp default/shop: Ready`, `… WebApp default/shop: not Ready (VerifyWait: …)` or

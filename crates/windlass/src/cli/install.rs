@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use crate::cli::rbac::{self, Access, Grant, RbacError};
 use crate::config::layers::{LeafKind, env_name};
-use crate::config::{Layers, LockKind, LockStrategy, OperatorConfig};
+use crate::config::{Endpoints, Layers, LockKind, LockStrategy, OperatorConfig};
 
 /// The name of the container port of `/metrics` (and of the probes when they share it).
 pub const PORT_NAME: &str = "metrics";
@@ -203,7 +203,45 @@ pub fn deployment(
     options: &InstallOptions,
     config: &OperatorConfig,
 ) -> Result<Value, InstallError> {
+    check_probe_address(config)?;
     let endpoints = config.endpoints();
+    let labels = json!({
+        "app.kubernetes.io/name": options.name,
+        "app.kubernetes.io/component": "operator",
+    });
+    let (mounts, volumes) = writable_directories(config);
+    let container = operator_container(options, config, &endpoints, mounts);
+    Ok(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": options.name, "namespace": options.namespace, "labels": labels},
+        "spec": {
+            "replicas": options.replicas,
+            "selector": {"matchLabels": labels},
+            "strategy": rollout_strategy(config),
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": scrape_annotations(&endpoints),
+                },
+                "spec": {
+                    "serviceAccountName": options.name,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }))
+}
+
+/// The kubelet's probes need a server they can reach: one of the two addresses set, and not
+/// on loopback.
+fn check_probe_address(config: &OperatorConfig) -> Result<(), InstallError> {
     let address = config.probe_address().ok_or_else(|| {
         InstallError::Address(
             "neither is host:port, and the Deployment's probes need a server".to_string(),
@@ -215,6 +253,49 @@ pub fn deployment(
              0.0.0.0 (or [::])"
         )));
     }
+    Ok(())
+}
+
+/// The operator's container: the image run with `run` and the configuration as environment
+/// variables, its ports probed, locked down, with `mounts` its only writable directories.
+fn operator_container(
+    options: &InstallOptions,
+    config: &OperatorConfig,
+    endpoints: &Endpoints,
+    mounts: Vec<Value>,
+) -> Value {
+    let (ports, probe_port) = container_ports(endpoints);
+    let probe = |path: &str, period: u32| {
+        json!({
+            "httpGet": {"path": path, "port": probe_port},
+            "periodSeconds": period,
+            "failureThreshold": 3,
+        })
+    };
+    json!({
+        "name": "operator",
+        "image": options.image,
+        "args": ["run"],
+        "env": container_env(config),
+        "ports": ports,
+        "livenessProbe": probe("/healthz", 10),
+        "readinessProbe": probe("/readyz", 5),
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts,
+    })
+}
+
+/// The container's ports, `metrics` and `health` when each server is on, and the name of the
+/// one the probes use.
+fn container_ports(endpoints: &Endpoints) -> (Vec<Value>, &'static str) {
     let mut ports = Vec::new();
     if let Some(metrics) = endpoints.metrics {
         ports.push(json!({"name": PORT_NAME, "containerPort": metrics.port(), "protocol": "TCP"}));
@@ -228,6 +309,12 @@ pub fn deployment(
         }
         None => PORT_NAME,
     };
+    (ports, probe_port)
+}
+
+/// The Pod's `prometheus.io/*` annotations, so that a scraper finds `/metrics`; none when
+/// the metrics server is off.
+fn scrape_annotations(endpoints: &Endpoints) -> Value {
     let scrape = endpoints.metrics.map(|metrics| {
         json!({
             "prometheus.io/scrape": "true",
@@ -235,10 +322,12 @@ pub fn deployment(
             "prometheus.io/path": "/metrics",
         })
     });
-    let labels = json!({
-        "app.kubernetes.io/name": options.name,
-        "app.kubernetes.io/component": "operator",
-    });
+    scrape.unwrap_or_else(|| json!({}))
+}
+
+/// The container's environment: its Pod's name (its identity in an election), then the
+/// configuration that differs from the defaults ([`config_env`]).
+fn container_env(config: &OperatorConfig) -> Vec<Value> {
     let mut env = vec![json!({
         "name": "POD_NAME",
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
@@ -248,6 +337,12 @@ pub fn deployment(
             .into_iter()
             .map(|(name, value)| json!({"name": name, "value": value})),
     );
+    env
+}
+
+/// The container's volume mounts and the Pod's volumes: `/tmp`, and the heartbeat's
+/// directory when it is elsewhere.
+fn writable_directories(config: &OperatorConfig) -> (Vec<Value>, Vec<Value>) {
     let mut mounts = vec![json!({"name": "tmp", "mountPath": "/tmp"})];
     let mut volumes = vec![json!({"name": "tmp", "emptyDir": {}})];
     // The root filesystem is read-only: the heartbeat needs a writable directory.
@@ -261,64 +356,18 @@ pub fn deployment(
         mounts.push(json!({"name": "heartbeat", "mountPath": dir.display().to_string()}));
         volumes.push(json!({"name": "heartbeat", "emptyDir": {}}));
     }
+    (mounts, volumes)
+}
+
+/// How the Deployment replaces its Pods: rolling when a leader is elected, else `Recreate`.
+fn rollout_strategy(config: &OperatorConfig) -> Value {
     let elected = config.lock_kind() != LockKind::Dryrun;
     // Without election two replicas must never overlap, not even during a rollout.
-    let strategy = if elected {
+    if elected {
         json!({"type": "RollingUpdate"})
     } else {
         json!({"type": "Recreate"})
-    };
-    let probe = |path: &str, period: u32| {
-        json!({
-            "httpGet": {"path": path, "port": probe_port},
-            "periodSeconds": period,
-            "failureThreshold": 3,
-        })
-    };
-    Ok(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": options.name, "namespace": options.namespace, "labels": labels},
-        "spec": {
-            "replicas": options.replicas,
-            "selector": {"matchLabels": labels},
-            "strategy": strategy,
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": scrape.unwrap_or_else(|| json!({})),
-                },
-                "spec": {
-                    "serviceAccountName": options.name,
-                    "securityContext": {
-                        "runAsNonRoot": true,
-                        "runAsUser": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [{
-                        "name": "operator",
-                        "image": options.image,
-                        "args": ["run"],
-                        "env": env,
-                        "ports": ports,
-                        "livenessProbe": probe("/healthz", 10),
-                        "readinessProbe": probe("/readyz", 5),
-                        "resources": {
-                            "requests": {"cpu": "50m", "memory": "64Mi"},
-                            "limits": {"memory": "256Mi"},
-                        },
-                        "securityContext": {
-                            "allowPrivilegeEscalation": false,
-                            "readOnlyRootFilesystem": true,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                        "volumeMounts": mounts,
-                    }],
-                    "volumes": volumes,
-                },
-            },
-        },
-    }))
+    }
 }
 
 /// The manifests that install an operator whose controllers' CRDs are `crds` and whose

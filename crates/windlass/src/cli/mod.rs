@@ -234,24 +234,8 @@ impl Operator {
             eprintln!("{name} hosts two controllers of {twice}: one kind, one controller");
             return ExitCode::from(2);
         }
-        let about = match kinds.as_slice() {
-            [] => format!("The {name}, built with windlass (no controller)."),
-            [one] => format!("The {one} operator, built with windlass."),
-            several => format!(
-                "The {name}, built with windlass: controllers of {}.",
-                several.join(", ")
-            ),
-        };
-        let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-        // No subcommand means `run`.
-        if args.len() == 1 {
-            args.push("run".into());
-        } else if let Some(first) = args.get(1).and_then(|a| a.to_str())
-            && !args::SUBCOMMANDS.contains(&first)
-            && !["help", "-h", "--help", "-V", "--version"].contains(&first)
-        {
-            args.insert(1, "run".into());
-        }
+        let about = about(&name, &kinds);
+        let args = with_default_subcommand(args.into_iter().map(Into::into).collect());
         let matches = match args::command(&name, &about).try_get_matches_from(args) {
             Ok(m) => m,
             Err(e) => {
@@ -263,51 +247,97 @@ impl Operator {
                 };
             }
         };
-        let (mut config, warnings) = match args::operator_config(&matches, std::env::vars()) {
-            Ok(c) => c,
-            Err(message) => {
-                eprintln!("{message}");
+        let config = match configure(&matches) {
+            Ok(config) => config,
+            Err(code) => return code,
+        };
+        dispatch(&name, controllers, config, &matches, out).await
+    }
+}
+
+/// The `--help` line of the operator: what it is and what it reconciles (`kinds`).
+fn about(name: &str, kinds: &[String]) -> String {
+    match kinds {
+        [] => format!("The {name}, built with windlass (no controller)."),
+        [one] => format!("The {one} operator, built with windlass."),
+        several => format!(
+            "The {name}, built with windlass: controllers of {}.",
+            several.join(", ")
+        ),
+    }
+}
+
+/// `args` with `run` inserted when they start with no subcommand (nor help or version).
+fn with_default_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
+    // No subcommand means `run`.
+    if args.len() == 1 {
+        args.push("run".into());
+    } else if let Some(first) = args.get(1).and_then(|a| a.to_str())
+        && !args::SUBCOMMANDS.contains(&first)
+        && !["help", "-h", "--help", "-V", "--version"].contains(&first)
+    {
+        args.insert(1, "run".into());
+    }
+    args
+}
+
+/// The operator configuration of the command line, with logging set up by it and its
+/// warnings logged; a usage error (exit 2) is printed.
+fn configure(matches: &ArgMatches) -> Result<OperatorConfig, ExitCode> {
+    let (mut config, warnings) = match args::operator_config(matches, std::env::vars()) {
+        Ok(c) => c,
+        Err(message) => {
+            eprintln!("{message}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    if let Some(("run", sub)) = matches.subcommand() {
+        config.dry_run = sub.get_flag("dry-run");
+    }
+    crate::logging::init(&config);
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    Ok(config)
+}
+
+/// Run the subcommand of `matches`.
+async fn dispatch(
+    name: &str,
+    controllers: Vec<Box<dyn Hosted>>,
+    config: OperatorConfig,
+    matches: &ArgMatches,
+    out: Output,
+) -> ExitCode {
+    match matches.subcommand() {
+        Some(("run", sub)) if config.dry_run => dry_run::run(controllers, config, sub, out).await,
+        Some(("run", sub)) => {
+            if manifests_given(sub) {
+                eprintln!(
+                    "manifests are for --dry-run: a live `run` reconciles the CRs in the \
+                     cluster (create them with kubectl)"
+                );
                 return ExitCode::from(2);
             }
-        };
-        if let Some(("run", sub)) = matches.subcommand() {
-            config.dry_run = sub.get_flag("dry-run");
+            live_run(controllers, config, matches).await
         }
-        crate::logging::init(&config);
-        for warning in warnings {
-            tracing::warn!("{warning}");
-        }
-        match matches.subcommand() {
-            Some(("run", sub)) if config.dry_run => {
-                dry_run::run(controllers, config, sub, out).await
-            }
-            Some(("run", sub)) => {
-                let given = ["manifests", "cr", "resource_dir"]
-                    .iter()
-                    .any(|id| sub.contains_id(id) && sub.value_source(id).is_some());
-                if given {
-                    eprintln!(
-                        "manifests are for --dry-run: a live `run` reconciles the CRs in the \
-                         cluster (create them with kubectl)"
-                    );
-                    return ExitCode::from(2);
-                }
-                live_run(controllers, config, &matches).await
-            }
-            Some(("graph", sub)) => inspect::graph(controllers, config, sub, out).await,
-            Some(("describe", sub)) => {
-                describe::command(controllers, config, &matches, sub, out).await
-            }
-            Some(("config-schema", sub)) => inspect::config_schema(&controllers, sub, &out),
-            Some(("check-heartbeat", sub)) => inspect::check_heartbeat(&config, sub, out),
-            Some(("crds", _)) => deploy::crds(&controllers, &out),
-            Some(("rbac", sub)) => deploy::rbac(&name, controllers, config, sub, out).await,
-            Some(("manifests", sub)) => {
-                deploy::manifests(&name, controllers, config, sub, out).await
-            }
-            _ => ExitCode::from(2),
-        }
+        Some(("graph", sub)) => inspect::graph(controllers, config, sub, out).await,
+        Some(("describe", sub)) => describe::command(controllers, config, matches, sub, out).await,
+        Some(("config-schema", sub)) => inspect::config_schema(&controllers, sub, &out),
+        Some(("check-heartbeat", sub)) => inspect::check_heartbeat(&config, sub, out),
+        Some(("crds", _)) => deploy::crds(&controllers, &out),
+        Some(("rbac", sub)) => deploy::rbac(name, controllers, config, sub, out).await,
+        Some(("manifests", sub)) => deploy::manifests(name, controllers, config, sub, out).await,
+        _ => ExitCode::from(2),
     }
+}
+
+/// Whether `run`'s command line names CR manifests or a resource directory, which only
+/// `--dry-run` reads.
+fn manifests_given(run: &ArgMatches) -> bool {
+    ["manifests", "cr", "resource_dir"]
+        .iter()
+        .any(|id| run.contains_id(id) && run.value_source(id).is_some())
 }
 
 /// Parse the process's arguments and run the subcommand on a new tokio runtime.

@@ -195,12 +195,38 @@ fn flatten(map: &Map<String, Value>, prefix: &str, out: &mut Vec<(String, Value)
     }
 }
 
-/// What one key becomes. The keys handled in [`translate`] itself (log level and filters,
-/// the lock name, `standalone`) only need to be known here.
+/// What one key becomes, found by the topic of the key; a key of no topic is not oper8's.
 fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
-    let is_true = value == &Value::Bool(true);
+    let known = depends_on_another_key(key)
+        || translate_logging(key, value, out)
+        || translate_rollout(key, value, out)
+        || translate_versions_and_status(key, value, out)
+        || translate_runtime(key, value, out)
+        || translate_watch_manager(key, value, out)
+        || translate_leader_election(key, value, out);
+    if !known {
+        out.refused
+            .push(format!("{key}: oper8's configuration has no such key"));
+    }
+}
+
+/// The keys handled in [`translate`] itself, because their meaning depends on another key
+/// (log level and filters, the lock name, `standalone`): they only need to be known here.
+fn depends_on_another_key(key: &str) -> bool {
+    matches!(
+        key,
+        "log_level"
+            | "log_filters"
+            | "operator_name"
+            | "python_watch_manager.lock.name"
+            | "standalone"
+    )
+}
+
+/// The logging keys but the level and filters: the format and thread ids. Returns whether
+/// `key` is one of them.
+fn translate_logging(key: &str, value: &Value, out: &mut Translated) -> bool {
     match key {
-        "log_level" | "log_filters" | "operator_name" | "python_watch_manager.lock.name" => {}
         "log_json" => match value {
             Value::Bool(json) => {
                 out.set("logging.format", json!(if *json { "json" } else { "text" }))
@@ -208,23 +234,18 @@ fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
             other => out.refuse(key, other, "must be true or false"),
         },
         "log_thread_id" => out.map("logging.thread-ids", value),
-        "dry_run" if is_true => out.refuse(
-            key,
-            value,
-            "a dry run is `run --dry-run FILES`, not a setting of the deployed operator",
-        ),
-        "dry_run" => out.ignore(key, "a live run is the default"),
+        _ => return false,
+    }
+    true
+}
+
+/// The keys of how objects are deployed: dumps, retries, concurrency, and the workarounds
+/// server-side apply makes needless. Returns whether `key` is one of them.
+fn translate_rollout(key: &str, value: &Value, out: &mut Translated) -> bool {
+    match key {
         "working_dir" => out.map("rollout.dump-dir", value),
         "dump_disabled" => out.map("rollout.dump-disabled", value),
-        "standalone" => {}
-        "strict_versioning" => out.map("versions.strict", value),
-        "supported_versions" => out.map("versions.supported", value),
-        "manage_status" => out.map("status.manage", value),
         "internal_name_annotation" => out.map("rollout.internal-name-annotation", value),
-        "controller_name" => out.ignore(
-            key,
-            "an operator binary runs each controller it hosts; there is none to choose",
-        ),
         "deploy_retries" => out.map("rollout.conflict-retries", value),
         "deploy_unprocessable_put_fallback" => out.ignore(
             key,
@@ -241,28 +262,81 @@ fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
             }
             _ => out.refuse(key, value, "must be a number of seconds >= 0"),
         },
+        "rollout_manager.deploy_threads" => out.map("rollout.deploy-concurrency", value),
+        "rollout_manager.verify_threads" => out.map("rollout.verify-concurrency", value),
+        _ => return false,
+    }
+    true
+}
+
+/// The keys of versions and of the status: supported versions, oper8's per-version
+/// checkouts (`vcs`), status management. Returns whether `key` is one of them.
+fn translate_versions_and_status(key: &str, value: &Value, out: &mut Translated) -> bool {
+    match key {
+        "strict_versioning" => out.map("versions.strict", value),
+        "supported_versions" => out.map("versions.supported", value),
+        "manage_status" => out.map("status.manage", value),
+        "vcs.enabled" if value == &Value::Bool(true) => out.refuse(
+            key,
+            value,
+            "windlass does not check out sources per version; compile the versions in",
+        ),
+        "vcs.enabled" | "vcs.repo" | "vcs.dest" | "vcs.module_dir" | "vcs.checkout_method" => {
+            out.ignore(key, "windlass does not check out sources per version")
+        }
+        "vcs.field" => out.map("versions.field", value),
+        "vcs.version_override" => out.map("versions.override", value),
+        "operator_version" => out.map("status.operator-version", value),
+        _ => return false,
+    }
+    true
+}
+
+/// The top-level keys of how the operator runs: dry run, controller, requeue delay, watched
+/// namespaces, metrics address. Returns whether `key` is one of them.
+fn translate_runtime(key: &str, value: &Value, out: &mut Translated) -> bool {
+    match key {
+        "dry_run" if value == &Value::Bool(true) => out.refuse(
+            key,
+            value,
+            "a dry run is `run --dry-run FILES`, not a setting of the deployed operator",
+        ),
+        "dry_run" => out.ignore(key, "a live run is the default"),
+        "controller_name" => out.ignore(
+            key,
+            "an operator binary runs each controller it hosts; there is none to choose",
+        ),
         "requeue_after_seconds" => match value.as_u64() {
             Some(seconds) => out.set("runtime.requeue-after", json!(format!("{seconds}s"))),
             None => out.refuse(key, value, "must be a whole number of seconds"),
         },
-        "rollout_manager.deploy_threads" => out.map("rollout.deploy-concurrency", value),
-        "rollout_manager.verify_threads" => out.map("rollout.verify-concurrency", value),
         "watch_namespace" => match value {
-            Value::String(list) => {
-                let namespaces: Vec<&str> = list
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|ns| !ns.is_empty() && *ns != "*")
-                    .collect();
-                let everywhere = list.split(',').any(|ns| ns.trim() == "*");
-                out.set(
-                    "runtime.watch-namespaces",
-                    json!(if everywhere { Vec::new() } else { namespaces }),
-                );
-            }
+            Value::String(list) => out.set("runtime.watch-namespaces", watch_namespaces(list)),
             Value::Null => {}
             other => out.refuse(key, other, "must be a comma-separated string"),
         },
+        "metrics_bind_address" => out.map("server.metrics-bind-address", value),
+        _ => return false,
+    }
+    true
+}
+
+/// oper8's comma-separated `watch_namespace` as windlass's list: none (everywhere) when it
+/// holds `*`.
+fn watch_namespaces(list: &str) -> Value {
+    let namespaces: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|ns| !ns.is_empty() && *ns != "*")
+        .collect();
+    let everywhere = list.split(',').any(|ns| ns.trim() == "*");
+    json!(if everywhere { Vec::new() } else { namespaces })
+}
+
+/// The choice of watch manager and the settings of each (the python one's but its lock,
+/// the ansible one's). Returns whether `key` is one of them.
+fn translate_watch_manager(key: &str, value: &Value, out: &mut Translated) -> bool {
+    match key {
         "watch_manager" if value == "python" => {
             out.ignore(key, "windlass has one runtime, the one `python` named")
         }
@@ -297,6 +371,18 @@ fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
             Some("annotation") => out.set("runtime.event-filter", json!("annotation")),
             _ => out.refuse(key, value, "must be default, annotation or user-annotation"),
         },
+        _ if key.starts_with("ansible_watch_manager.") => {
+            out.ignore(key, "windlass has no ansible bridge")
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// The keys of the python watch manager's lock (but its name) and the Pod's name: leader
+/// election. Returns whether `key` is one of them.
+fn translate_leader_election(key: &str, value: &Value, out: &mut Translated) -> bool {
+    match key {
         "python_watch_manager.lock.type" => {
             let (enabled, lock) = match value.as_str() {
                 Some("dryrun") => (false, "lease"),
@@ -309,7 +395,7 @@ fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
                         value,
                         "must be dryrun, leader-with-lease, leader-for-life or annotation",
                     );
-                    return;
+                    return true;
                 }
             };
             out.set("leader-election.enabled", json!(enabled));
@@ -318,26 +404,10 @@ fn translate_leaf(key: &str, value: &Value, out: &mut Translated) {
         "python_watch_manager.lock.namespace" => out.map("leader-election.namespace", value),
         "python_watch_manager.lock.duration" => out.map("leader-election.lease-duration", value),
         "python_watch_manager.lock.poll_time" => out.map("leader-election.retry-period", value),
-        _ if key.starts_with("ansible_watch_manager.") => {
-            out.ignore(key, "windlass has no ansible bridge")
-        }
         "pod_name" => out.map("leader-election.identity", value),
-        "vcs.enabled" if is_true => out.refuse(
-            key,
-            value,
-            "windlass does not check out sources per version; compile the versions in",
-        ),
-        "vcs.enabled" | "vcs.repo" | "vcs.dest" | "vcs.module_dir" | "vcs.checkout_method" => {
-            out.ignore(key, "windlass does not check out sources per version")
-        }
-        "vcs.field" => out.map("versions.field", value),
-        "vcs.version_override" => out.map("versions.override", value),
-        "operator_version" => out.map("status.operator-version", value),
-        "metrics_bind_address" => out.map("server.metrics-bind-address", value),
-        _ => out
-            .refused
-            .push(format!("{key}: oper8's configuration has no such key")),
+        _ => return false,
     }
+    true
 }
 
 /// The `tracing` level of one of oper8's level names (`warning`, `disable`, `debug1`…

@@ -163,86 +163,126 @@ impl Discovery {
             .iter()
             .map(|p| p.type_ref.clone())
             .collect();
-        let is_primary = |object: &Value| {
-            primaries.iter().any(|p| {
-                object.kind() == Some(p.kind.as_str())
-                    && object.api_version() == Some(p.api_version.as_str())
-            })
-        };
-        let mut crs = Vec::new();
-        for (i, doc) in manifests.into_iter().enumerate() {
-            let source_name = match (doc.kind(), doc.name()) {
-                (Some(kind), Some(name)) => format!("{kind}/{name}"),
-                _ => format!("manifest #{}", i + 1),
-            };
-            let stored = memory.store(doc).await.map_err(|e| RbacError::Manifest {
-                source_name: source_name.clone(),
-                message: e.to_string(),
-            })?;
-            if is_primary(&stored) {
-                let cr = ObjectRef::from_manifest(&stored).map_err(|e| RbacError::Manifest {
-                    source_name,
-                    message: e.to_string(),
-                })?;
-                crs.push(cr);
-            }
-        }
+        let crs = store_manifests(&memory, manifests, &primaries).await?;
         let reports = dry.run(crs.clone(), |_| {}).await;
         check_reports(&reports)?;
-        for primary in &primaries {
-            let reconciled = reports
-                .iter()
-                .any(|r| r.cr.kind == primary.kind && r.cr.api_version == primary.api_version);
-            if !reconciled {
-                return Err(RbacError::NoCr(primary.to_string()));
-            }
-        }
-
-        // Deleting the CRs runs the finalizer rollout of a controller that has one.
-        let mut reconciled: Vec<ObjectRef> = Vec::new();
-        for report in &reports {
-            if !reconciled.contains(&report.cr) {
-                reconciled.push(report.cr.clone());
-            }
-        }
-        let mut terminating = Vec::new();
-        for cr in &reconciled {
-            if let Ok(Deletion::Terminating) = memory.delete(cr, None).await {
-                terminating.push(cr.clone());
-            }
-        }
-        if !terminating.is_empty() {
-            let reports = dry.run(terminating, |_| {}).await;
-            check_reports(&reports)?;
-        }
-
-        let crds: Vec<Value> = memory
-            .objects()
-            .into_iter()
-            .filter(|o| o.kind() == Some("CustomResourceDefinition"))
-            .collect();
-        let mut kinds = Vec::new();
-        for (type_ref, writes) in recording.touched() {
-            if let Some(primary) = access.primaries.iter_mut().find(|p| p.type_ref == type_ref) {
-                primary.writes |= writes;
-                continue;
-            }
-            let plural = plural_of(&type_ref, &crds)
-                .ok_or_else(|| RbacError::UnknownPlural(type_ref.clone()))?;
-            let scope = memory
-                .scope(&type_ref)
-                .await
-                .map_err(|_| RbacError::UnknownPlural(type_ref.clone()))?;
-            kinds.push(KindAccess {
-                type_ref,
-                plural,
-                scope,
-                writes,
-            });
-        }
-        access.kinds = kinds;
+        check_every_primary_reconciled(&primaries, &reports)?;
+        finalize(&memory, &dry, &reports).await?;
+        access.kinds = touched_kinds(&mut access, &recording, &memory).await?;
         Ok(access)
     }
+}
+
+/// Store `manifests` in `memory` as `run --dry-run` stores them, and return the CRs of the
+/// `primaries` kinds among them, to reconcile.
+async fn store_manifests(
+    memory: &MemoryCluster,
+    manifests: impl IntoIterator<Item = Value>,
+    primaries: &[TypeRef],
+) -> Result<Vec<ObjectRef>, RbacError> {
+    let is_primary = |object: &Value| {
+        primaries.iter().any(|p| {
+            object.kind() == Some(p.kind.as_str())
+                && object.api_version() == Some(p.api_version.as_str())
+        })
+    };
+    let mut crs = Vec::new();
+    for (i, doc) in manifests.into_iter().enumerate() {
+        let source_name = match (doc.kind(), doc.name()) {
+            (Some(kind), Some(name)) => format!("{kind}/{name}"),
+            _ => format!("manifest #{}", i + 1),
+        };
+        let stored = memory.store(doc).await.map_err(|e| RbacError::Manifest {
+            source_name: source_name.clone(),
+            message: e.to_string(),
+        })?;
+        if is_primary(&stored) {
+            let cr = ObjectRef::from_manifest(&stored).map_err(|e| RbacError::Manifest {
+                source_name,
+                message: e.to_string(),
+            })?;
+            crs.push(cr);
+        }
+    }
+    Ok(crs)
+}
+
+/// Fail naming the first of `primaries` of which no CR was reconciled: nothing shows what
+/// its controller needs.
+fn check_every_primary_reconciled(
+    primaries: &[TypeRef],
+    reports: &[crate::reconcile::Report],
+) -> Result<(), RbacError> {
+    for primary in primaries {
+        let reconciled = reports
+            .iter()
+            .any(|r| r.cr.kind == primary.kind && r.cr.api_version == primary.api_version);
+        if !reconciled {
+            return Err(RbacError::NoCr(primary.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Delete every CR `reports` name and reconcile those left terminating, so that the
+/// finalizer rollouts are discovered too.
+async fn finalize(
+    memory: &MemoryCluster,
+    dry: &DryRun,
+    reports: &[crate::reconcile::Report],
+) -> Result<(), RbacError> {
+    // Deleting the CRs runs the finalizer rollout of a controller that has one.
+    let mut reconciled: Vec<ObjectRef> = Vec::new();
+    for report in reports {
+        if !reconciled.contains(&report.cr) {
+            reconciled.push(report.cr.clone());
+        }
+    }
+    let mut terminating = Vec::new();
+    for cr in &reconciled {
+        if let Ok(Deletion::Terminating) = memory.delete(cr, None).await {
+            terminating.push(cr.clone());
+        }
+    }
+    if !terminating.is_empty() {
+        let reports = dry.run(terminating, |_| {}).await;
+        check_reports(&reports)?;
+    }
+    Ok(())
+}
+
+/// The kinds other than the primaries that the rollouts touched, each with its plural and
+/// scope; what the rollouts wrote of a primary kind is marked on `access` instead.
+async fn touched_kinds(
+    access: &mut Access,
+    recording: &Recording,
+    memory: &MemoryCluster,
+) -> Result<Vec<KindAccess>, RbacError> {
+    let crds: Vec<Value> = memory
+        .objects()
+        .into_iter()
+        .filter(|o| o.kind() == Some("CustomResourceDefinition"))
+        .collect();
+    let mut kinds = Vec::new();
+    for (type_ref, writes) in recording.touched() {
+        if let Some(primary) = access.primaries.iter_mut().find(|p| p.type_ref == type_ref) {
+            primary.writes |= writes;
+            continue;
+        }
+        let plural = plural_of(&type_ref, &crds)
+            .ok_or_else(|| RbacError::UnknownPlural(type_ref.clone()))?;
+        let scope = memory
+            .scope(&type_ref)
+            .await
+            .map_err(|_| RbacError::UnknownPlural(type_ref.clone()))?;
+        kinds.push(KindAccess {
+            type_ref,
+            plural,
+            scope,
+            writes,
+        });
+    }
+    Ok(kinds)
 }
 
 /// Fail on the last reconcile of any CR that ended in an error.

@@ -198,8 +198,17 @@ impl Access {
 /// The policy rules for `access`: grouped by API group, resources with the same verbs in
 /// one rule, everything sorted (see the [module docs](self) for the verbs).
 pub fn rules(access: &Access) -> Vec<PolicyRule> {
+    rules_of(grants_of(access))
+}
+
+/// Verbs granted, by API group, then by resource.
+type Grants = BTreeMap<String, BTreeMap<String, BTreeSet<&'static str>>>;
+
+/// What `access` needs granted: its kinds (read or write), the primary kinds with their
+/// status and finalizers, Events, Leases, and the config-defaults ConfigMap.
+fn grants_of(access: &Access) -> Grants {
     // group → resource → verbs
-    let mut grants: BTreeMap<String, BTreeMap<String, BTreeSet<&'static str>>> = BTreeMap::new();
+    let mut grants: Grants = BTreeMap::new();
     let mut grant = |group: &str, resource: &str, verbs: &[&'static str]| {
         grants
             .entry(group.to_string())
@@ -247,7 +256,11 @@ pub fn rules(access: &Access) -> Vec<PolicyRule> {
     );
     // The ConfigMap named by the config-defaults annotation.
     grant("", "configmaps", &["get"]);
+    grants
+}
 
+/// `grants` as policy rules: one per API group and set of verbs, sorted.
+fn rules_of(grants: Grants) -> Vec<PolicyRule> {
     let mut rules = Vec::new();
     for (group, resources) in grants {
         // verbs → resources, so resources with the same verbs share a rule.
@@ -389,13 +402,8 @@ impl Manifests {
 /// The ServiceAccount, role and binding for `access`. With `options.namespaced`, every
 /// kind (and the CR kind) must be namespaced.
 pub fn manifests(access: &Access, options: &Options) -> Result<Manifests, RbacError> {
-    let metadata = |namespace: Option<&str>| ObjectMeta {
-        name: Some(options.name.clone()),
-        namespace: namespace.map(str::to_string),
-        ..Default::default()
-    };
     let service_account = ServiceAccount {
-        metadata: metadata(Some(&options.namespace)),
+        metadata: named(options, Some(&options.namespace)),
         ..Default::default()
     };
     let subject = Subject {
@@ -406,54 +414,79 @@ pub fn manifests(access: &Access, options: &Options) -> Result<Manifests, RbacEr
     };
     let rules = Some(rules(access));
     let grant = if options.namespaced {
-        let cluster_scoped = access
-            .primaries
-            .iter()
-            .chain(&access.kinds)
-            .find(|k| k.scope == Scope::Cluster);
-        if let Some(kind) = cluster_scoped {
-            return Err(RbacError::ClusterScoped(format!(
-                "{} ({})",
-                kind.type_ref, kind.plural
-            )));
-        }
-        Grant::Namespaced(
-            Role {
-                metadata: metadata(Some(&options.namespace)),
-                rules,
-            },
-            RoleBinding {
-                metadata: metadata(Some(&options.namespace)),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".to_string()),
-                    kind: "Role".to_string(),
-                    name: options.name.clone(),
-                },
-                subjects: Some(vec![subject]),
-            },
-        )
+        check_namespaced(access)?;
+        namespaced_grant(options, rules, subject)
     } else {
-        Grant::Cluster(
-            ClusterRole {
-                metadata: metadata(None),
-                rules,
-                ..Default::default()
-            },
-            ClusterRoleBinding {
-                metadata: metadata(None),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".to_string()),
-                    kind: "ClusterRole".to_string(),
-                    name: options.name.clone(),
-                },
-                subjects: Some(vec![subject]),
-            },
-        )
+        cluster_grant(options, rules, subject)
     };
     Ok(Manifests {
         service_account,
         grant,
     })
+}
+
+/// Metadata naming an object as `options` say, in `namespace` if it is namespaced.
+fn named(options: &Options, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(options.name.clone()),
+        namespace: namespace.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+/// A Role cannot grant a cluster-scoped kind: fail naming the first one `access` uses.
+fn check_namespaced(access: &Access) -> Result<(), RbacError> {
+    let cluster_scoped = access
+        .primaries
+        .iter()
+        .chain(&access.kinds)
+        .find(|k| k.scope == Scope::Cluster);
+    if let Some(kind) = cluster_scoped {
+        return Err(RbacError::ClusterScoped(format!(
+            "{} ({})",
+            kind.type_ref, kind.plural
+        )));
+    }
+    Ok(())
+}
+
+/// A Role of `rules` in the operator's namespace, bound to `subject`.
+fn namespaced_grant(options: &Options, rules: Option<Vec<PolicyRule>>, subject: Subject) -> Grant {
+    Grant::Namespaced(
+        Role {
+            metadata: named(options, Some(&options.namespace)),
+            rules,
+        },
+        RoleBinding {
+            metadata: named(options, Some(&options.namespace)),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_string()),
+                kind: "Role".to_string(),
+                name: options.name.clone(),
+            },
+            subjects: Some(vec![subject]),
+        },
+    )
+}
+
+/// A ClusterRole of `rules`, bound to `subject`.
+fn cluster_grant(options: &Options, rules: Option<Vec<PolicyRule>>, subject: Subject) -> Grant {
+    Grant::Cluster(
+        ClusterRole {
+            metadata: named(options, None),
+            rules,
+            ..Default::default()
+        },
+        ClusterRoleBinding {
+            metadata: named(options, None),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_string()),
+                kind: "ClusterRole".to_string(),
+                name: options.name.clone(),
+            },
+            subjects: Some(vec![subject]),
+        },
+    )
 }
 
 #[cfg(test)]

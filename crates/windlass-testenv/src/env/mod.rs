@@ -6,66 +6,32 @@
 //! simulator and the namespace clean-up must outlive any one test, so they live on the
 //! environment's runtime, and every test gets its *own* [`kube::Client`] built on its runtime
 //! by [`TestEnv::client`].
+//!
+//! The environment's thread (starting everything, then supervising it) is in `supervisor.rs`;
+//! per-test namespaces and the Pod Security settings they enforce are in `namespace.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, Namespace, Pod, PodSecurityContext, PodSpec, SeccompProfile,
-    SecurityContext,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client};
+use kube::Client;
 use tokio::sync::{oneshot, watch};
 
 use crate::assets::Assets;
-use crate::control_plane::{ControlPlane, ControlPlaneProcess, ProcessInfo, random_bytes};
+use crate::control_plane::{ControlPlaneProcess, ProcessInfo};
 use crate::error::{Error, Result};
-use crate::simulator::{NodeSimulator, SimulatorConfig};
+use crate::simulator::SimulatorConfig;
 
-/// Label put on every namespace made by [`TestEnv::namespace`] (value `"true"`).
-pub const TEST_NAMESPACE_LABEL: &str = "testenv.windlass.dev/test-namespace";
+mod namespace;
+mod supervisor;
 
-/// The Pod Security Admission label every namespace made by [`TestEnv::namespace`] carries,
-/// with the value [`ENFORCED_POD_SECURITY`]: Pods that do not meet the `restricted` profile
-/// are refused there, as in a production cluster that enforces it.
-pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
-
-/// The Pod Security Standard test namespaces enforce (the strictest one).
-pub const ENFORCED_POD_SECURITY: &str = "restricted";
-
-/// A Pod security context that meets the `restricted` Pod Security Standard together with
-/// [`restricted_container_security`]: not root, the runtime's default seccomp profile.
-pub fn restricted_pod_security() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_string(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// A container security context that meets the `restricted` Pod Security Standard: no
-/// privilege escalation, every capability dropped.
-pub fn restricted_container_security() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_string()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-const NODES_READY_TIMEOUT: Duration = Duration::from_secs(60);
-const NAMESPACE_READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub use namespace::{
+    ENFORCED_POD_SECURITY, POD_SECURITY_ENFORCE_LABEL, TEST_NAMESPACE_LABEL, TestNamespace,
+    restricted_container_security, restricted_pod_security,
+};
+use supervisor::run_environment;
 
 /// Options for a [`TestEnv`]; start it with [`TestEnvBuilder::start`].
 #[derive(Debug, Clone)]
@@ -195,132 +161,6 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     admin: Client,
     health: Arc<Health>,
-}
-
-fn run_environment(
-    builder: TestEnvBuilder,
-    ready: oneshot::Sender<Result<Inner>>,
-    shutdown: oneshot::Receiver<()>,
-) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = ready.send(Err(Error::io("building the windlass-testenv runtime", e)));
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let started = Instant::now();
-        let setup = async {
-            let assets = match builder.assets {
-                Some(assets) => assets,
-                None => Assets::locate()?,
-            };
-            let control_plane = ControlPlane::start(&assets, &builder.apiserver_flags).await?;
-            let admin = Client::try_from(control_plane.config.clone())
-                .map_err(|e| Error::kube("building the admin client", e))?;
-            let simulator = match builder.simulator {
-                Some(config) => {
-                    let simulator = NodeSimulator::start(admin.clone(), config).await?;
-                    simulator
-                        .wait_ready(admin.clone(), NODES_READY_TIMEOUT)
-                        .await?;
-                    Some(simulator)
-                }
-                None => None,
-            };
-            Ok::<_, Error>((assets, control_plane, admin, simulator))
-        };
-        let (assets, mut control_plane, admin, mut simulator) = match setup.await {
-            Ok(parts) => parts,
-            Err(e) => {
-                let _ = ready.send(Err(e));
-                return;
-            }
-        };
-        let (requests, mut process_requests) = tokio::sync::mpsc::unbounded_channel();
-        let inner = Inner {
-            config: control_plane.config.clone(),
-            kubeconfig_path: control_plane.kubeconfig_path.clone(),
-            dir: control_plane.dir().to_path_buf(),
-            apiserver_url: control_plane.apiserver_url.clone(),
-            processes: Arc::new(Mutex::new(control_plane.processes())),
-            requests,
-            watchdog_pid: control_plane.watchdog_pid(),
-            node_names: simulator
-                .as_ref()
-                .map(|s| s.node_names().to_vec())
-                .unwrap_or_default(),
-            startup_time: started.elapsed(),
-            kubectl: assets.kubectl.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            admin,
-            health: Arc::default(),
-        };
-        let health = inner.health.clone();
-        let apiserver_url = inner.apiserver_url.clone();
-        let processes = inner.processes.clone();
-        tracing::info!(
-            "windlass-testenv: control plane ready in {:?} at {}",
-            inner.startup_time,
-            inner.apiserver_url
-        );
-        if ready.send(Ok(inner)).is_err() {
-            return;
-        }
-        // Supervise until dropped. A process dying or a simulator task panicking mid-run would
-        // make tests fail with connection errors or time out waiting for Pods; instead say
-        // loudly which one and why, and make later operations fail fast (`Health`).
-        let id = NEXT_ENVIRONMENT_ID.fetch_add(1, Ordering::Relaxed);
-        let mut shutdown = shutdown;
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                Some(request) = process_requests.recv() => {
-                    let name = request.process.name();
-                    let done = if request.start {
-                        tracing::info!("windlass-testenv: starting {name} again");
-                        control_plane.start_again(name).await
-                    } else {
-                        tracing::info!("windlass-testenv: stopping {name}");
-                        control_plane.stop(name)
-                    };
-                    *processes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        control_plane.processes();
-                    let _ = request.reply.send(done);
-                }
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                    if health.failure.get().is_some() {
-                        continue;
-                    }
-                    let checked = control_plane.check_running().and_then(|()| {
-                        simulator.as_mut().map_or(Ok(()), NodeSimulator::check_running)
-                    });
-                    if let Err(e) = checked {
-                        let reason = e.to_string();
-                        eprintln!(
-                            "windlass-testenv: the control plane at {apiserver_url} broke; \
-                             its operations fail from now on: {reason}"
-                        );
-                        BROKEN
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .insert(id, format!("the control plane at {apiserver_url} broke: {reason}"));
-                        let _ = health.failure.set(reason);
-                    }
-                }
-            }
-        }
-        BROKEN
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&id);
-        drop(simulator);
-        drop(control_plane);
-    });
 }
 
 /// A running control plane: etcd, kube-apiserver and kube-controller-manager on loopback, plus
@@ -556,183 +396,5 @@ impl TestEnv {
             self.inner.kubeconfig_path.display()
         ));
         Ok(command)
-    }
-
-    /// Creates a fresh namespace `{prefix}-{random}` and waits until Pods can be created in it
-    /// (its `default` service account exists, with a token where the server version needs one).
-    /// The namespace enforces the `restricted` Pod Security Standard
-    /// ([`POD_SECURITY_ENFORCE_LABEL`]): a Pod must run as non-root with the runtime's default
-    /// seccomp profile, no privilege escalation and every capability dropped (see
-    /// [`restricted_pod_security`] and [`restricted_container_security`]).
-    /// The namespace is deleted when the returned value is dropped, unless
-    /// [`TestNamespace::keep`] was called.
-    ///
-    /// # Errors
-    /// If the namespace cannot be created or does not become usable within a minute;
-    /// [`Error::Broken`] at once if the environment broke.
-    pub async fn namespace(&self, prefix: &str) -> Result<TestNamespace> {
-        let client = self.client()?;
-        let name = namespace_name(prefix)?;
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                labels: Some(
-                    [
-                        (TEST_NAMESPACE_LABEL.to_string(), "true".to_string()),
-                        (
-                            POD_SECURITY_ENFORCE_LABEL.to_string(),
-                            ENFORCED_POD_SECURITY.to_string(),
-                        ),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        namespaces
-            .create(&PostParams::default(), &namespace)
-            .await
-            .map_err(|e| Error::kube(format!("creating namespace {name}"), e))?;
-        let test_namespace = TestNamespace {
-            name: name.clone(),
-            env: self.inner.clone(),
-            keep: false,
-        };
-
-        // Admission is the ground truth for "Pods can be created": a dry-run Pod goes through
-        // the ServiceAccount admission plugin, which rejects Pods until the controller manager
-        // has made the service account (and, before 1.24, its token secret).
-        let pods: Api<Pod> = Api::namespaced(client, &name);
-        let probe = Pod {
-            metadata: ObjectMeta {
-                name: Some("windlass-testenv-probe".to_string()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                security_context: Some(restricted_pod_security()),
-                containers: vec![Container {
-                    name: "probe".to_string(),
-                    image: Some("probe".to_string()),
-                    security_context: Some(restricted_container_security()),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let dry_run = PostParams {
-            dry_run: true,
-            ..Default::default()
-        };
-        let started = Instant::now();
-        loop {
-            match pods.create(&dry_run, &probe).await {
-                Ok(_) => return Ok(test_namespace),
-                Err(e) if started.elapsed() > NAMESPACE_READY_TIMEOUT => {
-                    return Err(Error::Timeout {
-                        what: format!("namespace {name} (its default service account)"),
-                        after: NAMESPACE_READY_TIMEOUT,
-                        details: format!(": last error: {e}"),
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-}
-
-fn namespace_name(prefix: &str) -> Result<String> {
-    let mut clean: String = prefix
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    clean.truncate(50);
-    let clean = clean.trim_matches('-');
-    let clean = if clean.is_empty() { "test" } else { clean };
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let suffix: String = random_bytes::<6>("a namespace name")?
-        .iter()
-        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
-        .collect();
-    Ok(format!("{clean}-{suffix}"))
-}
-
-/// A namespace of its own for one test, deleted (in the background) when dropped.
-pub struct TestNamespace {
-    name: String,
-    env: Arc<Inner>,
-    keep: bool,
-}
-
-impl std::fmt::Debug for TestNamespace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestNamespace")
-            .field("name", &self.name)
-            .field("keep", &self.keep)
-            .finish()
-    }
-}
-
-impl TestNamespace {
-    /// The namespace's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// An `Api` for namespaced objects of kind `K` in this namespace.
-    pub fn api<K>(&self, client: Client) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::namespaced(client, &self.name)
-    }
-
-    /// Do not delete the namespace on drop (e.g. to inspect it with `testenv up`-style tools).
-    pub fn keep(&mut self) {
-        self.keep = true;
-    }
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        if self.keep {
-            return;
-        }
-        let namespaces: Api<Namespace> = Api::all(self.env.admin.clone());
-        let name = self.name.clone();
-        // On the environment's runtime: the test's runtime may be shutting down right now.
-        drop(self.env.runtime.spawn(async move {
-            if let Err(e) = namespaces.delete(&name, &DeleteParams::background()).await {
-                tracing::debug!("deleting test namespace {name}: {e}");
-            }
-        }));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn namespace_names_are_valid_and_distinct() {
-        let a = namespace_name("My_Test::case").ok();
-        let b = namespace_name("My_Test::case").ok();
-        assert_ne!(a, b);
-        let a = a.unwrap_or_default();
-        assert!(a.starts_with("my-test--case-"), "{a}");
-        assert!(a.len() <= 63);
-        assert!(
-            a.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        );
-        assert!(
-            namespace_name("--")
-                .unwrap_or_default()
-                .starts_with("test-")
-        );
     }
 }
