@@ -12,10 +12,6 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// What next for a CR after a reconcile: `Done` (nothing until the CR or something it owns
-/// changes), `RequeueAfter(delay)` (not a failure), or `Retry` with back-off after an error.
-/// The queue's own type, so nothing is translated between reconcile and queue.
-
 /// What a type must be to be a controller's primary resource: what
 /// `#[derive(kube::CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]` gives,
 /// and what every k8s-openapi kind (`Namespace`, `ConfigMap`, …) already is.
