@@ -151,9 +151,41 @@ impl Observer for Quiet {
 
 /// Log the event with `tracing`, then hand it to the observer.
 pub(crate) fn emit(observer: &dyn Observer, event: Event) {
-    match &event {
+    log(&event);
+    observer.event(&event);
+}
+
+/// Log an event about the reconcile as a whole; those about one component go to
+/// [`log_component_step`]. Each at its level: `warn` for a halt, `trace` for the detail
+/// of renders, `debug` for the rest.
+fn log(event: &Event) {
+    match event {
         Event::ReconcileStarted { cr, id } => tracing::debug!(%cr, id, "reconcile started"),
         Event::PhaseStarted(phase) => tracing::debug!(%phase, "phase started"),
+        Event::Hook {
+            phase,
+            outcome,
+            passed,
+        } => tracing::debug!(%phase, %outcome, passed, "after_phase hook ran"),
+        Event::Status {
+            ready,
+            updating,
+            written,
+        } => {
+            tracing::debug!(ready, updating, written, "status")
+        }
+        Event::Rendered { .. }
+        | Event::Dependencies { .. }
+        | Event::Deployed { .. }
+        | Event::Disabled { .. }
+        | Event::Verified { .. }
+        | Event::Halted { .. } => log_component_step(event),
+    }
+}
+
+/// Log an event about one component's step in the rollout.
+fn log_component_step(event: &Event) {
+    match event {
         Event::Rendered {
             component,
             disabled,
@@ -200,18 +232,10 @@ pub(crate) fn emit(observer: &dyn Observer, event: Event) {
             message = message.as_deref().unwrap_or(""),
             "component halted"
         ),
-        Event::Hook {
-            phase,
-            outcome,
-            passed,
-        } => tracing::debug!(%phase, %outcome, passed, "after_phase hook ran"),
-        Event::Status {
-            ready,
-            updating,
-            written,
-        } => {
-            tracing::debug!(ready, updating, written, "status")
-        }
+        // About the reconcile as a whole: logged by `log`.
+        Event::ReconcileStarted { .. }
+        | Event::PhaseStarted(_)
+        | Event::Hook { .. }
+        | Event::Status { .. } => {}
     }
-    observer.event(&event);
 }

@@ -204,64 +204,19 @@ impl Cluster for LiveCluster {
             )
         })?;
         let (api, kind) = self.object_api(&reference).await?;
-        let mut desired = manifest.clone();
-        if kind.scope == Scope::Cluster {
-            desired.metadata_mut().remove("namespace");
-        }
-        if kind.status_subresource
-            && let Some(map) = desired.as_object_mut()
-        {
-            // Status is written through its subresource; on the object itself the server
-            // ignores it, and an apply would claim its fields for nothing.
-            map.remove("status");
-        }
+        let desired = without_ignored_fields(manifest, &kind);
         let name = reference.name.as_str();
         let written = match method {
             WriteMethod::Apply => {
                 let params = PatchParams::apply(&self.field_manager).force();
-                api.patch(name, &params, &Patch::Apply(&desired)).await
-            }
-            WriteMethod::Update => {
-                match api
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&desired))
+                api.patch(name, &params, &Patch::Apply(&desired))
                     .await
-                {
-                    Err(kube::Error::Api(s)) if s.code == 404 => {
-                        let mut created = desired.clone();
-                        crate::values::prune_nulls(&mut created);
-                        api.create(&PostParams::default(), &to_dynamic(&created)?)
-                            .await
-                    }
-                    other => other,
-                }
+                    .map_err(|e| api_error(e, &reference))?
             }
-            WriteMethod::Replace => {
-                let live = api
-                    .get_opt(name)
-                    .await
-                    .map_err(|e| api_error(e, &reference))?;
-                match live {
-                    None => {
-                        api.create(&PostParams::default(), &to_dynamic(&desired)?)
-                            .await
-                    }
-                    Some(live) => {
-                        if desired.resource_version().is_none()
-                            && let Some(rv) = live.metadata.resource_version
-                        {
-                            desired
-                                .metadata_mut()
-                                .insert("resourceVersion".into(), Value::String(rv));
-                        }
-                        api.replace(name, &PostParams::default(), &to_dynamic(&desired)?)
-                            .await
-                    }
-                }
-            }
+            WriteMethod::Update => merge_or_create(&api, &reference, &desired).await?,
+            WriteMethod::Replace => replace_or_create(&api, &reference, desired).await?,
         };
-        written
-            .map_err(|e| api_error(e, &reference))
-            .and_then(|o| self.to_value(o))
+        self.to_value(written)
     }
 
     async fn delete(
@@ -382,6 +337,78 @@ impl LiveCluster {
             ))
         })
     }
+}
+
+/// The manifest as it is sent for a kind: without a namespace if the kind is
+/// cluster-scoped, without status if the kind writes status through its subresource.
+fn without_ignored_fields(manifest: &Value, kind: &Kind) -> Value {
+    let mut desired = manifest.clone();
+    if kind.scope == Scope::Cluster {
+        desired.metadata_mut().remove("namespace");
+    }
+    if kind.status_subresource
+        && let Some(map) = desired.as_object_mut()
+    {
+        // Status is written through its subresource; on the object itself the server
+        // ignores it, and an apply would claim its fields for nothing.
+        map.remove("status");
+    }
+    desired
+}
+
+/// [`WriteMethod::Update`]: a JSON merge patch, or a create (without the `null`s that
+/// only mean "delete this field" in a patch) if the object is absent.
+async fn merge_or_create(
+    api: &Api<DynamicObject>,
+    reference: &ObjectRef,
+    desired: &Value,
+) -> Result<DynamicObject, ClusterError> {
+    let name = reference.name.as_str();
+    let written = match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(desired))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            let mut created = desired.clone();
+            crate::values::prune_nulls(&mut created);
+            api.create(&PostParams::default(), &to_dynamic(&created)?)
+                .await
+        }
+        other => other,
+    };
+    written.map_err(|e| api_error(e, reference))
+}
+
+/// [`WriteMethod::Replace`]: a PUT carrying the live object's resourceVersion unless the
+/// manifest names one, or a create if the object is absent.
+async fn replace_or_create(
+    api: &Api<DynamicObject>,
+    reference: &ObjectRef,
+    mut desired: Value,
+) -> Result<DynamicObject, ClusterError> {
+    let name = reference.name.as_str();
+    let live = api
+        .get_opt(name)
+        .await
+        .map_err(|e| api_error(e, reference))?;
+    let written = match live {
+        None => {
+            api.create(&PostParams::default(), &to_dynamic(&desired)?)
+                .await
+        }
+        Some(live) => {
+            if desired.resource_version().is_none()
+                && let Some(rv) = live.metadata.resource_version
+            {
+                desired
+                    .metadata_mut()
+                    .insert("resourceVersion".into(), Value::String(rv));
+            }
+            api.replace(name, &PostParams::default(), &to_dynamic(&desired)?)
+                .await
+        }
+    };
+    written.map_err(|e| api_error(e, reference))
 }
 
 fn to_dynamic(manifest: &Value) -> Result<DynamicObject, ClusterError> {

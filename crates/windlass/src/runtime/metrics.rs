@@ -140,6 +140,7 @@ impl Metrics {
         Self::build(Some(requests))
     }
 
+    /// Fresh metrics, registered; `requests`, if any, feeds `windlass_api_requests_total`.
     fn build(requests: Option<RequestCounter>) -> Self {
         let metrics = Metrics {
             registry: Mutex::new(Registry::with_prefix("windlass")),
@@ -154,65 +155,70 @@ impl Metrics {
             watch_restarts: Family::default(),
             leader: Gauge::default(),
         };
-        {
-            let mut registry = metrics.registry();
-            registry.register(
-                "reconciles",
-                "Reconciles that ended, by controller and what they asked for next",
-                metrics.reconciles.clone(),
-            );
-            registry.register(
-                "reconcile_errors",
-                "Reconciles that ended in an error",
-                metrics.errors.clone(),
-            );
-            registry.register_with_unit(
-                "reconcile_duration",
-                "How long reconciles took",
-                Unit::Seconds,
-                metrics.duration.clone(),
-            );
-            registry.register(
-                "reconciles_in_flight",
-                "Reconciles running now",
-                metrics.in_flight.clone(),
-            );
-            registry.register_with_unit(
-                "queue_wait",
-                "How long a CR waited in the queue between being due and its reconcile starting",
-                Unit::Seconds,
-                metrics.queue_wait.clone(),
-            );
-            registry.register(
-                "queue_depth",
-                "CRs due now, waiting for a free reconcile slot",
-                metrics.queue_depth.clone(),
-            );
-            registry.register(
-                "queue_delayed",
-                "CRs waiting for their back-off or requeue delay",
-                metrics.queue_delayed.clone(),
-            );
-            registry.register(
-                "queue_running",
-                "CRs being reconciled",
-                metrics.queue_running.clone(),
-            );
-            registry.register(
-                "watch_restarts",
-                "Watches that failed and were restarted, by kind",
-                metrics.watch_restarts.clone(),
-            );
-            registry.register(
-                "leader",
-                "1 while this replica is the leader (always 1 without leader election)",
-                metrics.leader.clone(),
-            );
-            if let Some(requests) = requests {
-                registry.register_collector(Box::new(ApiRequests(requests)));
-            }
-        }
+        metrics.register_series(requests);
         metrics
+    }
+
+    /// Register every series of the table in the module docs, in its order (the order
+    /// `/metrics` lists them in), and the API request collector if there is a counter to
+    /// read.
+    fn register_series(&self, requests: Option<RequestCounter>) {
+        let mut registry = self.registry();
+        registry.register(
+            "reconciles",
+            "Reconciles that ended, by controller and what they asked for next",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that ended in an error",
+            self.errors.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "How long reconciles took",
+            Unit::Seconds,
+            self.duration.clone(),
+        );
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now",
+            self.in_flight.clone(),
+        );
+        registry.register_with_unit(
+            "queue_wait",
+            "How long a CR waited in the queue between being due and its reconcile starting",
+            Unit::Seconds,
+            self.queue_wait.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "CRs due now, waiting for a free reconcile slot",
+            self.queue_depth.clone(),
+        );
+        registry.register(
+            "queue_delayed",
+            "CRs waiting for their back-off or requeue delay",
+            self.queue_delayed.clone(),
+        );
+        registry.register(
+            "queue_running",
+            "CRs being reconciled",
+            self.queue_running.clone(),
+        );
+        registry.register(
+            "watch_restarts",
+            "Watches that failed and were restarted, by kind",
+            self.watch_restarts.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica is the leader (always 1 without leader election)",
+            self.leader.clone(),
+        );
+        if let Some(requests) = requests {
+            registry.register_collector(Box::new(ApiRequests(requests)));
+        }
     }
 
     /// The registry, to register an operator's own metrics next to windlass's (they are

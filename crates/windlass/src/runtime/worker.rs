@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use tokio::task::JoinSet;
-use windlass_tasks::queue::Action;
+use windlass_tasks::queue::{Action, Lease};
 
 use super::leader::Leadership;
 use super::queue::{ReconcileQueue, next_run};
 use crate::controller::Controller;
+use crate::object::ObjectRef;
 use crate::reconcile::Reconciler;
 
 /// What a worker needs besides its reconciler.
@@ -71,37 +72,54 @@ pub async fn run<C: Controller>(
             lease.complete(Action::RequeueAfter(Duration::ZERO));
             continue;
         }
-        let key = lease.key().clone();
-        let (reconciler, leadership, settings, observer) = (
+        observer.queue(&settings.name, queue.stats());
+        in_flight.spawn(reconcile_one(
+            lease,
             reconciler.clone(),
             leadership.clone(),
             settings.clone(),
             observer.clone(),
-        );
-        let waited = lease.waited();
-        observer.queue(&settings.name, queue.stats());
-        let queue = queue.clone();
-        in_flight.spawn(async move {
-            match leadership.acquire(&key).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    lease.complete(Action::RequeueAfter(settings.lock_poll));
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(cr = %key, error = %e, "cannot take the CR's lock");
-                    lease.complete(Action::Retry);
-                    return;
-                }
-            }
-            observer.started(&settings.name, waited);
-            let started = Instant::now();
-            let report = reconciler.reconcile(&key).await;
-            observer.finished(&settings.name, &report, started.elapsed());
-            lease.complete(next_run(report.outcome, settings.period));
-            observer.queue(&settings.name, queue.stats());
-        });
+            queue.clone(),
+        ));
     }
+    drain(in_flight, &settings).await;
+}
+
+/// The task of one reconcile of the CR `lease` holds: take the CR's own lock if the lock
+/// kind has one, reconcile, and tell the queue when the CR is due again. A CR whose lock
+/// another replica holds is put back for later, not reconciled.
+async fn reconcile_one<C: Controller>(
+    lease: Lease<ObjectRef>,
+    reconciler: Reconciler<C>,
+    leadership: Leadership,
+    settings: WorkerSettings,
+    observer: Arc<dyn ReconcileObserver>,
+    queue: ReconcileQueue,
+) {
+    let key = lease.key().clone();
+    match leadership.acquire(&key).await {
+        Ok(true) => {}
+        Ok(false) => {
+            lease.complete(Action::RequeueAfter(settings.lock_poll));
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(cr = %key, error = %e, "cannot take the CR's lock");
+            lease.complete(Action::Retry);
+            return;
+        }
+    }
+    observer.started(&settings.name, lease.waited());
+    let started = Instant::now();
+    let report = reconciler.reconcile(&key).await;
+    observer.finished(&settings.name, &report, started.elapsed());
+    lease.complete(next_run(report.outcome, settings.period));
+    observer.queue(&settings.name, queue.stats());
+}
+
+/// Once the queue has shut down: wait for the reconciles in flight for up to
+/// `settings.drain`, then cancel those still running.
+async fn drain(mut in_flight: JoinSet<()>, settings: &WorkerSettings) {
     let drained = tokio::time::timeout(settings.drain, async {
         while in_flight.join_next().await.is_some() {}
     })

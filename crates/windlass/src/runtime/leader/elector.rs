@@ -3,12 +3,15 @@
 //! succeeding.
 
 use parking_lot::{Mutex, MutexGuard};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio::time::error::Elapsed;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use super::{LockError, Timing};
@@ -195,62 +198,16 @@ async fn run(
     mut stop: oneshot::Receiver<()>,
 ) -> Result<(), LockError> {
     let _step_down = StepDownOnExit(shared.clone());
-    let release = 'life: loop {
+    let release = loop {
         let started = Instant::now();
-        let attempt = timeout(timing.attempt_timeout(), lock.try_acquire());
-        tokio::pin!(attempt);
-        let outcome = loop {
-            let deadline = shared.deadline();
-            tokio::select! {
-                biased;
-                stopped = &mut stop => break 'life stopped.is_ok(),
-                _ = sleep_until(deadline.unwrap_or(started)), if deadline.is_some() => {
-                    shared.step_down("the lock could not be renewed before the renew deadline");
-                }
-                outcome = &mut attempt => break outcome,
-            }
+        let outcome = match attempt(&mut lock, &timing, &shared, &mut stop, started).await {
+            ControlFlow::Continue(outcome) => outcome,
+            ControlFlow::Break(release) => break release,
         };
-        let pause = match outcome {
-            Ok(Ok(Attempt::Held)) => {
-                match timing.renew_deadline {
-                    None => shared.lead(Held::Forever),
-                    Some(valid) if started + valid > Instant::now() => {
-                        shared.lead(Held::Until(started + valid));
-                    }
-                    Some(valid) => shared.step_down(&format!(
-                        "renewing took longer than the renew deadline ({valid:?})"
-                    )),
-                }
-                timing.poll
-            }
-            Ok(Ok(Attempt::Taken { holder })) => {
-                let holder = holder.as_deref().unwrap_or("another replica");
-                shared.step_down(&format!("the lock is held by {holder}"));
-                timing.poll
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "leader election: attempt on the lock failed");
-                timing.retry_after_error
-            }
-            Err(_) => {
-                tracing::warn!(
-                    after = ?timing.attempt_timeout(),
-                    "leader election: attempt on the lock timed out"
-                );
-                timing.retry_after_error
-            }
-        };
-        let wake = started + pause;
-        loop {
-            let deadline = shared.deadline();
-            tokio::select! {
-                biased;
-                stopped = &mut stop => break 'life stopped.is_ok(),
-                _ = sleep_until(deadline.unwrap_or(wake)), if deadline.is_some_and(|d| d < wake) => {
-                    shared.step_down("the lock could not be renewed before the renew deadline");
-                }
-                _ = sleep_until(wake) => break,
-            }
+        let pause = publish(outcome, &timing, &shared, started);
+        if let ControlFlow::Break(release) = pause_until(started + pause, &shared, &mut stop).await
+        {
+            break release;
         }
     };
     shared.stop("leader election stopped");
@@ -266,12 +223,96 @@ async fn run(
     }
 }
 
+/// What one attempt on the lock came to: its answer, or `Err` if it timed out.
+type Outcome = Result<Result<Attempt, LockError>, Elapsed>;
+
+/// One attempt on the lock, begun at `started` and bounded by the attempt timeout. While it
+/// runs, the renew deadline still applies: leadership ends there even if the request hangs.
+/// `Break` if told to stop first, with whether to release the lock (a stop sent, not only
+/// dropped).
+async fn attempt(
+    lock: &mut impl RenewedLock,
+    timing: &Timing,
+    shared: &Shared,
+    stop: &mut oneshot::Receiver<()>,
+    started: Instant,
+) -> ControlFlow<bool, Outcome> {
+    let attempt = timeout(timing.attempt_timeout(), lock.try_acquire());
+    tokio::pin!(attempt);
+    loop {
+        let deadline = shared.deadline();
+        tokio::select! {
+            biased;
+            stopped = &mut *stop => return ControlFlow::Break(stopped.is_ok()),
+            _ = sleep_until(deadline.unwrap_or(started)), if deadline.is_some() => {
+                shared.step_down("the lock could not be renewed before the renew deadline");
+            }
+            outcome = &mut attempt => return ControlFlow::Continue(outcome),
+        }
+    }
+}
+
+/// Publish what the attempt begun at `started` found: lead (until the renew deadline
+/// counted from `started`), or follow. Returns how long after `started` to try again:
+/// the poll period, or the shorter retry period after a failure.
+fn publish(outcome: Outcome, timing: &Timing, shared: &Shared, started: Instant) -> Duration {
+    match outcome {
+        Ok(Ok(Attempt::Held)) => {
+            match timing.renew_deadline {
+                None => shared.lead(Held::Forever),
+                Some(valid) if started + valid > Instant::now() => {
+                    shared.lead(Held::Until(started + valid));
+                }
+                Some(valid) => shared.step_down(&format!(
+                    "renewing took longer than the renew deadline ({valid:?})"
+                )),
+            }
+            timing.poll
+        }
+        Ok(Ok(Attempt::Taken { holder })) => {
+            let holder = holder.as_deref().unwrap_or("another replica");
+            shared.step_down(&format!("the lock is held by {holder}"));
+            timing.poll
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "leader election: attempt on the lock failed");
+            timing.retry_after_error
+        }
+        Err(_) => {
+            tracing::warn!(
+                after = ?timing.attempt_timeout(),
+                "leader election: attempt on the lock timed out"
+            );
+            timing.retry_after_error
+        }
+    }
+}
+
+/// Wait until `wake`, the time of the next attempt, stepping down at the renew deadline if
+/// that comes first. `Break` if told to stop first, with whether to release the lock.
+async fn pause_until(
+    wake: Instant,
+    shared: &Shared,
+    stop: &mut oneshot::Receiver<()>,
+) -> ControlFlow<bool> {
+    loop {
+        let deadline = shared.deadline();
+        tokio::select! {
+            biased;
+            stopped = &mut *stop => return ControlFlow::Break(stopped.is_ok()),
+            _ = sleep_until(deadline.unwrap_or(wake)), if deadline.is_some_and(|d| d < wake) => {
+                shared.step_down("the lock could not be renewed before the renew deadline");
+            }
+            _ = sleep_until(wake) => return ControlFlow::Continue(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use std::collections::VecDeque;
-    use std::time::Duration;
 
     use super::*;
     use crate::runtime::leader::Leadership;

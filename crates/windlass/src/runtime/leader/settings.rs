@@ -155,6 +155,8 @@ impl LockSettings {
     }
 }
 
+/// [`LockSettings::from_config`] with what it reads from the Pod and the host passed in,
+/// so the rules can be tested without either.
 fn resolve(
     config: &OperatorConfig,
     mounted_namespace: Option<&str>,
@@ -163,7 +165,6 @@ fn resolve(
 ) -> Result<LockSettings, Error> {
     let election = &config.leader_election;
     let kind = config.lock_kind();
-    let non_empty = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
     let namespace = mounted_namespace
         .and_then(non_empty)
         .or_else(|| non_empty(&election.namespace))
@@ -174,27 +175,35 @@ fn resolve(
         .clone()
         .or_else(|| hostname.and_then(|h| non_empty(h.split('.').next().unwrap_or(h))))
         .unwrap_or_default();
-    let kind_name = match kind {
-        LockKind::LeaderForLife => "for-life",
-        LockKind::LeaderWithLease => "lease",
-        LockKind::Annotation => "per-cr-annotation",
-        LockKind::Dryrun => "no",
-    };
-    let needs = |what: &str, how: &str| {
-        Error::config(format!(
-            "the {kind_name} lock (leader-election.lock) needs {what}: set {how}"
-        ))
-    };
-    let (duration, poll) = (election.lease_duration.0, election.retry_period.0);
-    let timing = match kind {
-        LockKind::Dryrun => Timing {
+    let timing = timing_of(kind, election.lease_duration.0, election.retry_period.0)?;
+    check_required_settings(kind, &name, pod_name.is_some(), &identity)?;
+    Ok(LockSettings {
+        kind,
+        name,
+        namespace,
+        identity,
+        timing,
+    })
+}
+
+/// `s` trimmed, or `None` if nothing is left: a blank setting counts as unset.
+fn non_empty(s: &str) -> Option<String> {
+    Some(s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// The timing of a lock of `kind` with the configured lease `duration` and retry period
+/// (`poll`). Each kind has its own rule for which durations can work, so this is where an
+/// impossible pair is refused.
+fn timing_of(kind: LockKind, duration: Duration, poll: Duration) -> Result<Timing, Error> {
+    match kind {
+        LockKind::Dryrun => Ok(Timing {
             lease_duration: duration,
             renew_deadline: None,
             poll,
             retry_after_error: poll,
-        },
-        LockKind::LeaderWithLease => Timing::for_lease(duration, poll)?,
-        LockKind::LeaderForLife => Timing::until_released(poll)?,
+        }),
+        LockKind::LeaderWithLease => Timing::for_lease(duration, poll),
+        LockKind::LeaderForLife => Timing::until_released(poll),
         LockKind::Annotation => {
             if duration.is_zero() {
                 return Err(Error::config(
@@ -202,13 +211,29 @@ fn resolve(
                      duration above zero",
                 ));
             }
-            Timing {
+            Ok(Timing {
                 lease_duration: duration,
                 renew_deadline: None,
                 poll,
                 retry_after_error: poll,
-            }
+            })
         }
+    }
+}
+
+/// Refuse a lock of `kind` that lacks what it cannot work without: an object `name`, the
+/// operator's own Pod name (`has_pod_name`), an `identity`. The error says what to set.
+fn check_required_settings(
+    kind: LockKind,
+    name: &str,
+    has_pod_name: bool,
+    identity: &str,
+) -> Result<(), Error> {
+    let needs = |what: &str, how: &str| {
+        Error::config(format!(
+            "the {} lock (leader-election.lock) needs {what}: set {how}",
+            kind_name(kind)
+        ))
     };
     if matches!(kind, LockKind::LeaderWithLease | LockKind::LeaderForLife) && name.is_empty() {
         return Err(needs(
@@ -216,7 +241,7 @@ fn resolve(
             "leader-election.id (--leader-election-id)",
         ));
     }
-    if kind == LockKind::LeaderForLife && pod_name.is_none() {
+    if kind == LockKind::LeaderForLife && !has_pod_name {
         return Err(needs(
             "the name of the operator's own Pod, which owns the lock ConfigMap",
             "POD_NAME (e.g. from the downward API's metadata.name) or leader-election.identity",
@@ -228,13 +253,17 @@ fn resolve(
             "POD_NAME or leader-election.identity; there is no hostname to fall back on",
         ));
     }
-    Ok(LockSettings {
-        kind,
-        name,
-        namespace,
-        identity,
-        timing,
-    })
+    Ok(())
+}
+
+/// The lock kind as `leader-election.lock` spells it, for error messages.
+fn kind_name(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::LeaderForLife => "for-life",
+        LockKind::LeaderWithLease => "lease",
+        LockKind::Annotation => "per-cr-annotation",
+        LockKind::Dryrun => "no",
+    }
 }
 
 /// The host's name: `HOSTNAME`, else the kernel's (Linux). In a Pod both are the Pod's name.
