@@ -243,13 +243,7 @@ pub const MAX_NAME_LENGTH: usize = 63;
 /// `name` if it fits in 63 characters; otherwise its first 59 characters followed by the
 /// first 4 hex digits of its SHA-256, so distinct long names stay distinct.
 ///
-/// ```
-/// let long = "a".repeat(70);
-/// let short = windlass::object::truncated_name(&long);
-/// assert_eq!(short.len(), 63);
-/// assert!(short.starts_with(&"a".repeat(59)));
-/// assert_eq!(windlass::object::truncated_name("web"), "web");
-/// ```
+/// Tested by `long_names_are_truncated_with_a_hash_suffix`.
 pub(crate) fn truncated_name(name: &str) -> String {
     if name.len() <= MAX_NAME_LENGTH {
         return name.to_string();
@@ -361,5 +355,14 @@ mod tests {
         let m = to_manifest(&json!({"kind": "X", "metadata": {"labels": null}})).expect("map");
         assert_eq!(m, json!({"kind": "X", "metadata": {}}));
         assert!(to_manifest(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn long_names_are_truncated_with_a_hash_suffix() {
+        let long = "a".repeat(70);
+        let short = truncated_name(&long);
+        assert_eq!(short.len(), 63);
+        assert!(short.starts_with(&"a".repeat(59)));
+        assert_eq!(truncated_name("web"), "web");
     }
 }

@@ -12,7 +12,8 @@
 //! superset of what real API servers allow per kind).
 //!
 //! ```
-//! use windlass::cluster::{Selector, SelectorExt, parse_labels};
+//! use kube::core::SelectorExt;
+//! use windlass::cluster::{Selector, parse_labels};
 //!
 //! let sel: Selector = parse_labels("app=web, tier in (db, cache), !canary").unwrap();
 //! let labels = |pairs: &[(&str, &str)]| {

@@ -55,15 +55,7 @@ impl schemars::JsonSchema for ConfigOverrides {
 /// whatever the type says. Objects whose schema admits any key (maps, preserved unknown
 /// fields) are not looked into.
 ///
-/// ```
-/// #[derive(serde::Deserialize, schemars::JsonSchema)]
-/// struct Backend { replicas: u32, cache: Cache }
-/// #[derive(serde::Deserialize, schemars::JsonSchema)]
-/// struct Cache { size: u32 }
-///
-/// let value = serde_json::json!({"replicas": 2, "replica": 3, "cache": {"size": 1, "sise": 2}});
-/// assert_eq!(windlass::config::unknown_keys::<Backend>(&value), ["cache.sise", "replica"]);
-/// ```
+/// Tested by `misspelled_keys_are_found_at_any_depth`.
 pub fn unknown_keys<T: schemars::JsonSchema>(value: &Value) -> Vec<String> {
     let schema = schemars::schema_for!(T);
     let root = schema.as_value();
@@ -122,4 +114,28 @@ fn object_schema<'a>(root: &'a Value, node: &'a Value, hops: u8) -> Option<&'a V
         .filter_map(|k| node.get(*k).and_then(Value::as_array))
         .flatten()
         .find_map(|alternative| object_schema(root, alternative, hops + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspelled_keys_are_found_at_any_depth() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Backend {
+            replicas: u32,
+            cache: Cache,
+        }
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Cache {
+            size: u32,
+        }
+
+        let value =
+            serde_json::json!({"replicas": 2, "replica": 3, "cache": {"size": 1, "sise": 2}});
+        assert_eq!(unknown_keys::<Backend>(&value), ["cache.sise", "replica"]);
+    }
 }

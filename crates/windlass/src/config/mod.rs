@@ -47,7 +47,7 @@ pub use backend::ConfigOverrides;
 pub(crate) use backend::unknown_keys;
 pub use duration::{ConfigDuration, DurationError};
 pub use layers::ConfigError;
-pub(crate) use layers::Layers;
+pub use layers::Layers;
 
 /// Everything the operator process can be configured with. `Default` is what an operator
 /// runs with when nothing is set.

@@ -8,15 +8,7 @@ use crate::error::Error;
 /// Which nodes verified, stayed unverified, failed or never started, and the error that
 /// halted the run, if any. The four sets are disjoint by construction.
 ///
-/// ```
-/// use windlass::reconcile::CompletionState;
-///
-/// let none: [&str; 0] = [];
-/// let state = CompletionState::new(["db"], ["web"], none, none, None).unwrap();
-/// assert!(state.deploy_completed());   // nothing failed or left unstarted
-/// assert!(!state.verify_completed());  // but `web` has not verified
-/// assert!(!state.failed());
-/// ```
+/// Tested by `a_state_with_an_unverified_node_deployed_but_did_not_verify`.
 #[derive(Debug, Clone, Default)]
 pub struct CompletionState {
     verified: BTreeSet<String>,
@@ -199,5 +191,14 @@ mod tests {
             b.to_string(),
             "verified: [a], unverified: [], failed: [], unstarted: [], error: config error: x"
         );
+    }
+
+    #[test]
+    fn a_state_with_an_unverified_node_deployed_but_did_not_verify() {
+        let none: [&str; 0] = [];
+        let state = CompletionState::new(["db"], ["web"], none, none, None).unwrap();
+        assert!(state.deploy_completed()); // nothing failed or left unstarted
+        assert!(!state.verify_completed()); // but `web` has not verified
+        assert!(!state.failed());
     }
 }

@@ -69,17 +69,6 @@ pub async fn write_beat(file: &Path, now: &Zoned) -> std::io::Result<()> {
 }
 
 /// The heartbeat task: beats at once, then every period, until stopped or dropped.
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() {
-/// use std::time::Duration;
-/// use windlass::runtime::heartbeat::Heartbeat;
-///
-/// let heartbeat = Heartbeat::spawn("/tmp/heartbeat.txt".into(), Duration::from_secs(30));
-/// heartbeat.wait_for_beat().await;
-/// heartbeat.stop().await;
-/// # }
-/// ```
 #[derive(Debug)]
 pub struct Heartbeat {
     // Read by the tests, which wait for beats.

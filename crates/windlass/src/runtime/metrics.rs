@@ -92,18 +92,7 @@ fn duration_histogram() -> Histogram {
 /// Cheap to share in an `Arc`: every method takes `&self` and only touches atomics (and a
 /// family's lock the first time a label set is seen).
 ///
-/// ```
-/// use std::time::Duration;
-/// use windlass::Action;
-/// use windlass::runtime::metrics::Metrics;
-///
-/// let metrics = Metrics::new();
-/// metrics.reconcile_started("webapp");
-/// metrics.reconcile_finished("webapp", Action::Done, Duration::from_millis(12), false);
-/// let text = metrics.encode();
-/// assert!(text.contains(r#"windlass_reconciles_total{controller="webapp",outcome="done"} 1"#));
-/// assert!(text.ends_with("# EOF\n"));
-/// ```
+/// Tested by `a_finished_reconcile_is_counted_by_controller_and_outcome`.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -594,5 +583,20 @@ mod tests {
             sample(&metrics.encode(), "windlass_webapp_widgets_total"),
             Some(7.0)
         );
+    }
+
+    #[test]
+    fn a_finished_reconcile_is_counted_by_controller_and_outcome() {
+        use crate::Action;
+        use std::time::Duration;
+
+        let metrics = Metrics::new();
+        metrics.reconcile_started("webapp");
+        metrics.reconcile_finished("webapp", Action::Done, Duration::from_millis(12), false);
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"windlass_reconciles_total{controller="webapp",outcome="done"} 1"#)
+        );
+        assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -65,26 +65,7 @@ pub async fn discover_with<C: Controller>(
 /// the controller of its kind, so the CRs a parent renders for another controller are
 /// reconciled by it and need no file of their own.
 ///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use kube::CustomResourceExt;
-/// use windlass::config::OperatorConfig;
-/// use windlass::cli::rbac::Discovery;
-/// use windlass::testing::{DummyController, Gadget, Widget};
-///
-/// let widget = serde_json::json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
-///     "metadata": {"name": "w"}, "spec": {}});
-/// let access = Discovery::new(OperatorConfig::default())
-///     .controller(DummyController::new(), Some(Widget::crd()))
-///     .controller(DummyController::<Gadget>::of_kind(), Some(Gadget::crd()))
-///     .run([widget])
-///     .await;
-/// // No Gadget among the files, and no Widget renders one: nothing shows what the
-/// // Gadget controller needs.
-/// assert!(access.unwrap_err().to_string().contains("Gadget"));
-/// # }
-/// ```
+/// Tested by `one_dry_run_needs_a_cr_of_every_controllers_kind`.
 pub struct Discovery {
     operator: OperatorConfig,
     memory: Arc<MemoryCluster>,

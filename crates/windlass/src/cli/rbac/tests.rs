@@ -429,3 +429,22 @@ fn the_yaml_is_multi_document_and_parses_back() {
     assert_eq!(parsed[0]["metadata"]["namespace"], "default");
     assert_eq!(yaml, manifests.to_yaml().unwrap(), "deterministic");
 }
+
+#[tokio::test]
+async fn one_dry_run_needs_a_cr_of_every_controllers_kind() {
+    use super::Discovery;
+    use crate::config::OperatorConfig;
+    use crate::testing::{DummyController, Gadget, Widget};
+    use kube::CustomResourceExt;
+
+    let widget = serde_json::json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {}});
+    let access = Discovery::new(OperatorConfig::default())
+        .controller(DummyController::new(), Some(Widget::crd()))
+        .controller(DummyController::<Gadget>::of_kind(), Some(Gadget::crd()))
+        .run([widget])
+        .await;
+    // No Gadget among the files, and no Widget renders one: nothing shows what the
+    // Gadget controller needs.
+    assert!(access.unwrap_err().to_string().contains("Gadget"));
+}
