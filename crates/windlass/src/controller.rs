@@ -57,6 +57,7 @@ pub use crate::progress::{Phase, PhaseOutcome};
 pub use crate::resource::{ControllerTypes, PrimaryResource};
 use crate::session::Session;
 use crate::verify::Readiness;
+use crate::version::Versions;
 
 /// The default of [`Controller::should_requeue`]: requeue after
 /// `runtime.requeue-after` until the CR's status, read back, shows it done: `Ready`,
@@ -213,6 +214,32 @@ pub trait Controller: Send + Sync + Sized + 'static {
     /// ```
     fn watches(&self) -> crate::watch::Watches {
         crate::watch::Watches::new()
+    }
+
+    /// The application versions this controller can roll out (see [`crate::version`]):
+    /// listed in `status.versions.available`, and, with `versions.strict`, the only ones a
+    /// CR may ask for. `components` builds the graph for the CR's version
+    /// ([`Session::version`], [`Session::version_matches`]). By default none are declared,
+    /// and the configuration's `versions.supported` is the list. Called once, when the
+    /// controller starts.
+    ///
+    /// ```
+    /// # use windlass::prelude::*;
+    /// use windlass::version::Versions;
+    /// # struct Shop;
+    /// # #[async_trait]
+    /// # impl Controller for Shop {
+    /// #     type Resource = windlass::testing::Widget;
+    /// #     type Config = NoConfig;
+    /// #     type Status = Status;
+    /// #     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> { Ok(Components::new()) }
+    /// fn versions(&self) -> Versions {
+    ///     Versions::new().version("1.4.2").version("2.0.0")
+    /// }
+    /// # }
+    /// ```
+    fn versions(&self) -> Versions {
+        Versions::new()
     }
 
     /// Defaults merged under the CR before it is parsed: the CR wins.

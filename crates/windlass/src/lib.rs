@@ -22,6 +22,7 @@
 //! - [`mod@reference`], [`verify`], [`resource`], [`error`]: typed names, readiness rules, the
 //!   types every module names (including [`Action`], what next), errors.
 //! - [`watch`]: what a controller watches besides its own kind, and which events count.
+//! - [`version`]: the application versions a controller rolls out, per CR.
 //!
 //! One reconcile, in the order it runs:
 //!
@@ -79,6 +80,7 @@ pub mod status;
 pub mod testing;
 pub mod values;
 pub mod verify;
+pub mod version;
 pub mod watch;
 
 pub use error::{ClusterError, Error, Result};

@@ -72,14 +72,14 @@ impl Layers {
 
     /// Every config key as a dotted path (`leader-election.enabled`), with the kind of value
     /// it takes.
-    pub fn leaves() -> Vec<(String, LeafKind)> {
+    pub(crate) fn leaves() -> Vec<(String, LeafKind)> {
         let mut out = Vec::new();
         collect_leaves(&default_tree(), String::new(), &mut out);
         out
     }
 
     /// Merge a YAML document over the current layers. A document in oper8's schema is
-    /// translated first (see [`oper8`]); what it cannot translate is listed by
+    /// translated first (see `config/oper8.rs`); what it cannot translate is listed by
     /// [`Layers::build`], like unknown keys. A document that is not YAML is an error now.
     pub fn yaml(mut self, text: &str) -> Result<Self, ConfigError> {
         let parsed: Value = serde_saphyr::from_str(text).map_err(|e| ConfigError {
@@ -104,7 +104,7 @@ impl Layers {
     }
 
     /// Override keys from environment variables. `RUST_LOG` sets `logging.level`; then each
-    /// `WINDLASS_<PATH>` sets its key (see [`env_name`]). A `WINDLASS_` variable that names
+    /// `WINDLASS_<PATH>` sets its key (`.` and `-` become `_`: `WINDLASS_LEADER_ELECTION_ENABLED`). A `WINDLASS_` variable that names
     /// no key is an error, so a misspelled one is not ignored; every other variable is.
     pub fn env<I, K, V>(mut self, vars: I) -> Self
     where

@@ -16,6 +16,7 @@ use crate::session::{Ledger, Parts, Session, manifest_version};
 use crate::status::inventory::Inventory;
 use crate::status::reconciled_version;
 use crate::values::merge;
+use crate::version::Versions;
 
 use super::Reconciler;
 
@@ -37,7 +38,7 @@ impl<C: Controller> Reconciler<C> {
         let typed = typed_cr::<C>(cr, &merged)?;
         let version = manifest_version(&merged, operator);
         if !finalizing {
-            check_version(operator, version.as_deref())?;
+            check_version(operator, &self.versions, version.as_deref())?;
         }
         let (config_value, config) = self.config(cr, manifest, finalizing).await?;
         let temporary_patches = lenient(
@@ -63,6 +64,7 @@ impl<C: Controller> Reconciler<C> {
             status_changes: parking_lot::Mutex::new(None),
             version,
             current_version,
+            versions: self.versions.clone(),
             observer: self.observer.clone(),
             component_events: parking_lot::Mutex::new(Vec::new()),
             ledger,
@@ -219,22 +221,31 @@ fn typed_cr<C: Controller>(cr: &ObjectRef, merged: &Value) -> Result<C::Resource
     })
 }
 
-/// Strict versioning: with `versions.strict`, the CR must have a `version` the operator
-/// supports.
-fn check_version(operator: &OperatorConfig, version: Option<&str>) -> Result<()> {
+/// Strict versioning: with `versions.strict`, the CR must have a version that `versions`
+/// supports; the error names the supported ones.
+fn check_version(
+    operator: &OperatorConfig,
+    versions: &Versions,
+    version: Option<&str>,
+) -> Result<()> {
     if !operator.versions.strict {
         return Ok(());
     }
+    let supported = || match versions.is_empty() {
+        true => "no version (none is declared)".to_string(),
+        false => versions.names().join(", "),
+    };
     let version = version.ok_or_else(|| {
         Error::config(format!(
-            "the CR has no version at {}",
-            operator.versions.field
+            "the CR has no version at {}: this operator supports {}",
+            operator.versions.field,
+            supported()
         ))
     })?;
-    if !operator.versions.supported.iter().any(|v| v == version) {
+    if !versions.supports(version) {
         return Err(Error::config(format!(
             "unsupported version {version}: this operator supports {}",
-            operator.versions.supported.join(", ")
+            supported()
         )));
     }
     Ok(())

@@ -69,6 +69,7 @@ use crate::progress::{Event, Observer, Quiet, emit};
 use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
 use crate::status::{self, StatusUpdate, condition};
+use crate::version::Versions;
 
 mod failure;
 mod finalizing;
@@ -126,6 +127,8 @@ impl From<ClusterError> for Failure {
 /// Reconciles CRs of one controller against one cluster.
 pub struct Reconciler<C: Controller> {
     controller: Arc<C>,
+    /// The versions a CR may ask for: the controller's, narrowed by the configuration.
+    versions: Arc<Versions>,
     cluster: Arc<dyn Cluster>,
     operator: Arc<OperatorConfig>,
     observer: Arc<dyn Observer>,
@@ -136,6 +139,7 @@ impl<C: Controller> Clone for Reconciler<C> {
     fn clone(&self) -> Self {
         Reconciler {
             controller: self.controller.clone(),
+            versions: self.versions.clone(),
             cluster: self.cluster.clone(),
             operator: self.operator.clone(),
             observer: self.observer.clone(),
@@ -147,7 +151,9 @@ impl<C: Controller> Clone for Reconciler<C> {
 impl<C: Controller> Reconciler<C> {
     /// A reconciler of `controller`'s CRs on `cluster`.
     pub fn new(controller: C, cluster: Arc<dyn Cluster>, operator: OperatorConfig) -> Self {
+        let versions = Versions::effective(controller.versions(), &operator.versions);
         Reconciler {
+            versions: Arc::new(versions),
             controller: Arc::new(controller),
             cluster,
             operator: Arc::new(operator),

@@ -198,7 +198,7 @@ pub(super) fn start_status<C: Controller>(session: &Session<C>, current: &Value)
     StatusUpdate {
         ready: Some((reason, message)),
         updating,
-        supported_versions: Some(session.operator_config().versions.supported.clone()),
+        supported_versions: Some(session.supported_versions().names()),
         observed_generation: session.manifest().generation(),
         ..Default::default()
     }

@@ -21,6 +21,7 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
+use crate::version::Versions;
 mod ledger;
 
 pub(crate) use ledger::{Ledger, Recorded};
@@ -142,6 +143,8 @@ pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) status_changes: Mutex<Option<C::Status>>,
     pub(crate) version: Option<String>,
     pub(crate) current_version: Option<String>,
+    /// The versions a CR may ask for.
+    pub(crate) versions: Arc<Versions>,
     pub(crate) observer: Arc<dyn Observer>,
     /// The Events the progress of this reconcile calls for (a component that failed),
     /// published by the reconcile once the rollout is over.
@@ -288,6 +291,25 @@ impl<C: ControllerTypes> Session<C> {
     /// The last version fully rolled out (`status.versions.reconciled`), if any.
     pub fn current_version(&self) -> Option<&str> {
         self.inner.current_version.as_deref()
+    }
+    /// Whether the CR's version satisfies the semantic-versioning `requirement` (`^1.4`,
+    /// `>=2.0, <3`): what `components` dispatches on to build the graph of a version.
+    /// `false` when the CR has no version or one that is not a semantic version (see
+    /// [`crate::version`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `requirement` is not a requirement.
+    pub fn version_matches(&self, requirement: &str) -> Result<bool> {
+        match self.version() {
+            Some(version) => crate::version::matches(requirement, version),
+            None => crate::version::matches(requirement, "").map(|_| false),
+        }
+    }
+    /// The versions this operator supports: the controller's
+    /// ([`Controller::versions`](crate::controller::Controller::versions)) narrowed by the
+    /// configuration's `versions.supported`.
+    pub fn supported_versions(&self) -> &Versions {
+        &self.inner.versions
     }
     /// The temporary patch objects in force, oldest first.
     pub fn temporary_patches(&self) -> &[Value] {

@@ -15,3 +15,4 @@ mod rollout;
 mod status;
 mod support;
 mod typed_status;
+mod versions;
