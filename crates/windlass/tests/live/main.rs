@@ -26,6 +26,7 @@ mod live_path;
 mod manifests;
 mod rollout;
 mod runtime;
+mod versions;
 
 use std::sync::Arc;
 
