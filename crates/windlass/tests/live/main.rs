@@ -13,9 +13,12 @@
 //! - `runtime`: the operator runtime: reads from the watches, back-off;
 //! - `dependency_hash`: pods rolled when a Secret they read changes, under the runtime;
 //! - `manifests`: the `manifests` command's output applied, and the access it grants.
+//! - `cel`: CEL validation rules, enforced by the server and by the in-memory cluster alike;
+//! - `versions`: application versions, dispatched per CR.
 
 #![allow(clippy::unwrap_used)]
 
+mod cel;
 mod conformance;
 mod dependency_hash;
 mod describe;

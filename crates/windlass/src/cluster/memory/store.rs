@@ -83,6 +83,8 @@ pub(super) struct KindInfo {
 pub(super) struct State {
     pub(super) objects: BTreeMap<Key, Entry>,
     pub(super) kinds: HashMap<TypeRef, KindInfo>,
+    /// The CEL validation rules of the custom kinds that declare some.
+    pub(super) rules: super::rules::Rules,
     resource_version: u64,
     /// Events of the current operation, published (in order, under the lock) when it ends.
     pub(super) pending: Vec<WatchEvent>,
@@ -148,9 +150,11 @@ pub(super) fn register_crd_kinds(state: &mut State, object: &Value) {
                 status_subresource: version["subresources"].get("status").is_some(),
                 generation: true,
             };
+            let type_ref = TypeRef::new(format!("{group}/{name}"), kind);
             state
-                .kinds
-                .insert(TypeRef::new(format!("{group}/{name}"), kind), info);
+                .rules
+                .register(type_ref.clone(), &version["schema"]["openAPIV3Schema"]);
+            state.kinds.insert(type_ref, info);
         }
     }
 }

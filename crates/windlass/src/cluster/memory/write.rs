@@ -204,6 +204,7 @@ fn create_requested(state: &mut State, request: Request<'_>) -> Result<Value, Cl
     if request.method == WriteMethod::Update {
         crate::values::prune_nulls(&mut desired);
     }
+    state.rules.check(&desired, None)?;
     Ok(create(
         state,
         request.key,
@@ -372,6 +373,10 @@ pub(super) fn commit(
     mut next: Value,
     applied: Option<(String, Value)>,
 ) -> Result<Value, ClusterError> {
+    // The kind's CEL rules, with the stored object as `oldSelf`.
+    state
+        .rules
+        .check(&next, state.objects.get(&key).map(|entry| &entry.object))?;
     // Judge the write against the stored object in place; the callers already hold their
     // own copy, so cloning the entry (object and every manager's applied fields) here again
     // is not needed.
