@@ -1,6 +1,7 @@
-//! CEL validation rules (`x-kubernetes-validations`) declared on a Rust type: the real API
-//! server enforces them, and the in-memory cluster refuses the same objects naming the same
-//! fields with the same messages, so `run --dry-run` refuses what the server would.
+//! CEL validation rules (`x-kubernetes-validations`) and defaults declared on a Rust type:
+//! the real API server enforces them, and the in-memory cluster refuses the same objects
+//! naming the same fields with the same messages and stores the same defaults, so `run
+//! --dry-run` refuses and stores what the server would.
 
 use kube::CustomResource;
 use kube::KubeSchema;
@@ -26,6 +27,13 @@ pub struct BoundedSpec {
     max: i64,
     #[x_kube(validation = Rule::new("self == oldSelf").message("zone cannot change"))]
     zone: String,
+    /// Defaulted by the server when missing.
+    #[serde(default = "one")]
+    step: i64,
+}
+
+fn one() -> i64 {
+    1
 }
 
 fn bounded(namespace: &str, name: &str, spec: Value) -> Value {
@@ -48,7 +56,7 @@ fn refusal(result: Result<Value, ClusterError>) -> Option<Vec<(String, String)>>
 }
 
 #[tokio::test]
-async fn the_server_and_the_memory_cluster_refuse_the_same_objects_naming_the_same_fields() {
+async fn the_server_and_the_memory_cluster_refuse_the_same_objects_and_store_the_same_defaults() {
     let (live_cluster, env) = live().await;
     install_crd::<Bounded>(&live_cluster).await;
     let ns = env.namespace("cel").await.unwrap();
@@ -73,6 +81,14 @@ async fn the_server_and_the_memory_cluster_refuse_the_same_objects_naming_the_sa
         );
         assert_eq!(on_server.is_none(), name == "ok", "{name}: {on_server:?}");
     }
+
+    // The default the schema declares is stored by both.
+    let ok =
+        windlass::object::ObjectRef::from_manifest(&bounded(ns.name(), "ok", json!({}))).unwrap();
+    let on_server = live_cluster.get(&ok).await.unwrap().unwrap();
+    let in_memory = memory.get(&ok).await.unwrap().unwrap();
+    assert_eq!(on_server["spec"]["step"], 1, "{on_server}");
+    assert_eq!(on_server["spec"], in_memory["spec"]);
 
     // A transition rule: the zone of a stored object cannot change.
     let moved = bounded(ns.name(), "ok", json!({"min": 1, "max": 10, "zone": "b"}));

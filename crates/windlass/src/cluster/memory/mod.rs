@@ -32,17 +32,16 @@
 //!   number of concurrent writers; a deletion's event carries the deletion's own (new)
 //!   resourceVersion, as a real watch does.
 //!
-//! A CRD's CEL validation rules are enforced (`rules`), as the server enforces them. Not
-//! modelled: admission webhooks, type validation against OpenAPI schemas, schema defaults,
-//! conflicts between field managers (windlass always forces its apply), and API versions
+//! A CRD's schema defaults and CEL validation rules are applied (`rules`), as the server
+//! applies them. Not modelled: admission webhooks, type validation against OpenAPI
+//! schemas, conflicts between field managers (windlass always forces its apply), and API versions
 //! of one group converting between each other (objects are keyed by group and kind).
 //!
 //! The files: `store` holds the objects and the kinds served; `write` is one write (the
 //! server's checks, then create, merge or replace, and the commit every change goes
 //! through); `apply` is server-side apply's field ownership; `delete` is finalizers and
-//! garbage collection; `rules` is CEL validation; `watch` is the events and their
-//! publishing. This file is the
-//! public face: [`MemoryCluster`] and its [`Cluster`] implementation.
+//! garbage collection; `rules` is schema defaults and CEL validation; `watch` is the
+//! events and their publishing. This file is the public face: [`MemoryCluster`] and its [`Cluster`] implementation.
 
 mod apply;
 mod delete;

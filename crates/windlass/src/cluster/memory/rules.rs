@@ -1,12 +1,14 @@
-//! The CEL validation rules of custom resources (`x-kubernetes-validations` in a CRD's
-//! schema), evaluated with kube's client-side CEL as the API server evaluates them: a dry
-//! run refuses what the server would refuse, with the same fields named. Rules are compiled
-//! once, when the CRD is registered; kinds without rules cost nothing per write.
+//! What a CRD's schema does to a write besides its shape: defaults (`default`), filled in
+//! where a field is missing, and CEL validation rules (`x-kubernetes-validations`),
+//! evaluated with kube's client-side CEL as the API server evaluates them. A dry run stores
+//! what the server would store and refuses what it would refuse, with the same fields
+//! named. Rules are compiled once, when the CRD is registered; kinds without defaults or
+//! rules cost nothing per write.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube::core::cel::{CompiledSchema, ValidationError, Validator, compile_schema};
+use kube::core::cel::{CompiledSchema, ValidationError, Validator, apply_defaults, compile_schema};
 use serde_json::Value;
 
 use crate::error::{ClusterError, FieldCause};
@@ -16,6 +18,8 @@ use crate::object::{ManifestExt, TypeRef};
 #[derive(Default)]
 pub(super) struct Rules {
     by_kind: HashMap<TypeRef, Arc<CompiledSchema>>,
+    /// The schemas of the kinds that declare defaults.
+    defaults: HashMap<TypeRef, Arc<Value>>,
 }
 
 impl std::fmt::Debug for Rules {
@@ -28,10 +32,27 @@ impl Rules {
     /// Compile the rules of `schema` (a version's `openAPIV3Schema`) for `kind`, if it has
     /// any; a schema without rules removes what an older registration compiled.
     pub(super) fn register(&mut self, kind: TypeRef, schema: &Value) {
-        if has_rules(schema) {
+        if declares(schema, "default") {
+            self.defaults.insert(kind.clone(), Arc::new(schema.clone()));
+        } else {
+            self.defaults.remove(&kind);
+        }
+        if declares(schema, "x-kubernetes-validations") {
             self.by_kind.insert(kind, Arc::new(compile_schema(schema)));
         } else {
             self.by_kind.remove(&kind);
+        }
+    }
+
+    /// `object` with its kind's schema defaults filled in where fields are missing, as the
+    /// API server stores it.
+    pub(super) fn default(&self, object: Value) -> Value {
+        let (Some(api_version), Some(kind)) = (object.api_version(), object.kind()) else {
+            return object;
+        };
+        match self.defaults.get(&TypeRef::new(api_version, kind)) {
+            Some(schema) => apply_defaults(schema, &object),
+            None => object,
         }
     }
 
@@ -91,13 +112,13 @@ fn cause(object: &Value, error: &ValidationError) -> FieldCause {
     }
 }
 
-/// Whether `schema` declares a rule anywhere.
-fn has_rules(schema: &Value) -> bool {
+/// Whether `schema` declares `keyword` (a default, a rule) anywhere.
+fn declares(schema: &Value, keyword: &str) -> bool {
     match schema {
         Value::Object(map) => {
-            map.contains_key("x-kubernetes-validations") || map.values().any(has_rules)
+            map.contains_key(keyword) || map.values().any(|child| declares(child, keyword))
         }
-        Value::Array(items) => items.iter().any(has_rules),
+        Value::Array(items) => items.iter().any(|child| declares(child, keyword)),
         _ => false,
     }
 }

@@ -204,6 +204,7 @@ fn create_requested(state: &mut State, request: Request<'_>) -> Result<Value, Cl
     if request.method == WriteMethod::Update {
         crate::values::prune_nulls(&mut desired);
     }
+    let desired = state.rules.default(desired);
     state.rules.check(&desired, None)?;
     Ok(create(
         state,
@@ -370,10 +371,11 @@ pub(super) fn restore_system_metadata(next: &mut Value, stored: &Value) {
 pub(super) fn commit(
     state: &mut State,
     key: Key,
-    mut next: Value,
+    next: Value,
     applied: Option<(String, Value)>,
 ) -> Result<Value, ClusterError> {
-    // The kind's CEL rules, with the stored object as `oldSelf`.
+    // The kind's schema defaults and CEL rules, with the stored object as `oldSelf`.
+    let mut next = state.rules.default(next);
     state
         .rules
         .check(&next, state.objects.get(&key).map(|entry| &entry.object))?;
