@@ -38,18 +38,29 @@ impl From<Duration> for ConfigDuration {
     }
 }
 
-/// A duration string that does not follow the grammar.
+/// The longest duration a setting may have: a year. No setting needs more, and the clock
+/// arithmetic of timers and deadlines overflows long before `Duration::MAX`.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A duration string the configuration cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "`{0}` is not a duration: write hours, minutes and seconds in that order, e.g. `1h30m`, `10m`, `2.5s`"
-)]
-pub struct DurationError(String);
+pub enum DurationError {
+    /// It does not follow the grammar.
+    #[error(
+        "`{0}` is not a duration: write hours, minutes and seconds in that order, e.g. `1h30m`, `10m`, `2.5s`"
+    )]
+    Syntax(String),
+    /// It is longer than [`MAX_DURATION`].
+    #[error("`{0}` is too long: a duration may be at most a year (8784h)")]
+    TooLong(String),
+}
 
 impl FromStr for ConfigDuration {
     type Err = DurationError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let err = || DurationError(input.to_string());
+        let err = || DurationError::Syntax(input.to_string());
+        let too_long = || DurationError::TooLong(input.to_string());
         let mut rest = input.trim();
         if rest.is_empty() {
             return Err(err());
@@ -59,16 +70,18 @@ impl FromStr for ConfigDuration {
         if let Some((digits, after)) = split_digits(rest)
             && let Some(after_unit) = after.strip_prefix("hr").or_else(|| after.strip_prefix('h'))
         {
-            let hours: u64 = digits.parse().map_err(|_| err())?;
-            total += Duration::from_secs(hours.checked_mul(3600).ok_or_else(err)?);
+            let hours: u64 = digits.parse().map_err(|_| too_long())?;
+            total = add(total, hours.checked_mul(3600).map(Duration::from_secs))
+                .ok_or_else(too_long)?;
             rest = after_unit;
         }
         // Minutes: digits then `m`.
         if let Some((digits, after)) = split_digits(rest)
             && let Some(after_unit) = after.strip_prefix('m')
         {
-            let minutes: u64 = digits.parse().map_err(|_| err())?;
-            total += Duration::from_secs(minutes.checked_mul(60).ok_or_else(err)?);
+            let minutes: u64 = digits.parse().map_err(|_| too_long())?;
+            total = add(total, minutes.checked_mul(60).map(Duration::from_secs))
+                .ok_or_else(too_long)?;
             rest = after_unit;
         }
         // Seconds: digits with an optional fraction, then `s`.
@@ -81,15 +94,22 @@ impl FromStr for ConfigDuration {
                 return Err(err());
             }
             let seconds: f64 = number.parse().map_err(|_| err())?;
-            total += Duration::try_from_secs_f64(seconds).map_err(|_| err())?;
+            total = add(total, Duration::try_from_secs_f64(seconds).ok()).ok_or_else(too_long)?;
             rest = "";
         }
-        if rest.is_empty() && input.trim() != "" {
-            Ok(ConfigDuration(total))
-        } else {
-            Err(err())
+        if !rest.is_empty() {
+            return Err(err());
         }
+        if total > MAX_DURATION {
+            return Err(too_long());
+        }
+        Ok(ConfigDuration(total))
     }
+}
+
+/// `total + part`, `None` when `part` is missing (it overflowed) or the sum overflows.
+fn add(total: Duration, part: Option<Duration>) -> Option<Duration> {
+    total.checked_add(part?)
 }
 
 /// Leading ASCII digits (at least one) and what follows them.
@@ -172,7 +192,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn huge_durations_are_refused_not_overflowed() {
+        for huge in [
+            "5124095576030431h59m",
+            "99999999999999999999h",
+            "307445734561825860m",
+            "99999999999999999999999999999999999999s",
+            "18446744073709551615.5s",
+            "8785h",
+        ] {
+            assert!(
+                matches!(
+                    huge.parse::<ConfigDuration>(),
+                    Err(DurationError::TooLong(_))
+                ),
+                "{huge:?}"
+            );
+        }
+        assert_eq!(parse("8784h"), Some(MAX_DURATION));
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+        /// Any text: an answer, never a panic; an accepted one prints back to itself.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "[0-9hrms. ]{0,24}") {
+            if let Ok(d) = text.parse::<ConfigDuration>() {
+                prop_assert!(Duration::from(d) <= MAX_DURATION);
+                prop_assert_eq!(d.to_string().parse::<ConfigDuration>(), Ok(d));
+            }
+        }
+
         #[test]
         fn display_round_trips(secs in 0u64..400_000, millis in 0u32..1000) {
             let d = ConfigDuration(Duration::from_secs(secs) + Duration::from_millis(millis.into()));

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 
 pub use backend::ConfigOverrides;
 pub(crate) use backend::unknown_keys;
-pub use duration::{ConfigDuration, DurationError};
+pub use duration::{ConfigDuration, DurationError, MAX_DURATION};
 pub use layers::ConfigError;
 pub use layers::Layers;
 
@@ -465,6 +465,26 @@ impl OperatorConfig {
         if self.versions.field.trim().is_empty() {
             problems.push("versions.field: must not be empty".to_string());
         }
+        // Parsed durations are bounded already; a configuration built in code is checked
+        // here, before a timer overflows the clock with it.
+        for (key, duration) in [
+            ("runtime.sync-period", self.runtime.sync_period),
+            ("runtime.requeue-after", self.runtime.requeue_after),
+            (
+                "leader-election.lease-duration",
+                self.leader_election.lease_duration,
+            ),
+            (
+                "leader-election.retry-period",
+                self.leader_election.retry_period,
+            ),
+            ("rollout.conflict-backoff", self.rollout.conflict_backoff),
+            ("heartbeat.period", self.heartbeat.period),
+        ] {
+            if duration.0 > MAX_DURATION {
+                problems.push(format!("{key}: must be at most a year (8784h)"));
+            }
+        }
         for (key, value) in [
             (
                 "server.metrics-bind-address",
@@ -771,5 +791,17 @@ mod tests {
         c.logging.level = "info,windlass=loud".into();
         let problems = c.validate().unwrap_err();
         assert!(problems[0].starts_with("logging.level: "), "{problems:?}");
+    }
+
+    #[test]
+    fn a_duration_longer_than_a_year_built_in_code_is_refused() {
+        let mut c = OperatorConfig::default();
+        c.heartbeat.period = ConfigDuration(Duration::MAX);
+        c.runtime.sync_period = ConfigDuration(MAX_DURATION);
+        let problems = c.validate().unwrap_err();
+        assert_eq!(
+            problems,
+            ["heartbeat.period: must be at most a year (8784h)"]
+        );
     }
 }

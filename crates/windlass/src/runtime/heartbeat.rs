@@ -363,6 +363,20 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_period_too_long_for_the_clock_beats_once_and_does_not_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("heartbeat.txt");
+        let heartbeat = Heartbeat::spawn(file.clone(), Duration::MAX);
+        let mut beats = heartbeat.beats();
+        until_beats(&mut beats, 1).await;
+        // A day later the task is still there (a panic would have ended it), waiting.
+        tokio::time::advance(Duration::from_secs(24 * 3600)).await;
+        assert!(!heartbeat.task.is_finished(), "the heartbeat task ended");
+        assert_eq!(*beats.borrow(), 1);
+        heartbeat.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_failed_write_does_not_end_the_task_and_is_retried_at_the_next_beat() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("later");

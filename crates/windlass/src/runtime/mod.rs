@@ -200,6 +200,10 @@ impl Manager {
     /// [`Error::Config`] for a configuration the runtime cannot work with (the global
     /// filter, the lock); a cluster error if the lock cannot be set up.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        // A configuration built in code has not been through the loader's checks.
+        self.operator
+            .validate()
+            .map_err(|problems| Error::config(problems.join("; ")))?;
         let global = GlobalFilter::from_config(&self.operator).spec();
         let settings = LockSettings::from_config(&self.operator)?;
         let leadership = Leadership::start(
