@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use rcgen::Issuer;
-use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, ServerName, TrustAnchor, UnixTime};
 
 use super::params::{ca_params, leaf_params, to_time};
 use super::read::{ca_fields, certificate_der, spki_of};
@@ -220,40 +220,10 @@ impl CertificateAuthority {
             at.duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default(),
         );
-        let not_valid = |e: webpki::Error| {
-            TlsError::NotValid(format!(
-                "the certificate does not verify against the CA until {}: {e}",
-                humantime(at)
-            ))
-        };
         // An intermediate is parsed as an end-entity certificate too, for its SANs.
-        let leaf = webpki::EndEntityCert::try_from(&cert).map_err(not_valid)?;
+        let leaf = webpki::EndEntityCert::try_from(&cert).map_err(|e| not_valid(at, e))?;
         if request.is_intermediate_ca() {
-            // webpki verifies leaf certificates only: have the intermediate issue one and
-            // verify the chain leaf → intermediate → CA.
-            let issuer = Issuer::new(ca_params(INTERMEDIATE_COMMON_NAME), &key.pair);
-            let probe_key = PrivateKey::generate(KeyAlgorithm::EcdsaP256)?;
-            let probe_request = CertRequest::new().dns_names(["probe.windlass.invalid"]);
-            let params = leaf_params(
-                &probe_request,
-                KeyAlgorithm::EcdsaP256,
-                at + Duration::from_secs(3600),
-            )?;
-            let probe = params
-                .signed_by(&probe_key.pair, &issuer)
-                .map_err(generate_error)?;
-            let probe = webpki::EndEntityCert::try_from(probe.der()).map_err(not_valid)?;
-            probe
-                .verify_for_usage(
-                    webpki::ALL_VERIFICATION_ALGS,
-                    &[anchor],
-                    std::slice::from_ref(&cert),
-                    time,
-                    webpki::KeyUsage::server_auth(),
-                    None,
-                    None,
-                )
-                .map_err(not_valid)?;
+            verify_intermediate_issues(&key, &cert, anchor, time, at)?;
         } else {
             leaf.verify_for_usage(
                 webpki::ALL_VERIFICATION_ALGS,
@@ -264,20 +234,71 @@ impl CertificateAuthority {
                 None,
                 None,
             )
-            .map_err(not_valid)?;
+            .map_err(|e| not_valid(at, e))?;
         }
-        let (dns, ips) = request.canonical();
-        let names = dns
-            .iter()
-            .map(|n| ServerName::try_from(n.as_str()).map(|s| s.to_owned()))
-            .chain(ips.iter().map(|ip| Ok(ServerName::IpAddress((*ip).into()))));
-        for name in names {
-            let name = name.map_err(|e| TlsError::NotValid(e.to_string()))?;
-            leaf.verify_is_valid_for_subject_name(&name)
-                .map_err(|e| TlsError::NotValid(format!("not valid for {name:?}: {e}")))?;
-        }
-        Ok(())
+        verify_names(&leaf, request)
     }
+}
+
+/// Whether the intermediate `cert`, with its `key`, really issues certificates that
+/// chain to `anchor` at `time`. webpki verifies leaf certificates only: have the
+/// intermediate issue one and verify the chain leaf → intermediate → CA.
+fn verify_intermediate_issues(
+    key: &PrivateKey,
+    cert: &CertificateDer<'_>,
+    anchor: TrustAnchor<'_>,
+    time: UnixTime,
+    at: SystemTime,
+) -> Result<(), TlsError> {
+    let issuer = Issuer::new(ca_params(INTERMEDIATE_COMMON_NAME), &key.pair);
+    let probe_key = PrivateKey::generate(KeyAlgorithm::EcdsaP256)?;
+    let probe_request = CertRequest::new().dns_names(["probe.windlass.invalid"]);
+    let params = leaf_params(
+        &probe_request,
+        KeyAlgorithm::EcdsaP256,
+        at + Duration::from_secs(3600),
+    )?;
+    let probe = params
+        .signed_by(&probe_key.pair, &issuer)
+        .map_err(generate_error)?;
+    let probe = webpki::EndEntityCert::try_from(probe.der()).map_err(|e| not_valid(at, e))?;
+    probe
+        .verify_for_usage(
+            webpki::ALL_VERIFICATION_ALGS,
+            &[anchor],
+            std::slice::from_ref(cert),
+            time,
+            webpki::KeyUsage::server_auth(),
+            None,
+            None,
+        )
+        .map_err(|e| not_valid(at, e))?;
+    Ok(())
+}
+
+/// Whether `leaf` is valid for every name of `request`, as the certificate carries them
+/// (the canonical form: no trailing dots, no repeats).
+fn verify_names(leaf: &webpki::EndEntityCert<'_>, request: &CertRequest) -> Result<(), TlsError> {
+    let (dns, ips) = request.canonical();
+    let names = dns
+        .iter()
+        .map(|n| ServerName::try_from(n.as_str()).map(|s| s.to_owned()))
+        .chain(ips.iter().map(|ip| Ok(ServerName::IpAddress((*ip).into()))));
+    for name in names {
+        let name = name.map_err(|e| TlsError::NotValid(e.to_string()))?;
+        leaf.verify_is_valid_for_subject_name(&name)
+            .map_err(|e| TlsError::NotValid(format!("not valid for {name:?}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The error of a certificate that does not verify against the CA at `at`: one wording
+/// for every step of the check (parsing it, its chain, the intermediate's probe).
+fn not_valid(at: SystemTime, e: webpki::Error) -> TlsError {
+    TlsError::NotValid(format!(
+        "the certificate does not verify against the CA until {}: {e}",
+        humantime(at)
+    ))
 }
 
 fn humantime(at: SystemTime) -> String {
