@@ -231,7 +231,25 @@ impl ReplicaPolicy {
         component: &str,
         live: Option<&Value>,
     ) -> Result<Replicas> {
-        let size = match lookup(cr, &self.size_field)? {
+        let size = self.instance_size(cr)?;
+        let reason = self.reason(cr, &size, live)?;
+        let count = match reason {
+            Reason::Kept { live, owned: true } => Some(live),
+            Reason::Kept { owned: false, .. } => None,
+            _ => Some(self.configured(config, &size, component)?),
+        };
+        tracing::debug!(component, size, ?count, ?reason, "replica count");
+        Ok(Replicas {
+            count,
+            size,
+            reason,
+        })
+    }
+
+    /// The CR's instance size, read from the size field: a non-empty string that can be a
+    /// label value, since the Deployment carries it as the [`INSTANCE_SIZE`] label.
+    fn instance_size(&self, cr: &Value) -> Result<String> {
+        match lookup(cr, &self.size_field)? {
             Some(Value::String(size)) if !size.is_empty() => {
                 // It becomes a label value: say so now, not as the API server's refusal.
                 windlass::cluster::validate_label_value(size).map_err(|e| {
@@ -240,28 +258,29 @@ impl ReplicaPolicy {
                         self.size_field
                     ))
                 })?;
-                size.clone()
+                Ok(size.clone())
             }
-            Some(other) if !other.is_string() => {
-                return Err(Error::config(format!(
-                    "{} must be a string naming the instance size, not {other}",
-                    self.size_field
-                )));
-            }
-            _ => {
-                return Err(Error::config(format!(
-                    "{} is not set: the replica counts depend on the instance size",
-                    self.size_field
-                )));
-            }
-        };
+            Some(other) if !other.is_string() => Err(Error::config(format!(
+                "{} must be a string naming the instance size, not {other}",
+                self.size_field
+            ))),
+            _ => Err(Error::config(format!(
+                "{} is not set: the replica counts depend on the instance size",
+                self.size_field
+            ))),
+        }
+    }
+
+    /// Why the count is computed or kept, from the live Deployment and its size label;
+    /// the quiesce switch is read only for a Deployment scaled to 0.
+    fn reason(&self, cr: &Value, size: &str, live: Option<&Value>) -> Result<Reason> {
         let live_count = live.and_then(|l| l["spec"]["replicas"].as_i64());
         let reason = match (live, live_count) {
             (Some(live), Some(count)) => {
                 let label = live["metadata"]["labels"][INSTANCE_SIZE].as_str();
                 if count == 0 && !self.quiesced(cr)? {
                     Reason::ScaledToZero
-                } else if label == Some(size.as_str()) {
+                } else if label == Some(size) {
                     Reason::Kept {
                         live: i32::try_from(count).unwrap_or(i32::MAX),
                         owned: windlass_owns_replicas(live),
@@ -274,17 +293,7 @@ impl ReplicaPolicy {
             }
             _ => Reason::New,
         };
-        let count = match reason {
-            Reason::Kept { live, owned: true } => Some(live),
-            Reason::Kept { owned: false, .. } => None,
-            _ => Some(self.configured(config, &size, component)?),
-        };
-        tracing::debug!(component, size, ?count, ?reason, "replica count");
-        Ok(Replicas {
-            count,
-            size,
-            reason,
-        })
+        Ok(reason)
     }
 
     fn quiesced(&self, cr: &Value) -> Result<bool> {

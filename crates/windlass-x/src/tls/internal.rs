@@ -225,32 +225,7 @@ impl Shared {
         let field = |key: &str| data.get(key).filter(|value| !value.0.is_empty());
         match (field(CA_KEY_FIELD), field(CA_CERT_FIELD)) {
             (Some(key), Some(cert)) => {
-                let text =
-                    |field: &str, value: &ByteString| {
-                        std::str::from_utf8(&value.0).map(str::to_string).map_err(|_| {
-                        Error::config(format!(
-                            "Secret {name} data.{field} is not PEM text; delete the Secret to \
-                             have a new CA generated"
-                        ))
-                    })
-                    };
-                let (key, cert) = (text(CA_KEY_FIELD, key)?, text(CA_CERT_FIELD, cert)?);
-                let ca = tokio::task::spawn_blocking(move || {
-                    CertificateAuthority::from_pem(&key, &cert)
-                })
-                .await
-                .map_err(|e| Error::with_source("loading the CA", e))?
-                .map_err(|e| {
-                    let at = match e {
-                        TlsError::BadKey(_) => format!("data.{CA_KEY_FIELD}"),
-                        TlsError::BadCertificate(_) => format!("data.{CA_CERT_FIELD}"),
-                        _ => format!("data.{CA_KEY_FIELD} and data.{CA_CERT_FIELD}"),
-                    };
-                    Error::config(format!(
-                        "Secret {name} {at}: {e}; delete the Secret to have a new CA generated \
-                         (every server pair is then reissued)"
-                    ))
-                })?;
+                let ca = stored_ca(&name, key, cert).await?;
                 if ca.due_for_replacement() {
                     tracing::warn!(
                         secret = %name,
@@ -356,6 +331,51 @@ fn reusable(
     let pair = KeyCertPair::new(text(PAIR_KEY_FIELD)?, text(PAIR_CERT_FIELD)?);
     ca.verify(&pair, request).map_err(|e| e.to_string())?;
     Ok(pair)
+}
+
+/// The CA kept in the Secret `name`, from its key and certificate fields, loaded (and so
+/// checked) on a blocking thread; a config error naming the field at fault if it does
+/// not load.
+async fn stored_ca(
+    name: &str,
+    key: &ByteString,
+    cert: &ByteString,
+) -> Result<CertificateAuthority> {
+    let (key, cert) = (
+        pem_text(name, CA_KEY_FIELD, key)?,
+        pem_text(name, CA_CERT_FIELD, cert)?,
+    );
+    tokio::task::spawn_blocking(move || CertificateAuthority::from_pem(&key, &cert))
+        .await
+        .map_err(|e| Error::with_source("loading the CA", e))?
+        .map_err(|e| stored_ca_error(name, e))
+}
+
+/// A field of the CA Secret `name` as text: PEM is text, so anything else is a config
+/// error naming the field.
+fn pem_text(name: &str, field: &str, value: &ByteString) -> Result<String> {
+    std::str::from_utf8(&value.0)
+        .map(str::to_string)
+        .map_err(|_| {
+            Error::config(format!(
+                "Secret {name} data.{field} is not PEM text; delete the Secret to have a new CA \
+                 generated"
+            ))
+        })
+}
+
+/// Why the CA in the Secret `name` does not load, as a config error naming the field at
+/// fault: the key, the certificate, or both when together they are no usable CA.
+fn stored_ca_error(name: &str, e: TlsError) -> Error {
+    let at = match e {
+        TlsError::BadKey(_) => format!("data.{CA_KEY_FIELD}"),
+        TlsError::BadCertificate(_) => format!("data.{CA_CERT_FIELD}"),
+        _ => format!("data.{CA_KEY_FIELD} and data.{CA_CERT_FIELD}"),
+    };
+    Error::config(format!(
+        "Secret {name} {at}: {e}; delete the Secret to have a new CA generated \
+         (every server pair is then reissued)"
+    ))
 }
 
 fn material_error(e: TlsError) -> Error {
