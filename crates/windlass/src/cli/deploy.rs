@@ -81,16 +81,18 @@ pub(super) async fn rbac(
         namespace,
         namespaced: matches.get_flag("namespaced"),
     };
-    let lock = config.lock_kind();
-    let yaml = discover(controllers, &config, docs)
-        .await
-        .and_then(|access| crate::cli::rbac::manifests(&access, &options))
-        .and_then(|mut manifests| {
-            manifests
-                .rules_mut()
-                .extend(crate::cli::rbac::lock_rules(lock));
-            manifests.to_yaml()
-        });
+    let yaml = async {
+        let access = discover(controllers, &config, docs).await?;
+        let mut objects = crate::cli::rbac::manifests(&access, &options)?.to_values()?;
+        // The leader-election lock: a Role of its own, in the operator's namespace only.
+        objects.extend(crate::cli::install::lock_role(
+            &options.name,
+            &options.namespace,
+            &config,
+        )?);
+        crate::cli::install::to_yaml(&objects)
+    }
+    .await;
     print(yaml, &out)
 }
 

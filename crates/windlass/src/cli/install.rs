@@ -129,7 +129,9 @@ pub fn config_env(config: &OperatorConfig) -> Vec<(String, String)> {
     env.into_iter().collect()
 }
 
-/// The ServiceAccount, roles and bindings of the operator (see the [module docs](self)).
+/// The ServiceAccount, roles and bindings of the operator (see the [module docs](self)):
+/// what it reconciles, cluster-wide or in each watched namespace, and its leader-election
+/// lock in its own namespace only.
 ///
 /// # Errors
 /// [`RbacError::ClusterScoped`] when `runtime.watch-namespaces` restricts the operator to
@@ -139,15 +141,24 @@ pub fn rbac_objects(
     options: &InstallOptions,
     config: &OperatorConfig,
 ) -> Result<Vec<Value>, InstallError> {
+    rbac_objects_named(access, &options.name, &options.namespace, config)
+}
+
+/// [`rbac_objects`] for the ServiceAccount `name` in `namespace`: what the `rbac` command
+/// prints too.
+pub(crate) fn rbac_objects_named(
+    access: &Access,
+    name: &str,
+    namespace: &str,
+    config: &OperatorConfig,
+) -> Result<Vec<Value>, InstallError> {
     let watched = config.watch_namespaces();
-    let lock = config.lock_kind();
     let base = rbac::Options {
-        name: options.name.clone(),
-        namespace: options.namespace.clone(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
         namespaced: !watched.is_empty(),
     };
-    let mut manifests = rbac::manifests(access, &base)?;
-    manifests.rules_mut().extend(rbac::lock_rules(lock));
+    let manifests = rbac::manifests(access, &base)?;
     let json = |r: serde_json::Result<Value>| r.map_err(|e| InstallError::Yaml(e.to_string()));
     let mut objects = vec![json(serde_json::to_value(&manifests.service_account))?];
     match &manifests.grant {
@@ -157,41 +168,56 @@ pub fn rbac_objects(
         }
         Grant::Namespaced(role, binding) => {
             // The same Role in every watched namespace, bound to the one ServiceAccount.
-            for namespace in &watched {
+            for watched_namespace in &watched {
                 for object in [serde_json::to_value(role), serde_json::to_value(binding)] {
                     let mut object = json(object)?;
-                    object["metadata"]["namespace"] = Value::String(namespace.clone());
+                    object["metadata"]["namespace"] = Value::String(watched_namespace.clone());
                     objects.push(object);
                 }
             }
-            // The lock lives in the operator's namespace (the Pod's service-account
-            // namespace), which may not be watched.
-            if !watched.contains(&options.namespace) {
-                let name = format!("{}-leader-election", options.name);
-                let mut rules = rbac::rules(access)
-                    .into_iter()
-                    .filter(|r| {
-                        r.api_groups.as_deref() == Some(&["coordination.k8s.io".to_string()])
-                    })
-                    .collect::<Vec<_>>();
-                rules.extend(rbac::lock_rules(lock));
-                objects.push(json!({
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "Role",
-                    "metadata": {"name": name, "namespace": options.namespace},
-                    "rules": json(serde_json::to_value(rules))?,
-                }));
-                objects.push(json!({
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "RoleBinding",
-                    "metadata": {"name": name, "namespace": options.namespace},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                    "subjects": [{"kind": "ServiceAccount", "name": options.name, "namespace": options.namespace}],
-                }));
-            }
         }
     }
+    objects.extend(lock_role(name, namespace, config)?);
     Ok(objects)
+}
+
+/// The Role and RoleBinding of the leader-election lock, in the lock's namespace (the
+/// operator's own unless `leader-election.namespace` names another), by the lock's name;
+/// none when the lock needs no object.
+pub(crate) fn lock_role(
+    name: &str,
+    namespace: &str,
+    config: &OperatorConfig,
+) -> Result<Vec<Value>, InstallError> {
+    let lock_name = match config.leader_election.id.trim() {
+        "" => name,
+        id => id,
+    };
+    let rules = rbac::lock_rules(config.lock_kind(), lock_name);
+    if rules.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lock_namespace = match config.leader_election.namespace.trim() {
+        "" => namespace,
+        other => other,
+    };
+    let role = format!("{name}-leader-election");
+    let rules = serde_json::to_value(rules).map_err(|e| InstallError::Yaml(e.to_string()))?;
+    Ok(vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": role, "namespace": lock_namespace},
+            "rules": rules,
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": lock_namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }),
+    ])
 }
 
 /// The Deployment running `config` (as [`operator_config`] made it) with `options`.
@@ -624,7 +650,7 @@ mod tests {
     }
 
     #[test]
-    fn cluster_wide_rbac_is_one_cluster_role_and_binding() {
+    fn cluster_wide_rbac_is_one_cluster_role_and_the_lease_only_in_the_operators_namespace() {
         let config = operator_config(&OperatorConfig::default(), &options(2));
         let objects = rbac_objects(&access(), &options(2), &config).unwrap();
         assert_eq!(
@@ -633,11 +659,22 @@ mod tests {
                 ("ServiceAccount".into(), "ops".into()),
                 ("ClusterRole".into(), "".into()),
                 ("ClusterRoleBinding".into(), "".into()),
+                ("Role".into(), "ops".into()),
+                ("RoleBinding".into(), "ops".into()),
             ]
         );
         let rules = serde_json::to_string(&objects[1]["rules"]).unwrap();
-        assert!(rules.contains("leases"), "{rules}");
+        assert!(!rules.contains("leases"), "no Lease cluster-wide: {rules}");
         assert!(rules.contains("events"), "{rules}");
+        // The Lease, by its name (the Deployment's), in the operator's namespace.
+        assert_eq!(
+            objects[3]["rules"],
+            json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": ["widget-op"], "verbs": ["get", "update"]},
+            ])
+        );
     }
 
     #[test]
@@ -670,12 +707,16 @@ mod tests {
         let lock_role = serde_json::to_string(&objects[5]["rules"]).unwrap();
         assert_eq!(objects[5]["metadata"]["name"], "widget-op-leader-election");
         assert!(
-            lock_role.contains("leases") && lock_role.contains("pods"),
+            lock_role.contains("configmaps") && lock_role.contains("pods"),
+            "{lock_role}"
+        );
+        assert!(
+            lock_role.contains("\"resourceNames\":[\"widget-op\"]"),
             "{lock_role}"
         );
         assert!(!lock_role.contains("widgets"), "only the lock: {lock_role}");
 
-        // Watching its own namespace, the operator needs no separate lock Role.
+        // One replica, no election: no lock Role.
         let mut config = OperatorConfig::default();
         config.runtime.watch_namespaces = vec!["ops".into()];
         let objects = rbac_objects(&access(), &options(1), &config).unwrap();

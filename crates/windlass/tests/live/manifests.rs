@@ -142,8 +142,6 @@ async fn the_manifests_apply_and_grant_the_operator_what_it_needs_cluster_wide()
         ("patch", "widgets.test.windlass.dev/status"),
         ("create", "configmaps"),
         ("watch", "configmaps"),
-        ("create", "leases.coordination.k8s.io"),
-        ("update", "leases.coordination.k8s.io"),
         ("create", "events"),
     ] {
         assert!(
@@ -153,6 +151,28 @@ async fn the_manifests_apply_and_grant_the_operator_what_it_needs_cluster_wide()
         assert!(
             can_i(env, sa, verb, resource, "default").await,
             "cluster-wide: {verb} {resource}"
+        );
+    }
+    // Leader election: the one Lease, in the operator's namespace only; not kube-system's,
+    // not the nodes' heartbeats, not another of its own namespace.
+    let lease = format!("leases.coordination.k8s.io/{name}");
+    assert!(can_i(env, sa, "create", "leases.coordination.k8s.io", here).await);
+    assert!(can_i(env, sa, "update", &lease, here).await);
+    assert!(can_i(env, sa, "get", &lease, here).await);
+    for (verb, resource, namespace) in [
+        ("update", "leases.coordination.k8s.io/someone-else", here),
+        ("update", lease.as_str(), "kube-system"),
+        (
+            "update",
+            "leases.coordination.k8s.io/kube-scheduler",
+            "kube-system",
+        ),
+        ("create", "leases.coordination.k8s.io", "kube-node-lease"),
+        ("list", "leases.coordination.k8s.io", here),
+    ] {
+        assert!(
+            !can_i(env, sa, verb, resource, namespace).await,
+            "may not {verb} {resource} in {namespace}"
         );
     }
     for (verb, resource) in [("get", "secrets"), ("delete", "widgets.test.windlass.dev")] {
@@ -249,6 +269,6 @@ async fn with_watch_namespace_the_operator_gets_roles_in_the_watched_namespace_o
     assert!(can_i(env, sa, "create", "configmaps", watched.name()).await);
     assert!(!can_i(env, sa, "watch", "widgets.test.windlass.dev", home.name()).await);
     assert!(!can_i(env, sa, "create", "configmaps", "default").await);
-    // The lock lives in the operator's own namespace.
-    assert!(can_i(env, sa, "update", "leases.coordination.k8s.io", home.name()).await);
+    // One replica elects no leader: no Lease at all.
+    assert!(!can_i(env, sa, "create", "leases.coordination.k8s.io", home.name()).await);
 }

@@ -19,12 +19,13 @@
 //! | `<plural>/status` of the CR kind          | get, update, patch                              |
 //! | `<plural>/finalizers` of the CR kind      | update                                          |
 //! | `events` (`""` and `events.k8s.io`)       | create, patch, update                           |
-//! | `leases` (`coordination.k8s.io`)          | get, list, watch, create, update, patch         |
 //! | `configmaps` (the config-defaults one)    | get                                             |
 //!
-//! The `leader-for-life` lock needs more ([`lock_rules`]): `configmaps` create, get,
-//! delete (its lock ConfigMap) and `pods` get (the ConfigMap is owned by the operator's
-//! own Pod). The Lease and the annotation lock need nothing beyond the table.
+//! The leader-election lock is granted apart, in the operator's own namespace only
+//! ([`lock_rules`], a Role beside the ClusterRole): a Lease may be created, and read and
+//! updated only under its name; the `leader-for-life` ConfigMap likewise (created, read and
+//! deleted by name), with `pods` get (the ConfigMap is owned by the operator's own Pod). The
+//! annotation lock needs nothing beyond the table (it patches the CR).
 //!
 //! Rules are grouped by API group, resources with the same verbs share a rule, and
 //! everything is sorted, so the output is the same for the same input. Resource names
@@ -249,11 +250,6 @@ fn grants_of(access: &Access) -> Grants {
     for events_group in ["", "events.k8s.io"] {
         grant(events_group, "events", &["create", "patch", "update"]);
     }
-    grant(
-        "coordination.k8s.io",
-        "leases",
-        &["create", "get", "list", "patch", "update", "watch"],
-    );
     // The ConfigMap named by the config-defaults annotation.
     grant("", "configmaps", &["get"]);
     grants
@@ -286,21 +282,30 @@ fn rules_of(grants: Grants) -> Vec<PolicyRule> {
     rules
 }
 
-/// The rules a leader-election lock needs beyond [`rules`]: for `leader-for-life`,
-/// creating, reading and deleting its ConfigMap and reading the operator's own Pod (the
-/// ConfigMap's owner); nothing for the other kinds (the Lease is always granted, the
-/// annotation lock patches the CR).
-pub fn lock_rules(kind: crate::config::LockKind) -> Vec<PolicyRule> {
-    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+/// The rules the leader-election lock `kind` named `name` needs beyond [`rules`], for a
+/// Role in the lock's namespace: creating the lock object, and reading and writing it by
+/// name only (an empty `name` names none: any object of the kind), so the operator cannot
+/// touch another Lease, kube-system's and the nodes' included. Nothing for the annotation
+/// lock and for no election.
+pub fn lock_rules(kind: crate::config::LockKind, name: &str) -> Vec<PolicyRule> {
+    let rule = |group: &str, resource: &str, names: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(vec![resource.to_string()]),
+        resource_names: (!names.is_empty() && !names.contains(&""))
+            .then(|| names.iter().map(|n| n.to_string()).collect()),
         verbs: verbs.iter().map(|v| v.to_string()).collect(),
         ..Default::default()
     };
     match kind {
+        crate::config::LockKind::LeaderWithLease => vec![
+            // A create names no object yet: RBAC cannot restrict it by name.
+            rule("coordination.k8s.io", "leases", &[], &["create"]),
+            rule("coordination.k8s.io", "leases", &[name], &["get", "update"]),
+        ],
         crate::config::LockKind::LeaderForLife => vec![
-            rule(&["configmaps"], &["create", "delete", "get"]),
-            rule(&["pods"], &["get"]),
+            rule("", "configmaps", &[], &["create"]),
+            rule("", "configmaps", &[name], &["delete", "get"]),
+            rule("", "pods", &[], &["get"]),
         ],
         _ => Vec::new(),
     }
@@ -359,15 +364,6 @@ impl Manifests {
         rules.as_deref().unwrap_or_default()
     }
 
-    /// The role's rules, mutable, e.g. to take a permission away in a test.
-    pub fn rules_mut(&mut self) -> &mut Vec<PolicyRule> {
-        let rules = match &mut self.grant {
-            Grant::Cluster(role, _) => &mut role.rules,
-            Grant::Namespaced(role, _) => &mut role.rules,
-        };
-        rules.get_or_insert_with(Vec::new)
-    }
-
     /// The objects as JSON manifests: ServiceAccount, role, binding.
     pub fn to_values(&self) -> Result<Vec<Value>, RbacError> {
         let json = |r: serde_json::Result<Value>| r.map_err(|e| RbacError::Yaml(e.to_string()));
@@ -386,6 +382,7 @@ impl Manifests {
     }
 
     /// The objects as multi-document YAML, each document starting with `---`.
+    #[cfg(test)]
     pub fn to_yaml(&self) -> Result<String, RbacError> {
         let mut text = String::new();
         for value in self.to_values()? {

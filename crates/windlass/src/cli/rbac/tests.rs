@@ -87,11 +87,6 @@ fn rules_are_grouped_by_api_group_and_verbs_and_sorted() {
             all.clone(),
         ),
         (
-            "coordination.k8s.io".into(),
-            strings(&["leases"]),
-            strings(&["create", "get", "list", "patch", "update", "watch"]),
-        ),
-        (
             "events.k8s.io".into(),
             strings(&["events"]),
             strings(&["create", "patch", "update"]),
@@ -388,26 +383,52 @@ fn manifests_bind_the_role_to_the_service_account_cluster_wide_or_in_a_namespace
 }
 
 #[test]
-fn only_leader_for_life_needs_rules_of_its_own() {
+fn the_locks_are_granted_by_name_and_the_annotation_lock_needs_nothing() {
     use crate::config::LockKind;
+    let named = |rules: &[PolicyRule]| -> Vec<(String, Vec<String>, Option<Vec<String>>)> {
+        rules
+            .iter()
+            .map(|r| {
+                (
+                    r.resources.clone().unwrap().join(","),
+                    r.verbs.clone(),
+                    r.resource_names.clone(),
+                )
+            })
+            .collect()
+    };
+    let op = || Some(strings(&["op"]));
     assert_eq!(
-        table(&lock_rules(LockKind::LeaderForLife)),
+        named(&lock_rules(LockKind::LeaderWithLease, "op")),
         [
-            (
-                "".into(),
-                strings(&["configmaps"]),
-                strings(&["create", "delete", "get"])
-            ),
-            ("".into(), strings(&["pods"]), strings(&["get"])),
+            ("leases".into(), strings(&["create"]), None),
+            ("leases".into(), strings(&["get", "update"]), op()),
         ]
     );
-    for kind in [
-        LockKind::LeaderWithLease,
-        LockKind::Annotation,
-        LockKind::Dryrun,
-    ] {
-        assert!(lock_rules(kind).is_empty(), "{kind:?}");
+    assert_eq!(
+        named(&lock_rules(LockKind::LeaderForLife, "op")),
+        [
+            ("configmaps".into(), strings(&["create"]), None),
+            ("configmaps".into(), strings(&["delete", "get"]), op()),
+            ("pods".into(), strings(&["get"]), None),
+        ]
+    );
+    // No name known: the kind, unnamed.
+    assert_eq!(
+        lock_rules(LockKind::LeaderWithLease, "")[1].resource_names,
+        None
+    );
+    for kind in [LockKind::Annotation, LockKind::Dryrun] {
+        assert!(lock_rules(kind, "op").is_empty(), "{kind:?}");
     }
+    // The rules of what is reconciled grant no Lease at all.
+    let rules = rules(&widget_access(Vec::new()));
+    assert!(
+        !table(&rules)
+            .iter()
+            .any(|(group, _, _)| group == "coordination.k8s.io"),
+        "{rules:?}"
+    );
 }
 
 #[test]
