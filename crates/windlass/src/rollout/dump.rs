@@ -4,6 +4,10 @@
 //! Layout: `<dump-dir>/<apiVersion with / as .>.<kind>/<cr name>/[DISABLED/]<component>/
 //! <cr name>-<component>.k8s.yaml` (the first segment lower-cased), one YAML document per
 //! object.
+//!
+//! A dump holds what would be applied, rendered Secrets included: its directories are made
+//! readable by the operator's user alone (0700) and its files likewise (0600), whatever the
+//! umask, and a file left by an older dump is narrowed too.
 
 use crate::controller::Controller;
 use crate::error::{Error, Result};
@@ -36,7 +40,7 @@ pub(crate) fn dump_component<C: Controller>(
     }
     path.push(component);
     let io = |e: std::io::Error| Error::with_source(format!("writing {}", path.display()), e);
-    std::fs::create_dir_all(&path).map_err(io)?;
+    private_dirs(&path).map_err(io)?;
     let mut text = String::from("---\n");
     for (i, object) in objects.iter().enumerate() {
         if i > 0 {
@@ -48,5 +52,28 @@ pub(crate) fn dump_component<C: Controller>(
         text.push_str(&yaml);
     }
     let file = path.join(format!("{}-{component}.k8s.yaml", session.name()));
-    std::fs::write(&file, text).map_err(io)
+    write_private(&file, text.as_bytes()).map_err(io)
+}
+
+/// Create `path` and its missing parents, each readable by this user alone.
+fn private_dirs(path: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
+}
+
+/// Write `file` readable and writable by this user alone.
+fn write_private(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut handle = options.open(file)?;
+    // `mode` applies to a new file only: narrow one an older dump left too.
+    #[cfg(unix)]
+    std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    handle.write_all(bytes)
 }

@@ -531,6 +531,19 @@ async fn the_dump_dir_receives_the_rendered_components() {
     env.reconcile(&cr).await;
     let file = dir.join("test.windlass.dev.v1.widget/a/web/a-web.k8s.yaml");
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    // What may hold rendered Secrets is the operator's user's alone.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &std::path::Path| {
+            std::fs::metadata(path)
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or_default()
+        };
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+        assert_eq!(mode(file.parent().unwrap()), 0o700);
+        assert_eq!(mode(&dir.join("test.windlass.dev.v1.widget")), 0o700);
+    }
     std::fs::remove_dir_all(&dir).ok();
     assert!(
         text.starts_with("---\n") && text.contains("name: a-web"),
