@@ -19,3 +19,9 @@ pub mod replicas;
 pub mod scheduling;
 #[cfg(feature = "tls")]
 pub mod tls;
+
+/// The guide's chapter on datastores and TLS (`docs/08`), compiled: its Rust code blocks
+/// are doctests of this crate, which they use. Not part of the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/08-datastores-and-tls.md")]
+mod guide_datastores_and_tls {}

@@ -1,5 +1,6 @@
 //! The shape of the code, checked: no import cycles between the modules of windlass and of
-//! the other library crates of the workspace.
+//! the other library crates of the workspace, and no dependency cycle between the crates
+//! (dev-dependencies included).
 //!
 //! A cycle means two modules can only be understood, tested and changed together. This test
 //! reads every `.rs` file under `src/`, collects which modules each one names (`use crate::…`,
@@ -333,4 +334,51 @@ fn the_cycle_finder_finds_a_planted_cycle_and_nothing_else() {
     let mut found = found;
     found.sort();
     assert_eq!(found, expected);
+}
+
+/// The workspace crates each `Cargo.toml` under `crates/` names among its dependencies and
+/// dev-dependencies (itself aside: a crate may dev-depend on itself to turn a feature on).
+fn crate_dependencies(crates: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut members = BTreeMap::new();
+    for entry in std::fs::read_dir(crates).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("Cargo.toml")) else {
+            continue;
+        };
+        let name = entry.file_name().to_string_lossy().into_owned();
+        members.insert(name, text);
+    }
+    let names: BTreeSet<String> = members.keys().cloned().collect();
+    members
+        .into_iter()
+        .map(|(name, text)| {
+            let mut section = "";
+            let mut uses = BTreeSet::new();
+            for line in text.lines().map(str::trim) {
+                if line.starts_with('[') {
+                    section = line;
+                    continue;
+                }
+                let dependency_section =
+                    section == "[dependencies]" || section == "[dev-dependencies]";
+                let key = line.split(['=', '.', ' ']).next().unwrap_or_default();
+                if dependency_section && names.contains(key) && key != name {
+                    uses.insert(key.to_string());
+                }
+            }
+            (name, uses)
+        })
+        .collect()
+}
+
+#[test]
+fn no_crate_depends_even_for_its_tests_on_a_crate_that_depends_on_it() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let edges = crate_dependencies(&crates);
+    assert!(
+        edges
+            .get("windlass-x")
+            .is_some_and(|uses| uses.contains("windlass")),
+        "the reader of Cargo.toml sees windlass-x's dependency on windlass: {edges:?}"
+    );
+    assert_eq!(cycles(&edges), Vec::<BTreeSet<String>>::new(), "{edges:?}");
 }
