@@ -412,9 +412,10 @@ async fn rbac_prints_least_privilege_rules_for_what_the_webapp_renders() {
         verbs("events.k8s.io", "events"),
         ["create", "patch", "update"]
     );
-    assert_eq!(
-        verbs("coordination.k8s.io", "leases"),
-        ["create", "get", "list", "patch", "update", "watch"]
+    // One replica elects no leader: no Lease anywhere.
+    assert!(
+        !rules.contains_key(&("coordination.k8s.io".to_string(), "leases".to_string())),
+        "{out}"
     );
     // Nothing the operator does not render.
     assert_eq!(
@@ -427,6 +428,36 @@ async fn rbac_prints_least_privilege_rules_for_what_the_webapp_renders() {
     // The same input prints the same output.
     let (_, again) = cli(&["rbac", SHOP]).await;
     assert_eq!(again, out);
+
+    // With leader election, the Lease is granted apart: in the operator's namespace, by name.
+    let (code, elected) = cli(&[
+        "rbac",
+        "--leader-elect",
+        "--leader-election-id",
+        "webapp-lock",
+        SHOP,
+    ])
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{elected}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&elected).unwrap();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding"
+        ]
+    );
+    assert!(!docs[1].to_string().contains("leases"), "{elected}");
+    assert_eq!(docs[3]["metadata"]["namespace"], "default");
+    assert_eq!(
+        docs[3]["rules"][1],
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+               "resourceNames": ["webapp-lock"], "verbs": ["get", "update"]})
+    );
 }
 
 #[tokio::test]
