@@ -45,8 +45,9 @@ use windlass::prelude::*;
 
 /// What a user asks for: a version of the web application, how many replicas, and
 /// whether it gets a cache. `#[derive(CustomResource)]` makes the `WebApp` type and its
-/// CRD; windlass writes the status.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+/// CRD; windlass writes the status. `KubeSchema` puts the `#[x_kube(validation)]` rules in
+/// the CRD: the API server refuses a WebApp that breaks one, and so does `run --dry-run`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, kube::KubeSchema)]
 #[kube(
     group = "example.windlass.dev",
     version = "v1alpha1",
@@ -64,6 +65,7 @@ pub struct WebAppSpec {
     pub image: String,
     /// Web replicas.
     #[serde(default = "default_replicas")]
+    #[x_kube(validation = Rule::new("self >= 0").message("replicas must not be negative"))]
     pub replicas: i32,
     /// The database.
     #[serde(default)]
@@ -184,6 +186,8 @@ impl Controller for WebAppController {
 
     fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
         let spec = &session.cr().spec;
+        // The CRD's rule refuses this already; a CR stored before the rule existed is not
+        // rechecked by the server until it changes.
         if spec.replicas < 0 {
             return Err(Error::config("spec.replicas must not be negative"));
         }

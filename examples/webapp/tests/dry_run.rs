@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use webapp_operator::WebAppController;
+use windlass::ClusterError;
 use windlass::cli::{Output, run};
+use windlass::cluster::{Cluster, WriteMethod};
 use windlass::object::{ManifestExt, ObjectRef};
 use windlass::testing::{Harness, TEST_NAMESPACE, assert_condition};
 
@@ -324,15 +326,20 @@ async fn a_new_version_runs_its_own_migration() {
 }
 
 #[tokio::test]
-async fn negative_replicas_are_refused_with_a_message() {
+async fn negative_replicas_are_refused_by_the_crds_rule_naming_the_field() {
     let env = Harness::dry_run(WebAppController).await;
-    let cr = env.apply_cr("shop", shop(json!({"replicas": -1}))).await;
-    env.reconcile(&cr).await;
-    let status = env.status(&cr).await;
-    assert_condition(&status, "Ready", false, "ConfigError");
+    let cr = json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
+        "metadata": {"name": "shop", "namespace": TEST_NAMESPACE},
+        "spec": shop(json!({"replicas": -1}))});
+    let refused = env.memory.apply(&cr, WriteMethod::Apply).await;
+    let Err(ClusterError::Invalid { causes, .. }) = refused else {
+        panic!("a WebApp with negative replicas is stored: {refused:?}");
+    };
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0].field, "spec.replicas");
     assert_eq!(
-        status["conditions"][0]["message"],
-        "config error: spec.replicas must not be negative"
+        causes[0].message,
+        "Invalid value: -1: replicas must not be negative"
     );
 }
 

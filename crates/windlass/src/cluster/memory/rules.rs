@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube::core::cel::{CompiledSchema, ValidationError, Validator, apply_defaults, compile_schema};
+use kube::core::cel::{
+    CompiledSchema, ErrorKind, ValidationError, Validator, apply_defaults, compile_schema,
+};
 use serde_json::Value;
 
 use crate::error::{ClusterError, FieldCause};
@@ -70,7 +72,18 @@ impl Rules {
         let Err(errors) = Validator::new().validate_compiled(compiled, object, old) else {
             return Ok(());
         };
-        let causes: Vec<FieldCause> = errors.iter().map(|e| cause(object, e)).collect();
+        // Only rules that evaluated to false refuse the object. A rule that cannot be
+        // evaluated here (a field of the wrong type, which the server refuses by its schema
+        // before any rule, or a CEL function the client-side evaluator lacks) is left to
+        // the server and to the controller's own parsing of the CR.
+        let causes: Vec<FieldCause> = errors
+            .iter()
+            .filter(|e| matches!(e.kind, ErrorKind::ValidationFailure))
+            .map(|e| cause(object, e))
+            .collect();
+        if causes.is_empty() {
+            return Ok(());
+        }
         let message = causes
             .iter()
             .map(|c| format!("{}: {}", c.field, c.message))
