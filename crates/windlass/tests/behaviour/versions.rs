@@ -3,40 +3,13 @@
 
 use serde_json::json;
 use windlass::config::OperatorConfig;
-use windlass::prelude::*;
-use windlass::testing::{DummyComponent, Harness, Widget, assert_condition};
-use windlass::version::Versions;
+use windlass::testing::{Harness, assert_condition};
 
 use crate::support::cm_ref;
 
-/// The API component changed between 1.x and 2.x; the web component did not.
-struct Shop;
-
-#[async_trait]
-impl Controller for Shop {
-    type Resource = Widget;
-    type Config = NoConfig;
-    type Status = Status;
-
-    fn versions(&self) -> Versions {
-        Versions::new()
-            .range("^1")
-            .and_then(|v| v.range("^2"))
-            .expect("valid ranges")
-    }
-
-    fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
-        let mut graph = Components::new();
-        let api = match session.version_matches("^2")? {
-            true => DummyComponent::new("api-v2").with_configmap("api-v2"),
-            false => DummyComponent::new("api-v1").with_configmap("api-v1"),
-        };
-        let api = graph.add(api)?;
-        let web = graph.add(DummyComponent::new("web").with_configmap("web"))?;
-        graph.depends_on(web, api)?;
-        Ok(graph)
-    }
-}
+#[path = "../shared/versioned_shop.rs"]
+mod versioned_shop;
+use versioned_shop::Shop;
 
 #[tokio::test]
 async fn crs_asking_for_different_versions_get_their_versions_graph_and_an_upgrade_prunes_the_old_one()

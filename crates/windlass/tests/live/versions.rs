@@ -8,41 +8,14 @@ use windlass::Action;
 use windlass::cluster::{Cluster, LiveCluster, WriteMethod};
 use windlass::config::OperatorConfig;
 use windlass::object::ObjectRef;
-use windlass::prelude::*;
 use windlass::reconcile::Reconciler;
-use windlass::testing::{DummyComponent, Widget, assert_condition};
-use windlass::version::Versions;
+use windlass::testing::assert_condition;
 
 use crate::live;
 
-/// 1.x and 2.x differ in their API component; the web component is shared.
-struct Shop;
-
-#[async_trait]
-impl Controller for Shop {
-    type Resource = Widget;
-    type Config = NoConfig;
-    type Status = Status;
-
-    fn versions(&self) -> Versions {
-        Versions::new()
-            .range("^1")
-            .and_then(|v| v.range("^2"))
-            .expect("valid ranges")
-    }
-
-    fn components(&self, session: &Session<Self>) -> Result<Components<Self>> {
-        let mut graph = Components::new();
-        let api = match session.version_matches("^2")? {
-            true => DummyComponent::new("api-v2").with_configmap("api-v2"),
-            false => DummyComponent::new("api-v1").with_configmap("api-v1"),
-        };
-        let api = graph.add(api)?;
-        let web = graph.add(DummyComponent::new("web").with_configmap("web"))?;
-        graph.depends_on(web, api)?;
-        Ok(graph)
-    }
-}
+#[path = "../shared/versioned_shop.rs"]
+mod versioned_shop;
+use versioned_shop::Shop;
 
 async fn widget(cluster: &LiveCluster, namespace: &str, name: &str, version: &str) -> ObjectRef {
     let manifest = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
