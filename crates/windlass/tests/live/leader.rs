@@ -442,3 +442,38 @@ async fn annotation_lock_on_a_cr_acquire_expire_release() {
     assert!(annotations.get(LEASE_TIME).is_none(), "{annotations}");
     assert!(a.acquire(&object).await.unwrap());
 }
+
+#[tokio::test]
+async fn a_replica_shutting_down_gives_up_its_annotation_locks_at_once() {
+    let (cluster, env) = live().await;
+    let ns = env.namespace("annotation-shutdown").await.unwrap();
+    // Locks that would outlast the test: only the release can free them.
+    let (duration, poll) = (Duration::from_secs(600), Duration::from_millis(300));
+    let kind = LockKind::Annotation;
+    let a = own_replica(env, kind, &ns, "pod-a", duration, poll).await;
+    let b = own_replica(env, kind, &ns, "pod-b", duration, poll).await;
+    let mut objects = Vec::new();
+    for name in ["one", "two"] {
+        let widget = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns.name()}, "spec": {}});
+        cluster.apply(&widget, WriteMethod::Apply).await.unwrap();
+        let object = ObjectRef::from_manifest(&widget).unwrap();
+        assert!(a.acquire(&object).await.unwrap());
+        assert!(!b.acquire(&object).await.unwrap(), "pod-a holds {object}");
+        objects.push(object);
+    }
+
+    a.shutdown().await.unwrap();
+    for object in &objects {
+        let stored = cluster.get(object).await.unwrap().unwrap();
+        let annotations = &stored["metadata"]["annotations"];
+        assert!(
+            annotations.get(LEASE_NAME).is_none(),
+            "{object}: {annotations}"
+        );
+        assert!(
+            b.acquire(object).await.unwrap(),
+            "pod-b takes {object} at once"
+        );
+    }
+}

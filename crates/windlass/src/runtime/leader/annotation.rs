@@ -16,6 +16,7 @@
 //! A lock held with more than half its duration left is not rewritten, so reconciles that
 //! follow each other closely cost no write each.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,6 +103,8 @@ pub struct AnnotationLock {
     cluster: Arc<dyn Cluster>,
     identity: String,
     duration: Duration,
+    /// The objects this replica took or renewed a lock on, to give them up at shutdown.
+    held: parking_lot::Mutex<BTreeSet<ObjectRef>>,
 }
 
 impl AnnotationLock {
@@ -111,6 +114,7 @@ impl AnnotationLock {
             cluster,
             identity: identity.to_string(),
             duration,
+            held: parking_lot::Mutex::default(),
         }
     }
 
@@ -130,7 +134,10 @@ impl AnnotationLock {
         let (holder, time) = lease_annotations(&current);
         let now = Timestamp::now();
         match annotation_choice(holder, time, &self.identity, self.duration, now) {
-            AnnotationChoice::Keep => return Ok(true),
+            AnnotationChoice::Keep => {
+                self.held.lock().insert(object.clone());
+                return Ok(true);
+            }
             AnnotationChoice::Wait { .. } => return Ok(false),
             AnnotationChoice::Take { from: Some(from) } => {
                 tracing::info!(%object, %from, "taking over an expired annotation lock");
@@ -146,7 +153,11 @@ impl AnnotationLock {
         }
         ops.push(json!({"op": "add", "path": pointer(LEASE_NAME), "value": self.identity}));
         ops.push(json!({"op": "add", "path": pointer(LEASE_TIME), "value": now.to_string()}));
-        self.patch(object, ops).await
+        let taken = self.patch(object, ops).await?;
+        if taken {
+            self.held.lock().insert(object.clone());
+        }
+        Ok(taken)
     }
 
     /// Give up the lock on `object` if this replica holds it: both annotations are removed,
@@ -154,10 +165,8 @@ impl AnnotationLock {
     ///
     /// # Errors
     /// [`LockError::Cluster`] if the read or the write failed.
-    // Not called by the runtime yet: a per-object lock is left to expire after a reconcile
-    // and at shutdown. windlass's live tests drive it (feature `testing`).
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn release(&self, object: &ObjectRef) -> Result<(), LockError> {
+        self.held.lock().remove(object);
         let Some(current) = self.cluster.get(object).await? else {
             return Ok(());
         };
@@ -173,6 +182,24 @@ impl AnnotationLock {
             ops.push(json!({"op": "remove", "path": pointer(LEASE_TIME)}));
         }
         self.patch(object, ops).await.map(|_| ())
+    }
+
+    /// Give up every lock this replica took, as it shuts down: the other replicas take its
+    /// CRs over at once instead of after the locks expire. Every object is tried; the first
+    /// error is returned.
+    ///
+    /// # Errors
+    /// [`LockError::Cluster`] if a read or a write failed (that lock then expires on its
+    /// own).
+    pub async fn release_all(&self) -> Result<(), LockError> {
+        let held: Vec<ObjectRef> = self.held.lock().iter().cloned().collect();
+        let mut first_error = None;
+        for object in held {
+            if let Err(e) = self.release(&object).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Whether this replica holds a valid lock on `object`, a manifest as the runtime has

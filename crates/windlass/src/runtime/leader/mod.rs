@@ -297,8 +297,8 @@ impl Leadership {
     ///
     /// # Errors
     /// [`LockError`] if the object could not be read or its annotations removed.
-    // Not called by the runtime yet: a per-object lock is left to expire after a reconcile
-    // and at shutdown. windlass's live tests drive it (feature `testing`).
+    // The runtime gives up every lock at shutdown ([`Leadership::shutdown`]); one at a time
+    // is for windlass's live tests (feature `testing`).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn release(&self, object: &ObjectRef) -> Result<(), LockError> {
         match &*self.inner {
@@ -320,15 +320,16 @@ impl Leadership {
     /// Step down and hand the replica-wide lock over: leadership turns false at once, the
     /// renew loop stops and the lock is released, so another replica can take over without
     /// waiting for the lease to expire. Call it once the in-flight reconciles finished.
-    /// Later calls (from any clone) do nothing. Per-object locks are not touched: release
-    /// them with [`Leadership::release`] where needed, or let them expire.
+    /// Later calls (from any clone) do nothing. With per-object locks, every lock this
+    /// replica took is given up, so the other replicas take its CRs over at once.
     ///
     /// # Errors
     /// [`LockError`] if the release request failed; the lock then expires on its own.
     pub async fn shutdown(&self) -> Result<(), LockError> {
         match &*self.inner {
             Inner::Elected(elector) => elector.shutdown().await,
-            _ => Ok(()),
+            Inner::PerObject { lock, .. } => lock.release_all().await,
+            Inner::Always { .. } => Ok(()),
         }
     }
 }
