@@ -123,14 +123,16 @@ impl Versions {
     }
 }
 
-/// Whether `version` satisfies the semantic-versioning `requirement`; `false` for a
-/// version that is not one.
+/// Whether `version` satisfies the semantic-versioning `requirement`; `false` for no
+/// version or one that is not semantic.
 ///
 /// # Errors
-/// [`Error::Config`] when `requirement` is not a requirement.
-pub(crate) fn matches(requirement: &str, version: &str) -> Result<bool> {
+/// [`Error::Config`] when `requirement` is not a requirement, with or without a version.
+pub(crate) fn matches(requirement: &str, version: Option<&str>) -> Result<bool> {
     let requirement = parse_requirement(requirement)?;
-    Ok(parse_version(version).is_some_and(|v| requirement.matches(&v)))
+    Ok(version
+        .and_then(parse_version)
+        .is_some_and(|v| requirement.matches(&v)))
 }
 
 fn parse_requirement(requirement: &str) -> Result<VersionReq> {
@@ -176,10 +178,12 @@ mod tests {
         assert_eq!(parse_version("latest"), None);
         assert_eq!(parse_version(""), None);
         assert_eq!(parse_version("1.2.3.4"), None);
-        assert!(matches("^1", "1.9.0").unwrap());
-        assert!(!matches("^1", "2.0.0").unwrap());
-        assert!(!matches("^1", "latest").unwrap());
-        assert!(matches("not a range", "1.0.0").is_err());
+        assert!(matches("^1", Some("1.9.0")).unwrap());
+        assert!(!matches("^1", Some("2.0.0")).unwrap());
+        assert!(!matches("^1", Some("latest")).unwrap());
+        assert!(!matches("^1", None).unwrap());
+        assert!(matches("not a range", Some("1.0.0")).is_err());
+        assert!(matches("not a range", None).is_err());
     }
 
     #[test]

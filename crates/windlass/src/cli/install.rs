@@ -141,17 +141,7 @@ pub fn rbac_objects(
     options: &InstallOptions,
     config: &OperatorConfig,
 ) -> Result<Vec<Value>, InstallError> {
-    rbac_objects_named(access, &options.name, &options.namespace, config)
-}
-
-/// [`rbac_objects`] for the ServiceAccount `name` in `namespace`: what the `rbac` command
-/// prints too.
-pub(crate) fn rbac_objects_named(
-    access: &Access,
-    name: &str,
-    namespace: &str,
-    config: &OperatorConfig,
-) -> Result<Vec<Value>, InstallError> {
+    let (name, namespace) = (options.name.as_str(), options.namespace.as_str());
     let watched = config.watch_namespaces();
     let base = rbac::Options {
         name: name.to_string(),

@@ -300,10 +300,7 @@ impl<C: ControllerTypes> Session<C> {
     /// # Errors
     /// [`Error::Config`] when `requirement` is not a requirement.
     pub fn version_matches(&self, requirement: &str) -> Result<bool> {
-        match self.version() {
-            Some(version) => crate::version::matches(requirement, version),
-            None => crate::version::matches(requirement, "").map(|_| false),
-        }
+        crate::version::matches(requirement, self.version())
     }
     /// The versions this operator supports: the controller's
     /// ([`Controller::versions`](crate::controller::Controller::versions)) narrowed by the

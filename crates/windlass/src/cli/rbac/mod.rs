@@ -288,24 +288,25 @@ fn rules_of(grants: Grants) -> Vec<PolicyRule> {
 /// touch another Lease, kube-system's and the nodes' included. Nothing for the annotation
 /// lock and for no election.
 pub fn lock_rules(kind: crate::config::LockKind, name: &str) -> Vec<PolicyRule> {
-    let rule = |group: &str, resource: &str, names: &[&str], verbs: &[&str]| PolicyRule {
+    // `Some(name)` restricts a rule to that object; an empty name restricts nothing.
+    let named = (!name.is_empty()).then_some(name);
+    let rule = |group: &str, resource: &str, name: Option<&str>, verbs: &[&str]| PolicyRule {
         api_groups: Some(vec![group.to_string()]),
         resources: Some(vec![resource.to_string()]),
-        resource_names: (!names.is_empty() && !names.contains(&""))
-            .then(|| names.iter().map(|n| n.to_string()).collect()),
+        resource_names: name.map(|name| vec![name.to_string()]),
         verbs: verbs.iter().map(|v| v.to_string()).collect(),
         ..Default::default()
     };
     match kind {
         crate::config::LockKind::LeaderWithLease => vec![
             // A create names no object yet: RBAC cannot restrict it by name.
-            rule("coordination.k8s.io", "leases", &[], &["create"]),
-            rule("coordination.k8s.io", "leases", &[name], &["get", "update"]),
+            rule("coordination.k8s.io", "leases", None, &["create"]),
+            rule("coordination.k8s.io", "leases", named, &["get", "update"]),
         ],
         crate::config::LockKind::LeaderForLife => vec![
-            rule("", "configmaps", &[], &["create"]),
-            rule("", "configmaps", &[name], &["delete", "get"]),
-            rule("", "pods", &[], &["get"]),
+            rule("", "configmaps", None, &["create"]),
+            rule("", "configmaps", named, &["delete", "get"]),
+            rule("", "pods", None, &["get"]),
         ],
         _ => Vec::new(),
     }
