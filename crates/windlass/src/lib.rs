@@ -56,6 +56,7 @@ pub mod cluster;
 pub mod component;
 pub mod config;
 pub mod controller;
+pub mod crd;
 pub(crate) mod dag;
 #[cfg(feature = "cli")]
 pub(crate) mod dryrun;
