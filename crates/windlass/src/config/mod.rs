@@ -2,7 +2,7 @@
 //! for (that is [`Controller::Config`](crate::controller::Controller::Config)).
 //!
 //! One schema, [`OperatorConfig`], in sections — `runtime`, `leader-election`, `rollout`,
-//! `versions`, `status`, `logging`, `server`, `heartbeat` — with kebab-case keys. Each key
+//! `versions`, `status`, `logging`, `server`, `heartbeat`, `webhook` — with kebab-case keys. Each key
 //! can be set, later layers winning:
 //!
 //! 1. in a YAML file given with `--config FILE` (or `WINDLASS_CONFIG`);
@@ -37,6 +37,7 @@ mod backend;
 mod duration;
 pub(crate) mod layers;
 pub(crate) mod oper8;
+mod webhook;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,6 +49,7 @@ pub(crate) use backend::unknown_keys;
 pub use duration::{ConfigDuration, DurationError, MAX_DURATION};
 pub use layers::ConfigError;
 pub use layers::Layers;
+pub use webhook::{CertificateConfig, DEFAULT_WEBHOOK_BIND_ADDRESS, WebhookConfig};
 
 /// Everything the operator process can be configured with. `Default` is what an operator
 /// runs with when nothing is set.
@@ -73,6 +75,8 @@ pub struct OperatorConfig {
     pub server: ServerConfig,
     /// A file touched periodically, for exec liveness probes.
     pub heartbeat: HeartbeatConfig,
+    /// The HTTPS server of CRD conversions, and its certificate.
+    pub webhook: WebhookConfig,
     /// Reconcile against the in-memory cluster, with verification passing without looking.
     /// Not a configuration key (set by `run --dry-run` and the test environments), so no
     /// file or variable can turn a live operator into a pretend one.
@@ -480,6 +484,18 @@ impl OperatorConfig {
             ),
             ("rollout.conflict-backoff", self.rollout.conflict_backoff),
             ("heartbeat.period", self.heartbeat.period),
+            (
+                "webhook.certificate.validity",
+                self.webhook.certificate.validity,
+            ),
+            (
+                "webhook.certificate.ca-validity",
+                self.webhook.certificate.ca_validity,
+            ),
+            (
+                "webhook.certificate.check-period",
+                self.webhook.certificate.check_period,
+            ),
         ] {
             if duration.0 > MAX_DURATION {
                 problems.push(format!("{key}: must be at most a year (8784h)"));
@@ -502,6 +518,7 @@ impl OperatorConfig {
                 ));
             }
         }
+        problems.extend(self.webhook.problems());
         if problems.is_empty() {
             Ok(())
         } else {

@@ -180,6 +180,23 @@ where
 }
 
 impl<Hub> ApiVersions<Hub> {
+    /// The same versions without the hub's type, for the webhook server, which serves the
+    /// CRDs of every controller.
+    pub(crate) fn erased(&self) -> ApiVersions<()> {
+        ApiVersions {
+            served: self.served.clone(),
+            storage: self.storage.clone(),
+            _hub: PhantomData,
+        }
+    }
+
+    /// Whether `api_version` and `kind` name an object of this CRD.
+    pub(crate) fn serves(&self, api_version: &str, kind: &str) -> bool {
+        self.served
+            .iter()
+            .any(|s| s.api_version == api_version && s.crd.spec.names.kind == kind)
+    }
+
     /// The version objects are stored as.
     pub fn storage_version(&self) -> &str {
         &self.storage

@@ -115,6 +115,7 @@ pub struct Manager {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     initial_list: source::InitialList,
+    conversions: Vec<crate::crd::ApiVersions<()>>,
 }
 
 impl Manager {
@@ -155,6 +156,7 @@ impl Manager {
             metrics,
             health: Arc::new(Health::new()),
             initial_list: source::InitialList::from_env(),
+            conversions: Vec::new(),
         }
     }
 
@@ -170,6 +172,16 @@ impl Manager {
     /// Add a controller; it runs with the others when the manager runs.
     pub fn controller<C: Controller>(mut self, controller: C) -> Self {
         self.controllers.push(Box::new(Pending(controller)));
+        self
+    }
+
+    /// Serve the conversions between the API versions of a CRD (see [`crate::crd`]): the
+    /// webhook server runs, and its CA is injected into the CRD, before any controller
+    /// starts. A CRD of one version converts nothing and starts no server.
+    pub fn crd_versions<K>(mut self, versions: &crate::crd::ApiVersions<K>) -> Self {
+        if versions.converts() {
+            self.conversions.push(versions.erased());
+        }
         self
     }
 
@@ -206,14 +218,26 @@ impl Manager {
             .map_err(|problems| Error::config(problems.join("; ")))?;
         let global = GlobalFilter::from_config(&self.operator).spec();
         let settings = LockSettings::from_config(&self.operator)?;
+        let (stop_tx, stop) = watch::channel(false);
+        let mut background = JoinSet::new();
+        if !self.conversions.is_empty() {
+            // Before the leadership and the watches: CRs stored in another version cannot
+            // even be listed until the conversions are served.
+            crate::webhook::start(
+                self.client.clone(),
+                &self.operator.webhook,
+                self.conversions.clone(),
+                &mut background,
+                stop.clone(),
+            )
+            .await?;
+        }
         let leadership = Leadership::start(
             &settings,
             self.client.clone(),
             self.cluster.clone() as Arc<dyn Cluster>,
         )
         .await?;
-        let (stop_tx, stop) = watch::channel(false);
-        let mut background = JoinSet::new();
         self.report_leadership(&mut background, &settings, &leadership);
         let debug = self
             .operator

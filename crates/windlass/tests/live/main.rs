@@ -14,12 +14,15 @@
 //! - `dependency_hash`: pods rolled when a Secret they read changes, under the runtime;
 //! - `manifests`: the `manifests` command's output applied, and the access it grants.
 //! - `cel`: CEL validation rules, enforced by the server and by the in-memory cluster alike;
-//! - `versions`: application versions, dispatched per CR.
+//! - `versions`: application versions, dispatched per CR;
+//! - `conversion`: CRD versions converted by the operator's webhook, its certificate, storage
+//!   migration.
 
 #![allow(clippy::unwrap_used)]
 
 mod cel;
 mod conformance;
+mod conversion;
 mod dependency_hash;
 mod describe;
 mod events;

@@ -1,0 +1,201 @@
+//! The operator's HTTPS server for the API server: the conversions of the CRDs declared with
+//! several versions ([`crd::ApiVersions`](crate::crd::ApiVersions)), at
+//! [`CONVERSION_PATH`](crate::crd::CONVERSION_PATH).
+//!
+//! Every replica serves (the Service spreads the API server's calls; conversion needs no
+//! leadership), from the moment [`Manager::run`](crate::runtime::Manager::run) starts and
+//! before any controller reads its CRs, which may be stored in another version.
+//!
+//! Its certificate needs no cert-manager: by default the operator is its own CA and keeps
+//! the CA and the serving pair in a Secret of its namespace (`webhook.certificate.secret`),
+//! which every replica shares; at start-up and every `webhook.certificate.check-period` it
+//! renews what is due, and injects the CA bundle into each converted CRD's client config
+//! when it differs — which also repairs a bundle someone changed. A renewed pair comes from
+//! the same CA, so callers never distrust it; a renewed CA is added to the bundle (the old
+//! one kept) before any replica serves a pair it signed. With `webhook.certificate.dir` the
+//! pair is read from files issued elsewhere (cert-manager's, whose CA injector then owns the
+//! bundle) and nothing is injected.
+
+mod certificate;
+mod conversion;
+mod inject;
+mod server;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use k8s_openapi::api::core::v1::Secret;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::WebhookConfig;
+use crate::crd::{ApiVersions, CONVERSION_PATH};
+use crate::error::{Error, Result};
+use certificate::{Material, Source};
+use server::CurrentCertificate;
+
+pub(crate) use inject::client_config;
+
+/// The largest ConversionReview accepted: the API server converts a whole list in one
+/// review, so it is far above one object's 1.5 MiB.
+const MAX_REVIEW_BYTES: usize = 256 << 20;
+
+/// Where the service account's namespace is mounted in a Pod.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The namespace of the webhook's Service and Secret: configured, else the Pod's, else
+/// `default`.
+pub(crate) fn namespace(config: &WebhookConfig) -> String {
+    if !config.namespace.trim().is_empty() {
+        return config.namespace.trim().to_string();
+    }
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// The names and addresses the serving certificate is for: the Service's DNS names, the
+/// configured hosts and the host of the configured URL.
+fn hosts(config: &WebhookConfig, namespace: &str) -> Vec<String> {
+    let service = &config.service;
+    let mut hosts = vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ];
+    hosts.extend(config.certificate.hosts.iter().cloned());
+    if let Some(host) = config
+        .url
+        .as_deref()
+        .and_then(|url| url.parse::<http::Uri>().ok())
+        .and_then(|uri| uri.host().map(|h| h.trim_matches(['[', ']']).to_string()))
+    {
+        hosts.push(host);
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// Serve the conversions of `conversions` on `webhook.bind-address`, with the certificate
+/// made ready (and its CA injected) first; keep renewing it in `background` until `stop`.
+///
+/// # Errors
+/// When the certificate cannot be read or issued, the CA cannot be injected, or the
+/// address cannot be listened on: the operator cannot serve its CRDs then.
+pub(crate) async fn start(
+    client: kube::Client,
+    config: &WebhookConfig,
+    conversions: Vec<ApiVersions<()>>,
+    background: &mut JoinSet<()>,
+    stop: watch::Receiver<bool>,
+) -> Result<()> {
+    // The command line names them after the operator; a `main` of its own may not have.
+    let mut config = config.clone();
+    config.named_after("windlass");
+    let config = &config;
+    let namespace = namespace(config);
+    let source = match &config.certificate.dir {
+        Some(dir) => Source::Files(dir.clone()),
+        None => Source::Secret {
+            api: Box::new(kube::Api::<Secret>::namespaced(client.clone(), &namespace)),
+            name: config.certificate.secret.clone(),
+            hosts: hosts(config, &namespace),
+            validity: config.certificate.validity.into(),
+            ca_validity: config.certificate.ca_validity.into(),
+        },
+    };
+    let address = config
+        .bind_address
+        .parse()
+        .map_err(|_| Error::config(format!("webhook.bind-address: `{}`", config.bind_address)))?;
+    let listener = server::bind(address).await?;
+    let injector = Injector {
+        client,
+        config: config.clone(),
+        namespace,
+        crds: conversions.iter().map(ApiVersions::crd_name).collect(),
+    };
+    let material = source.current().await?;
+    injector.inject(&material).await?;
+    let certificate = Arc::new(CurrentCertificate::new(&material)?);
+    let router = axum::Router::new()
+        .route(CONVERSION_PATH, axum::routing::post(conversion::handle))
+        .with_state(Arc::new(conversions))
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES));
+    tracing::info!(%address, "serving conversions");
+    background.spawn(server::serve(
+        listener,
+        certificate.clone(),
+        router,
+        stop.clone(),
+    ));
+    let period = config.certificate.check_period.into();
+    background.spawn(renew(source, injector, certificate, material, period, stop));
+    Ok(())
+}
+
+/// Who the CA bundle is injected into.
+struct Injector {
+    client: kube::Client,
+    config: WebhookConfig,
+    namespace: String,
+    crds: Vec<String>,
+}
+
+impl Injector {
+    /// Point every converted CRD at the webhook with `material`'s CA bundle; nothing for a
+    /// certificate issued elsewhere.
+    async fn inject(&self, material: &Material) -> Result<()> {
+        let Some(bundle) = material.ca_bundle.as_deref() else {
+            return Ok(());
+        };
+        let wanted = client_config(&self.config, &self.namespace, Some(bundle));
+        for crd in &self.crds {
+            inject::inject(&self.client, crd, &wanted).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Every `period`: renew what is due (or read the files again), inject the bundle, then
+/// serve the new pair; and inject again even when nothing changed, to repair a bundle
+/// changed by someone else.
+async fn renew(
+    source: Source,
+    injector: Injector,
+    certificate: Arc<CurrentCertificate>,
+    mut material: Material,
+    period: std::time::Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let current = match source.current().await {
+            Ok(current) => current,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot renew the webhook certificate; serving the old one");
+                continue;
+            }
+        };
+        if let Err(e) = injector.inject(&current).await {
+            tracing::warn!(error = %e, "cannot inject the webhook CA bundle");
+            continue;
+        }
+        if current != material {
+            match certificate.replace(&current) {
+                Ok(()) => {
+                    tracing::info!("serving a renewed webhook certificate");
+                    material = current;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot serve the renewed webhook certificate")
+                }
+            }
+        }
+    }
+}
