@@ -8,11 +8,12 @@ use crate::config::layers::{CONFIG_FILE_ENV, env_name};
 use crate::config::{Layers, OperatorConfig};
 
 /// The subcommands; a command line that starts with none of them is a `run`.
-pub(super) const SUBCOMMANDS: [&str; 8] = [
+pub(super) const SUBCOMMANDS: [&str; 9] = [
     "run",
     "graph",
     "describe",
     "crds",
+    "migrate-storage",
     "config-schema",
     "rbac",
     "check-heartbeat",
@@ -113,6 +114,11 @@ pub(super) fn command(name: &str, about: &str) -> Command {
             graph_command(),
             describe_command(),
             Command::new("crds").about("Print the CustomResourceDefinitions as YAML"),
+            Command::new("migrate-storage").about(
+                "Rewrite the stored objects of each CRD with several versions in its storage \
+                 version, then keep only that one in status.storedVersions (the operator must \
+                 be serving its conversions)",
+            ),
             config_schema_command(),
             rbac_command(),
             manifests_command(),

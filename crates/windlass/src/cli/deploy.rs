@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::ArgMatches;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
 use super::Output;
@@ -13,13 +14,85 @@ use super::hosted::Hosted;
 use crate::cli::rbac::{Access, Discovery, RbacError};
 use crate::config::OperatorConfig;
 
-/// `crds`: the CRD of every controller that has one, as YAML documents.
-pub(super) fn crds(controllers: &[Box<dyn Hosted>], out: &Output) -> ExitCode {
-    for crd in controllers.iter().filter_map(|c| c.crd()) {
+/// `crds`: the CRD of every controller that has one, as YAML documents; a CRD of several
+/// versions is converted by the webhook `config` names (its Service in its namespace, or
+/// its URL).
+pub(super) fn crds(
+    controllers: &[Box<dyn Hosted>],
+    config: &OperatorConfig,
+    out: &Output,
+) -> ExitCode {
+    let namespace = crate::webhook::namespace(&config.webhook);
+    for crd in controllers
+        .iter()
+        .filter_map(|c| c.crd())
+        .map(|crd| point_at_webhook(crd, config, &namespace))
+    {
         match serde_saphyr::to_string(&crd) {
             Ok(yaml) => out.line(format!("---\n{}", yaml.trim_end())),
             Err(e) => {
                 eprintln!("cannot render the CRD: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `crd` with its conversion webhook (if it has one) called as `config` says, the webhook's
+/// Service being in `namespace`. No CA bundle: the operator injects its own when it starts.
+pub(super) fn point_at_webhook(
+    mut crd: CustomResourceDefinition,
+    config: &OperatorConfig,
+    namespace: &str,
+) -> CustomResourceDefinition {
+    if let Some(webhook) = crd
+        .spec
+        .conversion
+        .as_mut()
+        .and_then(|c| c.webhook.as_mut())
+    {
+        webhook.client_config = Some(crate::webhook::client_config(
+            &config.webhook,
+            namespace,
+            None,
+        ));
+    }
+    crd
+}
+
+/// `migrate-storage`: every object of each multi-version CRD rewritten in its storage
+/// version, and the CRD's `status.storedVersions` trimmed to it. The operator must be
+/// running (its webhook converts what is read).
+pub(super) async fn migrate_storage(
+    controllers: &[Box<dyn Hosted>],
+    matches: &ArgMatches,
+) -> ExitCode {
+    let client = match super::kube_config(matches)
+        .await
+        .and_then(|c| kube::Client::try_from(c).map_err(|e| e.to_string()))
+    {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let converted = controllers
+        .iter()
+        .filter_map(|c| c.crd())
+        .filter(|crd| crd.spec.versions.len() > 1);
+    for crd in converted {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match crate::crd::migrate_storage(client.clone(), &name).await {
+            Ok(report) => println!(
+                "{name}: {} objects rewritten as {} (stored versions were {})",
+                report.rewritten,
+                report.storage_version,
+                report.stored_before.join(", ")
+            ),
+            Err(e) => {
+                eprintln!("{name}: {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -56,6 +129,11 @@ async fn discover(
     config: &OperatorConfig,
     docs: Vec<Value>,
 ) -> Result<Access, RbacError> {
+    // CRs written in an older version of their CRD are read as their controller reads them.
+    let docs: Vec<Value> = docs
+        .into_iter()
+        .map(|doc| controllers.iter().fold(doc, |doc, c| c.to_hub(doc)))
+        .collect();
     let mut discovery = Discovery::new(config.clone());
     for controller in controllers {
         discovery = controller.add_to_discovery(discovery);
@@ -118,7 +196,15 @@ pub(super) async fn manifests(
             .unwrap_or_default(),
         replicas: matches.get_one::<i32>("replicas").copied().unwrap_or(1),
     };
-    let crds: Vec<_> = controllers.iter().filter_map(|c| c.crd()).collect();
+    let webhook_namespace = match config.webhook.namespace.trim() {
+        "" => options.namespace.clone(),
+        other => other.to_string(),
+    };
+    let crds: Vec<_> = controllers
+        .iter()
+        .filter_map(|c| c.crd())
+        .map(|crd| point_at_webhook(crd, &config, &webhook_namespace))
+        .collect();
     let yaml = async {
         // Unusable options and addresses fail before the dry runs.
         crate::cli::install::check(&config, &options)?;

@@ -32,7 +32,14 @@ pub(super) async fn run(
         Err(code) => return code,
     };
     let docs = match read_cr_files(&paths) {
-        Ok(docs) => docs,
+        // A CR written in an older version of its CRD is read as the controller reads it.
+        Ok(docs) => docs
+            .into_iter()
+            .map(|(path, doc)| {
+                let doc = controllers.iter().fold(doc, |doc, c| c.to_hub(doc));
+                (path, doc)
+            })
+            .collect(),
         Err(code) => return code,
     };
     let targets: Vec<TypeRef> = controllers.iter().map(|c| c.kind()).collect();

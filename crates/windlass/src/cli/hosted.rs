@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use kube::CustomResourceExt;
+use serde_json::Value;
 
 use super::Output;
 use super::description::{self, Description, Recorder};
@@ -17,6 +18,7 @@ use crate::cli::rbac::Discovery;
 use crate::cluster::{Cluster, MemoryCluster};
 use crate::config::OperatorConfig;
 use crate::controller::Controller;
+use crate::crd::{ApiVersions, ConversionError};
 use crate::dryrun::DryRun;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::reconcile::Reconciler;
@@ -28,8 +30,12 @@ use crate::runtime::Manager;
 pub(super) trait Hosted: Send {
     /// The CR kind it reconciles.
     fn kind(&self) -> TypeRef;
-    /// The CRD of that kind, if the operator installs it.
+    /// The CRD of that kind, if the operator installs it (a multi-version CRD's conversion
+    /// client config still to be filled in: [`super::deploy::point_at_webhook`]).
     fn crd(&self) -> Crd;
+    /// `doc` in the version the controller reads, if it is a CR of this kind in another
+    /// served version; else `doc` as it is.
+    fn to_hub(&self, doc: Value) -> Value;
     /// The JSON schema of its backend config.
     fn config_schema(&self) -> schemars::Schema;
     /// `manager` with this controller added.
@@ -63,10 +69,12 @@ pub(super) trait Hosted: Send {
     ) -> Result<Description, String>;
 }
 
-/// A controller and whether the operator installs the CRD of its kind.
-pub(super) struct Controlled<C> {
+/// A controller, whether the operator installs the CRD of its kind, and the versions of
+/// that CRD when it has several.
+pub(super) struct Controlled<C: Controller> {
     pub(super) controller: C,
     pub(super) crd: Crd,
+    pub(super) versions: Option<ApiVersions<C::Resource>>,
 }
 
 impl<C: Controller> Controlled<C> {
@@ -78,7 +86,21 @@ impl<C: Controller> Controlled<C> {
         Controlled {
             controller,
             crd: Some(C::Resource::crd()),
+            versions: None,
         }
+    }
+
+    /// A controller of a kind this operator defines in several API versions, `C::Resource`
+    /// the hub; the CRD is installed and its conversions served.
+    pub(super) fn with_versions(
+        controller: C,
+        versions: ApiVersions<C::Resource>,
+    ) -> Result<Self, ConversionError> {
+        Ok(Controlled {
+            controller,
+            crd: Some(versions.crd(&Default::default())?),
+            versions: Some(versions),
+        })
     }
 
     /// A controller of a kind the cluster serves already.
@@ -86,6 +108,7 @@ impl<C: Controller> Controlled<C> {
         Controlled {
             controller,
             crd: None,
+            versions: None,
         }
     }
 }
@@ -101,11 +124,29 @@ impl<C: Controller> Hosted for Controlled<C> {
         self.crd.clone()
     }
 
+    fn to_hub(&self, doc: Value) -> Value {
+        use kube::Resource as _;
+        let Some(versions) = &self.versions else {
+            return doc;
+        };
+        let hub = C::Resource::api_version(&());
+        let (api_version, kind) = (doc.api_version().unwrap_or(""), doc.kind().unwrap_or(""));
+        if api_version == hub || !versions.serves(api_version, kind) {
+            return doc;
+        }
+        // A document that does not convert is left for the dry run to report as it is.
+        versions.convert(doc.clone(), &hub).unwrap_or(doc)
+    }
+
     fn config_schema(&self) -> schemars::Schema {
         schemars::schema_for!(C::Config)
     }
 
     fn add_to(self: Box<Self>, manager: Manager) -> Manager {
+        let manager = match &self.versions {
+            Some(versions) => manager.crd_versions(versions),
+            None => manager,
+        };
         manager.controller(self.controller)
     }
 

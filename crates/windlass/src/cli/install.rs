@@ -9,7 +9,10 @@
 //!    ([`rbac::lock_rules`]): a ClusterRole and ClusterRoleBinding, or, when
 //!    `runtime.watch-namespaces` names namespaces, a Role and RoleBinding in each of them
 //!    (and a Role for the lock in the operator's namespace if it is not watched);
-//! 4. a Deployment running the image's entrypoint with `run`, probed on `/healthz`
+//! 4. when a CRD has several versions, the conversion webhook's Service and the access to
+//!    its certificate's Secret and to the CRDs it injects its CA into
+//!    ([`conversion`](super::conversion));
+//! 5. a Deployment running the image's entrypoint with `run`, probed on `/healthz`
 //!    (liveness) and `/readyz` (readiness) at the port of
 //!    `server.health-probe-bind-address` (declared as the `health` port) or, when that is
 //!    not set, of `server.metrics-bind-address` (the `metrics` port).
@@ -399,7 +402,16 @@ pub fn objects(
 ) -> Result<Vec<Value>, InstallError> {
     check_options(options)?;
     let deployed = operator_config(config, options);
-    let deployment = deployment(options, &deployed)?;
+    let mut deployment = deployment(options, &deployed)?;
+    if let (Some(port), Some(ports)) = (
+        super::conversion::container_port(crds, &deployed),
+        deployment
+            .pointer_mut("/spec/template/spec/containers/0/ports")
+            .and_then(Value::as_array_mut),
+    ) {
+        ports.push(port);
+    }
+    let labels = deployment["spec"]["selector"]["matchLabels"].clone();
     let mut objects = Vec::new();
     for crd in crds {
         objects.push(serde_json::to_value(crd).map_err(|e| InstallError::Yaml(e.to_string()))?);
@@ -408,6 +420,9 @@ pub fn objects(
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
     }
     objects.extend(rbac_objects(access, options, &deployed)?);
+    objects.extend(super::conversion::objects(
+        crds, options, &deployed, &labels,
+    ));
     objects.push(deployment);
     Ok(objects)
 }

@@ -67,6 +67,7 @@ pub(crate) mod install;
 pub(crate) mod rbac;
 
 mod args;
+mod conversion;
 mod deploy;
 mod describe;
 mod description;
@@ -163,6 +164,9 @@ impl Write for SharedBuffer {
 pub struct Operator {
     name: String,
     controllers: Vec<Box<dyn Hosted>>,
+    /// What was wrong with the controllers added (CRD versions that make no CRD): every
+    /// command refuses to start with them.
+    problems: Vec<String>,
 }
 
 impl Operator {
@@ -172,6 +176,7 @@ impl Operator {
         Operator {
             name: name.into(),
             controllers: Vec::new(),
+            problems: Vec::new(),
         }
     }
 
@@ -184,6 +189,25 @@ impl Operator {
     {
         self.controllers
             .push(Box::new(Controlled::with_crd(controller)));
+        self
+    }
+
+    /// Host `controller`, whose CR kind is a CRD of this operator's in several API versions
+    /// (see [`crate::crd`]): `crds` prints one CRD of all of them, `run` serves their
+    /// conversions (`webhook.*`), `manifests` adds the webhook's Service, and
+    /// `migrate-storage` moves stored objects to the storage version.
+    pub fn controller_with_versions<C>(
+        mut self,
+        controller: C,
+        versions: crate::crd::ApiVersions<C::Resource>,
+    ) -> Self
+    where
+        C: Controller,
+    {
+        match Controlled::with_versions(controller, versions) {
+            Ok(controlled) => self.controllers.push(Box::new(controlled)),
+            Err(e) => self.problems.push(e.to_string()),
+        }
         self
     }
 
@@ -218,7 +242,17 @@ impl Operator {
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        let Operator { name, controllers } = self;
+        let Operator {
+            name,
+            controllers,
+            problems,
+        } = self;
+        if !problems.is_empty() {
+            for problem in problems {
+                eprintln!("{name}: {problem}");
+            }
+            return ExitCode::from(2);
+        }
         let kinds: Vec<String> = controllers
             .iter()
             .map(|c| {
@@ -305,10 +339,18 @@ fn configure(matches: &ArgMatches) -> Result<OperatorConfig, ExitCode> {
 async fn dispatch(
     name: &str,
     controllers: Vec<Box<dyn Hosted>>,
-    config: OperatorConfig,
+    mut config: OperatorConfig,
     matches: &ArgMatches,
     out: Output,
 ) -> ExitCode {
+    // The webhook's Service and Secret are named after the operator (only when it has one:
+    // the names would otherwise travel into every Deployment's environment for nothing).
+    if controllers
+        .iter()
+        .any(|c| c.crd().is_some_and(|crd| crd.spec.conversion.is_some()))
+    {
+        config.webhook.named_after(name);
+    }
     match matches.subcommand() {
         Some(("run", sub)) if config.dry_run => dry_run::run(controllers, config, sub, out).await,
         Some(("run", sub)) => {
@@ -325,7 +367,8 @@ async fn dispatch(
         Some(("describe", sub)) => describe::command(controllers, config, matches, sub, out).await,
         Some(("config-schema", sub)) => inspect::config_schema(&controllers, sub, &out),
         Some(("check-heartbeat", sub)) => inspect::check_heartbeat(&config, sub, out),
-        Some(("crds", _)) => deploy::crds(&controllers, &out),
+        Some(("crds", _)) => deploy::crds(&controllers, &config, &out),
+        Some(("migrate-storage", _)) => deploy::migrate_storage(&controllers, matches).await,
         Some(("rbac", sub)) => deploy::rbac(name, controllers, config, sub, out).await,
         Some(("manifests", sub)) => deploy::manifests(name, controllers, config, sub, out).await,
         _ => ExitCode::from(2),
@@ -426,6 +469,7 @@ fn one<C: Controller>(controlled: Controlled<C>) -> Operator {
     Operator {
         name: format!("{}-operator", kind.to_lowercase()),
         controllers: vec![Box::new(controlled)],
+        problems: Vec::new(),
     }
 }
 

@@ -535,7 +535,7 @@ fn address(text: &str) -> Option<std::net::SocketAddr> {
 /// files are relative to the repository. A test checks the list against the keys, so a new
 /// key cannot land without one, and that each named test exists.
 #[cfg(test)]
-const EFFECTS: [(&str, &str, &str); 36] = [
+const EFFECTS: [(&str, &str, &str); 46] = [
     (
         "runtime.watch-namespaces",
         "crates/windlass/tests/live/manifests.rs",
@@ -705,6 +705,56 @@ const EFFECTS: [(&str, &str, &str); 36] = [
         "heartbeat.period",
         "crates/windlass/src/runtime/heartbeat.rs",
         "the_task_beats_at_once_then_every_period_until_stopped",
+    ),
+    (
+        "webhook.bind-address",
+        "crates/windlass/tests/live/conversion.rs",
+        "a_cr_stored_as_v1alpha1_reads_back_as_v1_and_writes_back_without_loss",
+    ),
+    (
+        "webhook.service",
+        "crates/windlass/tests/behaviour/crd_versions.rs",
+        "manifests_add_the_webhook_service_port_and_its_narrow_access",
+    ),
+    (
+        "webhook.namespace",
+        "crates/windlass/tests/live/conversion.rs",
+        "the_bundle_survives_a_restart_and_a_broken_one_is_repaired_at_start_up",
+    ),
+    (
+        "webhook.url",
+        "crates/windlass/tests/live/conversion.rs",
+        "a_cr_stored_as_v1alpha1_reads_back_as_v1_and_writes_back_without_loss",
+    ),
+    (
+        "webhook.certificate.secret",
+        "crates/windlass/tests/live/conversion.rs",
+        "a_rotation_under_a_stream_of_writes_refuses_none_of_them",
+    ),
+    (
+        "webhook.certificate.dir",
+        "crates/windlass/tests/live/conversion.rs",
+        "a_certificate_from_files_is_served_and_no_bundle_is_injected",
+    ),
+    (
+        "webhook.certificate.hosts",
+        "crates/windlass/src/webhook/mod.rs",
+        "the_certificate_is_for_the_service_the_configured_hosts_and_the_urls_host",
+    ),
+    (
+        "webhook.certificate.validity",
+        "crates/windlass/tests/live/conversion.rs",
+        "a_rotation_under_a_stream_of_writes_refuses_none_of_them",
+    ),
+    (
+        "webhook.certificate.ca-validity",
+        "crates/windlass/src/webhook/certificate.rs",
+        "a_ca_near_its_end_is_replaced_and_kept_in_the_bundle",
+    ),
+    (
+        "webhook.certificate.check-period",
+        "crates/windlass/tests/live/conversion.rs",
+        "a_rotation_under_a_stream_of_writes_refuses_none_of_them",
     ),
     // oper8 keys: each mapped, refused or warned about, in one test.
     (

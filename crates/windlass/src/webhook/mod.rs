@@ -199,3 +199,42 @@ async fn renew(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_certificate_is_for_the_service_the_configured_hosts_and_the_urls_host() {
+        let mut config = WebhookConfig::default();
+        config.named_after("shop");
+        config.certificate.hosts = vec!["shop.example.com".into(), "10.0.0.7".into()];
+        config.url = Some("https://[::1]:9443".into());
+        assert_eq!(
+            hosts(&config, "ops"),
+            [
+                "10.0.0.7",
+                "::1",
+                "shop-webhook.ops.svc",
+                "shop-webhook.ops.svc.cluster.local",
+                "shop.example.com",
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_webhook_settings_are_refused_by_key() {
+        let mut config = crate::config::OperatorConfig::default();
+        config.webhook.bind_address = "nowhere".into();
+        config.webhook.url = Some("http://plain".into());
+        config.webhook.certificate.validity = std::time::Duration::from_secs(1).into();
+        let problems = config.validate().unwrap_err().join("\n");
+        for key in [
+            "webhook.bind-address",
+            "webhook.url",
+            "webhook.certificate.validity",
+        ] {
+            assert!(problems.contains(key), "{key} in {problems}");
+        }
+    }
+}

@@ -5,6 +5,7 @@
 
 mod any_kind;
 mod bad_input;
+mod crd_versions;
 mod dependency_hash;
 mod events;
 mod operator_config;

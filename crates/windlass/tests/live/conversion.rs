@@ -76,6 +76,7 @@ async fn operator(
         config.webhook.namespace = ns.to_string();
         config.webhook.named_after("conversion-test");
         tune(&mut config);
+        let injects = config.webhook.certificate.dir.is_none();
         let controller = DummyController::<v1::Shop>::of_kind().component(
             DummyComponent::new("box").with_object(
                 "cm",
@@ -92,12 +93,18 @@ async fn operator(
         let task = tokio::spawn(manager.run(async {
             let _ = stopped.await;
         }));
-        // Serving once the CA is injected with our URL; a failed bind ends the task.
+        // Serving once the CA is injected with our URL (or, with a certificate from files,
+        // once it listens); a failed bind ends the task.
         let started = async {
             loop {
-                if task.is_finished()
-                    || client_config(env).await.url.as_deref() == Some(&format!("{url}/convert"))
-                {
+                let ready = if injects {
+                    client_config(env).await.url.as_deref() == Some(&format!("{url}/convert"))
+                } else {
+                    tokio::net::TcpStream::connect(("127.0.0.1", port))
+                        .await
+                        .is_ok()
+                };
+                if task.is_finished() || ready {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -312,6 +319,65 @@ async fn the_bundle_survives_a_restart_and_a_broken_one_is_repaired_at_start_up(
     let read = value(shops(env, ns.name(), "v1").get("a").await.unwrap());
     assert_eq!(read["spec"], json!({"replicas": 1, "tier": "gold"}));
     second.stop().await;
+}
+
+#[tokio::test]
+async fn a_certificate_from_files_is_served_and_no_bundle_is_injected() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (_, env) = live().await;
+    let ns = env.namespace("conversion-files").await.unwrap();
+    let finished = Finished::default();
+    install(env, "v1alpha1", "https://127.0.0.1:1").await;
+    // What cert-manager would have issued and mounted: a CA and a pair for 127.0.0.1.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::default();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, &ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let pair = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), pair.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+    let files = dir.path().to_path_buf();
+    let operator = operator(env, ns.name(), &finished, move |config| {
+        config.webhook.certificate.dir = Some(files.clone());
+    })
+    .await;
+    // cert-manager's CA injector's part: the bundle, and where to call.
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client().unwrap());
+    crds.patch(
+        CRD,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"conversion": {"webhook": {"clientConfig": {
+            "url": format!("{}/convert", operator.url),
+            "caBundle": k8s_openapi::ByteString(ca.pem().into_bytes())}}}}})),
+    )
+    .await
+    .unwrap();
+
+    create_v1(env, ns.name(), &shop("f", 5, "gold")).await;
+    let read = value(shops(env, ns.name(), "v1").get("f").await.unwrap());
+    assert_eq!(read["spec"], json!({"replicas": 5, "tier": "gold"}));
+    assert_eq!(
+        client_config(env).await.ca_bundle.map(|b| b.0),
+        Some(ca.pem().into_bytes()),
+        "the injected bundle is left alone"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.client().unwrap(), ns.name());
+    assert!(
+        secrets
+            .get_opt("conversion-test-webhook-tls")
+            .await
+            .unwrap()
+            .is_none(),
+        "no certificate of the operator's own"
+    );
+    operator.stop().await;
 }
 
 /// Another CA's certificate (PEM): a bundle that trusts anything but the operator.
