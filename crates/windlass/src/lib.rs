@@ -49,6 +49,7 @@
 // CI lints, keeps dead-code warnings meaningful.
 #![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 
+pub mod admission;
 pub mod annotations;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -178,6 +178,7 @@ pub(super) async fn rbac(
 pub(super) async fn manifests(
     name: &str,
     controllers: Vec<Box<dyn Hosted>>,
+    admissions: &[std::sync::Arc<dyn crate::webhook::admission::Admits>],
     config: OperatorConfig,
     matches: &ArgMatches,
     out: Output,
@@ -209,8 +210,12 @@ pub(super) async fn manifests(
         // Unusable options and addresses fail before the dry runs.
         crate::cli::install::check(&config, &options)?;
         let access = discover(controllers, &config, docs).await?;
+        let served = super::webhook::Served {
+            crds: &crds,
+            admissions,
+        };
         crate::cli::install::to_yaml(&crate::cli::install::objects(
-            &crds, &access, &config, &options,
+            &served, &access, &config, &options,
         )?)
     }
     .await;

@@ -11,7 +11,7 @@
 //!    (and a Role for the lock in the operator's namespace if it is not watched);
 //! 4. when a CRD has several versions, the conversion webhook's Service and the access to
 //!    its certificate's Secret and to the CRDs it injects its CA into
-//!    ([`conversion`](super::conversion));
+//!    ([`webhook`](super::webhook));
 //! 5. a Deployment running the image's entrypoint with `run`, probed on `/healthz`
 //!    (liveness) and `/readyz` (readiness) at the port of
 //!    `server.health-probe-bind-address` (declared as the `health` port) or, when that is
@@ -395,7 +395,7 @@ fn rollout_strategy(config: &OperatorConfig) -> Value {
 /// # Errors
 /// [`InstallError`] if the options or the address are unusable, or the RBAC cannot be built.
 pub fn objects(
-    crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+    served: &super::webhook::Served<'_>,
     access: &Access,
     config: &OperatorConfig,
     options: &InstallOptions,
@@ -404,7 +404,7 @@ pub fn objects(
     let deployed = operator_config(config, options);
     let mut deployment = deployment(options, &deployed)?;
     if let (Some(port), Some(ports)) = (
-        super::conversion::container_port(crds, &deployed),
+        super::webhook::container_port(served, &deployed),
         deployment
             .pointer_mut("/spec/template/spec/containers/0/ports")
             .and_then(Value::as_array_mut),
@@ -413,16 +413,14 @@ pub fn objects(
     }
     let labels = deployment["spec"]["selector"]["matchLabels"].clone();
     let mut objects = Vec::new();
-    for crd in crds {
+    for crd in served.crds {
         objects.push(serde_json::to_value(crd).map_err(|e| InstallError::Yaml(e.to_string()))?);
     }
     if options.namespace != "default" {
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
     }
     objects.extend(rbac_objects(access, options, &deployed)?);
-    objects.extend(super::conversion::objects(
-        crds, options, &deployed, &labels,
-    ));
+    objects.extend(super::webhook::objects(served, options, &deployed, &labels));
     objects.push(deployment);
     Ok(objects)
 }

@@ -67,7 +67,6 @@ pub(crate) mod install;
 pub(crate) mod rbac;
 
 mod args;
-mod conversion;
 mod deploy;
 mod describe;
 mod description;
@@ -77,6 +76,7 @@ mod hosted;
 mod inspect;
 mod plan;
 mod printer;
+mod webhook;
 
 use hosted::{Controlled, Hosted};
 
@@ -164,6 +164,8 @@ impl Write for SharedBuffer {
 pub struct Operator {
     name: String,
     controllers: Vec<Box<dyn Hosted>>,
+    /// The admission webhooks it serves.
+    admissions: Vec<std::sync::Arc<dyn crate::webhook::admission::Admits>>,
     /// What was wrong with the controllers added (CRD versions that make no CRD): every
     /// command refuses to start with them.
     problems: Vec<String>,
@@ -176,6 +178,7 @@ impl Operator {
         Operator {
             name: name.into(),
             controllers: Vec::new(),
+            admissions: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -207,6 +210,19 @@ impl Operator {
         match Controlled::with_versions(controller, versions) {
             Ok(controlled) => self.controllers.push(Box::new(controlled)),
             Err(e) => self.problems.push(e.to_string()),
+        }
+        self
+    }
+
+    /// Serve the admission webhooks of `admission` for the CRs of kind `K` (see
+    /// [`crate::admission`]): `run` serves and registers them, `manifests` prints their
+    /// configurations and the Service they are called through.
+    pub fn admission<K: crate::resource::PrimaryResource>(
+        mut self,
+        admission: crate::admission::Admission<K>,
+    ) -> Self {
+        if admission.validates() || admission.mutates() {
+            self.admissions.push(std::sync::Arc::new(admission));
         }
         self
     }
@@ -245,6 +261,7 @@ impl Operator {
         let Operator {
             name,
             controllers,
+            admissions,
             problems,
         } = self;
         if !problems.is_empty() {
@@ -285,7 +302,7 @@ impl Operator {
             Ok(config) => config,
             Err(code) => return code,
         };
-        dispatch(&name, controllers, config, &matches, out).await
+        dispatch(&name, controllers, &admissions, config, &matches, out).await
     }
 }
 
@@ -339,15 +356,17 @@ fn configure(matches: &ArgMatches) -> Result<OperatorConfig, ExitCode> {
 async fn dispatch(
     name: &str,
     controllers: Vec<Box<dyn Hosted>>,
+    admissions: &[std::sync::Arc<dyn crate::webhook::admission::Admits>],
     mut config: OperatorConfig,
     matches: &ArgMatches,
     out: Output,
 ) -> ExitCode {
     // The webhook's Service and Secret are named after the operator (only when it has one:
     // the names would otherwise travel into every Deployment's environment for nothing).
-    if controllers
-        .iter()
-        .any(|c| c.crd().is_some_and(|crd| crd.spec.conversion.is_some()))
+    if !admissions.is_empty()
+        || controllers
+            .iter()
+            .any(|c| c.crd().is_some_and(|crd| crd.spec.conversion.is_some()))
     {
         config.webhook.named_after(name);
     }
@@ -361,7 +380,7 @@ async fn dispatch(
                 );
                 return ExitCode::from(2);
             }
-            live_run(controllers, config, matches).await
+            live_run(controllers, admissions, config, matches).await
         }
         Some(("graph", sub)) => inspect::graph(controllers, config, sub, out).await,
         Some(("describe", sub)) => describe::command(controllers, config, matches, sub, out).await,
@@ -370,7 +389,9 @@ async fn dispatch(
         Some(("crds", _)) => deploy::crds(&controllers, &config, &out),
         Some(("migrate-storage", _)) => deploy::migrate_storage(&controllers, matches).await,
         Some(("rbac", sub)) => deploy::rbac(name, controllers, config, sub, out).await,
-        Some(("manifests", sub)) => deploy::manifests(name, controllers, config, sub, out).await,
+        Some(("manifests", sub)) => {
+            deploy::manifests(name, controllers, admissions, config, sub, out).await
+        }
         _ => ExitCode::from(2),
     }
 }
@@ -469,6 +490,7 @@ fn one<C: Controller>(controlled: Controlled<C>) -> Operator {
     Operator {
         name: format!("{}-operator", kind.to_lowercase()),
         controllers: vec![Box::new(controlled)],
+        admissions: Vec::new(),
         problems: Vec::new(),
     }
 }
@@ -502,6 +524,7 @@ pub(super) async fn kube_config(matches: &ArgMatches) -> Result<kube::Config, St
 /// clean shutdown.
 async fn live_run(
     controllers: Vec<Box<dyn Hosted>>,
+    admissions: &[std::sync::Arc<dyn crate::webhook::admission::Admits>],
     config: OperatorConfig,
     matches: &ArgMatches,
 ) -> ExitCode {
@@ -521,6 +544,9 @@ async fn live_run(
     };
     for controller in controllers {
         manager = controller.add_to(manager);
+    }
+    for admission in admissions {
+        manager = manager.admits(admission.clone());
     }
     match manager.run(shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,

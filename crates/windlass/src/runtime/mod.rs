@@ -116,6 +116,7 @@ pub struct Manager {
     health: Arc<Health>,
     initial_list: source::InitialList,
     conversions: Vec<crate::crd::ApiVersions<()>>,
+    admissions: Vec<Arc<dyn crate::webhook::admission::Admits>>,
 }
 
 impl Manager {
@@ -157,6 +158,7 @@ impl Manager {
             health: Arc::new(Health::new()),
             initial_list: source::InitialList::from_env(),
             conversions: Vec::new(),
+            admissions: Vec::new(),
         }
     }
 
@@ -182,6 +184,24 @@ impl Manager {
         if versions.converts() {
             self.conversions.push(versions.erased());
         }
+        self
+    }
+
+    /// Serve the admission webhooks of `admission` (see [`crate::admission`]) and register
+    /// them with the API server, before any controller starts.
+    pub fn admission<K: crate::resource::PrimaryResource>(
+        mut self,
+        admission: crate::admission::Admission<K>,
+    ) -> Self {
+        if admission.validates() || admission.mutates() {
+            self.admissions.push(Arc::new(admission));
+        }
+        self
+    }
+
+    /// [`admission`](Self::admission), its type erased.
+    pub(crate) fn admits(mut self, admits: Arc<dyn crate::webhook::admission::Admits>) -> Self {
+        self.admissions.push(admits);
         self
     }
 
@@ -220,13 +240,14 @@ impl Manager {
         let settings = LockSettings::from_config(&self.operator)?;
         let (stop_tx, stop) = watch::channel(false);
         let mut background = JoinSet::new();
-        if !self.conversions.is_empty() {
+        if !self.conversions.is_empty() || !self.admissions.is_empty() {
             // Before the leadership and the watches: CRs stored in another version cannot
             // even be listed until the conversions are served.
             crate::webhook::start(
                 self.client.clone(),
                 &self.operator.webhook,
                 self.conversions.clone(),
+                self.admissions.clone(),
                 &mut background,
                 stop.clone(),
             )

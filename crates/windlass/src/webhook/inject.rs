@@ -20,10 +20,20 @@ pub(crate) fn client_config(
     namespace: &str,
     ca_bundle: Option<&str>,
 ) -> WebhookClientConfig {
+    client_config_at(config, namespace, ca_bundle, CONVERSION_PATH)
+}
+
+/// The client config of the webhook at `path` of this operator's server.
+pub(crate) fn client_config_at(
+    config: &WebhookConfig,
+    namespace: &str,
+    ca_bundle: Option<&str>,
+    path: &str,
+) -> WebhookClientConfig {
     let ca_bundle = ca_bundle.map(|pem| ByteString(pem.as_bytes().to_vec()));
     match &config.url {
         Some(url) => WebhookClientConfig {
-            url: Some(format!("{}{CONVERSION_PATH}", url.trim_end_matches('/'))),
+            url: Some(format!("{}{path}", url.trim_end_matches('/'))),
             ca_bundle,
             service: None,
         },
@@ -31,7 +41,7 @@ pub(crate) fn client_config(
             service: Some(ServiceReference {
                 name: config.service.clone(),
                 namespace: namespace.to_string(),
-                path: Some(CONVERSION_PATH.to_string()),
+                path: Some(path.to_string()),
                 port: Some(443),
             }),
             ca_bundle,

@@ -1,6 +1,8 @@
 //! The operator's HTTPS server for the API server: the conversions of the CRDs declared with
 //! several versions ([`crd::ApiVersions`](crate::crd::ApiVersions)), at
-//! [`CONVERSION_PATH`](crate::crd::CONVERSION_PATH).
+//! [`CONVERSION_PATH`](crate::crd::CONVERSION_PATH), and the admission webhooks of
+//! [`admission::Admission`](crate::admission::Admission)s, at `/validate/<crd>` and
+//! `/mutate/<crd>`.
 //!
 //! Every replica serves (the Service spreads the API server's calls; conversion needs no
 //! leadership), from the moment [`Manager::run`](crate::runtime::Manager::run) starts and
@@ -10,12 +12,13 @@
 //! the CA and the serving pair in a Secret of its namespace (`webhook.certificate.secret`),
 //! which every replica shares; at start-up and every `webhook.certificate.check-period` it
 //! renews what is due, and injects the CA bundle into each converted CRD's client config
-//! when it differs — which also repairs a bundle someone changed. A renewed pair comes from
+//! and registers the admission webhooks with it, when they differ — which also repairs a bundle someone changed. A renewed pair comes from
 //! the same CA, so callers never distrust it; a renewed CA is added to the bundle (the old
 //! one kept) before any replica serves a pair it signed. With `webhook.certificate.dir` the
 //! pair is read from files issued elsewhere (cert-manager's, whose CA injector then owns the
 //! bundle) and nothing is injected.
 
+pub(crate) mod admission;
 mod certificate;
 mod conversion;
 mod inject;
@@ -88,6 +91,7 @@ pub(crate) async fn start(
     client: kube::Client,
     config: &WebhookConfig,
     conversions: Vec<ApiVersions<()>>,
+    admissions: Vec<Arc<dyn admission::Admits>>,
     background: &mut JoinSet<()>,
     stop: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -112,18 +116,16 @@ pub(crate) async fn start(
         .map_err(|_| Error::config(format!("webhook.bind-address: `{}`", config.bind_address)))?;
     let listener = server::bind(address).await?;
     let injector = Injector {
-        client,
+        client: client.clone(),
         config: config.clone(),
         namespace,
         crds: conversions.iter().map(ApiVersions::crd_name).collect(),
+        admissions: admissions.clone(),
     };
     let material = source.current().await?;
     injector.inject(&material).await?;
     let certificate = Arc::new(CurrentCertificate::new(&material)?);
-    let router = axum::Router::new()
-        .route(CONVERSION_PATH, axum::routing::post(conversion::handle))
-        .with_state(Arc::new(conversions))
-        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES));
+    let router = router(conversions, admissions, client);
     tracing::info!(%address, "serving conversions");
     background.spawn(server::serve(
         listener,
@@ -136,12 +138,38 @@ pub(crate) async fn start(
     Ok(())
 }
 
+/// The routes of the conversions and of the admission webhooks.
+fn router(
+    conversions: Vec<ApiVersions<()>>,
+    admissions: Vec<Arc<dyn admission::Admits>>,
+    client: kube::Client,
+) -> axum::Router {
+    let by_name = admissions
+        .into_iter()
+        .map(|a| (a.target().name, a))
+        .collect();
+    let admissions = admission::Admissions {
+        by_name: Arc::new(by_name),
+        client,
+    };
+    let conversion = axum::Router::new()
+        .route(CONVERSION_PATH, axum::routing::post(conversion::handle))
+        .with_state(Arc::new(conversions));
+    axum::Router::new()
+        .route("/validate/{name}", axum::routing::post(admission::validate))
+        .route("/mutate/{name}", axum::routing::post(admission::mutate))
+        .with_state(admissions)
+        .merge(conversion)
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+}
+
 /// Who the CA bundle is injected into.
 struct Injector {
     client: kube::Client,
     config: WebhookConfig,
     namespace: String,
     crds: Vec<String>,
+    admissions: Vec<Arc<dyn admission::Admits>>,
 }
 
 impl Injector {
@@ -155,7 +183,14 @@ impl Injector {
         for crd in &self.crds {
             inject::inject(&self.client, crd, &wanted).await?;
         }
-        Ok(())
+        let configurations = admission::configurations(
+            &self.admissions,
+            &self.config.service,
+            &self.config,
+            &self.namespace,
+            Some(bundle),
+        );
+        admission::register(&self.client, &configurations).await
     }
 }
 

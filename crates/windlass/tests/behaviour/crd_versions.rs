@@ -147,3 +147,69 @@ async fn versions_that_make_no_crd_are_refused_before_any_command() {
     let (code, _) = cli(broken, &["crds"]).await;
     assert_eq!(code, ExitCode::from(2));
 }
+
+#[tokio::test]
+async fn manifests_register_the_admission_webhooks_and_grant_them_by_name() {
+    let admission = windlass::admission::Admission::<v1::Shop>::new()
+        .defaults(|shop| {
+            if shop.spec.tier.is_empty() {
+                shop.spec.tier = "basic".into();
+            }
+        })
+        .validate(|_| async { Ok(()) });
+    let (_dir, cr) = old_shop();
+    let (code, out) = cli(
+        operator().admission(admission),
+        &[
+            "manifests",
+            &cr,
+            "--image",
+            "example.com/shop:1",
+            "--namespace",
+            "ops",
+        ],
+    )
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    let docs = documents(&out);
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == "shop-operator-webhook")
+            .unwrap_or_else(|| panic!("no {kind} in\n{out}"))
+    };
+    for (kind, path) in [
+        (
+            "ValidatingWebhookConfiguration",
+            "/validate/shops.conversion.windlass.dev",
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            "/mutate/shops.conversion.windlass.dev",
+        ),
+    ] {
+        let webhook = &find(kind)["webhooks"][0];
+        assert_eq!(webhook["name"], "shops.conversion.windlass.dev");
+        assert_eq!(
+            webhook["clientConfig"]["service"],
+            json!({"name": "shop-operator-webhook", "namespace": "ops", "path": path, "port": 443})
+        );
+        assert_eq!(
+            webhook["rules"][0]["apiVersions"],
+            json!(["v1"]),
+            "the hub's version"
+        );
+        assert_eq!(webhook["failurePolicy"], "Fail");
+    }
+    let rules = &find("ClusterRole")["rules"];
+    assert!(
+        rules.as_array().unwrap().contains(&json!({
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            "verbs": ["get", "patch"], "resourceNames": ["shop-operator-webhook"]})),
+        "{rules}"
+    );
+    // kubectl applies them before the Deployment, and deletes them before it too.
+    let position = |kind: &str| docs.iter().position(|d| d["kind"] == kind).unwrap();
+    assert!(position("ValidatingWebhookConfiguration") < position("Deployment"));
+    assert!(position("CustomResourceDefinition") < position("Deployment"));
+}

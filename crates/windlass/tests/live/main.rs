@@ -15,11 +15,13 @@
 //! - `manifests`: the `manifests` command's output applied, and the access it grants.
 //! - `cel`: CEL validation rules, enforced by the server and by the in-memory cluster alike;
 //! - `versions`: application versions, dispatched per CR;
+//! - `admission`: admission webhooks from Rust functions, registered by the operator;
 //! - `conversion`: CRD versions converted by the operator's webhook, its certificate, storage
 //!   migration.
 
 #![allow(clippy::unwrap_used)]
 
+mod admission;
 mod cel;
 mod conformance;
 mod conversion;

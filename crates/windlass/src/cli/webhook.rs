@@ -1,13 +1,29 @@
-//! What CRDs with several versions add to the install manifests: the Service the API server
-//! calls the conversion webhook through, the container's `webhook` port, and the access
-//! the operator needs to keep its certificate (its Secret) and inject its CA (the CRDs,
-//! by name).
+//! What the operator's webhook server (CRD conversions, admission webhooks) adds to the
+//! install manifests: the Service the API server calls it through, the container's
+//! `webhook` port, the admission webhook configurations, and the access the operator needs
+//! to keep its certificate (its Secret) and inject its CA (the CRDs and the webhook
+//! configurations, by name).
+
+use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
 use super::install::InstallOptions;
 use crate::config::OperatorConfig;
+use crate::webhook::admission::{Admits, configurations};
+
+/// What the webhook server serves: the CRDs (those converted count) and the admissions.
+pub(crate) struct Served<'a> {
+    pub(crate) crds: &'a [CustomResourceDefinition],
+    pub(crate) admissions: &'a [Arc<dyn Admits>],
+}
+
+impl Served<'_> {
+    fn any(&self) -> bool {
+        !converted(self.crds).is_empty() || !self.admissions.is_empty()
+    }
+}
 
 /// The name of the container port of the webhook server.
 pub(super) const WEBHOOK_PORT_NAME: &str = "webhook";
@@ -25,18 +41,19 @@ fn converted(crds: &[CustomResourceDefinition]) -> Vec<String> {
         .collect()
 }
 
-/// The webhook's Service, Role and ClusterRole (with their bindings) when some CRD of
-/// `crds` is converted; none otherwise. `labels` select the operator's Pods.
-pub(super) fn objects(
-    crds: &[CustomResourceDefinition],
+/// The webhook's Service, its admission webhook configurations, and its Role and
+/// ClusterRole (with their bindings) when it serves anything; none otherwise. `labels`
+/// select the operator's Pods.
+pub(crate) fn objects(
+    served: &Served<'_>,
     options: &InstallOptions,
     config: &OperatorConfig,
     labels: &Value,
 ) -> Vec<Value> {
-    let names = converted(crds);
-    if names.is_empty() {
+    if !served.any() {
         return Vec::new();
     }
+    let crds = converted(served.crds);
     let webhook = &config.webhook;
     let namespace = match webhook.namespace.trim() {
         "" => options.namespace.as_str(),
@@ -57,6 +74,14 @@ pub(super) fn objects(
             },
         }));
     }
+    let registered = configurations(
+        served.admissions,
+        &webhook.service,
+        webhook,
+        namespace,
+        None,
+    );
+    objects.extend(registered.iter().cloned());
     if webhook.certificate.dir.is_none() {
         objects.extend([
             json!({
@@ -81,9 +106,7 @@ pub(super) fn objects(
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRole",
                 "metadata": {"name": role},
-                "rules": [{"apiGroups": ["apiextensions.k8s.io"],
-                           "resources": ["customresourcedefinitions"],
-                           "verbs": ["get", "patch"], "resourceNames": names}],
+                "rules": cluster_rules(&crds, &registered, &webhook.service),
             }),
             json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -98,12 +121,37 @@ pub(super) fn objects(
     objects
 }
 
-/// The container port of the webhook server, when some CRD of `crds` is converted.
-pub(super) fn container_port(
-    crds: &[CustomResourceDefinition],
-    config: &OperatorConfig,
-) -> Option<Value> {
-    if converted(crds).is_empty() {
+/// What the operator writes cluster-wide to keep its webhooks called: the converted CRDs
+/// and its webhook configurations, each by name (`create` of a configuration cannot be
+/// limited to a name: it does not exist yet).
+fn cluster_rules(crds: &[String], registered: &[Value], name: &str) -> Vec<Value> {
+    let mut rules = Vec::new();
+    if !crds.is_empty() {
+        rules.push(json!({"apiGroups": ["apiextensions.k8s.io"],
+                          "resources": ["customresourcedefinitions"],
+                          "verbs": ["get", "patch"], "resourceNames": crds}));
+    }
+    let kinds: Vec<String> = registered
+        .iter()
+        .filter_map(|c| c["kind"].as_str())
+        .map(|kind| format!("{}s", kind.to_lowercase()))
+        .collect();
+    if !kinds.is_empty() {
+        rules.push(
+            json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": kinds,
+                          "verbs": ["create"]}),
+        );
+        rules.push(
+            json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": kinds,
+                          "verbs": ["get", "patch"], "resourceNames": [name]}),
+        );
+    }
+    rules
+}
+
+/// The container port of the webhook server, when it serves anything.
+pub(crate) fn container_port(served: &Served<'_>, config: &OperatorConfig) -> Option<Value> {
+    if !served.any() {
         return None;
     }
     let port = config
