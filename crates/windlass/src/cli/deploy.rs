@@ -57,6 +57,12 @@ pub(super) fn point_at_webhook(
             namespace,
             None,
         ));
+        if let Some(from) = &config.webhook.certificate.inject_ca_from {
+            crd.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(super::webhook::INJECT_CA_FROM.to_string(), from.clone());
+        }
     }
     crd
 }

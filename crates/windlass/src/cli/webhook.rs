@@ -25,6 +25,9 @@ impl Served<'_> {
     }
 }
 
+/// cert-manager's CA injector's annotation: the Certificate whose CA it injects.
+pub(crate) const INJECT_CA_FROM: &str = "cert-manager.io/inject-ca-from";
+
 /// The name of the container port of the webhook server.
 pub(super) const WEBHOOK_PORT_NAME: &str = "webhook";
 
@@ -74,13 +77,18 @@ pub(crate) fn objects(
             },
         }));
     }
-    let registered = configurations(
+    let mut registered = configurations(
         served.admissions,
         &webhook.service,
         webhook,
         namespace,
         None,
     );
+    if let Some(from) = &webhook.certificate.inject_ca_from {
+        for configuration in &mut registered {
+            configuration["metadata"]["annotations"] = json!({INJECT_CA_FROM: from});
+        }
+    }
     objects.extend(registered.iter().cloned());
     if webhook.certificate.dir.is_none() {
         objects.extend([

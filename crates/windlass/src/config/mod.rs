@@ -535,7 +535,7 @@ fn address(text: &str) -> Option<std::net::SocketAddr> {
 /// files are relative to the repository. A test checks the list against the keys, so a new
 /// key cannot land without one, and that each named test exists.
 #[cfg(test)]
-const EFFECTS: [(&str, &str, &str); 46] = [
+const EFFECTS: [(&str, &str, &str); 47] = [
     (
         "runtime.watch-namespaces",
         "crates/windlass/tests/live/manifests.rs",
@@ -735,6 +735,11 @@ const EFFECTS: [(&str, &str, &str); 46] = [
         "webhook.certificate.dir",
         "crates/windlass/tests/live/conversion.rs",
         "a_certificate_from_files_is_served_and_no_bundle_is_injected",
+    ),
+    (
+        "webhook.certificate.inject-ca-from",
+        "crates/windlass/tests/behaviour/crd_versions.rs",
+        "with_cert_manager_the_crd_and_configurations_ask_for_its_ca_and_no_secret_is_granted",
     ),
     (
         "webhook.certificate.hosts",

@@ -56,6 +56,10 @@ pub struct CertificateConfig {
     /// (one issued elsewhere, e.g. by cert-manager, which then injects the CA): the
     /// operator re-reads them every `check-period` and injects nothing.
     pub dir: Option<PathBuf>,
+    /// With `dir`: the cert-manager Certificate (`namespace/name`) that issues it; `manifests`
+    /// then annotates the CRDs and webhook configurations with
+    /// `cert-manager.io/inject-ca-from`, so that cert-manager injects its CA.
+    pub inject_ca_from: Option<String>,
     /// Names and IP addresses the serving certificate is issued for besides the Service's
     /// (e.g. `127.0.0.1` for a `url` on this machine).
     pub hosts: Vec<String>,
@@ -74,6 +78,7 @@ impl Default for CertificateConfig {
         CertificateConfig {
             secret: String::new(),
             dir: None,
+            inject_ca_from: None,
             hosts: Vec::new(),
             validity: ConfigDuration(Duration::from_secs(90 * 24 * 3600)),
             ca_validity: ConfigDuration(Duration::from_secs(365 * 24 * 3600)),
@@ -116,6 +121,14 @@ impl WebhookConfig {
                 "webhook.certificate.ca-validity: must be at least webhook.certificate.validity"
                     .to_string(),
             );
+        }
+        if let Some(from) = &certificate.inject_ca_from
+            && (certificate.dir.is_none() || from.split('/').filter(|p| !p.is_empty()).count() != 2)
+        {
+            problems.push(format!(
+                "webhook.certificate.inject-ca-from: `{from}` must be namespace/name, with \
+                 webhook.certificate.dir set (the certificate cert-manager issues is read there)"
+            ));
         }
         if certificate.check_period.0.is_zero() {
             problems.push("webhook.certificate.check-period: must be more than 0s".to_string());

@@ -213,3 +213,56 @@ async fn manifests_register_the_admission_webhooks_and_grant_them_by_name() {
     assert!(position("ValidatingWebhookConfiguration") < position("Deployment"));
     assert!(position("CustomResourceDefinition") < position("Deployment"));
 }
+
+#[tokio::test]
+async fn with_cert_manager_the_crd_and_configurations_ask_for_its_ca_and_no_secret_is_granted() {
+    let admission =
+        windlass::admission::Admission::<v1::Shop>::new().validate(|_| async { Ok(()) });
+    let (_dir, cr) = old_shop();
+    let (code, out) = cli(
+        operator().admission(admission),
+        &[
+            "manifests",
+            &cr,
+            "--image",
+            "example.com/shop:1",
+            "--namespace",
+            "ops",
+            "--set",
+            "webhook.certificate.dir=/certs",
+            "--set",
+            "webhook.certificate.inject-ca-from=ops/shop-webhook",
+        ],
+    )
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    let docs = documents(&out);
+    for kind in ["CustomResourceDefinition", "ValidatingWebhookConfiguration"] {
+        let doc = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(
+            doc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "ops/shop-webhook",
+            "{kind}"
+        );
+    }
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "Role" && d["metadata"]["name"] == "shop-operator-webhook"),
+        "the certificate is cert-manager's: no access to a Secret of the operator's"
+    );
+
+    let (code, _) = cli(
+        operator(),
+        &[
+            "crds",
+            "--set",
+            "webhook.certificate.inject-ca-from=ops/shop-webhook",
+        ],
+    )
+    .await;
+    assert_eq!(
+        code,
+        ExitCode::from(2),
+        "inject-ca-from without a certificate dir"
+    );
+}
