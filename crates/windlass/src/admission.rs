@@ -4,7 +4,7 @@
 //! Validation rules and defaults that need nothing but the object belong in the CRD itself
 //! (CEL rules and schema defaults, which the in-memory cluster enforces too); an admission
 //! webhook is for the rest. The operator serves it from the same HTTPS server as its
-//! conversions ([`webhook`](crate::webhook)), registers it with the API server at start-up
+//! conversions (the `webhook.*` configuration), registers it with the API server at start-up
 //! (a ValidatingWebhookConfiguration and a MutatingWebhookConfiguration named after its
 //! webhook Service, its CA injected), and `manifests` prints them.
 //!

@@ -31,3 +31,6 @@ mod from_oper8 {}
 
 // Chapter 08 (datastores and TLS) is windlass-x's: it is compiled as that crate's doctests,
 // so windlass needs no dev-dependency on the crate that depends on it.
+
+#[doc = include_str!("../../../docs/09-versions.md")]
+mod versions {}

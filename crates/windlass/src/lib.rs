@@ -23,6 +23,9 @@
 //!   types every module names (including [`Action`], what next), errors.
 //! - [`watch`]: what a controller watches besides its own kind, and which events count.
 //! - [`version`]: the application versions a controller rolls out, per CR.
+//! - [`crd`]: a CRD in several API versions, converted by plain Rust; [`admission`]:
+//!   admission webhooks from Rust functions. Both are served by `webhook/` (internal): the
+//!   operator's HTTPS server and the certificate it keeps itself.
 //!
 //! One reconcile, in the order it runs:
 //!

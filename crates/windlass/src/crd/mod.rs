@@ -6,7 +6,7 @@
 //! converts to and from the hub with `TryFrom` (or `From`), so N versions need 2(N−1)
 //! conversions, not N². windlass turns the types into one CRD ([`ApiVersions::crd`]) and
 //! serves the conversions from the operator's webhook server
-//! ([`webhook`](crate::webhook)), the way the API server asks for them.
+//! (the `webhook.*` configuration), the way the API server asks for them.
 //!
 //! ```
 //! use kube::CustomResource;
@@ -15,13 +15,17 @@
 //! use windlass::crd::ApiVersions;
 //!
 //! mod v1 {
-//!     # use super::*;
+//!     # use kube::CustomResource;
+//!     # use schemars::JsonSchema;
+//!     # use serde::{Deserialize, Serialize};
 //!     #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
 //!     #[kube(group = "shop.example.com", version = "v1", kind = "Shop", namespaced)]
 //!     pub struct ShopSpec { pub replicas: i32, pub tier: String }
 //! }
 //! mod v1alpha1 {
-//!     # use super::*;
+//!     # use kube::CustomResource;
+//!     # use schemars::JsonSchema;
+//!     # use serde::{Deserialize, Serialize};
 //!     #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
 //!     #[kube(group = "shop.example.com", version = "v1alpha1", kind = "Shop", namespaced)]
 //!     pub struct ShopSpec { pub size: i32 }
@@ -210,7 +214,7 @@ impl<Hub> ApiVersions<Hub> {
     /// The one CRD of every version, `storage` marked, converted by the webhook `client`
     /// reaches when there is more than one version. The operator's command line fills
     /// `client` in from its configuration (`webhook.*`), without a CA bundle: the operator
-    /// injects the bundle when it starts ([`webhook`](crate::webhook)).
+    /// injects the bundle when it starts (the `webhook.*` configuration).
     ///
     /// # Errors
     /// When the types do not make one CRD: a storage version that is not served, versions
