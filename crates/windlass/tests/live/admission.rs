@@ -1,7 +1,7 @@
 //! Admission webhooks from plain Rust functions on the real API server: a check that reads
 //! another object refuses a CR with the path of each field in the server's message, a
 //! default computed in code is stored, and both are registered by the operator itself
-//! (its own CA injected) at start-up.
+//! (its own CA injected) at start-up, writing nothing when they are registered already.
 
 use std::time::Duration;
 
@@ -79,24 +79,16 @@ fn bakery(name: &str, loaves: i32, oven: &str) -> Bakery {
     bakery
 }
 
-#[tokio::test]
-async fn a_check_reading_the_cluster_refuses_with_field_paths_and_defaults_are_stored() {
-    let (cluster, env) = live().await;
-    install_crd::<Bakery>(&cluster).await;
-    let ns = env.namespace("admission").await.unwrap();
-    let client = env.client().unwrap();
-    let ovens: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
-    ovens
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "ovens"}, "data": {"big": "yes"}}))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-
-    // The operator on a free port (tried again if someone takes it first).
-    let (stop, task) = loop {
+/// Start an operator serving [`bakery_admission`] in `ns`, on a free port (tried again if
+/// someone takes it between our probe and its bind).
+async fn start(
+    client: kube::Client,
+    ns: &str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<windlass::Result<()>>,
+) {
+    loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -106,8 +98,8 @@ async fn a_check_reading_the_cluster_refuses_with_field_paths_and_defaults_are_s
         config.server.metrics_bind_address = String::new();
         config.webhook.bind_address = format!("127.0.0.1:{port}");
         config.webhook.url = Some(format!("https://127.0.0.1:{port}"));
-        config.webhook.namespace = ns.name().to_string();
-        config.webhook.named_after(ns.name());
+        config.webhook.namespace = ns.to_string();
+        config.webhook.named_after(ns);
         let manager = Manager::new(client.clone(), config).admission(bakery_admission());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(manager.run(async {
@@ -126,14 +118,45 @@ async fn a_check_reading_the_cluster_refuses_with_field_paths_and_defaults_are_s
             .await
             .expect("the operator listens or fails within a minute");
         if !task.is_finished() {
-            break (stop, task);
+            return (stop, task);
         }
         let ended = task.await.unwrap();
         assert!(
             matches!(&ended, Err(e) if e.to_string().contains("cannot listen")),
             "the operator ended at start-up: {ended:?}"
         );
+    }
+}
+
+/// The webhook configurations of the operator of `ns`, as the API serves them.
+fn configurations(client: &kube::Client, plural: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: String::new(),
+        plural: plural.into(),
     };
+    Api::all_with(client.clone(), &resource)
+}
+
+#[tokio::test]
+async fn a_check_reading_the_cluster_refuses_with_field_paths_defaults_are_stored_and_a_restart_writes_nothing() {
+    let (cluster, env) = live().await;
+    install_crd::<Bakery>(&cluster).await;
+    let ns = env.namespace("admission").await.unwrap();
+    let client = env.client().unwrap();
+    let ovens: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    ovens
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "ovens"}, "data": {"big": "yes"}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let (stop, task) = start(client.clone(), ns.name()).await;
 
     let bakeries: Api<Bakery> = Api::namespaced(client.clone(), ns.name());
     // Registered once the server refuses what the check refuses.
@@ -180,20 +203,78 @@ async fn a_check_reading_the_cluster_refuses_with_field_paths_and_defaults_are_s
 
     let _ = stop.send(());
     task.await.unwrap().unwrap();
-    // The configurations stay after a stop (another replica may serve); this test's go.
-    for plural in [
+
+    // A restart registers what is registered already: nothing is written (but the URL,
+    // whose port is new this time).
+    let name = format!("{}-webhook", ns.name());
+    let plurals = [
         "validatingwebhookconfigurations",
         "mutatingwebhookconfigurations",
-    ] {
-        let resource = kube::api::ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: String::new(),
-            plural: plural.into(),
-        };
-        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
-        api.delete(&format!("{}-webhook", ns.name()), &DeleteParams::default())
+    ];
+    let (stop, task) = start(client.clone(), ns.name()).await;
+    eventually("the restarted operator re-registers its URL", || async {
+        bakeries
+            .create(&PostParams::default(), &bakery("bad2", 500, "big"))
+            .await
+            .is_err_and(|e| e.to_string().contains("spec.loaves: at most 100"))
+    })
+    .await;
+    let mut versions = Vec::new();
+    for plural in plurals {
+        let found = configurations(&client, plural).get(&name).await.unwrap();
+        versions.push(found.metadata.resource_version);
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+    // Again on the same port's configuration: the third start must find nothing to change
+    // but the port; compare what it writes with a start that finds its own URL there.
+    let found = configurations(&client, plurals[0])
+        .get(&name)
+        .await
+        .unwrap();
+    let webhooks = found.data["webhooks"].clone();
+    let url = webhooks[0]["clientConfig"]["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let address = url
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut config = OperatorConfig::default();
+    config.server.metrics_bind_address = String::new();
+    config.webhook.bind_address = address.clone();
+    config.webhook.url = Some(format!("https://{address}"));
+    config.webhook.namespace = ns.name().to_string();
+    config.webhook.named_after(ns.name());
+    let manager = Manager::new(client.clone(), config).admission(bakery_admission());
+    let (stop_same, stopped) = tokio::sync::oneshot::channel::<()>();
+    let same = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    eventually("the operator serves again on the same address", || async {
+        bakeries
+            .create(&PostParams::default(), &bakery("bad3", 500, "big"))
+            .await
+            .is_err_and(|e| e.to_string().contains("spec.loaves: at most 100"))
+    })
+    .await;
+    for (plural, before) in plurals.iter().zip(&versions) {
+        let after = configurations(&client, plural).get(&name).await.unwrap();
+        assert_eq!(
+            &after.metadata.resource_version, before,
+            "{plural}: a start that finds its registration as it wants it writes nothing"
+        );
+    }
+    let _ = stop_same.send(());
+    same.await.unwrap().unwrap();
+
+    // The configurations stay after a stop (another replica may serve); this test's go.
+    for plural in plurals {
+        configurations(&client, plural)
+            .delete(&name, &DeleteParams::default())
             .await
             .unwrap();
     }
