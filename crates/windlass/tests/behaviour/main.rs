@@ -8,6 +8,7 @@ mod bad_input;
 mod crd_versions;
 mod dependency_hash;
 mod events;
+mod hostile;
 mod operator_config;
 mod quirks;
 mod reconcile;

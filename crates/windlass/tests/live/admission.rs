@@ -141,7 +141,8 @@ fn configurations(client: &kube::Client, plural: &str) -> Api<kube::api::Dynamic
 }
 
 #[tokio::test]
-async fn a_check_reading_the_cluster_refuses_with_field_paths_defaults_are_stored_and_a_restart_writes_nothing() {
+async fn a_check_reading_the_cluster_refuses_with_field_paths_defaults_are_stored_and_a_restart_writes_nothing()
+ {
     let (cluster, env) = live().await;
     install_crd::<Bakery>(&cluster).await;
     let ns = env.namespace("admission").await.unwrap();
