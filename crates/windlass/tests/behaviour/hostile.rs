@@ -414,7 +414,7 @@ async fn hostile_crs_end_in_their_status_and_a_good_cr_still_rolls_out() {
             Refused("metadata.name"),
         ),
         ("name empty", shop("", good(&[])), Refused("name")),
-        // A valid CR name too long for its children.s names with their suffix.
+        // A valid CR name too long for its children's names with their suffix.
         (
             "a name too long for its children",
             shop(&long_name, good(&[])),
