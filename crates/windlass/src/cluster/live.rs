@@ -121,6 +121,27 @@ impl LiveCluster {
         Ok(kind)
     }
 
+    /// An API of `type_ref` (in `namespace`, or all) whose objects are read as `K`: the
+    /// watches read them as [`Tolerant`](crate::runtime) objects.
+    pub(crate) async fn api_as<K>(
+        &self,
+        type_ref: &TypeRef,
+        namespace: Option<&str>,
+    ) -> Result<Api<K>, ClusterError>
+    where
+        K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+    {
+        let kind = self.kind(type_ref).await?;
+        Ok(match (kind.scope, namespace) {
+            (Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(self.client.clone(), ns, &kind.resource)
+            }
+            (Scope::Namespaced, None) | (Scope::Cluster, _) => {
+                Api::all_with(self.client.clone(), &kind.resource)
+            }
+        })
+    }
+
     async fn api(
         &self,
         type_ref: &TypeRef,

@@ -42,6 +42,7 @@ pub(crate) mod echo;
 pub(crate) mod health;
 pub(crate) mod heartbeat;
 pub(crate) mod held;
+mod tolerant;
 // The lock itself is internal; windlass's own live tests drive it directly through the
 // `testing` feature.
 #[cfg(feature = "testing")]

@@ -30,6 +30,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::cache::Stores;
+use super::tolerant::Tolerant;
 use crate::cluster::LiveCluster;
 use crate::object::{ObjectRef, TypeRef};
 use crate::watch::filter::EventKind;
@@ -87,7 +88,7 @@ pub async fn run(
     let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
     let api = loop {
         match live
-            .dynamic_api(&watch.type_ref, watch.namespace.as_deref())
+            .api_as::<Tolerant>(&watch.type_ref, watch.namespace.as_deref())
             .await
         {
             Ok(api) => break api,
@@ -232,7 +233,7 @@ async fn follow(
     stores: &Stores,
     watch: &Watch,
     initial_list: InitialList,
-    stream: impl futures::Stream<Item = watcher::Result<Event<kube::core::DynamicObject>>>,
+    stream: impl futures::Stream<Item = watcher::Result<Event<Tolerant>>>,
     events: &mpsc::Sender<SourceEvent>,
     observer: &dyn WatchObserver,
     backoff: &mut windlass_tasks::backoff::ExponentialBackOff,
@@ -259,7 +260,9 @@ async fn follow(
                 Vec::new()
             }
             Event::InitApply(object) => {
-                if let Some(pair) = entry(live, &watch.type_ref, object) {
+                if let Some(pair) =
+                    readable(watch, object).and_then(|o| entry(live, &watch.type_ref, o))
+                {
                     relist.push(pair);
                 }
                 Vec::new()
@@ -270,8 +273,14 @@ async fn follow(
                 backoff.reset();
                 changes
             }
-            Event::Apply(object) => applied(live, stores, watch, object).into_iter().collect(),
-            Event::Delete(object) => deleted(live, stores, watch, object).into_iter().collect(),
+            Event::Apply(object) => readable(watch, object)
+                .and_then(|o| applied(live, stores, watch, o))
+                .into_iter()
+                .collect(),
+            Event::Delete(object) => readable(watch, object)
+                .and_then(|o| deleted(live, stores, watch, o))
+                .into_iter()
+                .collect(),
         };
         for event in sent {
             if events.send(event).await.is_err() {
@@ -281,6 +290,24 @@ async fn follow(
     }
     // kube-runtime's watcher stream never ends; if it did, start a new one.
     Ended::Failed
+}
+
+/// The object of a watch event, or `None` (logged) when it could not be read: it is left
+/// out of the store and of the events, and every other object goes on.
+fn readable(watch: &Watch, object: Tolerant) -> Option<kube::core::DynamicObject> {
+    match object.0 {
+        Ok(object) => Some(object),
+        Err(invalid) => {
+            tracing::warn!(
+                kind = %watch.type_ref,
+                namespace = invalid.metadata.namespace.as_deref().unwrap_or_default(),
+                name = invalid.metadata.name.as_deref().unwrap_or_default(),
+                error = %invalid.error,
+                "an object the watch cannot read is left out; the others are reconciled"
+            );
+            None
+        }
+    }
 }
 
 /// A relist is complete: `listed` replaces what the store held of the watch. Every listed

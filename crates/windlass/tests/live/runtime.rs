@@ -941,3 +941,46 @@ async fn the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them(
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+/// A value nested `depth` objects deep.
+fn nested(depth: usize) -> Value {
+    let mut value = json!("bottom");
+    for _ in 0..depth {
+        value = json!({ "a": value });
+    }
+    value
+}
+
+#[tokio::test]
+async fn a_cr_nested_past_the_json_depth_limit_stops_no_other_cr() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-deep").await.unwrap();
+    // Stored before the operator starts (its initial list reads it) and after (a watch
+    // event carries it).
+    // Stored; the response, as deep, is more than kube-rs's client parses.
+    let _ = admin
+        .apply(
+            &widget(ns.name(), "deep-before", json!({"deep": nested(200)})),
+            WriteMethod::Update,
+        )
+        .await;
+    let finished = Finished::default();
+    let (stop, task, _) = start(env.client().unwrap(), ns.name(), finished.clone());
+    // Stored; the response, as deep, is more than kube-rs's client parses.
+    let _ = admin
+        .apply(
+            &widget(ns.name(), "deep-after", json!({"deep": nested(200)})),
+            WriteMethod::Update,
+        )
+        .await;
+    admin
+        .apply(&widget(ns.name(), "plain", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the plain Widget is reconciled to Done", || async {
+        finished.done("plain") > 0
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
