@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 
 /// A watched object, or why it could not be read.
 #[derive(Debug, Clone)]
-pub(crate) struct Tolerant(pub(crate) Result<DynamicObject, Invalid>);
+pub(crate) struct Tolerant(pub(crate) Result<DynamicObject, Box<Invalid>>);
 
 /// An object that could not be decoded: its metadata (what a watch needs to follow it) and
 /// the decoder's error.
@@ -36,19 +36,19 @@ impl<'de> Deserialize<'de> for Tolerant {
 
 /// `text` as an object, or as much of its metadata as can be read and the error. Reading
 /// only `metadata` skips every other field without recursing into it.
-fn decode(text: &str) -> Result<DynamicObject, Invalid> {
+fn decode(text: &str) -> Result<DynamicObject, Box<Invalid>> {
     serde_json::from_str::<DynamicObject>(text).map_err(|error| {
         #[derive(Deserialize)]
         struct MetadataOnly {
             #[serde(default)]
             metadata: ObjectMeta,
         }
-        Invalid {
+        Box::new(Invalid {
             metadata: serde_json::from_str::<MetadataOnly>(text)
                 .map(|m| m.metadata)
                 .unwrap_or_default(),
             error: error.to_string(),
-        }
+        })
     })
 }
 
