@@ -15,6 +15,7 @@ mod live;
 mod memory;
 mod requests;
 pub(crate) mod selector;
+mod timeout;
 pub(crate) mod validation;
 
 use async_trait::async_trait;
@@ -30,6 +31,7 @@ pub(crate) use requests::RequestCounter;
 #[cfg(feature = "testing")]
 pub use requests::{Counting, CountingLayer, RequestCounter, RequestCounts, RequestKey, Verb};
 pub use selector::{FieldSelector, Selector, SelectorError, parse_labels};
+pub use timeout::{TimedOut, Timeout, TimeoutLayer};
 pub use validation::{LabelError, validate_label_key, validate_label_value};
 
 use crate::error::ClusterError;

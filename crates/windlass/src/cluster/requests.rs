@@ -228,6 +228,19 @@ impl RequestCounter {
             .build())
     }
 
+    /// [`client`](Self::client) whose requests but watches fail after `timeout` (none when
+    /// zero): see [`TimeoutLayer`](super::TimeoutLayer).
+    pub fn client_with_timeout(
+        &self,
+        config: kube::Config,
+        timeout: std::time::Duration,
+    ) -> Result<kube::Client, kube::Error> {
+        Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&super::TimeoutLayer::new(timeout))
+            .with_layer(&self.layer())
+            .build())
+    }
+
     /// What was counted so far.
     pub fn snapshot(&self) -> RequestCounts {
         self.0.lock().clone()
@@ -295,13 +308,19 @@ where
 }
 
 /// The verb and resource of a Kubernetes API request, from its method, path and query.
-fn classify<B>(request: &Request<B>) -> (Verb, String) {
-    let uri = request.uri();
-    let watch = uri
+/// Whether `request` opens a watch (`watch=true` in its query).
+pub(crate) fn is_watch<B>(request: &Request<B>) -> bool {
+    request
+        .uri()
         .query()
         .unwrap_or("")
         .split('&')
-        .any(|p| p == "watch=true" || p == "watch=1");
+        .any(|p| p == "watch=true" || p == "watch=1")
+}
+
+fn classify<B>(request: &Request<B>) -> (Verb, String) {
+    let uri = request.uri();
+    let watch = is_watch(request);
     let Some((resource, named)) = resource_of(uri.path()) else {
         return (Verb::Other, "discovery".into());
     };

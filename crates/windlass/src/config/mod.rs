@@ -111,6 +111,10 @@ pub struct RuntimeConfig {
     pub requeue_after: ConfigDuration,
     /// Which changes of a CR start a reconcile.
     pub event_filter: EventFilter,
+    /// How long a request to the API server (watches excepted) may take, kube's retries
+    /// of 429 and 503 included, before it fails and its CR is retried; `0s`: as long as
+    /// the client's read timeout (295 s).
+    pub request_timeout: ConfigDuration,
 }
 
 impl Default for RuntimeConfig {
@@ -121,6 +125,7 @@ impl Default for RuntimeConfig {
             sync_period: ConfigDuration(Duration::from_secs(600)),
             requeue_after: ConfigDuration(Duration::from_secs(60)),
             event_filter: EventFilter::Default,
+            request_timeout: ConfigDuration(Duration::from_secs(30)),
         }
     }
 }
@@ -474,6 +479,7 @@ impl OperatorConfig {
         for (key, duration) in [
             ("runtime.sync-period", self.runtime.sync_period),
             ("runtime.requeue-after", self.runtime.requeue_after),
+            ("runtime.request-timeout", self.runtime.request_timeout),
             (
                 "leader-election.lease-duration",
                 self.leader_election.lease_duration,
@@ -535,7 +541,7 @@ fn address(text: &str) -> Option<std::net::SocketAddr> {
 /// files are relative to the repository. A test checks the list against the keys, so a new
 /// key cannot land without one, and that each named test exists.
 #[cfg(test)]
-const EFFECTS: [(&str, &str, &str); 47] = [
+const EFFECTS: [(&str, &str, &str); 48] = [
     (
         "runtime.watch-namespaces",
         "crates/windlass/tests/live/manifests.rs",
@@ -560,6 +566,11 @@ const EFFECTS: [(&str, &str, &str); 47] = [
         "runtime.event-filter",
         "crates/windlass/src/watch/filter/tests.rs",
         "the_configured_event_filter_picks_the_global_filter",
+    ),
+    (
+        "runtime.request-timeout",
+        "crates/windlass/src/cluster/timeout.rs",
+        "a_request_to_a_stalled_server_fails_at_its_deadline",
     ),
     (
         "leader-election.enabled",

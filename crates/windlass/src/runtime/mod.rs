@@ -128,14 +128,15 @@ impl Manager {
     }
 
     /// A manager with a client built from `config` whose requests are counted by verb,
-    /// resource and code on `/metrics`.
+    /// resource and code on `/metrics`, each (but watches) failing after
+    /// `runtime.request-timeout`.
     ///
     /// # Errors
     /// [`Error::Other`] when the client cannot be built from `config`.
     pub fn from_config(config: kube::Config, operator: OperatorConfig) -> Result<Self> {
         let requests = RequestCounter::new();
         let client = requests
-            .client(config)
+            .client_with_timeout(config, operator.runtime.request_timeout.into())
             .map_err(|e| Error::with_source("cannot build the kube client", e))?;
         Ok(Self::with_metrics(
             client,
