@@ -16,6 +16,8 @@
 //! - `cel`: CEL validation rules, enforced by the server and by the in-memory cluster alike;
 //! - `versions`: application versions, dispatched per CR;
 //! - `admission`: admission webhooks from Rust functions, registered by the operator;
+//! - `faults` (with `proxy`, a fault-injecting proxy): 500s, 429s, stalls, dropped and
+//!   expired watches between the operator and the API server;
 //! - `conversion`: CRD versions converted by the operator's webhook, its certificate, storage
 //!   migration.
 
@@ -28,10 +30,12 @@ mod conversion;
 mod dependency_hash;
 mod describe;
 mod events;
+mod faults;
 mod immutable;
 mod leader;
 mod live_path;
 mod manifests;
+mod proxy;
 mod rollout;
 mod runtime;
 mod versions;

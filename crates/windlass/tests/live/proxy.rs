@@ -1,0 +1,291 @@
+//! A fault-injecting proxy between an operator and the real API server, on loopback.
+//!
+//! The operator's client speaks plain HTTP to the proxy; the proxy forwards each request
+//! to the API server with the test's admin client (which adds the credentials and TLS, and
+//! retries nothing), and streams the answer back, watches included. Before forwarding, the
+//! first [`Rule`] that matches a request may answer in the server's place instead: a status
+//! (500, or 429 with `Retry-After`), a stall that never answers, a watch that ends at once,
+//! or a watch refused with 410 Gone. Every request is logged with when it came and what was
+//! injected, so a test can check what the client did about it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Bytes;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// What the proxy answers instead of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// This status, with `Retry-After: <seconds>` when given.
+    Status(u16, Option<u64>),
+    /// No answer until [`Proxy::heal`]; then 410 Gone (a watch resumed from where it
+    /// stopped would be told its resourceVersion is too old, so it must list again).
+    StallThenGone,
+    /// No answer at all, ever.
+    Stall,
+    /// For a watch: 200 and an empty body, as a dropped connection ends it.
+    EndWatch,
+    /// For a watch: 410 Gone, as for a resourceVersion too old.
+    Gone,
+}
+
+/// Which requests a fault applies to, and how many more times.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// The HTTP method, e.g. `PATCH`; `None`: any.
+    pub method: Option<&'static str>,
+    /// Whether the request is a watch; `None`: either.
+    pub watch: Option<bool>,
+    /// A part of the path, e.g. `/configmaps`.
+    pub path: &'static str,
+    pub fault: Fault,
+    /// How many requests it still applies to.
+    pub times: usize,
+}
+
+/// One request the proxy saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub at: Instant,
+    pub method: String,
+    pub path: String,
+    pub watch: bool,
+    pub injected: Option<Fault>,
+}
+
+#[derive(Default)]
+struct State {
+    rules: Vec<Rule>,
+    seen: Vec<Seen>,
+}
+
+/// The proxy: its address, its rules and its log.
+#[derive(Clone)]
+pub struct Proxy {
+    pub address: SocketAddr,
+    state: Arc<Mutex<State>>,
+    /// Bumped by [`Proxy::sever`]: every watch forwarded before ends.
+    severed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Bumped by [`Proxy::heal`]: stalled requests go on.
+    healed: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Answer = http::Response<UnsyncBoxBody<Bytes, BoxError>>;
+
+/// A body of `bytes`.
+fn full(bytes: impl Into<Bytes>) -> UnsyncBoxBody<Bytes, BoxError> {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+impl Proxy {
+    /// A proxy to the API server `upstream` reaches, serving until the test ends.
+    pub async fn start(upstream: kube::Client) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = Proxy {
+            address: listener.local_addr().unwrap(),
+            state: Arc::default(),
+            severed: Arc::new(tokio::sync::watch::channel(0).0),
+            healed: Arc::new(tokio::sync::watch::channel(0).0),
+        };
+        let serving = proxy.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let proxy = serving.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let proxy = proxy.clone();
+                        let upstream = upstream.clone();
+                        async move {
+                            Ok::<_, std::convert::Infallible>(
+                                proxy.answer(&upstream, request).await,
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(socket), service)
+                        .await;
+                });
+            }
+        });
+        proxy
+    }
+
+    /// A client configuration that reaches the API server through this proxy.
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(format!("http://{}", self.address).parse().unwrap())
+    }
+
+    /// Apply `rule` to the next matching requests.
+    pub fn inject(&self, rule: Rule) {
+        self.state.lock().unwrap().rules.push(rule);
+    }
+
+    /// Forget every rule, and let stalled requests go on.
+    pub fn heal(&self) {
+        self.state.lock().unwrap().rules.clear();
+        self.healed.send_modify(|n| *n += 1);
+    }
+
+    /// End every watch open now, as a dropped connection would.
+    pub fn sever(&self) {
+        self.severed.send_modify(|n| *n += 1);
+    }
+
+    /// Every request so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.lock().unwrap().seen.clone()
+    }
+
+    /// The fault for `request`, if a rule matches it (and is used up by it); logged.
+    fn fault_for(&self, method: &str, path: &str, watch: bool) -> Option<Fault> {
+        let mut state = self.state.lock().unwrap();
+        let fault = state
+            .rules
+            .iter_mut()
+            .find(|r| {
+                r.times > 0
+                    && r.method.is_none_or(|m| m == method)
+                    && r.watch.is_none_or(|w| w == watch)
+                    && path.contains(r.path)
+            })
+            .map(|r| {
+                r.times -= 1;
+                r.fault
+            });
+        state.seen.push(Seen {
+            at: Instant::now(),
+            method: method.to_string(),
+            path: path.to_string(),
+            watch,
+            injected: fault,
+        });
+        fault
+    }
+
+    async fn answer(&self, upstream: &kube::Client, request: http::Request<Incoming>) -> Answer {
+        let method = request.method().to_string();
+        let path = request.uri().path().to_string();
+        let watch = request
+            .uri()
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .any(|p| p == "watch=true" || p == "watch=1");
+        match self.fault_for(&method, &path, watch) {
+            Some(Fault::Status(code, retry_after)) => {
+                let mut response = http::Response::builder()
+                    .status(code)
+                    .header("Content-Type", "application/json");
+                if let Some(seconds) = retry_after {
+                    response = response.header("Retry-After", seconds.to_string());
+                }
+                let body = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Failure", "code": code, "message": "injected by the test proxy"});
+                response.body(full(body.to_string())).unwrap()
+            }
+            Some(Fault::Stall) => std::future::pending().await,
+            Some(Fault::StallThenGone) => {
+                let mut healed = self.healed.subscribe();
+                let _ = healed.changed().await;
+                gone()
+            }
+            Some(Fault::EndWatch) => http::Response::builder()
+                .status(200)
+                .header("Content-Type", "application/json")
+                .body(Empty::new().map_err(|never| match never {}).boxed_unsync())
+                .unwrap(),
+            Some(Fault::Gone) => gone(),
+            None => self.forward(upstream, request, watch).await,
+        }
+    }
+
+    async fn forward(
+        &self,
+        upstream: &kube::Client,
+        request: http::Request<Incoming>,
+        watch: bool,
+    ) -> Answer {
+        let (parts, body) = request.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut forwarded = http::Request::builder().method(parts.method).uri(parts.uri);
+        for (name, value) in &parts.headers {
+            if name != http::header::HOST {
+                forwarded = forwarded.header(name, value);
+            }
+        }
+        let forwarded = forwarded
+            .body(kube::client::Body::from(body.to_vec()))
+            .unwrap();
+        match upstream.send(forwarded).await {
+            Ok(response) if watch => {
+                // Streamed until the server ends it or the test severs it.
+                let mut severed = self.severed.subscribe();
+                let (parts, mut body) = response.into_parts();
+                let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            frame = body.frame() => match frame {
+                                Some(Ok(frame)) => {
+                                    if let Ok(data) = frame.into_data()
+                                        && tx.send(data).await.is_err()
+                                    {
+                                        return;
+                                    }
+                                }
+                                _ => return,
+                            },
+                            _ = severed.changed() => return,
+                        }
+                    }
+                });
+                let stream = futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv()
+                        .await
+                        .map(|data| (Ok::<_, BoxError>(hyper::body::Frame::data(data)), rx))
+                });
+                http::Response::from_parts(
+                    parts,
+                    http_body_util::StreamBody::new(stream).boxed_unsync(),
+                )
+            }
+            Ok(response) => response.map(|body| body.map_err(BoxError::from).boxed_unsync()),
+            Err(e) => http::Response::builder()
+                .status(502)
+                .body(full(e.to_string()))
+                .unwrap(),
+        }
+    }
+}
+
+fn gone() -> Answer {
+    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+        "status": "Failure", "code": 410, "reason": "Expired",
+        "message": "too old resource version (injected by the test proxy)"});
+    http::Response::builder()
+        .status(410)
+        .header("Content-Type", "application/json")
+        .body(full(body.to_string()))
+        .unwrap()
+}
+
+/// The test's admin client, retrying nothing: what the proxy forwards with.
+pub fn upstream(env: &windlass_testenv::TestEnv) -> kube::Client {
+    let mut config = env.kube_config();
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
