@@ -522,6 +522,10 @@ impl Operator {
                 "--log-level",
                 &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
             ])
+            // The benchmark's own settings are not the operator's configuration, which
+            // refuses WINDLASS_ variables it does not know.
+            .env_clear()
+            .envs(std::env::vars().filter(|(k, _)| !k.starts_with("WINDLASS_FLEET_")))
             .env("KUBECONFIG", env.kubeconfig_path())
             .envs(vars.iter().copied())
             .stdout(Stdio::from(file.try_clone().expect("the log file")))
