@@ -248,6 +248,7 @@ fn manifests_command() -> Command {
         .arg(Arg::new("name").long("name").value_name("NAME").help("Name of the Deployment, ServiceAccount, roles and bindings [default: the operator's name]"))
         .arg(Arg::new("namespace").long("namespace").value_name("NS").default_value("default").help("The operator's namespace"))
         .arg(Arg::new("replicas").long("replicas").value_name("N").default_value("1").value_parser(clap::value_parser!(i32).range(0..)).help("Replicas; above 1, leader election with a Lease unless --leader-elect says otherwise"))
+        .arg(Arg::new("insecure-metrics").long("insecure-metrics").action(ArgAction::SetTrue).help("Serve /metrics over plain HTTP to whoever reaches it, instead of over HTTPS to callers the API server allows (server.secure-metrics)"))
 }
 
 /// `check-heartbeat`: the exec liveness probe.

@@ -202,6 +202,7 @@ pub(super) async fn manifests(
             .cloned()
             .unwrap_or_default(),
         replicas: matches.get_one::<i32>("replicas").copied().unwrap_or(1),
+        secure_metrics: !matches.get_flag("insecure-metrics"),
     };
     let webhook_namespace = match config.webhook.namespace.trim() {
         "" => options.namespace.clone(),

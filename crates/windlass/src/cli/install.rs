@@ -49,7 +49,14 @@ pub struct InstallOptions {
     pub image: String,
     /// How many replicas run.
     pub replicas: i32,
+    /// Serve `/metrics` only to callers the API server authenticates and allows
+    /// (`server.secure-metrics`, the probes on a port of their own); `manifests` turns it
+    /// off with `--insecure-metrics`.
+    pub secure_metrics: bool,
 }
+
+/// Where the probes are served when secure metrics need them apart and nothing says where.
+const DEFAULT_PROBE_ADDRESS: &str = "0.0.0.0:8081";
 
 /// Why the manifests could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +90,13 @@ pub fn operator_config(config: &OperatorConfig, options: &InstallOptions) -> Ope
     if options.replicas > 1 && !election.enabled {
         election.enabled = true;
         election.lock = LockStrategy::Lease;
+    }
+    // Nothing to secure when the metrics server is off.
+    if options.secure_metrics && deployed.endpoints().metrics.is_some() {
+        deployed.server.secure_metrics = true;
+        if deployed.endpoints().probes.is_none() {
+            deployed.server.health_probe_bind_address = DEFAULT_PROBE_ADDRESS.to_string();
+        }
     }
     deployed
 }
@@ -171,7 +185,40 @@ pub fn rbac_objects(
         }
     }
     objects.extend(lock_role(name, namespace, config)?);
+    if config.server.secure_metrics {
+        objects.extend(metrics_roles(name, namespace));
+    }
     Ok(objects)
+}
+
+/// With secure metrics: the operator may ask the API server who a caller is and what it
+/// may do; and a ClusterRole `<name>-metrics-reader` to bind a scraper's ServiceAccount to.
+fn metrics_roles(name: &str, namespace: &str) -> Vec<Value> {
+    let auth = format!("{name}-metrics-auth");
+    vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": auth},
+            "rules": [
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": auth},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": auth},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": format!("{name}-metrics-reader")},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        }),
+    ]
 }
 
 /// The Role and RoleBinding of the leader-election lock, in the lock's namespace (the
@@ -241,7 +288,7 @@ pub fn deployment(
             "template": {
                 "metadata": {
                     "labels": labels,
-                    "annotations": scrape_annotations(&endpoints),
+                    "annotations": scrape_annotations(&endpoints, config.server.secure_metrics),
                 },
                 "spec": {
                     "serviceAccountName": options.name,
@@ -333,12 +380,13 @@ fn container_ports(endpoints: &Endpoints) -> (Vec<Value>, &'static str) {
 
 /// The Pod's `prometheus.io/*` annotations, so that a scraper finds `/metrics`; none when
 /// the metrics server is off.
-fn scrape_annotations(endpoints: &Endpoints) -> Value {
+fn scrape_annotations(endpoints: &Endpoints, secure: bool) -> Value {
     let scrape = endpoints.metrics.map(|metrics| {
         json!({
             "prometheus.io/scrape": "true",
             "prometheus.io/port": metrics.port().to_string(),
             "prometheus.io/path": "/metrics",
+            "prometheus.io/scheme": if secure { "https" } else { "http" },
         })
     });
     scrape.unwrap_or_else(|| json!({}))
@@ -478,6 +526,7 @@ mod tests {
 
     fn options(replicas: i32) -> InstallOptions {
         InstallOptions {
+            secure_metrics: false,
             name: "widget-op".into(),
             namespace: "ops".into(),
             image: "example.com/widget-operator:1.0".into(),

@@ -110,6 +110,7 @@ async fn manifests_print_the_crd_rbac_and_a_deployment_probed_on_the_metrics_por
         "--namespace",
         "ops",
         "--metrics-bind-address=0.0.0.0:9443",
+        "--insecure-metrics",
     ])
     .await;
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
@@ -167,6 +168,7 @@ async fn manifests_with_replicas_elect_and_with_watched_namespaces_use_roles() {
         "--replicas",
         "2",
         "--watch-namespace=shop",
+        "--insecure-metrics",
     ])
     .await;
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
@@ -192,6 +194,53 @@ async fn manifests_with_replicas_elect_and_with_watched_namespaces_use_roles() {
         r#"{"name":"WINDLASS_LEADER_ELECTION_ENABLED","value":"true"}"#,
         r#"{"name":"WINDLASS_LEADER_ELECTION_ID","value":"widget-operator"}"#,
         r#"{"name":"WINDLASS_RUNTIME_WATCH_NAMESPACES","value":"shop"}"#,
+    ] {
+        assert!(env.contains(variable), "{variable} missing from {env}");
+    }
+}
+
+#[tokio::test]
+async fn manifests_secure_the_metrics_by_default_with_the_probes_apart() {
+    let (_dir, cr) = widget_cr();
+    let (code, out) = cli(&["manifests", &cr, "--image", "x", "--namespace", "ops"]).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    let docs = documents(&out);
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in\n{out}"))
+    };
+    assert_eq!(
+        find("ClusterRole", "widget-operator-metrics-auth")["rules"],
+        json!([
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        ])
+    );
+    assert_eq!(
+        find("ClusterRoleBinding", "widget-operator-metrics-auth")["subjects"][0]["namespace"],
+        "ops"
+    );
+    assert_eq!(
+        find("ClusterRole", "widget-operator-metrics-reader")["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let deployment = find("Deployment", "widget-operator");
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["annotations"]["prometheus.io/scheme"],
+        "https"
+    );
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "health"}),
+        "the kubelet's probes carry no token: they go to a server of their own"
+    );
+    let env = serde_json::to_string(&container["env"]).unwrap();
+    for variable in [
+        r#"{"name":"WINDLASS_SERVER_SECURE_METRICS","value":"true"}"#,
+        r#"{"name":"WINDLASS_SERVER_HEALTH_PROBE_BIND_ADDRESS","value":"0.0.0.0:8081"}"#,
     ] {
         assert!(env.contains(variable), "{variable} missing from {env}");
     }

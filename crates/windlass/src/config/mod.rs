@@ -356,9 +356,15 @@ pub struct ServerConfig {
     pub health_probe_bind_address: String,
     /// Also serve the runtime's view of each CR (its place in the queue, its failures, its
     /// last reconcile) at `/debug/windlass/<kind>/<namespace>/<name>` on the metrics
-    /// server, for `describe --operator`. Off by default: that server has no
-    /// authentication.
+    /// server, for `describe --operator`. Off by default: without `secure-metrics` that
+    /// server has no authentication.
     pub debug_endpoints: bool,
+    /// Serve `/metrics` (and the debug endpoints) over HTTPS, only to callers whose bearer
+    /// token the API server authenticates and who may `get` the path (a ClusterRole with
+    /// `nonResourceURLs: ["/metrics"]`). Needs the probes on their own address
+    /// (`health-probe-bind-address`): the kubelet's probes carry no token. On in the
+    /// Deployment `manifests` prints.
+    pub secure_metrics: bool,
 }
 
 /// The default of [`ServerConfig::metrics_bind_address`]: every IPv4 interface, port 8080.
@@ -370,6 +376,7 @@ impl Default for ServerConfig {
             metrics_bind_address: DEFAULT_METRICS_BIND_ADDRESS.to_string(),
             health_probe_bind_address: String::new(),
             debug_endpoints: false,
+            secure_metrics: false,
         }
     }
 }
@@ -523,6 +530,15 @@ impl OperatorConfig {
                     "{key}: `{value}` is not host:port (e.g. 0.0.0.0:8080), nor empty or 0"
                 ));
             }
+        }
+        let endpoints = self.endpoints();
+        if self.server.secure_metrics && (endpoints.metrics.is_none() || endpoints.probes.is_none())
+        {
+            problems.push(
+                "server.secure-metrics: needs server.metrics-bind-address and a \
+                 server.health-probe-bind-address of its own (the kubelet's probes carry no token)"
+                    .to_string(),
+            );
         }
         problems.extend(self.webhook.problems());
         if problems.is_empty() {

@@ -286,11 +286,36 @@ pub async fn serve_listener(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "serving {}", serves.paths());
+        tracing::info!(%addr, secure = endpoints.authorizer.is_some(), "serving {}", serves.paths());
+    }
+    if endpoints.authorizer.is_some() {
+        return serve_secure(listener, serves, endpoints, shutdown).await;
     }
     axum::serve(listener, router(serves, endpoints))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// [`serve_listener`] over HTTPS with a self-signed certificate, `/metrics` and the debug
+/// endpoints behind the [`Authorizer`](super::secure::Authorizer).
+async fn serve_secure(
+    listener: TcpListener,
+    serves: Serves,
+    endpoints: Endpoints,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let other = |e: crate::Error| std::io::Error::other(e.to_string());
+    let hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    let material = crate::webhook::certificate::self_signed(&hosts).map_err(other)?;
+    let certificate =
+        Arc::new(crate::webhook::server::CurrentCertificate::new(&material).map_err(other)?);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    crate::webhook::server::serve(listener, certificate, router(serves, endpoints), stopped).await;
+    Ok(())
 }
 
 /// What the server answers from.
@@ -302,6 +327,8 @@ pub struct Endpoints {
     pub health: Arc<Health>,
     /// `/debug/windlass/…`, when on (see `runtime::debug`).
     pub(crate) debug: Option<Arc<super::debug::Debug>>,
+    /// With `server.secure-metrics`: who may read `/metrics` and the debug endpoints.
+    pub(crate) authorizer: Option<Arc<super::secure::Authorizer>>,
 }
 
 impl Endpoints {
@@ -312,6 +339,7 @@ impl Endpoints {
             metrics,
             health,
             debug: None,
+            authorizer: None,
         }
     }
 }
@@ -322,6 +350,13 @@ fn router(serves: Serves, endpoints: Endpoints) -> Router {
         router = router.route("/metrics", get(scrape));
         if endpoints.debug.is_some() {
             router = router.route("/debug/windlass/{kind}/{namespace}/{name}", get(debug_view));
+        }
+        if let Some(authorizer) = &endpoints.authorizer {
+            // Only the routes added so far: the probes stay open to the kubelet.
+            router = router.route_layer(axum::middleware::from_fn_with_state(
+                authorizer.clone(),
+                super::secure::authorize,
+            ));
         }
     }
     if serves != Serves::Metrics {

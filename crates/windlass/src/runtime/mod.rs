@@ -42,6 +42,7 @@ pub(crate) mod echo;
 pub(crate) mod health;
 pub(crate) mod heartbeat;
 pub(crate) mod held;
+mod secure;
 mod tolerant;
 // The lock itself is internal; windlass's own live tests drive it directly through the
 // `testing` feature.
@@ -338,6 +339,10 @@ impl Manager {
                 metrics: self.metrics.clone(),
                 health: self.health.clone(),
                 debug: debug.cloned(),
+                // The configuration's checks keep the probes on a server of their own.
+                authorizer: (self.operator.server.secure_metrics
+                    && serves == health::Serves::Metrics)
+                    .then(|| secure::Authorizer::new(self.client.clone())),
             };
             background.spawn(async move {
                 let until = async move {

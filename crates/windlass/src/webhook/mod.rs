@@ -19,10 +19,10 @@
 //! bundle) and nothing is injected.
 
 pub(crate) mod admission;
-mod certificate;
+pub(crate) mod certificate;
 mod conversion;
 mod inject;
-mod server;
+pub(crate) mod server;
 
 use std::sync::Arc;
 
