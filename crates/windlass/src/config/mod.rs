@@ -557,7 +557,7 @@ fn address(text: &str) -> Option<std::net::SocketAddr> {
 /// files are relative to the repository. A test checks the list against the keys, so a new
 /// key cannot land without one, and that each named test exists.
 #[cfg(test)]
-const EFFECTS: [(&str, &str, &str); 48] = [
+const EFFECTS: [(&str, &str, &str); 49] = [
     (
         "runtime.watch-namespaces",
         "crates/windlass/tests/live/manifests.rs",
@@ -722,6 +722,11 @@ const EFFECTS: [(&str, &str, &str); 48] = [
         "server.debug-endpoints",
         "examples/webapp/tests/describe.rs",
         "describe_reads_the_operators_view_of_a_failing_cr",
+    ),
+    (
+        "server.secure-metrics",
+        "crates/windlass/tests/live/secure_metrics.rs",
+        "secure_metrics_answer_only_callers_the_api_server_allows",
     ),
     (
         "heartbeat.file",

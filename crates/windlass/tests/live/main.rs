@@ -18,6 +18,7 @@
 //! - `admission`: admission webhooks from Rust functions, registered by the operator;
 //! - `faults` (with `proxy`, a fault-injecting proxy): 500s, 429s, stalls, dropped and
 //!   expired watches between the operator and the API server;
+//! - `secure_metrics`: /metrics for callers the API server allows only;
 //! - `conversion`: CRD versions converted by the operator's webhook, its certificate, storage
 //!   migration.
 
@@ -38,6 +39,7 @@ mod manifests;
 mod proxy;
 mod rollout;
 mod runtime;
+mod secure_metrics;
 mod versions;
 
 use std::sync::Arc;
