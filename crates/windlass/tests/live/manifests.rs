@@ -110,7 +110,13 @@ async fn apply(env: &TestEnv, yaml: &str) -> String {
 
 async fn delete_cluster_objects(env: &TestEnv, name: &str) {
     for kind in ["clusterrolebinding", "clusterrole"] {
-        kubectl(env, &["delete", kind, name, "--ignore-not-found"], None).await;
+        for object in [
+            name.to_string(),
+            format!("{name}-metrics-auth"),
+            format!("{name}-metrics-reader"),
+        ] {
+            kubectl(env, &["delete", kind, &object, "--ignore-not-found"], None).await;
+        }
     }
 }
 
@@ -249,9 +255,20 @@ async fn with_watch_namespace_the_operator_gets_roles_in_the_watched_namespace_o
     ])
     .await;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
-    assert!(
-        !docs.iter().any(|d| d.kind() == Some("ClusterRole")),
-        "no cluster-wide grant: {yaml}"
+    // No cluster-wide grant of any object: the only ClusterRoles are secure metrics' (ask
+    // the API server who a scraper is; be bound to a scraper).
+    let cluster_roles: Vec<&str> = docs
+        .iter()
+        .filter(|d| d.kind() == Some("ClusterRole"))
+        .filter_map(|d| d.name())
+        .collect();
+    assert_eq!(
+        cluster_roles,
+        [
+            format!("{name}-metrics-auth"),
+            format!("{name}-metrics-reader")
+        ],
+        "{yaml}"
     );
     apply(env, &yaml).await;
 
@@ -269,6 +286,27 @@ async fn with_watch_namespace_the_operator_gets_roles_in_the_watched_namespace_o
     assert!(can_i(env, sa, "create", "configmaps", watched.name()).await);
     assert!(!can_i(env, sa, "watch", "widgets.test.windlass.dev", home.name()).await);
     assert!(!can_i(env, sa, "create", "configmaps", "default").await);
+    assert!(
+        can_i(
+            env,
+            sa,
+            "create",
+            "tokenreviews.authentication.k8s.io",
+            "default"
+        )
+        .await
+    );
+    assert!(
+        !can_i(
+            env,
+            sa,
+            "list",
+            "tokenreviews.authentication.k8s.io",
+            "default"
+        )
+        .await
+    );
     // One replica elects no leader: no Lease at all.
     assert!(!can_i(env, sa, "create", "leases.coordination.k8s.io", home.name()).await);
+    delete_cluster_objects(env, &name).await;
 }
