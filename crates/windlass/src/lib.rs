@@ -74,6 +74,8 @@ pub(crate) mod rollout;
 pub mod runtime;
 pub mod session;
 pub mod status;
+#[cfg(test)]
+mod strategies;
 // Test helpers, behind the `testing` feature (on for windlass's own tests through its
 // self dev-dependency); `test` keeps the unit tests independent of that.
 #[cfg(any(test, feature = "testing"))]
