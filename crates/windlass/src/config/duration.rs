@@ -299,6 +299,17 @@ mod tests {
                 );
             }
         }
+
+        /// And the other way: what the parser accepts (but for the surrounding whitespace
+        /// it trims) the schema's pattern admits.
+        #[test]
+        fn what_the_parser_accepts_the_schema_admits(text in "[0-9hrms.]{0,16}") {
+            if text.parse::<ConfigDuration>().is_ok() {
+                let schema = schemars::schema_for!(ConfigDuration);
+                let pattern = regex::Regex::new(schema.as_value()["pattern"].as_str().unwrap()).unwrap();
+                prop_assert!(pattern.is_match(text.trim()), "{:?}", text);
+            }
+        }
     }
 
     #[test]
