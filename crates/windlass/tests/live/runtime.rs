@@ -887,12 +887,6 @@ async fn a_controller_of_namespaces_provisions_them_and_leaves_their_status_alon
     task.await.unwrap().unwrap();
 }
 
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// The status code of `GET path` on `127.0.0.1:port`, or `None` if nothing answers.
 async fn status_of(port: u16, path: &str) -> Option<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -912,15 +906,25 @@ async fn the_probes_metrics_and_heartbeat_are_where_the_configuration_puts_them(
     let ns = env.namespace("runtime-endpoints").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let beat = dir.path().join("beat");
-    let (metrics, probes) = (free_port(), free_port());
     let mut config = OperatorConfig::default();
     config.runtime.watch_namespaces = vec![ns.name().to_string()];
-    config.server.metrics_bind_address = format!("127.0.0.1:{metrics}");
-    config.server.health_probe_bind_address = format!("127.0.0.1:{probes}");
+    // Port 0: each server gets a free port from the system, and the manager says which.
+    config.server.metrics_bind_address = "127.0.0.1:0".into();
+    config.server.health_probe_bind_address = "127.0.0.1:0".into();
     config.heartbeat.file = Some(beat.clone());
     config.heartbeat.period = Duration::from_secs(1).into();
     let manager = Manager::new(env.client().unwrap(), config).controller(three_configmaps());
+    let mut serving = manager.serving();
     let (stop, task, _) = run(manager);
+    let bound = *tokio::time::timeout(
+        Duration::from_secs(60),
+        serving.wait_for(|s| s.metrics.is_some() && s.probes.is_some()),
+    )
+    .await
+    .expect("both servers bind within a minute")
+    .unwrap();
+    let (metrics, probes) = (bound.metrics.unwrap().port(), bound.probes.unwrap().port());
+    assert_ne!(metrics, probes, "two servers");
 
     eventually("the probe server is ready", || async {
         status_of(probes, "/readyz").await == Some(200)
