@@ -125,6 +125,8 @@ fn manager<C: windlass::controller::Controller>(
 ) -> Manager {
     let mut library = OperatorConfig::default();
     library.runtime.watch_namespaces = vec![ns.to_string()];
+    // Not the default 0.0.0.0:8080, which every manager of this binary would contend for.
+    library.server.metrics_bind_address = "127.0.0.1:0".into();
     Manager::new(client, library).controller(controller)
 }
 
@@ -396,9 +398,15 @@ async fn a_child_windlass_deletes_costs_no_second_reconcile() {
         )
         .await
         .unwrap();
-    eventually("the extra ConfigMap is in the watch", || async {
-        matches!(cache.lookup(&extra), windlass::runtime::Cached::Present(_))
-    })
+    // The reconcile that wrote the extra ConfigMap has finished too (it goes on to verify
+    // and write the status after the write the watch shows), so `before` counts it.
+    eventually(
+        "the CR is reconciled and its extra ConfigMap is in the watch",
+        || async {
+            finished.of("w").iter().any(|(_, o)| *o == Action::Done)
+                && matches!(cache.lookup(&extra), windlass::runtime::Cached::Present(_))
+        },
+    )
     .await;
     let before = finished.of("w").len();
 
