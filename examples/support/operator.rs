@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -17,8 +17,8 @@ pub struct Operator {
     /// The process.
     pub child: Child,
     log: Arc<Mutex<Vec<String>>>,
-    /// Where it serves `/metrics`, `/healthz` and `/readyz`.
-    address: String,
+    /// Where it serves `/metrics`, `/healthz` and `/readyz`, once its log has said so.
+    address: Arc<OnceLock<String>>,
     /// Its name in logs (its identity, for a replica).
     pub name: String,
 }
@@ -26,18 +26,16 @@ pub struct Operator {
 impl Operator {
     /// Start the example's binary (`super::BINARY`) with `run` for `namespace` (`name` tells it apart in logs), with
     /// the extra arguments `extra`, against `env`'s control plane.
+    /// It serves on a port the system picks (port 0), and says which in its log: no port
+    /// chosen here could be taken by another process before the operator binds it.
     pub fn start(env: &TestEnv, name: &str, namespace: &str, extra: &[&str]) -> Operator {
-        let address = {
-            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            free.local_addr().unwrap().to_string()
-        };
         let mut child = Command::new(super::BINARY)
             .args([
                 "run",
                 "--watch-namespace",
                 namespace,
                 "--metrics-bind-address",
-                &address,
+                "127.0.0.1:0",
                 "--log-level",
                 "debug",
                 "--log-format=json",
@@ -49,13 +47,17 @@ impl Operator {
             .spawn()
             .expect("the operator binary starts");
         let log = Arc::new(Mutex::new(Vec::new()));
+        let address = Arc::new(OnceLock::new());
         for stream in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
             Box::new(child.stderr.take().unwrap()),
         ] {
-            let log = log.clone();
+            let (log, address) = (log.clone(), address.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Some(served) = serving_address(&line) {
+                        let _ = address.set(served);
+                    }
                     log.lock().unwrap().push(line);
                 }
             });
@@ -68,20 +70,29 @@ impl Operator {
         }
     }
 
-    /// The URL of its HTTP server.
+    /// The URL of its HTTP server. Ask once it has answered over HTTP (a [`Self::readyz`]
+    /// that was `Some`): before, its log may not have said where it serves.
     pub fn url(&self) -> String {
-        format!("http://{}", self.address)
+        let address = self.address.get().unwrap_or_else(|| {
+            panic!(
+                "{} has not logged where it serves yet:\n{}",
+                self.name,
+                self.dump()
+            )
+        });
+        format!("http://{address}")
     }
 
-    /// GET `path` from the operator's HTTP server: the status code and the body.
+    /// GET `path` from the operator's HTTP server: the status code and the body (`None`
+    /// while it does not answer, or has not said where it serves).
     pub fn http(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.address).ok()?;
+        let address = self.address.get()?;
+        let mut stream = std::net::TcpStream::connect(address).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(
             stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
         )
         .ok()?;
         let mut response = String::new();
@@ -141,6 +152,17 @@ impl Drop for Operator {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The address in the line the operator logs once its HTTP server is bound
+/// (`{"fields":{"message":"serving /metrics, …","addr":"127.0.0.1:40123"},…}`).
+fn serving_address(line: &str) -> Option<String> {
+    let line: Value = serde_json::from_str(line).ok()?;
+    let fields = &line["fields"];
+    fields["message"]
+        .as_str()?
+        .starts_with("serving ")
+        .then(|| fields["addr"].as_str().map(str::to_string))?
 }
 
 /// Wait until `check` holds, failing with the operators' logs after `limit`.

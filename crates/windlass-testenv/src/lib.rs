@@ -82,4 +82,4 @@ pub use simulator::{
     FAIL_ANNOTATION, KEEP_RUNNING_ANNOTATION, NodeSimulator, READY_AFTER_ANNOTATION,
     SIMULATED_NODE_LABEL, SimulatorConfig,
 };
-pub use wait::{EVENTUALLY, eventually, eventually_within, wait_for};
+pub use wait::{EVENTUALLY, eventually, eventually_within, quiet_window, wait_for};

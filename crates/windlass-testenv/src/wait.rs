@@ -95,3 +95,67 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Checks that `still` holds throughout `window` (polled every 100 ms, and once more at its
+/// end); panics naming `what` the moment it does not.
+///
+/// For claims of absence ("no second reconcile", "the follower writes nothing"): no event
+/// confirms that something did not happen, so absence can only be checked over a window,
+/// and the check means something only if
+///
+/// - the caller has first awaited a positive event showing the system is live and past the
+///   point where the unwanted thing would be set off (otherwise a stalled system passes),
+///   and
+/// - the window is longer than the unwanted thing would take to show; say at the call why.
+///
+/// # Panics
+/// When `still` is false at some poll within the window: this is a test helper.
+pub async fn quiet_window<F, Fut>(what: &str, window: Duration, still: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    let end = start + window;
+    loop {
+        assert!(
+            still().await,
+            "{what}: broken {:?} into the {window:?} window",
+            start.elapsed()
+        );
+        let now = tokio::time::Instant::now();
+        if now >= end {
+            return;
+        }
+        tokio::time::sleep((end - now).min(Duration::from_millis(100))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_quiet_window_checks_at_its_start_and_its_end() {
+        let checks = AtomicUsize::new(0);
+        quiet_window("nothing happens", Duration::from_millis(250), || async {
+            checks.fetch_add(1, Ordering::SeqCst);
+            true
+        })
+        .await;
+        assert!(checks.load(Ordering::SeqCst) >= 2);
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "no second reconcile: broken")]
+    async fn a_quiet_window_fails_the_moment_its_condition_breaks() {
+        let checks = AtomicUsize::new(0);
+        // Breaks at the third check, long before the minute is up.
+        quiet_window("no second reconcile", Duration::from_secs(60), || async {
+            checks.fetch_add(1, Ordering::SeqCst) < 2
+        })
+        .await;
+    }
+}

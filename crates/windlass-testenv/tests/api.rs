@@ -246,14 +246,14 @@ async fn custom_resources_of_a_crd_registered_at_runtime() -> anyhow::Result<()>
 
     let ns = env.namespace("crd").await?;
     let widgets: Api<Widget> = ns.api(client.clone());
-    // Discovery of the new kind may lag establishment by a moment; the first write retries.
+    // Discovery of the new kind may lag establishment by a moment; the first write retries
+    // (up to 30 s, for a loaded machine).
     let widget = Widget::new("w1", WidgetSpec { size: 3 });
-    let mut attempts = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let created = loop {
         match widgets.create(&PostParams::default(), &widget).await {
             Ok(created) => break created,
-            Err(kube::Error::Api(s)) if s.code == 404 && attempts < 50 => {
-                attempts += 1;
+            Err(kube::Error::Api(s)) if s.code == 404 && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => return Err(e.into()),

@@ -112,8 +112,10 @@ async fn two_control_planes_are_isolated_breakage_is_reported_and_drop_cleans_up
     ensure!(matches!(second.check_health(), Err(Error::Broken { .. })));
     let asked = std::time::Instant::now();
     let namespace = second.namespace("after-breakage").await;
+    // "At once": not after the minute it would wait for a service account no controller
+    // manager makes; 15 s leaves a loaded machine room.
     ensure!(
-        matches!(namespace, Err(Error::Broken { .. })) && asked.elapsed() < Duration::from_secs(1),
+        matches!(namespace, Err(Error::Broken { .. })) && asked.elapsed() < Duration::from_secs(15),
         "namespace() fails at once: {namespace:?} after {:?}",
         asked.elapsed()
     );

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use support::pki::test_pki;
 use support::probe::{Probe, reconcile_once, secret};
-use support::servers::{Postgres, Redis, S3};
+use support::servers::{Postgres, Redis, S3, pick_next_ports};
 use windlass_x::datastore::cos::CosConnection;
 use windlass_x::datastore::postgres::{PostgresConnection, PostgresParams, SslMode};
 use windlass_x::datastore::redis::RedisConnection;
@@ -382,5 +382,28 @@ fn the_s3_signer_signs_the_example_of_the_s3_documentation() {
         "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, \
          SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, \
          Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+    );
+}
+
+/// The race of picking a free port: another process takes it before the server binds it.
+/// The server says the address is in use and exits; the harness starts it again on a fresh
+/// port instead of failing the test (or, worse, taking the other process for the server).
+#[test]
+fn a_server_whose_port_was_taken_starts_again_on_a_fresh_one() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    pick_next_ports(&[taken_port]);
+    let redis = Redis::start("app", PASSWORD, None);
+    assert_ne!(redis.port(), taken_port);
+    let mut connection = std::net::TcpStream::connect(("127.0.0.1", redis.port())).unwrap();
+    use std::io::{Read, Write};
+    connection.write_all(b"PING\r\n").unwrap();
+    let mut reply = [0u8; 7];
+    connection.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"-NOAUTH", "{}", redis.log_tail());
+    assert!(
+        redis.log_tail().contains("Ready to accept connections"),
+        "{}",
+        redis.log_tail()
     );
 }

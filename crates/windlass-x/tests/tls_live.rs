@@ -95,17 +95,23 @@ fn reconciler(
     .with_observer(log.clone())
 }
 
-/// Reconcile until the outcome is `Done` (at most 20 times, polling the real rollout).
+/// Reconcile until the outcome is `Done` (every half second, for at most a minute: the
+/// rollout waits for real pods).
 async fn reconcile_until_done(reconciler: &Reconciler<TlsController>, cr: &ObjectRef) {
-    for _ in 0..20 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
         let report = reconciler.reconcile(cr).await;
         assert!(report.error.is_none(), "{:?}", report.error);
         if report.outcome == Action::Done {
             return;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{cr} never finished its rollout: {:?}",
+            report.outcome
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    panic!("{cr} never finished its rollout");
 }
 
 async fn create_widget(cluster: &LiveCluster, ns: &str, name: &str) -> ObjectRef {

@@ -80,6 +80,8 @@ pub mod runtime;
 pub mod session;
 pub mod status;
 pub(crate) mod webhook;
+#[cfg(test)]
+mod strategies;
 // Test helpers, behind the `testing` feature (on for windlass's own tests through its
 // self dev-dependency); `test` keeps the unit tests independent of that.
 #[cfg(any(test, feature = "testing"))]

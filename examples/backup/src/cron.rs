@@ -9,31 +9,40 @@
 //! `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly` and `@every <duration>`.
 //! Written by hand because no Rust crate speaks exactly that dialect: the `cron` crate
 //! wants a seconds field, and `croner` also accepts `L`, `W` and `#`, which the API
-//! server refuses. Time-zone prefixes (`TZ=…`) are refused, as current Kubernetes does.
+//! server refuses. Time zones in the schedule (`TZ=…`, `CRON_TZ=…`) are refused, as current
+//! Kubernetes does.
+//!
+//! robfig's quirks are kept, since they decide what the API server takes: whitespace
+//! around the five fields is fine, but not around a descriptor (`@daily ` is refused); empty
+//! list items are skipped (`1,,2`); after a `*` or `?` the rest of a range is not read
+//! (`*-5` is every value).
 
 /// Why a schedule is not one Kubernetes accepts; the message names the field.
 pub fn check(schedule: &str) -> Result<(), String> {
-    let schedule = schedule.trim();
     if schedule.is_empty() {
         return Err("empty schedule".into());
     }
-    if schedule.starts_with("TZ=") || schedule.starts_with("CRON_TZ=") {
+    // Kubernetes' own check, before robfig's parser sees the text.
+    if schedule.contains("TZ") {
         return Err(format!(
-            "`{schedule}`: time zones are not supported in a schedule"
+            "`{schedule}`: time zones are not supported in a schedule (TZ or CRON_TZ)"
         ));
     }
+    // A descriptor is matched as it is written: robfig trims nothing around it.
     if let Some(descriptor) = schedule.strip_prefix('@') {
         return check_descriptor(descriptor);
     }
     let fields: Vec<&str> = schedule.split_whitespace().collect();
     if fields.len() != 5 {
         return Err(format!(
-            "`{schedule}`: expected exactly 5 fields (minute hour day-of-month month day-of-week), found {}",
+            "`{}`: expected exactly 5 fields (minute hour day-of-month month day-of-week), found {}",
+            schedule.trim(),
             fields.len()
         ));
     }
     for (field, text) in FIELDS.iter().zip(fields) {
-        for part in text.split(',') {
+        // robfig splits with FieldsFunc: empty items are skipped, not refused.
+        for part in text.split(',').filter(|part| !part.is_empty()) {
             check_range(field, part).map_err(|why| format!("{} `{text}`: {why}", field.name))?;
         }
     }
@@ -94,11 +103,13 @@ fn check_range(field: &Field, part: &str) -> Result<(), String> {
     if range_and_step.next().is_some() {
         return Err("too many slashes".into());
     }
-    let (start, end) = if range == "*" || range == "?" {
+    let mut bounds = range.split('-');
+    let first = bounds.next().unwrap_or_default();
+    let (start, end) = if first == "*" || first == "?" {
+        // robfig reads no further: `*-5` is `*`.
         (field.min, field.max)
     } else {
-        let mut bounds = range.split('-');
-        let start = value(field, bounds.next().unwrap_or_default())?;
+        let start = value(field, first)?;
         let end = match bounds.next() {
             Some(end) => value(field, end)?,
             // `a/n` means from a to the end of the field.
@@ -157,7 +168,8 @@ fn check_descriptor(descriptor: &str) -> Result<(), String> {
     match descriptor {
         "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly" => Ok(()),
         _ => match descriptor.strip_prefix("every ") {
-            Some(duration) if is_go_duration(duration.trim()) => Ok(()),
+            // Go's ParseDuration takes no surrounding space either.
+            Some(duration) if is_go_duration(duration) => Ok(()),
             Some(duration) => Err(format!(
                 "`@every {duration}`: not a duration such as 90s, 15m or 1h30m"
             )),
@@ -217,6 +229,11 @@ mod tests {
             "@every 1h30m",
             "@every 90s",
             " 0  3 * * * ",
+            // robfig's quirks, which the API server has too.
+            "1,,2 * * * *",
+            ", * * * *",
+            "*-5 * * * *",
+            "?-x/2 * * * *",
         ] {
             assert_eq!(check(schedule), Ok(()), "{schedule}");
         }
@@ -259,11 +276,161 @@ mod tests {
             ("@sometimes", "unrecognized descriptor `@sometimes`"),
             ("@every soon", "not a duration"),
             ("TZ=UTC 0 3 * * *", "time zones are not supported"),
+            ("0 3 * * * CRON_TZ=UTC", "time zones are not supported"),
+            (" @daily", "expected exactly 5 fields"),
+            ("@daily ", "unrecognized descriptor"),
+            ("@every  1h", "not a duration"),
+            ("   ", "found 0"),
             ("0 3 * * * L", "found 6"),
             ("0 3 L * *", "day of month `L`"),
         ] {
             let error = check(schedule).expect_err(schedule);
             assert!(error.contains(message), "{schedule:?}: {error}");
+        }
+    }
+
+    mod properties {
+        use super::super::{FIELDS, check};
+        use proptest::prelude::*;
+
+        /// One item of a field's list that robfig accepts.
+        fn item(field: usize) -> BoxedStrategy<String> {
+            let (min, max) = (FIELDS[field].min, FIELDS[field].max);
+            let names = FIELDS[field].names;
+            let value = move || {
+                prop_oneof![
+                    (min..=max).prop_map(|v| v.to_string()),
+                    if names.is_empty() {
+                        (min..=max).prop_map(|v| v.to_string()).boxed()
+                    } else {
+                        (0..names.len())
+                            .prop_map(move |i| {
+                                let name = names[i];
+                                if i % 2 == 0 {
+                                    name.to_ascii_uppercase()
+                                } else {
+                                    name.to_string()
+                                }
+                            })
+                            .boxed()
+                    },
+                ]
+            };
+            let range = (min..=max, min..=max).prop_map(|(a, b)| {
+                let (a, b) = (a.min(b), a.max(b));
+                format!("{a}-{b}")
+            });
+            let step = 1..=max.max(1) + 3;
+            prop_oneof![
+                Just("*".to_string()),
+                Just("?".to_string()),
+                value(),
+                range.clone(),
+                step.clone().prop_map(|s| format!("*/{s}")),
+                (range, step.clone()).prop_map(|(r, s)| format!("{r}/{s}")),
+                (min..=max, step).prop_map(|(v, s)| format!("{v}/{s}")),
+            ]
+            .boxed()
+        }
+
+        fn field(field: usize) -> impl Strategy<Value = String> {
+            prop::collection::vec(item(field), 1..4).prop_map(|items| items.join(","))
+        }
+
+        /// Whitespace robfig's `strings.Fields` splits on, as Rust's `split_whitespace` does.
+        fn space() -> impl Strategy<Value = String> {
+            prop::collection::vec(
+                prop::sample::select(vec![" ", "\t", "  ", "\u{a0}", "\u{3000}"]),
+                1..3,
+            )
+            .prop_map(|s| s.concat())
+        }
+
+        fn schedule() -> impl Strategy<Value = [String; 5]> {
+            (field(0), field(1), field(2), field(3), field(4))
+                .prop_map(|(a, b, c, d, e)| [a, b, c, d, e])
+        }
+
+        fn go_duration() -> impl Strategy<Value = String> {
+            let part = (
+                "[0-9]{1,4}(\\.[0-9]{0,3})?|\\.[0-9]{1,3}",
+                prop::sample::select(vec!["ns", "us", "µs", "ms", "s", "m", "h"]),
+            )
+                .prop_map(|(n, u)| format!("{n}{u}"));
+            (
+                prop::sample::select(vec!["", "+", "-"]),
+                prop::collection::vec(part, 1..4),
+            )
+                .prop_map(|(sign, parts)| format!("{sign}{}", parts.concat()))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+            /// Any text gets an answer, never a panic.
+            #[test]
+            fn any_text_is_checked_without_panic(text in prop_oneof![
+                prop::collection::vec(any::<char>(), 0..60).prop_map(String::from_iter),
+                "[0-9*?,/ @a-zA-Z-]{0,30}",
+            ]) {
+                let _ = check(&text);
+            }
+
+            /// Every schedule of valid fields passes, with any whitespace between and
+            /// around its fields.
+            #[test]
+            fn schedules_of_valid_fields_pass(
+                fields in schedule(),
+                gaps in prop::collection::vec(space(), 4),
+                before in prop::option::of(space()),
+                after in prop::option::of(space()),
+            ) {
+                let mut text = before.unwrap_or_default();
+                for (i, field) in fields.iter().enumerate() {
+                    text.push_str(field);
+                    if i < 4 {
+                        text.push_str(&gaps[i]);
+                    }
+                }
+                text.push_str(&after.unwrap_or_default());
+                prop_assert_eq!(check(&text), Ok(()), "{:?}", text);
+            }
+
+            /// A value past a field's bounds is refused, and the error names the field.
+            #[test]
+            fn a_value_out_of_bounds_is_refused_naming_its_field(
+                fields in schedule(),
+                at in 0usize..5,
+                above in any::<bool>(),
+                by in 1u32..100,
+            ) {
+                let field = &FIELDS[at];
+                let bad = if above || field.min == 0 { field.max + by } else { field.min - 1 };
+                let mut fields = fields;
+                fields[at] = bad.to_string();
+                let error = check(&fields.join(" ")).unwrap_err();
+                prop_assert!(error.starts_with(field.name), "{}", error);
+            }
+
+            /// `@every` takes a Go duration, with nothing around it; the other descriptors
+            /// only as they are written.
+            #[test]
+            fn descriptors_are_taken_only_as_written(
+                duration in go_duration(),
+                descriptor in prop::sample::select(vec!["yearly", "annually", "monthly", "weekly", "daily", "midnight", "hourly"]),
+                space in space(),
+            ) {
+                prop_assert_eq!(check(&format!("@every {duration}")), Ok(()), "{}", duration);
+                prop_assert_eq!(check(&format!("@{descriptor}")), Ok(()));
+                for padded in [
+                    format!("@{descriptor}{space}"),
+                    format!("{space}@{descriptor}"),
+                    format!("@every {duration}{space}"),
+                ] {
+                    let refused = check(&padded).is_err();
+                    prop_assert!(refused, "{:?} passed", padded);
+                }
+            }
         }
     }
 }

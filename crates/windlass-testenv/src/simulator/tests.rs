@@ -38,17 +38,19 @@ fn architectures_have_their_go_names() {
 
 #[tokio::test]
 async fn a_stopped_task_is_reported_with_its_panic_message() {
+    let (blow_up, blown) = tokio::sync::oneshot::channel::<()>();
     let mut simulator = NodeSimulator {
         node_names: Vec::new(),
         tasks: vec![
             SimulatorTask::spawn("Lease renewal", std::future::pending()),
             SimulatorTask::spawn("Pod controller", async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = blown.await;
                 panic!("reconciler blew up on pod x");
             }),
         ],
     };
     assert!(simulator.check_running().is_ok(), "both tasks still run");
+    blow_up.send(()).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let error = loop {
         match simulator.check_running() {

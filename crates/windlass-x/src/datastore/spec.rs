@@ -744,4 +744,31 @@ mod tests {
         assert_eq!(host_port("::1", 5), "[::1]:5");
         assert_eq!(host_port("db", 5), "db:5");
     }
+
+    mod properties {
+        use super::super::parse_port;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+            /// Every port, written plainly or with surrounding whitespace, reads back.
+            #[test]
+            fn every_port_reads_back(port in 1u16..=65535, pad in "[ \\t\\n]{0,2}") {
+                prop_assert_eq!(parse_port(&format!("{pad}{port}{pad}"), "port").ok(), Some(port));
+            }
+
+            /// Any text: a port from 1 to 65535 or a config error naming the key, never a panic.
+            #[test]
+            fn any_text_is_a_port_or_a_config_error(text in prop_oneof![
+                prop::collection::vec(any::<char>(), 0..24).prop_map(String::from_iter),
+                "[+-]?[0-9]{0,7}(\\.[0-9])?",
+            ]) {
+                match parse_port(&text, "spec.port") {
+                    Ok(port) => prop_assert!(port >= 1),
+                    Err(e) => prop_assert!(e.to_string().contains("spec.port"), "{}", e),
+                }
+            }
+        }
+    }
 }

@@ -2,10 +2,19 @@
 //! binaries `scripts/provision-datastores.sh` put in the cache, on a free loopback port, in a
 //! temporary directory of its own, and stopped when dropped.
 //!
-//! Readiness is polled with a deadline (never a fixed sleep): Postgres's `postmaster.pid`
-//! says `ready`, Redis answers a `PING`, moto answers HTTP. A server that exits or misses the
-//! deadline fails the test with the end of its log. A server that is not provisioned fails
-//! the test naming the script to run: these tests never skip.
+//! Readiness is polled with a deadline (never a fixed sleep), on evidence from the server
+//! process itself, never on a port alone (another process may be there): Postgres's
+//! `postmaster.pid` in its own data directory says `ready`; Redis's log says it is ready to
+//! accept connections, and it answers a `PING`; moto's log says where it listens, and it
+//! answers HTTP there. A server that exits or misses the deadline fails the test with the
+//! end of its log. A server that is not provisioned fails the test naming the script to
+//! run: these tests never skip.
+//!
+//! Ports: moto takes port 0 and says in its log which port it got. PostgreSQL and Redis
+//! cannot (port 0 means "any" to Postgres's socket but it reports 0; to Redis it means no TCP
+//! at all), so they get a port that was free a moment before; when another process takes it
+//! first, the server exits saying the address is in use, and it is started again on a fresh
+//! port, up to [`PORT_ATTEMPTS`] times, then the test fails saying so.
 //!
 //! PostgreSQL refuses to run as root, and CI runs the tests as root. Run as root, the
 //! harness starts `initdb` and `postgres` in a user namespace (`unshare --user
@@ -30,6 +39,9 @@ const READY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a server may take to stop after its stop signal before it is killed.
 const STOP_DEADLINE: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(50);
+/// How many times a server is started on fresh ports when another process took one of its
+/// ports between our picking it and the server binding it.
+const PORT_ATTEMPTS: u32 = 5;
 
 /// The script that provisions the servers, named in every "not provisioned" failure.
 pub const PROVISION: &str = "./scripts/provision-datastores.sh";
@@ -64,8 +76,23 @@ fn provisioned(name: &str, what: &str) -> PathBuf {
     dir
 }
 
-/// A port on 127.0.0.1 that nothing listens on right now.
-pub fn free_port() -> u16 {
+thread_local! {
+    /// Ports [`free_port`] hands out before it looks for free ones: see [`pick_next_ports`].
+    static NEXT_PORTS: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Make this thread's next starts of a server pick `ports`, in order, before free ones: a
+/// test of what happens when another process took the port picked.
+pub fn pick_next_ports(ports: &[u16]) {
+    NEXT_PORTS.with(|next| next.borrow_mut().extend(ports.iter().rev()));
+}
+
+/// A port on 127.0.0.1 that nothing listened on a moment ago. Another process may take it
+/// before our server binds it: start servers through [`on_free_ports`], which retries then.
+fn free_port() -> u16 {
+    if let Some(port) = NEXT_PORTS.with(|next| next.borrow_mut().pop()) {
+        return port;
+    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
     listener
         .local_addr()
@@ -112,19 +139,23 @@ impl Process {
         log_tail(&self.log)
     }
 
-    /// Poll `ready` until it holds; fail with the log when the server exits or the deadline
-    /// passes.
-    fn wait_ready(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
+    /// Poll `ready` until it holds ([`Started::Ready`]). When the server exits first because
+    /// a port was in use, [`Started::PortTaken`]; when it exits otherwise or the deadline
+    /// passes, fail with the log.
+    fn wait_ready(&mut self, what: &str, mut ready: impl FnMut() -> bool) -> Started {
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
             if ready() {
-                return;
+                return Started::Ready;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
+                let log = self.log_tail();
+                if log.to_ascii_lowercase().contains("address already in use") {
+                    return Started::PortTaken;
+                }
                 panic!(
-                    "{} exited ({status}) before {what}; its log:\n{}",
+                    "{} exited ({status}) before {what}; its log:\n{log}",
                     self.name,
-                    self.log_tail()
                 );
             }
             assert!(
@@ -136,6 +167,34 @@ impl Process {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// How a start of a server ended (a failure of any other kind fails the test at once).
+#[derive(Debug, PartialEq, Eq)]
+enum Started {
+    /// It is up.
+    Ready,
+    /// It exited because another process had taken one of its ports.
+    PortTaken,
+}
+
+/// Run `start` (which picks its ports with [`free_port`] and starts the server on them)
+/// until a start does not fail for a port taken by another process in the meantime: at
+/// most [`PORT_ATTEMPTS`] times, then fail the test saying so.
+fn on_free_ports<T>(name: &str, mut start: impl FnMut() -> Option<T>) -> T {
+    for attempt in 1..=PORT_ATTEMPTS {
+        if let Some(started) = start() {
+            return started;
+        }
+        eprintln!(
+            "{name}: another process took a port before {name} could bind it \
+             (attempt {attempt} of {PORT_ATTEMPTS}); starting it on fresh ports"
+        );
+    }
+    panic!(
+        "{name}: another process took its port {PORT_ATTEMPTS} times in a row before it could \
+         bind it; is something grabbing ephemeral ports on 127.0.0.1?"
+    )
 }
 
 impl Drop for Process {
@@ -291,37 +350,48 @@ impl Postgres {
         )
         .expect("write pg_hba.conf");
 
-        let port = free_port();
-        let mut command = unprivileged(&home.join("bin/postgres"));
-        command
-            .arg("-D")
-            .arg(&data)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .arg("-k")
-            .arg(dir.path())
-            .args(["-c", "fsync=off", "-c", "max_connections=20"]);
         if let Some(tls) = tls {
-            let cert = dir.path().join("server.crt");
-            let key = dir.path().join("server.key");
-            write_private(&cert, &tls.cert_pem);
-            write_private(&key, &tls.key_pem);
-            give_to_postgres(&cert);
-            give_to_postgres(&key);
-            command
-                .args(["-c", "ssl=on"])
-                .arg("-c")
-                .arg(format!("ssl_cert_file={}", cert.display()))
-                .arg("-c")
-                .arg(format!("ssl_key_file={}", key.display()));
+            for (name, pem) in [("server.crt", &tls.cert_pem), ("server.key", &tls.key_pem)] {
+                let path = dir.path().join(name);
+                write_private(&path, pem);
+                give_to_postgres(&path);
+            }
         }
-        let mut process = Process::spawn("postgres", command, dir.path().join("postgres.log"));
-        // SIGINT: "fast" shutdown, which ends the backends too.
-        process.stop = rustix::process::Signal::INT;
-        let pid_file = data.join("postmaster.pid");
-        process.wait_ready("postmaster.pid says ready", || {
-            fs::read_to_string(&pid_file)
-                .map(|pid| pid.lines().nth(7).map(str::trim) == Some("ready"))
-                .unwrap_or(false)
+        let (process, port) = on_free_ports("postgres", || {
+            let port = free_port();
+            let mut command = unprivileged(&home.join("bin/postgres"));
+            command
+                .arg("-D")
+                .arg(&data)
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .arg("-k")
+                .arg(dir.path())
+                .args(["-c", "fsync=off", "-c", "max_connections=20"]);
+            if tls.is_some() {
+                command
+                    .args(["-c", "ssl=on"])
+                    .arg("-c")
+                    .arg(format!(
+                        "ssl_cert_file={}",
+                        dir.path().join("server.crt").display()
+                    ))
+                    .arg("-c")
+                    .arg(format!(
+                        "ssl_key_file={}",
+                        dir.path().join("server.key").display()
+                    ));
+            }
+            let mut process = Process::spawn("postgres", command, dir.path().join("postgres.log"));
+            // SIGINT: "fast" shutdown, which ends the backends too.
+            process.stop = rustix::process::Signal::INT;
+            // The pid file of this server's own data directory: no other server's readiness.
+            let pid_file = data.join("postmaster.pid");
+            let started = process.wait_ready("postmaster.pid says ready", || {
+                fs::read_to_string(&pid_file)
+                    .map(|pid| pid.lines().nth(7).map(str::trim) == Some("ready"))
+                    .unwrap_or(false)
+            });
+            (started == Started::Ready).then_some((process, port))
         });
         Postgres {
             process,
@@ -358,13 +428,6 @@ impl Redis {
             .prefix("windlass-redis-")
             .tempdir()
             .expect("a temporary directory");
-        let port = free_port();
-        let mut config = format!(
-            "bind 127.0.0.1\nport {port}\ndir {}\nsave \"\"\nappendonly no\n\
-             user default off\nuser {user} on >{password} ~* &* +@all\n",
-            dir.path().display()
-        );
-        let mut tls_port = None;
         if let Some(tls) = tls {
             let files = [
                 ("server.crt", &tls.cert_pem),
@@ -374,22 +437,37 @@ impl Redis {
             for (name, contents) in files {
                 write_private(&dir.path().join(name), contents);
             }
-            let port = free_port();
-            tls_port = Some(port);
-            config.push_str(&format!(
-                "tls-port {port}\ntls-cert-file {0}/server.crt\ntls-key-file {0}/server.key\n\
-                 tls-ca-cert-file {0}/ca.crt\ntls-auth-clients no\n",
-                dir.path().display()
-            ));
         }
-        let config_file = dir.path().join("redis.conf");
-        write_private(&config_file, &config);
-        let mut command = Command::new(home.join("bin/redis-server"));
-        command.arg(&config_file);
-        let mut process = Process::spawn("redis-server", command, dir.path().join("redis.log"));
-        process.wait_ready("it answers PING", || {
-            // Unauthenticated, a PING is refused with -NOAUTH: an answer all the same.
-            request(port, b"PING\r\n").is_some_and(|reply| reply.starts_with(['+', '-']))
+        let log = dir.path().join("redis.log");
+        let (process, port, tls_port) = on_free_ports("redis-server", || {
+            let port = free_port();
+            let mut config = format!(
+                "bind 127.0.0.1\nport {port}\ndir {}\nsave \"\"\nappendonly no\n\
+                 user default off\nuser {user} on >{password} ~* &* +@all\n",
+                dir.path().display()
+            );
+            let mut tls_port = None;
+            if tls.is_some() {
+                let port = free_port();
+                tls_port = Some(port);
+                config.push_str(&format!(
+                    "tls-port {port}\ntls-cert-file {0}/server.crt\ntls-key-file {0}/server.key\n\
+                     tls-ca-cert-file {0}/ca.crt\ntls-auth-clients no\n",
+                    dir.path().display()
+                ));
+            }
+            let config_file = dir.path().join("redis.conf");
+            write_private(&config_file, &config);
+            let mut command = Command::new(home.join("bin/redis-server"));
+            command.arg(&config_file);
+            let mut process = Process::spawn("redis-server", command, log.clone());
+            let started = process.wait_ready("it is ready and answers PING", || {
+                // Its own log says it has bound every port; then the PING is answered by it.
+                // Unauthenticated, a PING is refused with -NOAUTH: an answer all the same.
+                fs::read_to_string(&log).is_ok_and(|l| l.contains("Ready to accept connections"))
+                    && request(port, b"PING\r\n").is_some_and(|reply| reply.starts_with(['+', '-']))
+            });
+            (started == Started::Ready).then_some((process, port, tls_port))
         });
         Redis {
             process,
@@ -433,22 +511,32 @@ impl S3 {
             .prefix("windlass-moto-")
             .tempdir()
             .expect("a temporary directory");
-        let port = free_port();
+        // Port 0: the server binds a port the system picks, and its log says which.
         let mut command = Command::new(home.join("bin/python"));
         command
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
             .current_dir(dir.path());
-        let mut process = Process::spawn("moto", command, dir.path().join("moto.log"));
-        process.wait_ready("it answers HTTP", || {
-            http(port, "GET", "/moto-api/", &[], "").is_some()
+        let log = dir.path().join("moto.log");
+        let mut process = Process::spawn("moto", command, log.clone());
+        let port = std::cell::Cell::new(None);
+        let started = process.wait_ready("it says where it listens and answers HTTP there", || {
+            if port.get().is_none() {
+                port.set(
+                    fs::read_to_string(&log)
+                        .ok()
+                        .and_then(|l| listening_port(&l)),
+                );
+            }
+            port.get()
+                .is_some_and(|port| http(port, "GET", "/moto-api/", &[], "").is_some())
         });
+        assert_eq!(
+            started,
+            Started::Ready,
+            "moto picked its own port, yet says a port was in use:\n{}",
+            process.log_tail()
+        );
+        let port = port.get().expect("ready, so its port is known");
 
         // Until authentication is switched on, moto takes any request; it routes by the
         // service named in the Authorization header's credential scope, so IAM calls carry a
@@ -518,6 +606,18 @@ impl S3 {
     pub fn secret_key(&self) -> &str {
         &self.secret_key
     }
+}
+
+/// The port werkzeug (moto's HTTP server) says it listens on: ` * Running on
+/// http://127.0.0.1:40123`.
+fn listening_port(log: &str) -> Option<u16> {
+    const RUNNING: &str = "Running on http://127.0.0.1:";
+    let start = log.find(RUNNING)? + RUNNING.len();
+    let digits: String = log[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// Send `payload` to 127.0.0.1:`port` and read the first answer, if any arrives within a

@@ -6,15 +6,19 @@ use serde_json::{Value, json};
 
 use super::Scope;
 
-/// A DNS-1123 subdomain: lowercase alphanumerics, `-` and `.`, starting and ending with
-/// an alphanumeric, at most 253 characters. The rule for most object names.
+/// A DNS-1123 subdomain: lowercase alphanumerics, `-` and `.`, at most 253 characters;
+/// each dot-separated part starts and ends with an alphanumeric (so no `a-.b`, no `a..b`).
+/// The rule for most object names.
 pub fn check_subdomain(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 253 {
         return Err(format!("name `{name}` must be 1 to 253 characters"));
     }
-    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    if !name.chars().all(ok_char) || !name.starts_with(alnum) || !name.ends_with(alnum) {
+    let label_ok = |label: &str| {
+        label.chars().all(ok_char) && label.starts_with(alnum) && label.ends_with(alnum)
+    };
+    if !name.split('.').all(label_ok) {
         return Err(format!(
             "name `{name}` must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
         ));
@@ -595,5 +599,82 @@ mod tests {
         assert!(validate_label_value("a/b").is_err());
         assert!(validate_label_value("-a").is_err());
         assert!(validate_label_value(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn each_part_of_a_subdomain_starts_and_ends_with_an_alphanumeric() {
+        // Found by `labels_and_names_follow_apimachinerys_rules`: the in-memory cluster took
+        // `a-.a` as an object name, which the API server refuses.
+        for bad in ["a-.a", "a.-a", "a..a", ".a", "a."] {
+            assert!(check_subdomain(bad).is_err(), "{bad}");
+        }
+        assert!(check_subdomain("a-b.c-d.e").is_ok());
+    }
+
+    mod properties {
+        use super::*;
+        use crate::strategies::any_text;
+        use proptest::prelude::*;
+        use regex::Regex;
+        use std::sync::LazyLock;
+
+        // apimachinery's own expressions (pkg/util/validation), anchored.
+        const DNS1123_LABEL: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+        const QUALIFIED_NAME: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+
+        fn full(pattern: &str) -> Regex {
+            Regex::new(&format!("^(?:{pattern})$")).unwrap()
+        }
+
+        static SUBDOMAIN: LazyLock<Regex> =
+            LazyLock::new(|| full(&format!("{DNS1123_LABEL}(\\.{DNS1123_LABEL})*")));
+        static NAME: LazyLock<Regex> = LazyLock::new(|| full(QUALIFIED_NAME));
+        static VALUE: LazyLock<Regex> = LazyLock::new(|| full(&format!("({QUALIFIED_NAME})?")));
+
+        /// Kubernetes' `IsDNS1123Subdomain`.
+        fn k8s_subdomain(s: &str) -> bool {
+            s.len() <= 253 && SUBDOMAIN.is_match(s)
+        }
+
+        /// Kubernetes' `IsQualifiedName`.
+        fn k8s_qualified_name(s: &str) -> bool {
+            let name_ok = |n: &str| n.len() <= 63 && NAME.is_match(n);
+            match s.split('/').collect::<Vec<_>>()[..] {
+                [name] => name_ok(name),
+                [prefix, name] => !prefix.is_empty() && k8s_subdomain(prefix) && name_ok(name),
+                _ => false,
+            }
+        }
+
+        /// Kubernetes' `IsValidLabelValue`.
+        fn k8s_label_value(s: &str) -> bool {
+            s.len() <= 63 && VALUE.is_match(s)
+        }
+
+        /// Text from the rules' alphabet (and `/`, upper case, a few others), lengths around
+        /// the limits, and any text.
+        fn label_like() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z0-9.-]{0,8}(/[A-Za-z0-9._-]{0,8})?",
+                "[a-zA-Z0-9._/ -]{0,70}",
+                "[a-z0-9]{1,3}([.-][a-z0-9]{1,60}){3,5}/[a-z]{1,3}",
+                "[a-z]{60,66}",
+                "[a-z][a-z.-]{248,256}[a-z]/[a-z]",
+                any_text(16),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+            /// Label keys and values are accepted exactly when apimachinery's expressions
+            /// accept them, and object names exactly when they are DNS subdomains.
+            #[test]
+            fn labels_and_names_follow_apimachinerys_rules(text in label_like()) {
+                prop_assert_eq!(validate_label_key(&text).is_ok(), k8s_qualified_name(&text), "key {:?}", text);
+                prop_assert_eq!(validate_label_value(&text).is_ok(), k8s_label_value(&text), "value {:?}", text);
+                prop_assert_eq!(check_subdomain(&text).is_ok(), k8s_subdomain(&text), "name {:?}", text);
+            }
+        }
     }
 }

@@ -162,6 +162,8 @@ impl schemars::JsonSchema for ConfigDuration {
         schemars::json_schema!({
             "type": "string",
             "description": "Hours, minutes and seconds in that order, e.g. `1h30m`, `10m`, `2.5s`.",
+            // The pattern's parts are all optional; at least one must be there.
+            "minLength": 1,
             "pattern": "^([0-9]+(h|hr))?([0-9]+m)?([0-9]*\\.?[0-9]+s)?$"
         })
     }
@@ -170,6 +172,7 @@ impl schemars::JsonSchema for ConfigDuration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::strategies::any_text;
     use proptest::prelude::*;
 
     fn parse(s: &str) -> Option<Duration> {
@@ -230,5 +233,114 @@ mod tests {
             let text = d.to_string();
             prop_assert_eq!(text.parse::<ConfigDuration>(), Ok(d), "{}", text);
         }
+    }
+
+    /// The schema's `pattern` without its anchors, for generating what it admits.
+    fn schema_pattern() -> String {
+        let schema = schemars::schema_for!(ConfigDuration);
+        let pattern = schema.as_value()["pattern"].as_str().unwrap_or_default();
+        pattern
+            .trim_start_matches('^')
+            .trim_end_matches('$')
+            .to_string()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+        /// Any text at all, not just the grammar's alphabet: an answer, never a panic, and
+        /// an accepted one is within the bound and prints back to itself.
+        #[test]
+        fn any_unicode_text_parses_or_is_refused(text in any_text(64)) {
+            if let Ok(d) = text.parse::<ConfigDuration>() {
+                prop_assert!(Duration::from(d) <= MAX_DURATION);
+                prop_assert_eq!(d.to_string().parse::<ConfigDuration>(), Ok(d));
+            }
+        }
+
+        /// Every duration up to the bound, to the nanosecond, prints in a form that parses
+        /// back to it (the fraction is read exactly, not through a lossy float).
+        #[test]
+        fn display_round_trips_to_the_nanosecond(nanos in 0..=MAX_DURATION.as_nanos() as u64) {
+            let d = ConfigDuration(Duration::from_nanos(nanos));
+            let text = d.to_string();
+            prop_assert_eq!(text.parse::<ConfigDuration>(), Ok(d), "{}", text);
+        }
+
+        /// Numbers of any length in any part: a duration or `TooLong`, never a panic or a
+        /// wrapped-around value.
+        #[test]
+        fn huge_numbers_are_too_long_not_wrapped(
+            digits in "[1-9][0-9]{19,400}",
+            unit in prop::sample::select(vec!["h", "hr", "m", "s", ".5s", "h1s", "m0.1s"]),
+        ) {
+            let text = format!("{digits}{unit}");
+            prop_assert!(
+                matches!(text.parse::<ConfigDuration>(), Err(DurationError::TooLong(_))),
+                "{}", text
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+        /// The schema and the parser agree: what the schema's pattern admits parses (or is
+        /// refused only as too long), so a file the schema checks is not refused later.
+        #[test]
+        fn what_the_schema_admits_parses(text in proptest::string::string_regex(&schema_pattern()).unwrap()) {
+            let schema = schemars::schema_for!(ConfigDuration);
+            let min_length = schema.as_value()["minLength"].as_u64().unwrap_or(0);
+            if text.chars().count() as u64 >= min_length {
+                let parsed = text.parse::<ConfigDuration>();
+                prop_assert!(
+                    matches!(parsed, Ok(_) | Err(DurationError::TooLong(_))),
+                    "the schema admits {:?}, the parser says {:?}", text, parsed
+                );
+            }
+        }
+
+        /// And the other way: what the parser accepts (but for the surrounding whitespace
+        /// it trims) the schema's pattern admits.
+        #[test]
+        fn what_the_parser_accepts_the_schema_admits(text in "[0-9hrms.]{0,16}") {
+            if text.parse::<ConfigDuration>().is_ok() {
+                let schema = schemars::schema_for!(ConfigDuration);
+                let pattern = regex::Regex::new(schema.as_value()["pattern"].as_str().unwrap()).unwrap();
+                prop_assert!(pattern.is_match(text.trim()), "{:?}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn the_schema_refuses_the_empty_string_the_parser_refuses() {
+        // Found by `what_the_schema_admits_parses`: every part of the pattern is optional.
+        let schema = schemars::schema_for!(ConfigDuration);
+        assert_eq!(schema.as_value()["minLength"], 1);
+        assert!("".parse::<ConfigDuration>().is_err());
+    }
+
+    #[test]
+    fn megabytes_of_input_get_an_answer() {
+        let too_long = |text: String| {
+            matches!(
+                text.parse::<ConfigDuration>(),
+                Err(DurationError::TooLong(_))
+            )
+        };
+        let syntax = |text: String| {
+            matches!(
+                text.parse::<ConfigDuration>(),
+                Err(DurationError::Syntax(_))
+            )
+        };
+        assert!(too_long("1".repeat(1 << 20) + "s"));
+        assert!(too_long("9".repeat(1 << 20) + "h"));
+        assert!(syntax("1h".repeat(1 << 19)));
+        assert!(syntax("é".repeat(1 << 19)));
+        assert_eq!(
+            parse(&format!("0.{}1s", "0".repeat(1 << 20))),
+            Some(Duration::ZERO)
+        );
     }
 }

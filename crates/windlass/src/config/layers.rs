@@ -499,4 +499,348 @@ mod tests {
         assert!(leaves.contains_key("rollout.dump-dir"));
         assert!(!leaves.keys().any(|k| k.contains("dry")), "{leaves:?}");
     }
+
+    mod properties {
+        use super::*;
+        use crate::config::{
+            ColorChoice, ConfigDuration, EventFilter, HeartbeatConfig, LeaderElectionConfig,
+            LoggingConfig, MAX_DURATION, RolloutConfig, RuntimeConfig, ServerConfig, StatusConfig,
+            VersionsConfig,
+        };
+        use crate::strategies::{any_json, any_json_object, any_text};
+        use proptest::prelude::*;
+        use std::path::PathBuf;
+        use std::time::Duration;
+
+        fn duration() -> impl Strategy<Value = ConfigDuration> {
+            prop_oneof![
+                (0u64..100_000).prop_map(|ms| ConfigDuration(Duration::from_millis(ms))),
+                (0..=MAX_DURATION.as_nanos() as u64)
+                    .prop_map(|ns| ConfigDuration(Duration::from_nanos(ns))),
+            ]
+        }
+
+        /// Free text as a string key holds it; a variable or flag passes it verbatim.
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![Just(String::new()), "[a-z0-9.-]{1,12}", any_text(16)]
+        }
+
+        /// A value of an optional key set from text: read as the text, so not one that means
+        /// "unset" (empty, `null`, `~`).
+        fn optional_text() -> impl Strategy<Value = Option<String>> {
+            prop::option::of(prop_oneof![
+                "[a-z0-9./-]{1,12}",
+                "[0-9]{1,4}",
+                Just("true".to_string()),
+                any_text(16)
+            ])
+            .prop_filter("not an unset marker", |v| {
+                v.as_deref()
+                    .is_none_or(|v| !matches!(v.trim(), "" | "null" | "~"))
+            })
+        }
+
+        /// A list as a variable or flag can carry it: items without commas or surrounding
+        /// whitespace.
+        fn list() -> impl Strategy<Value = Vec<String>> {
+            prop::collection::vec("[a-z0-9][a-z0-9.-]{0,8}", 0..4)
+        }
+
+        fn address() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just(String::new()),
+                Just("0".to_string()),
+                (any::<[u8; 4]>(), any::<u16>())
+                    .prop_map(|(ip, port)| std::net::SocketAddr::from((ip, port)).to_string()),
+            ]
+        }
+
+        /// Any valid operator configuration.
+        fn operator_config() -> impl Strategy<Value = OperatorConfig> {
+            let runtime = (list(), 1u32..1000, duration(), duration(), any::<bool>()).prop_map(
+                |(
+                    watch_namespaces,
+                    max_concurrent_reconciles,
+                    sync_period,
+                    requeue_after,
+                    annotation,
+                )| {
+                    RuntimeConfig {
+                        watch_namespaces,
+                        max_concurrent_reconciles,
+                        sync_period,
+                        requeue_after,
+                        event_filter: if annotation {
+                            EventFilter::Annotation
+                        } else {
+                            EventFilter::Default
+                        },
+                    }
+                },
+            );
+            let leader_election = (
+                any::<bool>(),
+                text(),
+                text(),
+                prop::sample::select(vec![
+                    LockStrategy::Lease,
+                    LockStrategy::ForLife,
+                    LockStrategy::PerCrAnnotation,
+                ]),
+                duration(),
+                duration(),
+                text(),
+            )
+                .prop_map(
+                    |(enabled, id, namespace, lock, lease_duration, retry_period, identity)| {
+                        LeaderElectionConfig {
+                            enabled,
+                            id,
+                            namespace,
+                            lock,
+                            lease_duration,
+                            retry_period,
+                            identity,
+                        }
+                    },
+                );
+            let rollout = (
+                prop::option::of(0u32..100),
+                prop::option::of(0u32..100),
+                0u32..100,
+                duration(),
+                any::<bool>(),
+                optional_text(),
+                any::<bool>(),
+            )
+                .prop_map(
+                    |(deploy, verify, retries, backoff, annotation, dump_dir, dump_disabled)| {
+                        RolloutConfig {
+                            deploy_concurrency: deploy,
+                            verify_concurrency: verify,
+                            conflict_retries: retries,
+                            conflict_backoff: backoff,
+                            internal_name_annotation: annotation,
+                            dump_dir: dump_dir.map(PathBuf::from),
+                            dump_disabled,
+                        }
+                    },
+                );
+            let versions = (
+                list(),
+                any::<bool>(),
+                "[a-z]{1,8}(\\.[a-z]{1,8}){0,2}",
+                optional_text(),
+            )
+                .prop_map(|(supported, strict, field, version_override)| {
+                    VersionsConfig {
+                        supported,
+                        strict,
+                        field,
+                        version_override,
+                    }
+                });
+            let status = (any::<bool>(), optional_text()).prop_map(|(manage, operator_version)| {
+                StatusConfig {
+                    manage,
+                    operator_version,
+                }
+            });
+            let logging = (
+                prop::sample::select(vec!["info", "debug", "warn,windlass=trace", "error", "off"]),
+                any::<bool>(),
+                any::<bool>(),
+                prop::sample::select(vec![
+                    ColorChoice::Auto,
+                    ColorChoice::Always,
+                    ColorChoice::Never,
+                ]),
+            )
+                .prop_map(|(level, json, thread_ids, color)| LoggingConfig {
+                    level: level.to_string(),
+                    format: if json {
+                        LogFormat::Json
+                    } else {
+                        LogFormat::Text
+                    },
+                    thread_ids,
+                    color,
+                });
+            let server = (address(), address(), any::<bool>()).prop_map(
+                |(metrics_bind_address, health_probe_bind_address, debug_endpoints)| ServerConfig {
+                    metrics_bind_address,
+                    health_probe_bind_address,
+                    debug_endpoints,
+                },
+            );
+            let heartbeat =
+                (optional_text(), duration()).prop_map(|(file, period)| HeartbeatConfig {
+                    file: file.map(PathBuf::from),
+                    period,
+                });
+            (
+                runtime,
+                leader_election,
+                rollout,
+                versions,
+                status,
+                logging,
+                server,
+                heartbeat,
+            )
+                .prop_map(
+                    |(
+                        runtime,
+                        leader_election,
+                        rollout,
+                        versions,
+                        status,
+                        logging,
+                        server,
+                        heartbeat,
+                    )| {
+                        OperatorConfig {
+                            runtime,
+                            leader_election,
+                            rollout,
+                            versions,
+                            status,
+                            logging,
+                            server,
+                            heartbeat,
+                            ..OperatorConfig::default()
+                        }
+                    },
+                )
+        }
+
+        /// Every key of `config` as the text a variable or `--set` gives it (unset optional
+        /// keys left out).
+        fn as_text(config: &OperatorConfig) -> Vec<(String, String)> {
+            let tree = serde_json::to_value(config).unwrap();
+            Layers::leaves()
+                .into_iter()
+                .filter_map(|(path, _)| {
+                    let text = match nested_get(&tree, &path).ok().flatten()? {
+                        Value::Null => return None,
+                        Value::String(s) => s.clone(),
+                        Value::Array(items) => items
+                            .iter()
+                            .map(|i| i.as_str().unwrap_or_default().to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        other => other.to_string(),
+                    };
+                    Some((path, text))
+                })
+                .collect()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            /// A configuration written as a YAML file reads back as itself.
+            #[test]
+            fn a_config_file_reads_back_as_the_config_it_was_written_from(config in operator_config()) {
+                let yaml = serde_saphyr::to_string(&config).unwrap();
+                let read = Layers::new().yaml(&yaml).and_then(Layers::build);
+                prop_assert_eq!(read, Ok(config), "{}", yaml);
+            }
+
+            /// A configuration given as `WINDLASS_*` variables, or as `--set` flags, reads
+            /// back as itself.
+            #[test]
+            fn a_config_in_variables_or_flags_reads_back_as_itself(config in operator_config()) {
+                let keys = as_text(&config);
+                let vars: Vec<(String, String)> =
+                    keys.iter().map(|(path, text)| (env_name(path), text.clone())).collect();
+                prop_assert_eq!(Layers::new().env(vars.clone()).build(), Ok(config.clone()), "{:?}", vars);
+                let mut flags = Layers::new();
+                for (path, text) in &keys {
+                    flags = flags.set(path, text);
+                }
+                prop_assert_eq!(flags.build(), Ok(config));
+            }
+
+            /// Later layers win: a file, then variables, then flags, each setting every key,
+            /// give the flags' configuration.
+            #[test]
+            fn the_last_layer_that_sets_a_key_wins(
+                file in operator_config(),
+                vars in operator_config(),
+                flags in operator_config(),
+            ) {
+                let yaml = serde_saphyr::to_string(&file).unwrap();
+                let env: Vec<(String, String)> =
+                    as_text(&vars).into_iter().map(|(path, text)| (env_name(&path), text)).collect();
+                let mut layers = Layers::new().yaml(&yaml).unwrap().env(env);
+                for (path, text) in as_text(&flags) {
+                    layers = layers.set(&path, &text);
+                }
+                let built = layers.build().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                // Optional keys the flags leave unset come from the layer before.
+                let mut expected = flags.clone();
+                fn earlier<T: Clone>(a: &Option<T>, b: &Option<T>, c: &Option<T>) -> Option<T> {
+                    c.clone().or_else(|| b.clone()).or_else(|| a.clone())
+                }
+                expected.rollout.deploy_concurrency = earlier(&file.rollout.deploy_concurrency, &vars.rollout.deploy_concurrency, &flags.rollout.deploy_concurrency);
+                expected.rollout.verify_concurrency = earlier(&file.rollout.verify_concurrency, &vars.rollout.verify_concurrency, &flags.rollout.verify_concurrency);
+                expected.rollout.dump_dir = earlier(&file.rollout.dump_dir, &vars.rollout.dump_dir, &flags.rollout.dump_dir);
+                expected.versions.version_override = earlier(&file.versions.version_override, &vars.versions.version_override, &flags.versions.version_override);
+                expected.status.operator_version = earlier(&file.status.operator_version, &vars.status.operator_version, &flags.status.operator_version);
+                expected.heartbeat.file = earlier(&file.heartbeat.file, &vars.heartbeat.file, &flags.heartbeat.file);
+                prop_assert_eq!(built, expected);
+            }
+        }
+
+        /// A key and text for it: a real key (so values reach the typed fields) or any path.
+        fn any_setting() -> impl Strategy<Value = (String, String)> {
+            let path = prop_oneof![
+                3 => prop::sample::select(Layers::leaves().into_iter().map(|(p, _)| p).collect::<Vec<_>>()),
+                1 => any_text(16),
+                1 => "[a-z.-]{0,12}",
+            ];
+            let text = prop_oneof![
+                any_text(24),
+                "[0-9.hms-]{0,8}",
+                Just("null".to_string()),
+                Just("true".to_string())
+            ];
+            (path, text)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            /// Any file, variables and flags: a configuration or a list of problems, never a
+            /// panic or a hang; a refusal lists at least one problem.
+            #[test]
+            fn any_layers_give_a_config_or_problems(
+                file in prop_oneof![
+                    any_text(200),
+                    any_json_object(4, 5).prop_map(|v| serde_saphyr::to_string(&v).unwrap_or_default()),
+                    any_json(4, 5).prop_map(|v| serde_saphyr::to_string(&v).unwrap_or_default()),
+                    // Real sections with arbitrary content.
+                    (prop::sample::select(vec!["runtime", "leader-election", "rollout", "versions", "status", "logging", "server", "heartbeat"]), any_json(3, 4))
+                        .prop_map(|(section, v)| serde_saphyr::to_string(&serde_json::json!({section: v})).unwrap_or_default()),
+                ],
+                vars in prop::collection::vec(any_setting().prop_map(|(p, t)| (env_name(&p), t)), 0..6),
+                flags in prop::collection::vec(any_setting(), 0..6),
+            ) {
+                let result = match Layers::new().yaml(&file) {
+                    Err(e) => Err(e),
+                    Ok(layers) => {
+                        let mut layers = layers.env(vars);
+                        for (path, text) in &flags {
+                            layers = layers.set(path, text);
+                        }
+                        layers.build()
+                    }
+                };
+                if let Err(e) = result {
+                    prop_assert!(!e.problems.is_empty());
+                }
+            }
+        }
+    }
 }

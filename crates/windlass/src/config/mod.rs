@@ -451,11 +451,12 @@ impl OperatorConfig {
     }
 
     /// Where the endpoints are served: the probes get their own server only when their
-    /// address is set and differs from the metrics address.
+    /// address is set and differs from the metrics address (two port-0 addresses are two
+    /// servers, each on a port the system picks).
     pub fn endpoints(&self) -> Endpoints {
         let metrics = self.metrics_address();
-        let probes =
-            address(&self.server.health_probe_bind_address).filter(|p| Some(*p) != metrics);
+        let probes = address(&self.server.health_probe_bind_address)
+            .filter(|p| Some(*p) != metrics || p.port() == 0);
         Endpoints { metrics, probes }
     }
 
@@ -871,6 +872,11 @@ mod tests {
         c.server.metrics_bind_address = "0".into();
         assert_eq!(c.endpoints().metrics, None);
         assert!(c.validate().is_ok());
+        // Port 0 twice: two servers, each on a port of its own.
+        c.server.metrics_bind_address = "127.0.0.1:0".into();
+        c.server.health_probe_bind_address = "127.0.0.1:0".into();
+        assert_eq!(c.endpoints().probes, c.endpoints().metrics);
+        assert!(c.endpoints().probes.is_some());
         c.server.metrics_bind_address = ":8080".into();
         let problems = c.validate().unwrap_err();
         assert!(

@@ -802,4 +802,69 @@ mod tests {
             ["vcs.branch: oper8's configuration has no such key"]
         );
     }
+
+    mod properties {
+        use super::*;
+        use crate::config::Layers;
+        use crate::strategies::{any_json, any_text};
+        use proptest::prelude::*;
+
+        /// An oper8 file: some of its keys (nested in their sections) with any values,
+        /// sometimes a plausible value of the right type, sometimes a key oper8 lacks.
+        fn oper8_file() -> impl Strategy<Value = Map<String, Value>> {
+            let value = prop_oneof![
+                any_json(3, 4),
+                prop::sample::select(vec![
+                    json!(true),
+                    json!(false),
+                    json!("5m"),
+                    json!("1.5"),
+                    json!(3),
+                    json!(-1),
+                    json!("debug"),
+                    json!("annotation"),
+                    json!("leader-with-lease"),
+                    json!("a, b"),
+                    json!(""),
+                    json!(null),
+                    json!([]),
+                    json!({}),
+                ]),
+            ];
+            let key = prop_oneof![
+                8 => prop::sample::select(KEYS.to_vec()).prop_map(str::to_string),
+                1 => any_text(12),
+            ];
+            prop::collection::vec((key, value), 0..8).prop_map(|entries| {
+                let mut file = json!({});
+                for (key, value) in entries {
+                    // A path into a value set before (not a map) is left out.
+                    let _ = nested_set(&mut file, &key, value);
+                }
+                match file {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                }
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+            /// Any oper8 file is translated without a panic, and read as a configuration
+            /// file it gives a configuration (only when nothing was refused) or problems.
+            #[test]
+            fn any_oper8_file_translates_to_a_config_or_problems(file in oper8_file()) {
+                let translated = translate(&file);
+                prop_assert!(translated.config.is_object());
+                if is_oper8(&file) {
+                    let yaml = serde_saphyr::to_string(&Value::Object(file.clone())).unwrap();
+                    match Layers::new().yaml(&yaml).and_then(Layers::build) {
+                        Ok(_) => prop_assert!(translated.refused.is_empty(), "{:?}", translated.refused),
+                        Err(e) => prop_assert!(!e.problems.is_empty()),
+                    }
+                }
+            }
+        }
+    }
 }

@@ -261,7 +261,8 @@ impl Serves {
     }
 }
 
-/// Serve what `serves` says on `addr` until `shutdown` completes.
+/// Serve what `serves` says on `addr` until `shutdown` completes; `bound` is told the
+/// address bound (the port the system picked for port 0) before the first request.
 ///
 /// # Errors
 /// The address cannot be bound (in use, not permitted), or the server failed.
@@ -270,8 +271,10 @@ pub async fn serve(
     serves: Serves,
     endpoints: Endpoints,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
+    bound(listener.local_addr()?);
     serve_listener(listener, serves, endpoints, shutdown).await
 }
 
@@ -605,6 +608,7 @@ mod tests {
             Serves::Everything,
             Endpoints::new(Arc::new(Metrics::new()), Arc::new(Health::new())),
             std::future::pending(),
+            |_| panic!("nothing is bound"),
         )
         .await
         .unwrap_err();
@@ -656,9 +660,10 @@ mod tests {
         assert_eq!(hits.load(Ordering::SeqCst), 1, "one request for both");
         assert!(health.readiness().is_ok(), "the local part alone is ready");
 
-        // The API server recovers: ready again once the last answer is old enough.
+        // The API server recovers: ready again once the last answer is old enough (its TTL;
+        // the deadline leaves a loaded machine room).
         status.store(200, Ordering::SeqCst);
-        let deadline = Instant::now() + API_PROBE_TTL * 3;
+        let deadline = Instant::now() + API_PROBE_TTL + Duration::from_secs(30);
         while health.readiness_with_api().await.is_err() {
             assert!(Instant::now() < deadline, "still not ready");
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -248,6 +248,54 @@ mod tests {
         assert_eq!(parse_beat("", &tz), None);
     }
 
+    mod properties {
+        use super::*;
+        use crate::strategies::any_text;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+            /// A beat written in a zone of any fixed offset reads back, in that zone, as the
+            /// instant it was written for (to the second: the format has whole seconds).
+            #[test]
+            fn a_beat_reads_back_as_its_instant(
+                seconds in prop_oneof![
+                    Just(Timestamp::MIN.as_second()),
+                    Just(Timestamp::MAX.as_second()),
+                    Timestamp::MIN.as_second()..=Timestamp::MAX.as_second(),
+                ],
+                offset_seconds in prop_oneof![
+                    Just(-(25 * 3600 + 59 * 60 + 59)),
+                    Just(25 * 3600 + 59 * 60 + 59),
+                    -(25 * 3600 + 59 * 60 + 59)..=(25 * 3600 + 59 * 60 + 59),
+                ],
+            ) {
+                let instant = Timestamp::from_second(seconds).unwrap();
+                let tz = TimeZone::fixed(jiff::tz::Offset::from_seconds(offset_seconds).unwrap());
+                let beat = format_beat(instant, &tz);
+                // A local time past the civil range of the format is no beat to read back.
+                if let Some(read) = parse_beat(&beat, &tz) {
+                    prop_assert_eq!(read, instant, "{}", beat);
+                } else {
+                    prop_assert!(
+                        jiff::civil::DateTime::strptime(FORMAT, &beat).is_err(),
+                        "{} was written but not read", beat
+                    );
+                }
+            }
+
+            /// Any text: an instant or nothing, never a panic.
+            #[test]
+            fn any_text_is_a_beat_or_nothing(text in prop_oneof![
+                any_text(40),
+                "[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2})?",
+            ]) {
+                let _ = parse_beat(&text, &plus_two());
+            }
+        }
+    }
+
     #[test]
     fn a_beat_is_fresh_up_to_delta_and_too_old_after() {
         let dir = tempfile::tempdir().unwrap();

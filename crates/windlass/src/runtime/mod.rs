@@ -119,6 +119,17 @@ pub struct Manager {
     initial_list: source::InitialList,
     conversions: Vec<crate::crd::ApiVersions<()>>,
     admissions: Vec<Arc<dyn crate::webhook::admission::Admits>>,
+    serving: watch::Sender<Serving>,
+}
+
+/// Where a running [`Manager`] answers, once its servers have bound their addresses: a
+/// configured port 0 is here the port the system picked (see [`Manager::serving`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Serving {
+    /// The address of `/metrics`.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// The address of `/healthz` and `/readyz` (the metrics server's when it answers them).
+    pub probes: Option<std::net::SocketAddr>,
 }
 
 impl Manager {
@@ -162,7 +173,23 @@ impl Manager {
             initial_list: source::InitialList::from_env(),
             conversions: Vec::new(),
             admissions: Vec::new(),
+            serving: watch::channel(Serving::default()).0,
         }
+    }
+
+    /// Where the manager answers once it runs and its servers have bound their addresses,
+    /// e.g. to learn the port of `server.metrics-bind-address: 127.0.0.1:0`. An address
+    /// that cannot be bound stays `None` (and the error is logged).
+    ///
+    /// ```no_run
+    /// # async fn run(manager: windlass::runtime::Manager) {
+    /// let mut serving = manager.serving();
+    /// tokio::spawn(manager.run(std::future::pending()));
+    /// let metrics = serving.wait_for(|s| s.metrics.is_some()).await.unwrap().metrics;
+    /// # }
+    /// ```
+    pub fn serving(&self) -> watch::Receiver<Serving> {
+        self.serving.subscribe()
     }
 
     /// The registry `/metrics` serves, to register an operator's own metrics next to
@@ -344,11 +371,22 @@ impl Manager {
                     && serves == health::Serves::Metrics)
                     .then(|| secure::Authorizer::new(self.client.clone())),
             };
+            let serving = self.serving.clone();
             background.spawn(async move {
                 let until = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                if let Err(e) = health::serve(address, serves, endpoints, until).await {
+                let bound = |bound| {
+                    serving.send_modify(|s: &mut Serving| {
+                        if serves != health::Serves::Probes {
+                            s.metrics = Some(bound);
+                        }
+                        if serves != health::Serves::Metrics {
+                            s.probes = Some(bound);
+                        }
+                    });
+                };
+                if let Err(e) = health::serve(address, serves, endpoints, until, bound).await {
                     tracing::error!(%address, error = %e, "cannot serve {serves:?}");
                 }
             });

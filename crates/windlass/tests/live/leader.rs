@@ -15,6 +15,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use windlass::Error;
@@ -158,7 +159,8 @@ async fn two_replicas_one_leads_and_the_other_takes_over_when_the_leader_stops_r
         acquired >= last_renewal + SignedDuration::from_secs(2),
         "taken at {acquired}, the lease renewed at {last_renewal} was valid for 2 s"
     );
-    within("the follower leads", Duration::from_secs(2), || {
+    // It wrote itself into the lease; its own flag follows at once.
+    within("the follower leads", Duration::from_secs(10), || {
         follower.is_leader()
     })
     .await;
@@ -185,9 +187,11 @@ async fn a_graceful_release_hands_over_at_once() {
     a.shutdown().await.unwrap();
     assert!(!a.is_leader());
     assert!(!*a_changes.borrow_and_update());
-    let took_over = within("pod-b takes over", Duration::from_secs(3), || b.is_leader()).await;
+    // Waiting for the lease would take 10 s from pod-a's last renewal, which was at most a
+    // poll (0.3 s) before the release: a hand-over within 8 s did not wait for it.
+    let took_over = within("pod-b takes over", Duration::from_secs(8), || b.is_leader()).await;
     assert!(
-        took_over - released < Duration::from_secs(3),
+        took_over - released < Duration::from_secs(8),
         "the hand-over took {:?}, not the 10 s lease",
         took_over - released
     );
@@ -203,6 +207,7 @@ async fn a_graceful_release_hands_over_at_once() {
 /// through it breaks.
 struct Cuttable {
     addr: SocketAddr,
+    cut: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
 
@@ -210,19 +215,29 @@ impl Cuttable {
     async fn to(upstream: String) -> Cuttable {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let (cut, mut cut_off) = oneshot::channel();
         let task = tokio::spawn(async move {
-            // Dropped with this task: every connection ends with it.
             let mut connections = JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let upstream = upstream.clone();
-                connections.spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            loop {
+                tokio::select! {
+                    _ = &mut cut_off => break,
+                    accepted = listener.accept() => {
+                        let Ok((mut inbound, _)) = accepted else { break };
+                        let upstream = upstream.clone();
+                        connections.spawn(async move {
+                            if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                                let _ =
+                                    tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            }
+                        });
                     }
-                });
+                }
             }
+            drop(listener);
+            // Every connection aborted and ended: from here on nothing passes.
+            connections.shutdown().await;
         });
-        Cuttable { addr, task }
+        Cuttable { addr, cut, task }
     }
 
     fn client(&self, env: &TestEnv) -> kube::Client {
@@ -231,17 +246,21 @@ impl Cuttable {
         kube::Client::try_from(config).unwrap()
     }
 
+    /// Cut every connection; returns once none can carry anything any more.
     async fn cut(self) {
-        self.task.abort();
-        let _ = self.task.await;
+        let _ = self.cut.send(());
+        self.task.await.unwrap();
     }
 }
 
 #[tokio::test]
 async fn a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_expires() {
+    // Long enough that the fifth between the renew deadline and the expiry (1.2 s) is room
+    // for a loaded machine's late timers.
+    const LEASE: Duration = Duration::from_secs(6);
     let (_, env) = live().await;
     let ns = env.namespace("lease-cut-off").await.unwrap();
-    let (duration, poll) = (Duration::from_secs(3), Duration::from_millis(300));
+    let (duration, poll) = (LEASE, Duration::from_millis(300));
     let kind = LockKind::LeaderWithLease;
     let upstream = env
         .apiserver_url()
@@ -264,42 +283,39 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_its_lease_expire
 
     let mut a_changes = a.watch();
     proxy.cut().await;
-    // Whatever pod-a sent before the cut has landed by now; it can write nothing since.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every renewal pod-a learnt had succeeded has landed, so the lease read now is at
+    // least as new as the one pod-a counts from. (A request in flight at the cut may
+    // still land after this read: that only makes the real expiry later than `expires`.)
     let spec = lease(env, &ns).await;
     assert_eq!(spec.holder_identity.as_deref(), Some("pod-a"));
     let last_renewal = spec.renew_time.unwrap().0;
-    let expires = last_renewal + SignedDuration::from_secs(3);
+    let expires = last_renewal + SignedDuration::try_from(LEASE).unwrap();
 
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        a_changes.wait_for(|leader| !*leader),
-    )
-    .await
-    .expect("pod-a steps down")
-    .unwrap();
+    tokio::time::timeout(LEASE * 3, a_changes.wait_for(|leader| !*leader))
+        .await
+        .expect("pod-a steps down")
+        .unwrap();
     let stepped_down = Timestamp::now();
     assert!(!a.is_leader());
     assert!(
         stepped_down < expires,
         "pod-a stepped down at {stepped_down}, after its lease expired at {expires}"
     );
-    // About the renew deadline (3 s less a fifth) after its last renewal, with room for
-    // the time the renewal request took.
+    // At the renew deadline (the lease less a fifth) after its last renewal, not at the
+    // last moment: with half the gap to the expiry as room for a late timer.
+    let deadline = LEASE - LEASE / 5;
+    let room = (LEASE - deadline) / 2;
     assert!(
-        stepped_down <= last_renewal + SignedDuration::from_millis(2400 + 300),
+        stepped_down <= last_renewal + SignedDuration::try_from(deadline + room).unwrap(),
         "pod-a stepped down at {stepped_down}, last renewal at {last_renewal}"
     );
 
     // pod-b takes over once the lease expired, never overlapping pod-a.
     let mut b_changes = b.watch();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        b_changes.wait_for(|leader| *leader),
-    )
-    .await
-    .expect("pod-b takes over")
-    .unwrap();
+    tokio::time::timeout(LEASE * 3, b_changes.wait_for(|leader| *leader))
+        .await
+        .expect("pod-b takes over")
+        .unwrap();
     assert!(!a.is_leader());
     assert!(Timestamp::now() >= expires);
     let spec = lease(env, &ns).await;

@@ -159,4 +159,125 @@ mod tests {
             "web:1"
         );
     }
+
+    mod properties {
+        use super::*;
+        use crate::strategies::{any_json, any_json_object, any_text};
+        use proptest::prelude::*;
+
+        /// An internal name: usually `<component>.<resource>` of a small pool (so that
+        /// patch trees name it), sometimes any text.
+        fn internal_name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => (
+                    prop::sample::select(vec!["web", "db", "a"]),
+                    prop::sample::select(vec!["config", "deployment", "b"]),
+                )
+                    .prop_map(|(c, r)| format!("{c}.{r}")),
+                1 => any_text(12),
+            ]
+        }
+
+        /// A patch object: a type (mostly a real one) and a tree that often names the
+        /// object, with a strategic patch, JSON patch operations, or anything at its end.
+        fn patch_object() -> impl Strategy<Value = Value> {
+            let kind = prop_oneof![
+                2 => Just(json!(STRATEGIC_MERGE)),
+                2 => Just(json!(JSON_6902)),
+                1 => any_json(1, 3),
+            ];
+            let op = (
+                prop::sample::select(vec![
+                    "add", "remove", "replace", "move", "copy", "test", "bad",
+                ]),
+                prop::sample::select(vec![
+                    "", "/", "/data", "/data/a", "/data/-", "/kind", "/x/0", "~", "/a~1b",
+                ]),
+                prop::option::of(any_json(2, 3)),
+                prop::option::of(prop::sample::select(vec!["/data", "/data/a", "/nope"])),
+            )
+                .prop_map(|(op, path, value, from)| {
+                    let mut o = json!({"op": op, "path": path});
+                    if let Some(value) = value {
+                        o["value"] = value;
+                    }
+                    if let Some(from) = from {
+                        o["from"] = json!(from);
+                    }
+                    o
+                });
+            let leaf = prop_oneof![
+                any_json(3, 4),
+                prop::collection::vec(op, 0..4).prop_map(Value::Array),
+                any_json_object(3, 4),
+            ];
+            (kind, internal_name(), leaf, any_json(2, 3)).prop_map(|(kind, name, leaf, other)| {
+                let mut tree = json!({});
+                for part in name.split('.').rev() {
+                    tree = json!({ part: tree });
+                }
+                // Put the leaf where the walk by `name` ends.
+                let mut node = &mut tree;
+                for part in name.split('.') {
+                    node = &mut node[part];
+                }
+                *node = leaf;
+                json!({"metadata": {"name": "p"}, "spec": {"patchType": kind, "patch": tree, "other": other}})
+            })
+        }
+
+        fn manifest() -> impl Strategy<Value = Value> {
+            (
+                prop::sample::select(vec!["ConfigMap", "Deployment", "Service", ""]),
+                any_json_object(3, 4),
+            )
+                .prop_map(|(kind, mut body)| {
+                    body["kind"] = json!(kind);
+                    body
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+            /// Any patch objects on any manifest: the patched manifest or a config error
+            /// naming the patch, never a panic or another kind of error.
+            #[test]
+            fn any_patches_give_a_manifest_or_a_config_error(
+                name in internal_name(),
+                manifest in manifest(),
+                patches in prop::collection::vec(prop_oneof![patch_object(), any_json(3, 4)], 0..4),
+            ) {
+                match apply_patches(&name, manifest, &patches) {
+                    Ok(_) => {}
+                    Err(Error::Config(message)) => prop_assert!(message.contains("patch"), "{}", message),
+                    Err(other) => return Err(TestCaseError::fail(format!("not a config error: {other:?}"))),
+                }
+            }
+
+            /// A JSON patch that `json-patch` computes from one manifest to another, given
+            /// as a temporary patch, turns the one into the other.
+            #[test]
+            fn a_json_patch_from_a_diff_applies_back(
+                from in any_json_object(4, 5),
+                to in any_json_object(4, 5),
+            ) {
+                let ops = serde_json::to_value(json_patch::diff(&from, &to)).unwrap();
+                let patch = json!({"metadata": {"name": "diff"}, "spec": {
+                    "patchType": JSON_6902, "patch": {"web": {"config": ops}}}});
+                prop_assert_eq!(apply_patches("web.config", from, &[patch]), Ok(to));
+            }
+
+            /// A patch whose tree does not name the object leaves it as it is.
+            #[test]
+            fn a_patch_for_another_object_changes_nothing(
+                manifest in manifest(),
+                patch in patch_object(),
+            ) {
+                let tree = &patch["spec"]["patch"];
+                prop_assume!(tree.get("other").is_none());
+                prop_assert_eq!(apply_patches("other.object", manifest.clone(), &[patch]), Ok(manifest));
+            }
+        }
+    }
 }
