@@ -79,9 +79,9 @@ pub(crate) mod rollout;
 pub mod runtime;
 pub mod session;
 pub mod status;
-pub(crate) mod webhook;
 #[cfg(test)]
 mod strategies;
+pub(crate) mod webhook;
 // Test helpers, behind the `testing` feature (on for windlass's own tests through its
 // self dev-dependency); `test` keeps the unit tests independent of that.
 #[cfg(any(test, feature = "testing"))]

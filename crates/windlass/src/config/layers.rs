@@ -557,27 +557,37 @@ mod tests {
 
         /// Any valid operator configuration.
         fn operator_config() -> impl Strategy<Value = OperatorConfig> {
-            let runtime = (list(), 1u32..1000, duration(), duration(), any::<bool>()).prop_map(
-                |(
-                    watch_namespaces,
-                    max_concurrent_reconciles,
-                    sync_period,
-                    requeue_after,
-                    annotation,
-                )| {
-                    RuntimeConfig {
+            let runtime = (
+                list(),
+                1u32..1000,
+                duration(),
+                duration(),
+                any::<bool>(),
+                duration(),
+            )
+                .prop_map(
+                    |(
                         watch_namespaces,
                         max_concurrent_reconciles,
                         sync_period,
                         requeue_after,
-                        event_filter: if annotation {
-                            EventFilter::Annotation
-                        } else {
-                            EventFilter::Default
-                        },
-                    }
-                },
-            );
+                        annotation,
+                        request_timeout,
+                    )| {
+                        RuntimeConfig {
+                            watch_namespaces,
+                            max_concurrent_reconciles,
+                            sync_period,
+                            requeue_after,
+                            event_filter: if annotation {
+                                EventFilter::Annotation
+                            } else {
+                                EventFilter::Default
+                            },
+                            request_timeout,
+                        }
+                    },
+                );
             let leader_election = (
                 any::<bool>(),
                 text(),
@@ -666,11 +676,19 @@ mod tests {
                     thread_ids,
                     color,
                 });
-            let server = (address(), address(), any::<bool>()).prop_map(
-                |(metrics_bind_address, health_probe_bind_address, debug_endpoints)| ServerConfig {
+            let server = (address(), address(), any::<bool>(), any::<bool>()).prop_map(
+                |(
                     metrics_bind_address,
                     health_probe_bind_address,
                     debug_endpoints,
+                    secure_metrics,
+                )| {
+                    ServerConfig {
+                        metrics_bind_address,
+                        health_probe_bind_address,
+                        debug_endpoints,
+                        secure_metrics,
+                    }
                 },
             );
             let heartbeat =
@@ -699,7 +717,7 @@ mod tests {
                         server,
                         heartbeat,
                     )| {
-                        OperatorConfig {
+                        let mut config = OperatorConfig {
                             runtime,
                             leader_election,
                             rollout,
@@ -709,7 +727,13 @@ mod tests {
                             server,
                             heartbeat,
                             ..OperatorConfig::default()
+                        };
+                        // Secure metrics need both servers: valid only with them.
+                        let endpoints = config.endpoints();
+                        if endpoints.metrics.is_none() || endpoints.probes.is_none() {
+                            config.server.secure_metrics = false;
                         }
+                        config
                     },
                 )
         }

@@ -3,7 +3,6 @@
 //! valid token (401), while the probes stay open on their own port for the kubelet.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -158,40 +157,26 @@ async fn secure_metrics_answer_only_callers_the_api_server_allows() {
     let allowed = token(&client, ns.name(), "scraper").await;
     let stranger = token(&client, ns.name(), "stranger").await;
 
-    // The manager listens on ports it picked; a probe of both finds them serving.
-    let (stop, task, metrics, probes) = loop {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        let (metrics, probes) = (free(), free());
-        let mut config = OperatorConfig::default();
-        config.server.metrics_bind_address = format!("127.0.0.1:{metrics}");
-        config.server.health_probe_bind_address = format!("127.0.0.1:{probes}");
-        config.server.secure_metrics = true;
-        let manager = Manager::new(client.clone(), config);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(manager.run(async {
-            let _ = stopped.await;
-        }));
-        let up = tokio::time::timeout(Duration::from_secs(30), async {
-            while status(probes, "/healthz", false, None).await != Some(200)
-                || status(metrics, "/metrics", true, None).await.is_none()
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        if up.is_ok() {
-            break (stop, task, metrics, probes);
-        }
-        // A port taken between our probe and the server's bind: try two others.
-        let _ = stop.send(());
-        let _ = task.await;
-    };
+    // Port 0 for both servers: the manager says which ports it got.
+    let mut config = OperatorConfig::default();
+    config.server.metrics_bind_address = "127.0.0.1:0".to_string();
+    config.server.health_probe_bind_address = "127.0.0.1:0".to_string();
+    config.server.secure_metrics = true;
+    let manager = Manager::new(client.clone(), config);
+    let mut serving = manager.serving();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    let bound = *serving
+        .wait_for(|s| s.metrics.is_some() && s.probes.is_some())
+        .await
+        .unwrap();
+    let (metrics, probes) = (bound.metrics.unwrap().port(), bound.probes.unwrap().port());
+    crate::eventually("the probes answer", || async {
+        status(probes, "/healthz", false, None).await == Some(200)
+    })
+    .await;
 
     assert_eq!(
         status(metrics, "/metrics", true, Some(&allowed)).await,
