@@ -468,7 +468,12 @@ pub fn objects(
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": options.namespace}}));
     }
     objects.extend(rbac_objects(access, options, &deployed)?);
-    objects.extend(super::webhook::objects(served, options, &deployed, &labels));
+    objects.extend(super::webhook::objects(
+        served,
+        (&options.name, &options.namespace),
+        &deployed,
+        &labels,
+    ));
     objects.push(deployment);
     Ok(objects)
 }

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use super::install::InstallOptions;
 use crate::config::OperatorConfig;
 use crate::webhook::admission::{Admits, configurations};
 
@@ -49,7 +48,7 @@ fn converted(crds: &[CustomResourceDefinition]) -> Vec<String> {
 /// select the operator's Pods.
 pub(crate) fn objects(
     served: &Served<'_>,
-    options: &InstallOptions,
+    (name, operator_namespace): (&str, &str),
     config: &OperatorConfig,
     labels: &Value,
 ) -> Vec<Value> {
@@ -59,12 +58,12 @@ pub(crate) fn objects(
     let crds = converted(served.crds);
     let webhook = &config.webhook;
     let namespace = match webhook.namespace.trim() {
-        "" => options.namespace.as_str(),
+        "" => operator_namespace,
         other => other,
     };
-    let role = format!("{}-webhook", options.name);
+    let role = format!("{name}-webhook");
     let subject =
-        json!([{"kind": "ServiceAccount", "name": options.name, "namespace": options.namespace}]);
+        json!([{"kind": "ServiceAccount", "name": name, "namespace": operator_namespace}]);
     let mut objects = Vec::new();
     if webhook.url.is_none() {
         objects.push(json!({
