@@ -144,6 +144,12 @@ impl Discovery {
             .iter()
             .map(|p| p.type_ref.clone())
             .collect();
+        let manifests: Vec<Value> = manifests.into_iter().collect();
+        access.config_defaults = manifests
+            .iter()
+            .filter_map(|m| m.annotation(crate::annotations::CONFIG_DEFAULTS))
+            .map(str::to_string)
+            .collect();
         let crs = store_manifests(&memory, manifests, &primaries).await?;
         let reports = dry.run(crs.clone(), |_| {}).await;
         check_reports(&reports)?;

@@ -19,7 +19,7 @@
 //! | `<plural>/status` of the CR kind          | get, update, patch                              |
 //! | `<plural>/finalizers` of the CR kind      | update                                          |
 //! | `events` (`""` and `events.k8s.io`)       | create, patch, update                           |
-//! | `configmaps` (the config-defaults one)    | get                                             |
+//! | `configmaps` the CRs name in `windlass.dev/config-defaults` | get, by name                   |
 //!
 //! The leader-election lock is granted apart, in the operator's own namespace only
 //! ([`lock_rules`], a Role beside the ClusterRole): a Lease may be created, and read and
@@ -130,6 +130,9 @@ pub struct Access {
     pub primaries: Vec<KindAccess>,
     /// Every other kind, ordered by apiVersion and kind.
     pub kinds: Vec<KindAccess>,
+    /// The ConfigMaps the CRs name in their `windlass.dev/config-defaults` annotation: read
+    /// by name only.
+    pub config_defaults: BTreeSet<String>,
 }
 
 impl Access {
@@ -149,6 +152,7 @@ impl Access {
                 writes: false,
             }],
             kinds: Vec::new(),
+            config_defaults: BTreeSet::new(),
         }
     }
 
@@ -199,14 +203,26 @@ impl Access {
 /// The policy rules for `access`: grouped by API group, resources with the same verbs in
 /// one rule, everything sorted (see the [module docs](self) for the verbs).
 pub fn rules(access: &Access) -> Vec<PolicyRule> {
-    rules_of(grants_of(access))
+    let mut rules = rules_of(grants_of(access));
+    // The config-defaults ConfigMaps, by name: a CR's author chooses the name, but the
+    // operator needs no other ConfigMap of the cluster for it.
+    if !access.config_defaults.is_empty() {
+        rules.push(PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".to_string()]),
+            resource_names: Some(access.config_defaults.iter().cloned().collect()),
+            verbs: vec!["get".to_string()],
+            ..PolicyRule::default()
+        });
+    }
+    rules
 }
 
 /// Verbs granted, by API group, then by resource.
 type Grants = BTreeMap<String, BTreeMap<String, BTreeSet<&'static str>>>;
 
 /// What `access` needs granted: its kinds (read or write), the primary kinds with their
-/// status and finalizers, Events, Leases, and the config-defaults ConfigMap.
+/// status and finalizers, and Events.
 fn grants_of(access: &Access) -> Grants {
     // group → resource → verbs
     let mut grants: Grants = BTreeMap::new();
@@ -250,8 +266,6 @@ fn grants_of(access: &Access) -> Grants {
     for events_group in ["", "events.k8s.io"] {
         grant(events_group, "events", &["create", "patch", "update"]);
     }
-    // The ConfigMap named by the config-defaults annotation.
-    grant("", "configmaps", &["get"]);
     grants
 }
 

@@ -120,27 +120,30 @@ fn rules_are_grouped_by_api_group_and_verbs_and_sorted() {
 }
 
 #[test]
-fn the_config_defaults_configmap_gets_a_read_rule_of_its_own_without_rendered_configmaps() {
-    let rules = table(&rules(&widget_access(Vec::new())));
+fn config_defaults_configmaps_are_read_by_name_and_no_other_configmap_is() {
+    let none = rules(&widget_access(Vec::new()));
     assert!(
-        rules.contains(&("".into(), strings(&["configmaps"]), strings(&["get"]))),
-        "{rules:?}"
+        !none.iter().any(|r| r
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.contains(&"configmaps".to_string()))),
+        "no CR names a config-defaults ConfigMap: no ConfigMap at all: {none:?}"
     );
-    // Read-only access and the config-defaults read fold into one rule.
-    let rules = table(&rules_for(vec![kind(
-        "v1",
-        "ConfigMap",
-        "configmaps",
-        Scope::Namespaced,
-        false,
-    )]));
-    assert!(
-        rules.contains(&(
-            "".into(),
-            strings(&["configmaps"]),
-            strings(&["get", "list", "watch"])
-        )),
-        "{rules:?}"
+    let mut access = widget_access(Vec::new());
+    access.config_defaults = ["shop-defaults".to_string()].into();
+    let named = rules(&access);
+    let rule = named
+        .iter()
+        .find(|r| {
+            r.resources
+                .as_ref()
+                .is_some_and(|r| r.contains(&"configmaps".to_string()))
+        })
+        .expect("a ConfigMap rule");
+    assert_eq!(rule.verbs, ["get"]);
+    assert_eq!(
+        rule.resource_names.as_deref(),
+        Some(&["shop-defaults".to_string()][..])
     );
 }
 
@@ -266,6 +269,22 @@ async fn discovery_finds_enabled_disabled_and_finalizer_kinds() {
         !access.primaries[0].writes,
         "status and finalizer writes are not creates"
     );
+}
+
+#[tokio::test]
+async fn discovery_notes_the_config_defaults_configmaps_the_crs_name() {
+    let mut named = shop("a", false);
+    named["metadata"]["annotations"] = json!({"windlass.dev/config-defaults": "shop-defaults"});
+    let defaults = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "shop-defaults", "namespace": "shop"}, "data": {}});
+    let access = discover(
+        controller(),
+        OperatorConfig::default(),
+        [defaults, named, shop("b", false)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(access.config_defaults, ["shop-defaults".to_string()].into());
 }
 
 #[tokio::test]
