@@ -147,10 +147,6 @@ fn config_defaults_configmaps_are_read_by_name_and_no_other_configmap_is() {
     );
 }
 
-fn rules_for(kinds: Vec<KindAccess>) -> Vec<PolicyRule> {
-    rules(&widget_access(kinds))
-}
-
 #[test]
 fn a_primary_kind_the_rollouts_create_gets_every_verb() {
     let mut access = widget_access(Vec::new());
