@@ -40,8 +40,7 @@ impl<C: Controller> Rollout<'_, C> {
         let leftovers = self
             .session
             .ledger()
-            .inventory()
-            .of(component)
+            .inventory_of(component)
             .into_iter()
             .filter(|(r, _)| !rendered.contains(r))
             .collect::<Vec<_>>();
@@ -152,7 +151,7 @@ impl<C: Controller> Rollout<'_, C> {
     /// and that are still there. Nothing is sent once they are gone.
     pub(super) async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
-        let recorded = self.session.ledger().inventory().of(component);
+        let recorded = self.session.ledger().inventory_of(component);
         // Rendered order reversed first, then whatever else was recorded.
         let position = |r: &ObjectRef| objects.iter().position(|o| o.reference == *r);
         let mut ordered = recorded;
@@ -171,8 +170,7 @@ impl<C: Controller> Rollout<'_, C> {
             || self
                 .session
                 .ledger()
-                .inventory()
-                .of(self.name(id))
+                .inventory_of(self.name(id))
                 .is_empty()
     }
 }

@@ -85,6 +85,13 @@ impl Ledger {
     pub(crate) fn inventory(&self) -> Inventory {
         self.inventory.lock().clone()
     }
+
+    /// What `component` applied, as the inventory holds it now. Asked once per component
+    /// per rollout, so it copies that component's entries only, not the whole inventory
+    /// (which would make a rollout quadratic in the number of components).
+    pub(crate) fn inventory_of(&self, component: &str) -> Vec<(ObjectRef, String)> {
+        self.inventory.lock().of(component)
+    }
 }
 
 /// The cluster as one reconcile sees it: reads answered from the [`Ledger`] when the
