@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
-use super::apply::fields_v1;
+use super::apply::{disown_changed, fields_v1};
 use super::watch::WatchEvent;
 use crate::cluster::Scope;
 use crate::error::ClusterError;
@@ -39,19 +39,63 @@ impl Key {
 }
 
 /// One stored object.
+///
+/// Besides what each field manager applied, an entry keeps that configuration's field set
+/// in the API's `FieldsV1` shape, worked out when the configuration changes (on writes):
+/// every read returns it as `managedFields`, and a rollout reads each of its objects once
+/// per reconcile, so working it out per read cost more than the rest of the read.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub(super) object: Value,
     /// What each field manager last applied (server-side apply's managed fields).
-    pub(super) applied: BTreeMap<String, Value>,
+    applied: BTreeMap<String, Value>,
+    /// `fields_v1` of each manager's `applied`, kept in step with it.
+    fields: BTreeMap<String, Value>,
 }
 
 impl Entry {
+    /// A stored object, with what `applied`'s manager applied if it was applied.
+    pub(super) fn new(object: Value, applied: Option<(String, Value)>) -> Entry {
+        let mut entry = Entry {
+            object,
+            applied: BTreeMap::new(),
+            fields: BTreeMap::new(),
+        };
+        if let Some((manager, configuration)) = applied {
+            entry.set_applied(manager, configuration);
+        }
+        entry
+    }
+
+    /// What `manager` last applied, if it applied the object.
+    pub(super) fn applied(&self, manager: &str) -> Option<&Value> {
+        self.applied.get(manager)
+    }
+
+    /// Record what `manager` applied now.
+    pub(super) fn set_applied(&mut self, manager: String, configuration: Value) {
+        self.fields
+            .insert(manager.clone(), fields_v1(&configuration, true));
+        self.applied.insert(manager, configuration);
+    }
+
+    /// Server-side apply's ownership rule for a write of `next` by `writer` (see
+    /// [`disown_changed`]).
+    pub(super) fn disown_changed(&mut self, writer: Option<&str>, next: &Value) {
+        disown_changed(&mut self.applied, writer, &self.object, next);
+        for (manager, configuration) in &self.applied {
+            if Some(manager.as_str()) != writer {
+                self.fields
+                    .insert(manager.clone(), fields_v1(configuration, true));
+            }
+        }
+    }
+
     /// The object as the API returns it: with the `managedFields` entry of `manager`'s
     /// applies, when it has applied the object.
     pub(super) fn view(&self, manager: &str) -> Value {
         let mut object = self.object.clone();
-        if let Some(applied) = self.applied.get(manager) {
+        if let Some(fields) = self.fields.get(manager) {
             let api_version = object.api_version().unwrap_or_default().to_string();
             object.metadata_mut().insert(
                 "managedFields".into(),
@@ -60,7 +104,7 @@ impl Entry {
                     "operation": "Apply",
                     "apiVersion": api_version,
                     "fieldsType": "FieldsV1",
-                    "fieldsV1": fields_v1(applied, true),
+                    "fieldsV1": fields.clone(),
                 }]),
             );
         }

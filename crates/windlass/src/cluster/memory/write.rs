@@ -2,11 +2,11 @@
 //! creating the object or merging the write into the stored one (as the write method
 //! says), and the commit every change goes through.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::apply::{disown_changed, merge_applied, remove_unapplied};
+use super::apply::{merge_applied, remove_unapplied};
 use super::delete::{collect_garbage, remove};
 use super::store::{Entry, Key, KindInfo, State, register_crd_kinds};
 use super::watch::{WatchEvent, WatchEventType};
@@ -254,7 +254,7 @@ fn merged(request: &Request<'_>, entry: &Entry) -> Value {
     match request.method {
         WriteMethod::Apply => {
             let mut base = stored.clone();
-            if let Some(previous) = entry.applied.get(request.manager) {
+            if let Some(previous) = entry.applied(request.manager) {
                 remove_unapplied(&mut base, previous, desired, true);
             }
             merge_applied(&mut base, desired, true);
@@ -386,13 +386,13 @@ pub(super) fn commit(
         return Err(ClusterError::NotFound(format!("{}/{}", key.kind, key.name)));
     };
     let writer = applied.as_ref().map(|(manager, _)| manager.as_str());
-    disown_changed(&mut entry.applied, writer, &entry.object, &next);
+    entry.disown_changed(writer, &next);
     let stored = &entry.object;
     check_no_new_finalizers(&key, stored, &next)?;
     if next == *stored {
         let unchanged = stored.clone();
         if let Some((manager, applied)) = applied {
-            entry.applied.insert(manager, applied);
+            entry.set_applied(manager, applied);
         }
         return Ok(unchanged);
     }
@@ -405,7 +405,7 @@ pub(super) fn commit(
             .insert("generation".into(), json!(generation + 1));
     }
     if let Some((manager, applied)) = applied {
-        entry.applied.insert(manager, applied);
+        entry.set_applied(manager, applied);
     }
     let rv = state.next_resource_version();
     next.metadata_mut()
@@ -469,12 +469,7 @@ pub(super) fn create(
     register_crd_kinds(state, &object);
     state.objects.insert(
         key,
-        Entry {
-            object: object.clone(),
-            applied: applied
-                .map(|a| BTreeMap::from([(manager.to_string(), a)]))
-                .unwrap_or_default(),
-        },
+        Entry::new(object.clone(), applied.map(|a| (manager.to_string(), a))),
     );
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Added,
