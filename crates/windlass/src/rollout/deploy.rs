@@ -3,6 +3,7 @@
 //! longer renders, and delete a disabled component's objects.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -80,7 +81,7 @@ impl<C: Controller> Rollout<'_, C> {
         }
         crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
-        let live = session.cluster().get_own(&reference).await?;
+        let live = session.recorded().get_own_shared(&reference).await?;
         if let Some(live) = &live
             && !itself
         {
@@ -91,21 +92,25 @@ impl<C: Controller> Rollout<'_, C> {
             (Some(_), true) => crate::rollout::drift::Drift::InSync,
             _ => crate::rollout::drift::drift(
                 &manifest,
-                live.as_ref(),
+                live.as_deref(),
                 object.method,
                 crate::FIELD_MANAGER,
             ),
         };
-        let stored = if drift.needs_write() {
-            tracing::debug!(object = %reference, ?drift, "writing");
-            if !itself
-                && !crate::cluster::finalizer::collected_with(reference.namespace.as_deref(), cr)
-            {
-                session.hold_for_cleanup().await?;
+        let stored = match live {
+            Some(live) if !drift.needs_write() => live,
+            _ => {
+                tracing::debug!(object = %reference, ?drift, "writing");
+                if !itself
+                    && !crate::cluster::finalizer::collected_with(
+                        reference.namespace.as_deref(),
+                        cr,
+                    )
+                {
+                    session.hold_for_cleanup().await?;
+                }
+                self.write(object, &manifest).await?
             }
-            self.write(object, &manifest).await?
-        } else {
-            live.unwrap_or_default()
         };
         if let Some(uid) = stored.uid() {
             session
@@ -121,14 +126,14 @@ impl<C: Controller> Rollout<'_, C> {
     /// resourceVersion afresh. A refused change of an immutable field recreates the object
     /// when the resource asked for it. A refused apply is never retried as a replace: on a
     /// real server the replace meets the same validation, so it would only cost requests.
-    async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
-        let cluster = self.session.cluster();
+    async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Arc<Value>> {
+        let cluster = self.session.recorded();
         let operator = self.session.operator_config();
         let mut attempt = 0;
         let method = object.method;
         let mut recreated = false;
         loop {
-            match cluster.apply(manifest, method).await {
+            match cluster.apply_shared(manifest, method).await {
                 Ok(stored) => return Ok(stored),
                 Err(ClusterError::Conflict { .. })
                     if attempt < operator.rollout.conflict_retries =>
@@ -140,7 +145,10 @@ impl<C: Controller> Rollout<'_, C> {
                 Err(e) if e.is_immutable_field() && object.recreate && !recreated => {
                     tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");
                     recreated = true;
-                    cluster.delete(&object.reference, None).await?;
+                    self.session
+                        .cluster()
+                        .delete(&object.reference, None)
+                        .await?;
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -1,6 +1,11 @@
 //! What one reconcile has seen and applied (the [`Ledger`]), and the cluster as the
 //! reconcile sees it through the ledger ([`Recorded`]): each object read at most once, the
 //! answer of every write remembered.
+//!
+//! The ledger keeps its copies shared (`Arc`): the rollout reads or writes each of its
+//! objects and only looks at the answer ([`Recorded::get_own_shared`],
+//! [`Recorded::apply_shared`]), so the copy it looks at is the one remembered, not a second
+//! one. [`Cluster`] callers get their own copy, as the trait says.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -18,7 +23,7 @@ use crate::status::inventory::Inventory;
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     /// The freshest copy of each object read or written; `None` when it was found absent.
-    objects: Mutex<HashMap<ObjectRef, Option<Value>>>,
+    objects: Mutex<HashMap<ObjectRef, Option<Arc<Value>>>>,
     /// What windlass applied for the CR, as the rollout updates it.
     inventory: Mutex<Inventory>,
     /// Held while the CR's finalizers are changed, so concurrent components don't race.
@@ -62,11 +67,21 @@ impl Ledger {
 
     /// The copy seen last, if the object was read or written in this reconcile.
     pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Value>> {
+        self.seen_shared(object)
+            .map(|seen| seen.map(|value| Value::clone(&value)))
+    }
+
+    /// [`Ledger::seen`], the ledger's own copy.
+    fn seen_shared(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
         self.objects.lock().get(object).cloned()
     }
 
     /// Remember the freshest copy of `object` (`None`: it is absent).
     pub(crate) fn remember(&self, object: ObjectRef, value: Option<Value>) {
+        self.remember_shared(object, value.map(Arc::new));
+    }
+
+    fn remember_shared(&self, object: ObjectRef, value: Option<Arc<Value>>) {
         self.objects.lock().insert(object, value);
     }
 
@@ -104,14 +119,37 @@ pub(crate) struct Recorded {
 }
 
 impl Recorded {
-    pub(crate) fn shared(inner: Arc<dyn Cluster>, ledger: Arc<Ledger>) -> Arc<dyn Cluster> {
+    pub(crate) fn shared(inner: Arc<dyn Cluster>, ledger: Arc<Ledger>) -> Arc<Recorded> {
         Arc::new(Recorded { inner, ledger })
+    }
+
+    /// [`Cluster::get_own`], the copy the ledger keeps.
+    pub(crate) async fn get_own_shared(
+        &self,
+        object: &ObjectRef,
+    ) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.read(object, true).await
+    }
+
+    /// [`Cluster::apply`], the copy the ledger keeps.
+    pub(crate) async fn apply_shared(
+        &self,
+        manifest: &Value,
+        method: WriteMethod,
+    ) -> Result<Arc<Value>, ClusterError> {
+        let stored = Arc::new(self.inner.apply(manifest, method).await?);
+        self.remember(&stored);
+        Ok(stored)
     }
 
     /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
     /// [`Cluster::get_own`]) of the inner cluster, remembered.
-    async fn read(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
-        if let Some(seen) = self.ledger.seen(object) {
+    async fn read(
+        &self,
+        object: &ObjectRef,
+        own: bool,
+    ) -> Result<Option<Arc<Value>>, ClusterError> {
+        if let Some(seen) = self.ledger.seen_shared(object) {
             return Ok(seen);
         }
         let found = if own {
@@ -119,15 +157,21 @@ impl Recorded {
         } else {
             self.inner.get(object).await?
         };
-        self.ledger.remember(object.clone(), found.clone());
+        let found = found.map(Arc::new);
+        self.ledger.remember_shared(object.clone(), found.clone());
         Ok(found)
     }
 
-    fn remember(&self, stored: &Value) {
+    fn remember(&self, stored: &Arc<Value>) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
-            self.ledger.remember(reference, Some(stored.clone()));
+            self.ledger.remember_shared(reference, Some(stored.clone()));
         }
     }
+}
+
+/// A copy of `value` of the caller's own (no copy when the ledger did not keep it).
+fn owned(value: Arc<Value>) -> Value {
+    Arc::unwrap_or_clone(value)
 }
 
 #[async_trait]
@@ -137,11 +181,11 @@ impl Cluster for Recorded {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        self.read(object, false).await
+        Ok(self.read(object, false).await?.map(owned))
     }
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        self.read(object, true).await
+        Ok(self.read(object, true).await?.map(owned))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -149,9 +193,7 @@ impl Cluster for Recorded {
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
-        let stored = self.inner.apply(manifest, method).await?;
-        self.remember(&stored);
-        Ok(stored)
+        Ok(owned(self.apply_shared(manifest, method).await?))
     }
 
     async fn delete(
@@ -183,8 +225,8 @@ impl Cluster for Recorded {
         object: &ObjectRef,
         patch: &json_patch::Patch,
     ) -> Result<Value, ClusterError> {
-        let stored = self.inner.patch(object, patch).await?;
+        let stored = Arc::new(self.inner.patch(object, patch).await?);
         self.remember(&stored);
-        Ok(stored)
+        Ok(owned(stored))
     }
 }

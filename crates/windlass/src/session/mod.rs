@@ -134,7 +134,7 @@ pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
     pub(crate) operator: Arc<OperatorConfig>,
-    pub(crate) cluster: Arc<dyn Cluster>,
+    pub(crate) cluster: Arc<Recorded>,
     pub(crate) temporary_patches: Vec<Value>,
     /// The status as read, and typed (the type's default when it does not parse).
     pub(crate) status: Value,
@@ -161,6 +161,11 @@ impl<C: ControllerTypes> Session<C> {
 
     pub(crate) fn ledger(&self) -> &Arc<Ledger> {
         &self.inner.ledger
+    }
+
+    /// [`Session::cluster`], with the reads and writes that answer with the ledger's copy.
+    pub(crate) fn recorded(&self) -> &Recorded {
+        &self.inner.cluster
     }
 
     /// Make sure the CR carries [`crate::cluster::finalizer::CLEANUP_FINALIZER`] before an object
