@@ -17,6 +17,8 @@ mod requests;
 pub(crate) mod selector;
 pub(crate) mod validation;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -139,6 +141,17 @@ pub trait Cluster: Send + Sync + 'static {
     /// answer "absent" for one it does not have, without asking the server.
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get(object).await
+    }
+
+    /// [`Cluster::get_own`], as a shared copy: what a rollout reads only to look at it
+    /// (every object it renders, on every reconcile). A cluster that keeps its objects
+    /// shared answers without copying one (the in-memory cluster does); the default is
+    /// `get_own`'s copy.
+    async fn get_own_shared(
+        &self,
+        object: &ObjectRef,
+    ) -> Result<Option<Arc<Value>>, ClusterError> {
+        Ok(self.get_own(object).await?.map(Arc::new))
     }
 
     /// The objects matching `query`, ordered by namespace and name.

@@ -81,7 +81,7 @@ impl<C: Controller> Rollout<'_, C> {
         }
         crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
-        let live = session.recorded().get_own_shared(&reference).await?;
+        let live = session.cluster().get_own_shared(&reference).await?;
         if let Some(live) = &live
             && !itself
         {

@@ -3,9 +3,10 @@
 //! answer of every write remembered.
 //!
 //! The ledger keeps its copies shared (`Arc`): the rollout reads or writes each of its
-//! objects and only looks at the answer ([`Recorded::get_own_shared`],
-//! [`Recorded::apply_shared`]), so the copy it looks at is the one remembered, not a second
-//! one. [`Cluster`] callers get their own copy, as the trait says.
+//! objects and only looks at the answer ([`Cluster::get_own_shared`],
+//! [`Recorded::apply_shared`]), so the copy it looks at is the one remembered (for the
+//! in-memory cluster, the one it stores), not a copy of it. Other callers get a copy of
+//! their own, as the trait says.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -123,14 +124,6 @@ impl Recorded {
         Arc::new(Recorded { inner, ledger })
     }
 
-    /// [`Cluster::get_own`], the copy the ledger keeps.
-    pub(crate) async fn get_own_shared(
-        &self,
-        object: &ObjectRef,
-    ) -> Result<Option<Arc<Value>>, ClusterError> {
-        self.read(object, true).await
-    }
-
     /// [`Cluster::apply`], the copy the ledger keeps.
     pub(crate) async fn apply_shared(
         &self,
@@ -153,11 +146,10 @@ impl Recorded {
             return Ok(seen);
         }
         let found = if own {
-            self.inner.get_own(object).await?
+            self.inner.get_own_shared(object).await?
         } else {
-            self.inner.get(object).await?
+            self.inner.get(object).await?.map(Arc::new)
         };
-        let found = found.map(Arc::new);
         self.ledger.remember_shared(object.clone(), found.clone());
         Ok(found)
     }
@@ -186,6 +178,13 @@ impl Cluster for Recorded {
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         Ok(self.read(object, true).await?.map(owned))
+    }
+
+    async fn get_own_shared(
+        &self,
+        object: &ObjectRef,
+    ) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.read(object, true).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {

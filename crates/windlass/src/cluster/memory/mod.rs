@@ -51,6 +51,7 @@ mod watch;
 mod write;
 
 use parking_lot::Mutex;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -217,14 +218,15 @@ impl MemoryCluster {
             // Put back what a write would have assigned anew.
             let key = key_of_manifest(&stored);
             if let Some(entry) = state.objects.get_mut(&key) {
-                let metadata = entry.object.metadata_mut();
+                let object = entry.object_mut();
+                let metadata = object.metadata_mut();
                 for field in ["uid", "creationTimestamp", "generation"] {
                     if let Some(given) = manifest.get("metadata").and_then(|m| m.get(field)) {
                         metadata.insert(field.to_string(), given.clone());
                     }
                 }
                 if let Some(status) = manifest.get("status") {
-                    entry.object["status"] = status.clone();
+                    object["status"] = status.clone();
                 }
             }
             state.pending.clear();
@@ -263,7 +265,7 @@ impl MemoryCluster {
             .lock()
             .objects
             .values()
-            .map(|e| e.object.clone())
+            .map(|e| e.object().clone())
             .collect()
     }
 
@@ -303,6 +305,18 @@ impl Cluster for MemoryCluster {
         Ok(state.objects.get(&key).map(|e| e.view(&self.field_manager)))
     }
 
+    async fn get_own_shared(
+        &self,
+        object: &ObjectRef,
+    ) -> Result<Option<Arc<Value>>, ClusterError> {
+        let state = self.state.lock();
+        let (key, _) = Self::key_of(&state, object)?;
+        Ok(state
+            .objects
+            .get(&key)
+            .map(|e| e.shared_view(&self.field_manager)))
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
         let (labels, fields) = query.selectors()?;
         let state = self.state.lock();
@@ -319,8 +333,8 @@ impl Cluster for MemoryCluster {
             .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
             .map(|(_, e)| e)
             .filter(|e| {
-                crate::cluster::selector::labels_match(&labels, &e.object)
-                    && fields.matches(&e.object)
+                crate::cluster::selector::labels_match(&labels, &e.object())
+                    && fields.matches(&e.object())
             })
             .map(|e| e.view(&self.field_manager))
             .collect())
@@ -338,7 +352,7 @@ impl Cluster for MemoryCluster {
         let result = {
             let mut state = self.state.lock();
             let (key, _) = Self::key_of(&state, object)?;
-            let stored_uid = state.objects.get(&key).and_then(|e| e.object.uid());
+            let stored_uid = state.objects.get(&key).and_then(|e| e.object().uid());
             if uid.is_some_and(|uid| stored_uid.is_some_and(|s| s != uid)) {
                 // The delete precondition failed: this is another object of that name.
                 Deletion::NotFound
@@ -363,19 +377,19 @@ impl Cluster for MemoryCluster {
                 None => Ok(None),
                 Some(entry)
                     if resource_version
-                        .is_some_and(|rv| Some(rv) != entry.object.resource_version()) =>
+                        .is_some_and(|rv| Some(rv) != entry.object().resource_version()) =>
                 {
                     Err(ClusterError::Conflict {
                         object: object.to_string(),
                         message: format!(
                             "the object has been modified (resourceVersion {} is not the latest, {})",
                             resource_version.unwrap_or_default(),
-                            entry.object.resource_version().unwrap_or("?")
+                            entry.object().resource_version().unwrap_or("?")
                         ),
                     })
                 }
                 Some(entry) => {
-                    let mut next = entry.object.clone();
+                    let mut next = entry.object().clone();
                     next.as_object_mut()
                         .map(|m| m.insert("status".into(), status.clone()));
                     commit(&mut state, key, next, None).map(Some)

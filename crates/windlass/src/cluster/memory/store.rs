@@ -3,6 +3,7 @@
 //! in progress.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Value, json};
 
@@ -38,33 +39,47 @@ impl Key {
     }
 }
 
-/// One stored object.
+/// One stored object: the object, what each field manager applied to it, and the object
+/// as reads return it.
 ///
-/// Besides what each field manager applied, an entry keeps that configuration's field set
-/// in the API's `FieldsV1` shape, worked out when the configuration changes (on writes):
-/// every read returns it as `managedFields`, and a rollout reads each of its objects once
-/// per reconcile, so working it out per read cost more than the rest of the read.
+/// A rollout reads every object it renders on every reconcile, and the object changes far
+/// less often than that: the view reads return (the object with its `managedFields`) is
+/// made on the first read after a change and shared (`Arc`) by every read until the next
+/// one. Every change goes through a method here, which drops it.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
-    pub(super) object: Value,
+    object: Value,
     /// What each field manager last applied (server-side apply's managed fields).
     applied: BTreeMap<String, Value>,
-    /// `fields_v1` of each manager's `applied`, kept in step with it.
-    fields: BTreeMap<String, Value>,
+    /// The view of the last read, and the field manager it was made for.
+    view: OnceLock<(String, Arc<Value>)>,
 }
 
 impl Entry {
     /// A stored object, with what `applied`'s manager applied if it was applied.
     pub(super) fn new(object: Value, applied: Option<(String, Value)>) -> Entry {
-        let mut entry = Entry {
+        Entry {
             object,
-            applied: BTreeMap::new(),
-            fields: BTreeMap::new(),
-        };
-        if let Some((manager, configuration)) = applied {
-            entry.set_applied(manager, configuration);
+            applied: applied.into_iter().collect(),
+            view: OnceLock::new(),
         }
-        entry
+    }
+
+    /// The object as stored.
+    pub(super) fn object(&self) -> &Value {
+        &self.object
+    }
+
+    /// Store `object` in place of the stored one.
+    pub(super) fn set_object(&mut self, object: Value) {
+        self.object = object;
+        self.view.take();
+    }
+
+    /// The stored object, to change in place.
+    pub(super) fn object_mut(&mut self) -> &mut Value {
+        self.view.take();
+        &mut self.object
     }
 
     /// What `manager` last applied, if it applied the object.
@@ -74,28 +89,42 @@ impl Entry {
 
     /// Record what `manager` applied now.
     pub(super) fn set_applied(&mut self, manager: String, configuration: Value) {
-        self.fields
-            .insert(manager.clone(), fields_v1(&configuration, true));
         self.applied.insert(manager, configuration);
+        self.view.take();
     }
 
     /// Server-side apply's ownership rule for a write of `next` by `writer` (see
     /// [`disown_changed`]).
     pub(super) fn disown_changed(&mut self, writer: Option<&str>, next: &Value) {
         disown_changed(&mut self.applied, writer, &self.object, next);
-        for (manager, configuration) in &self.applied {
-            if Some(manager.as_str()) != writer {
-                self.fields
-                    .insert(manager.clone(), fields_v1(configuration, true));
-            }
+        self.view.take();
+    }
+
+    /// The object as the API returns it to `manager`: with the `managedFields` entry of
+    /// `manager`'s applies, when it has applied the object. A copy of the shared view when
+    /// there is one, else made anew (and not kept: most objects are read only by
+    /// [`Entry::shared_view`]'s callers, the rollout's reads).
+    pub(super) fn view(&self, manager: &str) -> Value {
+        match self.view.get() {
+            Some((viewer, view)) if viewer == manager => Value::clone(view),
+            _ => self.make_view(manager),
         }
     }
 
-    /// The object as the API returns it: with the `managedFields` entry of `manager`'s
-    /// applies, when it has applied the object.
-    pub(super) fn view(&self, manager: &str) -> Value {
+    /// [`Entry::view`], shared: made on the first call after a change and kept.
+    pub(super) fn shared_view(&self, manager: &str) -> Arc<Value> {
+        let (viewer, view) = self
+            .view
+            .get_or_init(|| (manager.to_string(), Arc::new(self.make_view(manager))));
+        match viewer == manager {
+            true => view.clone(),
+            false => Arc::new(self.make_view(manager)),
+        }
+    }
+
+    fn make_view(&self, manager: &str) -> Value {
         let mut object = self.object.clone();
-        if let Some(fields) = self.fields.get(manager) {
+        if let Some(applied) = self.applied.get(manager) {
             let api_version = object.api_version().unwrap_or_default().to_string();
             object.metadata_mut().insert(
                 "managedFields".into(),
@@ -104,7 +133,7 @@ impl Entry {
                     "operation": "Apply",
                     "apiVersion": api_version,
                     "fieldsType": "FieldsV1",
-                    "fieldsV1": fields.clone(),
+                    "fieldsV1": fields_v1(applied, true),
                 }]),
             );
         }
@@ -155,7 +184,7 @@ impl State {
     }
 
     pub(super) fn namespace(&self, name: &str) -> Option<&Value> {
-        self.objects.get(&Key::namespace(name)).map(|e| &e.object)
+        self.objects.get(&Key::namespace(name)).map(Entry::object)
     }
 }
 

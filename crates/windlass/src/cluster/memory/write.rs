@@ -223,7 +223,7 @@ fn update_stored(
     request: Request<'_>,
     entry: &Entry,
 ) -> Result<Value, ClusterError> {
-    let stored = &entry.object;
+    let stored = entry.object();
     if let Some(requested) = &request.requested_version
         && Some(requested.as_str()) != stored.resource_version()
     {
@@ -249,7 +249,7 @@ fn update_stored(
 /// removes what this manager applied before and no longer does; an update is a JSON merge
 /// patch (`null` deletes); a replace takes the written object whole.
 fn merged(request: &Request<'_>, entry: &Entry) -> Value {
-    let stored = &entry.object;
+    let stored = entry.object();
     let desired = &request.desired;
     match request.method {
         WriteMethod::Apply => {
@@ -282,7 +282,7 @@ pub(super) fn patch_locked(
         .objects
         .get(&key)
         .ok_or_else(|| ClusterError::NotFound(object.to_string()))?
-        .object
+        .object()
         .clone();
     let mut next = stored.clone();
     let patch = without_null_tests_of_missing_paths(patch, &next);
@@ -378,7 +378,7 @@ pub(super) fn commit(
     let mut next = state.rules.default(next);
     state
         .rules
-        .check(&next, state.objects.get(&key).map(|entry| &entry.object))?;
+        .check(&next, state.objects.get(&key).map(Entry::object))?;
     // Judge the write against the stored object in place; the callers already hold their
     // own copy, so cloning the entry (object and every manager's applied fields) here again
     // is not needed.
@@ -387,7 +387,7 @@ pub(super) fn commit(
     };
     let writer = applied.as_ref().map(|(manager, _)| manager.as_str());
     entry.disown_changed(writer, &next);
-    let stored = &entry.object;
+    let stored = entry.object();
     check_no_new_finalizers(&key, stored, &next)?;
     if next == *stored {
         let unchanged = stored.clone();
@@ -417,7 +417,7 @@ pub(super) fn commit(
     }
     register_crd_kinds(state, &next);
     if let Some(entry) = state.objects.get_mut(&key) {
-        entry.object = next.clone();
+        entry.set_object(next.clone());
     }
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Modified,
