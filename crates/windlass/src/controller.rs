@@ -78,7 +78,7 @@ pub async fn default_should_requeue<C: ControllerTypes>(
         });
     }
     // The CR as this reconcile's status write left it: no request.
-    Ok(match session.get_object(&session.cr_ref()).await {
+    Ok(match session.cluster().get_shared(&session.cr_ref()).await {
         Err(_) => again,
         Ok(None) => Action::Done,
         Ok(Some(cr)) => {

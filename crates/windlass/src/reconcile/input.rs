@@ -26,15 +26,14 @@ impl<C: Controller> Reconciler<C> {
         &self,
         id: &str,
         cr: &ObjectRef,
-        manifest: &Value,
+        manifest: &Arc<Value>,
         ledger: Arc<Ledger>,
     ) -> Result<Session<C>> {
         let operator = &self.operator;
         // A CR being deleted must be able to finish: what only shapes a rollout is
         // skipped, with a warning, when it fails.
         let finalizing = manifest.is_terminating();
-        let mut merged = self.controller.cr_defaults();
-        merge(&mut merged, manifest.clone());
+        let merged = merged_over(self.controller.cr_defaults(), manifest);
         let typed = typed_cr::<C>(cr, &merged)?;
         let version = manifest_version(&merged, operator);
         if !finalizing {
@@ -47,9 +46,9 @@ impl<C: Controller> Reconciler<C> {
             "the temporary patches",
             Vec::new(),
         )?;
-        let status = manifest.get("status").cloned().unwrap_or(Value::Null);
-        let current_version = reconciled_version(&status).map(str::to_string);
-        let typed_status = typed_status::<C>(&status);
+        let status = &manifest["status"];
+        let current_version = reconciled_version(status).map(str::to_string);
+        let typed_status = typed_status::<C>(status);
         Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
@@ -59,7 +58,7 @@ impl<C: Controller> Reconciler<C> {
             operator: operator.clone(),
             cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
             temporary_patches,
-            status,
+            read: manifest.clone(),
             typed_status,
             status_changes: parking_lot::Mutex::new(None),
             version,
@@ -104,8 +103,9 @@ impl<C: Controller> Reconciler<C> {
             .await?
             .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
         let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+        let manifest = Arc::new(manifest);
         let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
-        Ok((session, manifest))
+        Ok((session, Arc::unwrap_or_clone(manifest)))
     }
 
     /// The controller defaults (`config`) ← the ConfigMap named by the config-defaults
@@ -192,6 +192,19 @@ impl<C: Controller> Reconciler<C> {
             patches.push(patch);
         }
         Ok(patches)
+    }
+}
+
+/// The CR `manifest` merged over the controller's CR `defaults` (the CR wins); the CR
+/// itself, shared, when there is nothing to merge under it (no defaults, the default).
+fn merged_over(mut defaults: Value, manifest: &Arc<Value>) -> Arc<Value> {
+    match &defaults {
+        Value::Object(map) if !map.is_empty() => {
+            merge(&mut defaults, Value::clone(manifest));
+            Arc::new(defaults)
+        }
+        // An empty map, or no map at all (which the CR replaces whole).
+        _ => manifest.clone(),
     }
 }
 

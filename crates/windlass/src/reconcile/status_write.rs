@@ -2,6 +2,8 @@
 //! error) status after it, written together in one conditional write, recomputed and
 //! retried on a conflict.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::controller::Controller;
@@ -40,9 +42,9 @@ impl<C: Controller> Reconciler<C> {
     pub(super) async fn write_error_status(
         &self,
         cr: &ObjectRef,
-        current: Value,
+        current: Arc<Value>,
         error: ErrorStatus<'_>,
-    ) -> Result<Option<Value>> {
+    ) -> Result<Option<Arc<Value>>> {
         let ErrorStatus {
             manifest,
             failure,
@@ -57,11 +59,13 @@ impl<C: Controller> Reconciler<C> {
             updating: Some((updating, message)),
             components: failure.state.clone(),
             observed_generation: manifest.generation(),
-            inventory: Some(inventory),
+            inventory: Some(std::sync::Arc::new(inventory)),
             ..Default::default()
         };
         let next = |status: &Value| {
-            self.after_start(status, &cr.kind, start, author.as_ref(), |_| update.clone())
+            self.after_start(status.clone(), &cr.kind, start, author.as_ref(), |_| {
+                update.clone()
+            })
         };
         self.write_status(cr, current, next).await
     }
@@ -71,13 +75,12 @@ impl<C: Controller> Reconciler<C> {
     /// started status) applied: all land in one write.
     pub(super) fn after_start(
         &self,
-        status: &Value,
+        mut status: Value,
         kind: &str,
         start: Option<&StatusUpdate>,
         author: Option<&Map<String, Value>>,
         then: impl FnOnce(&Value) -> StatusUpdate,
     ) -> Value {
-        let mut status = status.clone();
         if let Some(changes) = author {
             if !status.is_object() {
                 status = Value::Object(Map::new());
@@ -92,15 +95,15 @@ impl<C: Controller> Reconciler<C> {
             }
         }
         let started = match start {
-            Some(start) => self.updated(&status, kind, start.clone()),
+            Some(start) => self.updated(status, kind, start.clone()),
             None => status,
         };
         let update = then(&started);
-        self.updated(&started, kind, update)
+        self.updated(started, kind, update)
     }
 
     /// The status after `update`, starting from `status`, stamped now.
-    pub(super) fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
+    pub(super) fn updated(&self, status: Value, kind: &str, mut update: StatusUpdate) -> Value {
         update.operator_version = self.operator.status.operator_version.clone();
         status::apply_update(status, kind, &update, &crate::object::timestamp_now())
     }
@@ -115,14 +118,14 @@ impl<C: Controller> Reconciler<C> {
     pub(super) async fn write_status(
         &self,
         cr: &ObjectRef,
-        mut current: Value,
+        mut current: Arc<Value>,
         next: impl Fn(&Value) -> Value,
-    ) -> Result<Option<Value>> {
+    ) -> Result<Option<Arc<Value>>> {
         let mut attempt = 1;
         loop {
-            let status = current.get("status").cloned().unwrap_or(Value::Null);
-            let next = next(&status);
-            let changed = status::status_changed(&status, &next);
+            let status = current.get("status").unwrap_or(&Value::Null);
+            let next = next(status);
+            let changed = status::status_changed(status, &next);
             let written = if changed {
                 match self
                     .cluster
@@ -134,7 +137,7 @@ impl<C: Controller> Reconciler<C> {
                     Err(ClusterError::Conflict { .. }) if attempt < STATUS_WRITE_ATTEMPTS => {
                         attempt += 1;
                         tracing::debug!("status write conflicted; reading the CR again");
-                        match self.cluster.get(cr).await? {
+                        match self.cluster.get_shared(cr).await? {
                             Some(fresh) => current = fresh,
                             None => return Ok(None),
                         }
@@ -161,7 +164,7 @@ impl<C: Controller> Reconciler<C> {
                     written: changed,
                 },
             );
-            return Ok(Some(written.unwrap_or(current)));
+            return Ok(Some(written.map(Arc::new).unwrap_or(current)));
         }
     }
 }

@@ -21,10 +21,11 @@ pub(crate) async fn prune_removed_components<C: Controller>(
         .into_iter()
         .chain(components.names(true))
         .collect();
-    let inventory = session.ledger().inventory();
-    for component in inventory.components() {
+    let recorded = session.ledger().inventory_with(|i| i.components());
+    for component in recorded {
         if !known.contains(component.as_str()) {
-            let deleted = delete_recorded(session, &component, inventory.of(&component)).await?;
+            let objects = session.ledger().inventory_of(&component);
+            let deleted = delete_recorded(session, &component, objects).await?;
             session.emit(Event::Disabled { component, deleted });
         }
     }

@@ -67,22 +67,12 @@ impl Ledger {
     }
 
     /// The copy seen last, if the object was read or written in this reconcile.
-    pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Value>> {
-        self.seen_shared(object)
-            .map(|seen| seen.map(|value| Value::clone(&value)))
-    }
-
-    /// [`Ledger::seen`], the ledger's own copy.
-    fn seen_shared(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
+    pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
         self.objects.lock().get(object).cloned()
     }
 
     /// Remember the freshest copy of `object` (`None`: it is absent).
-    pub(crate) fn remember(&self, object: ObjectRef, value: Option<Value>) {
-        self.remember_shared(object, value.map(Arc::new));
-    }
-
-    fn remember_shared(&self, object: ObjectRef, value: Option<Arc<Value>>) {
+    pub(crate) fn remember(&self, object: ObjectRef, value: Option<Arc<Value>>) {
         self.objects.lock().insert(object, value);
     }
 
@@ -100,6 +90,11 @@ impl Ledger {
     /// The inventory as it is now.
     pub(crate) fn inventory(&self) -> Inventory {
         self.inventory.lock().clone()
+    }
+
+    /// Look at the inventory as it is now.
+    pub(crate) fn inventory_with<T>(&self, read: impl FnOnce(&Inventory) -> T) -> T {
+        read(&self.inventory.lock())
     }
 
     /// What `component` applied, as the inventory holds it now. Asked once per component
@@ -142,21 +137,21 @@ impl Recorded {
         object: &ObjectRef,
         own: bool,
     ) -> Result<Option<Arc<Value>>, ClusterError> {
-        if let Some(seen) = self.ledger.seen_shared(object) {
+        if let Some(seen) = self.ledger.seen(object) {
             return Ok(seen);
         }
         let found = if own {
             self.inner.get_own_shared(object).await?
         } else {
-            self.inner.get(object).await?.map(Arc::new)
+            self.inner.get_shared(object).await?
         };
-        self.ledger.remember_shared(object.clone(), found.clone());
+        self.ledger.remember(object.clone(), found.clone());
         Ok(found)
     }
 
     fn remember(&self, stored: &Arc<Value>) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
-            self.ledger.remember_shared(reference, Some(stored.clone()));
+            self.ledger.remember(reference, Some(stored.clone()));
         }
     }
 }
@@ -178,6 +173,10 @@ impl Cluster for Recorded {
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         Ok(self.read(object, true).await?.map(owned))
+    }
+
+    async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.read(object, false).await
     }
 
     async fn get_own_shared(
@@ -215,8 +214,9 @@ impl Cluster for Recorded {
             .inner
             .write_status(object, status, resource_version)
             .await?;
+        let stored = stored.map(Arc::new);
         self.ledger.remember(object.clone(), stored.clone());
-        Ok(stored)
+        Ok(stored.map(owned))
     }
 
     async fn patch(

@@ -130,14 +130,16 @@ impl<C: ControllerTypes> Clone for Session<C> {
 pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) id: String,
     pub(crate) cr: C::Resource,
-    pub(crate) manifest: Value,
+    /// The CR merged over the controller's CR defaults (`read` itself when there are none).
+    pub(crate) manifest: Arc<Value>,
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
     pub(crate) operator: Arc<OperatorConfig>,
     pub(crate) cluster: Arc<Recorded>,
     pub(crate) temporary_patches: Vec<Value>,
-    /// The status as read, and typed (the type's default when it does not parse).
-    pub(crate) status: Value,
+    /// The CR as read: its status is the status as read.
+    pub(crate) read: Arc<Value>,
+    /// The status as read, typed (the type's default when it does not parse).
     pub(crate) typed_status: C::Status,
     /// The author's changes to the status, once [`Session::update_status`] was called.
     pub(crate) status_changes: Mutex<Option<C::Status>>,
@@ -248,7 +250,7 @@ impl<C: ControllerTypes> Session<C> {
     }
     /// The CR's status when the reconcile began, as JSON.
     pub fn status_value(&self) -> &Value {
-        &self.inner.status
+        &self.inner.read["status"]
     }
     /// Change the author's fields of the status, e.g. an URL a component learned. The
     /// changes are written with windlass's own part, in the one status write at the end of

@@ -304,21 +304,20 @@ pub(crate) struct StatusUpdate {
     pub observed_generation: Option<i64>,
     /// `operatorVersion`, when configured.
     pub operator_version: Option<String>,
-    /// What windlass applied for the CR (`inventory`, see `status::inventory`).
-    pub inventory: Option<Inventory>,
+    /// What windlass applied for the CR (`inventory`, see `status::inventory`); shared, as
+    /// a status write may be computed more than once.
+    pub inventory: Option<std::sync::Arc<Inventory>>,
 }
 
-/// The status after `update`, starting from `current`. `now` stamps conditions
-/// whose status flips.
-pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
+/// The status after `update`, starting from `current` (changed in place: a reconcile
+/// applies two updates to a status that holds every component's name and object). `now`
+/// stamps conditions whose status flips.
+pub(crate) fn apply_update(current: Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
     let mut status = match current {
-        Value::Object(map) => map.clone(),
+        Value::Object(map) => map,
         _ => Map::new(),
     };
-    let conditions = updated_conditions(&status, update, now);
-    if !conditions.is_empty() {
-        status.insert("conditions".into(), Value::Array(conditions));
-    }
+    set_conditions(&mut status, update, now);
     if let Some(state) = &update.components {
         status.insert("componentStatus".into(), component_status(state));
     }
@@ -343,15 +342,23 @@ pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, n
     status
 }
 
-/// The conditions of `status` with `Ready` and `Updating` set as `update` says, first,
-/// then everyone else's in their order. A condition keeps its `lastTransitionTime` while
-/// its status stays; one whose status flips (or is new) is stamped `now`.
-fn updated_conditions(status: &Map<String, Value>, update: &StatusUpdate, now: &str) -> Vec<Value> {
-    let mut conditions: Vec<Value> = status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+/// `status.conditions` after [`updated_conditions`]; a status without a list of conditions
+/// gets one if the update sets any.
+fn set_conditions(status: &mut Map<String, Value>, update: &StatusUpdate, now: &str) {
+    if let Some(Value::Array(list)) = status.get_mut("conditions") {
+        *list = updated_conditions(std::mem::take(list), update, now);
+        return;
+    }
+    let conditions = updated_conditions(Vec::new(), update, now);
+    if !conditions.is_empty() {
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
+}
+
+/// `conditions` with `Ready` and `Updating` set as `update` says, first, then everyone
+/// else's in their order. A condition keeps its `lastTransitionTime` while its status
+/// stays; one whose status flips (or is new) is stamped `now`.
+fn updated_conditions(mut conditions: Vec<Value>, update: &StatusUpdate, now: &str) -> Vec<Value> {
     let mut set_condition = |type_: &str, is_true: bool, reason: &str, message: &str| {
         let flag = if is_true { "True" } else { "False" };
         let existing = conditions.iter().position(|c| c["type"] == type_);
@@ -565,7 +572,7 @@ mod tests {
     #[test]
     fn condition_statuses_follow_reasons() {
         let s = apply_update(
-            &Value::Null,
+            Value::Null,
             "WebApp",
             &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
             T0,
@@ -573,7 +580,7 @@ mod tests {
         assert_eq!(s["conditions"][0]["status"], "True");
         assert_eq!(s["conditions"][1]["status"], "True");
         let s = apply_update(
-            &s,
+            s.clone(),
             "WebApp",
             &update(ReadyReason::InProgress, UpdatingReason::Errored),
             T0,
@@ -585,13 +592,13 @@ mod tests {
     #[test]
     fn transition_time_changes_only_when_the_status_flips() {
         let s0 = apply_update(
-            &Value::Null,
+            Value::Null,
             "WebApp",
             &update(ReadyReason::Initializing, UpdatingReason::VerifyWait),
             T0,
         );
         let s1 = apply_update(
-            &s0,
+            s0.clone(),
             "WebApp",
             &update(ReadyReason::InProgress, UpdatingReason::VerifyWait),
             T1,
@@ -602,7 +609,7 @@ mod tests {
         );
         assert_eq!(s1["conditions"][0]["reason"], "InProgress");
         let s2 = apply_update(
-            &s1,
+            s1.clone(),
             "WebApp",
             &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
             T1,
@@ -621,7 +628,7 @@ mod tests {
             "webAppStatus": "Paused by ops"
         });
         let s = apply_update(
-            &current,
+            current.clone(),
             "WebApp",
             &StatusUpdate {
                 ready: Some((ReadyReason::InProgress, "working".into())),
@@ -647,7 +654,7 @@ mod tests {
     #[test]
     fn service_status_summarises() {
         let field =
-            |u: StatusUpdate| apply_update(&Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
+            |u: StatusUpdate| apply_update(Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
         assert_eq!(
             field(update(ReadyReason::Stable, UpdatingReason::Stable)),
             "Completed"
@@ -675,7 +682,7 @@ mod tests {
     fn versions_and_component_status() {
         let state = CompletionState::new(["a"], ["b"], ["c"], ["d"], None).unwrap();
         let s = apply_update(
-            &Value::Null,
+            Value::Null,
             "X",
             &StatusUpdate {
                 components: Some(state),
@@ -701,7 +708,7 @@ mod tests {
     #[test]
     fn changes_ignore_timestamps() {
         let a = apply_update(
-            &Value::Null,
+            Value::Null,
             "X",
             &update(ReadyReason::Stable, UpdatingReason::Stable),
             T0,

@@ -269,6 +269,16 @@ impl MemoryCluster {
             .collect()
     }
 
+    /// The object as [`Cluster::get`] reads it, the view the store keeps (see `Entry`).
+    fn shared_view(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        let state = self.state.lock();
+        let (key, _) = Self::key_of(&state, object)?;
+        Ok(state
+            .objects
+            .get(&key)
+            .map(|e| e.shared_view(&self.field_manager)))
+    }
+
     /// The store key of `object`, and its kind's scope.
     fn key_of(state: &State, object: &ObjectRef) -> Result<(Key, Scope), ClusterError> {
         let scope = state.scope(&object.type_ref())?;
@@ -305,16 +315,15 @@ impl Cluster for MemoryCluster {
         Ok(state.objects.get(&key).map(|e| e.view(&self.field_manager)))
     }
 
+    async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.shared_view(object)
+    }
+
     async fn get_own_shared(
         &self,
         object: &ObjectRef,
     ) -> Result<Option<Arc<Value>>, ClusterError> {
-        let state = self.state.lock();
-        let (key, _) = Self::key_of(&state, object)?;
-        Ok(state
-            .objects
-            .get(&key)
-            .map(|e| e.shared_view(&self.field_manager)))
+        self.shared_view(object)
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
