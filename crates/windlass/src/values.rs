@@ -142,6 +142,17 @@ pub(crate) fn canonical_hash(value: &Value) -> String {
     hex(&Sha256::digest(&bytes))
 }
 
+/// `T` parsed from `value`; on failure, the path of the field that does not parse.
+///
+/// Parsed directly first: serde_path_to_error tracks the path by allocating every map key
+/// it passes, and a reconcile parses its CR (status included) on every pass. Only a value
+/// that does not parse is walked again, to say where.
+pub(crate) fn parse_with_path<T: serde::de::DeserializeOwned>(
+    value: &Value,
+) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
+    T::deserialize(value).or_else(|_| serde_path_to_error::deserialize(value))
+}
+
 /// Lower-case hexadecimal of bytes.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

@@ -15,7 +15,7 @@ use crate::rollout::patch::DEFAULT_PATCH_KIND;
 use crate::session::{Ledger, Parts, Session, manifest_version};
 use crate::status::inventory::Inventory;
 use crate::status::reconciled_version;
-use crate::values::merge;
+use crate::values::{merge, parse_with_path};
 use crate::version::Versions;
 
 use super::Reconciler;
@@ -223,7 +223,7 @@ fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Re
 /// The CR `cr` (merged over the controller's defaults) as its type; a spec that does not
 /// parse is a config error naming the field.
 fn typed_cr<C: Controller>(cr: &ObjectRef, merged: &Value) -> Result<C::Resource> {
-    serde_path_to_error::deserialize(merged).map_err(|e| {
+    parse_with_path(merged).map_err(|e| {
         Error::config(format!(
             "invalid {} {}: {}: {}",
             cr.kind,
@@ -269,7 +269,7 @@ fn check_version(
 fn typed_status<C: Controller>(status: &Value) -> C::Status {
     match status {
         Value::Null => C::Status::default(),
-        stored => serde_path_to_error::deserialize(stored).unwrap_or_else(|e| {
+        stored => parse_with_path(stored).unwrap_or_else(|e| {
             tracing::warn!(
                 "the stored status does not parse ({}: {}); starting from the default",
                 e.path(),
@@ -298,7 +298,7 @@ pub(super) fn typed_config<C: Controller>(value: &Value, defaults: &Value) -> Re
             unknown.join(", ")
         )));
     }
-    serde_path_to_error::deserialize(value)
+    parse_with_path(value)
         .map_err(|e| Error::config(format!("{WHERE}: {}: {}", e.path(), e.inner())))
 }
 
