@@ -454,7 +454,7 @@ impl<C: Controller> Reconciler<C> {
         ledger: &Ledger,
         start: &Option<StatusUpdate>,
     ) -> Result<Option<Arc<Value>>> {
-        let inventory = Arc::new(ledger.inventory());
+        let inventory = ledger.inventory();
         let author = session.status_changes();
         let next = |status: &Value| {
             self.after_start(

@@ -27,7 +27,7 @@ pub(super) struct ErrorStatus<'a> {
     /// The error, with the rollout state it carries.
     pub(super) failure: &'a Failure,
     /// What windlass applied for the CR, as far as the reconcile got.
-    pub(super) inventory: Inventory,
+    pub(super) inventory: Arc<Inventory>,
     /// The start status, if the reconcile got that far.
     pub(super) start: Option<&'a StatusUpdate>,
     /// The author's status changes (see [`Session::update_status`]), if the reconcile
@@ -59,7 +59,7 @@ impl<C: Controller> Reconciler<C> {
             updating: Some((updating, message)),
             components: failure.state.clone(),
             observed_generation: manifest.generation(),
-            inventory: Some(std::sync::Arc::new(inventory)),
+            inventory: Some(inventory),
             ..Default::default()
         };
         let next = |status: &Value| {

@@ -38,13 +38,13 @@ impl<C: Controller> Rollout<'_, C> {
             }
         }
         let rendered: BTreeSet<&ObjectRef> = objects.iter().map(|o| &o.reference).collect();
-        let leftovers = self
-            .session
-            .ledger()
-            .inventory_of(component)
-            .into_iter()
-            .filter(|(r, _)| !rendered.contains(r))
-            .collect::<Vec<_>>();
+        let leftovers = self.session.ledger().inventory_with(|i| {
+            i.objects(component)
+                .iter()
+                .filter(|(r, _)| !rendered.contains(r))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
         let pruned = delete_recorded(self.session, component, leftovers).await?;
         self.session.emit(Event::Deployed {
             component: component.to_string(),
@@ -115,7 +115,7 @@ impl<C: Controller> Rollout<'_, C> {
         if let Some(uid) = stored.uid() {
             session
                 .ledger()
-                .inventory_mut(|i| i.record(component, reference.clone(), uid));
+                .inventory_mut(|i| i.record(component, &reference, uid));
         }
         Ok((reference, drift.needs_write()))
     }

@@ -25,8 +25,9 @@ use crate::status::inventory::Inventory;
 pub(crate) struct Ledger {
     /// The freshest copy of each object read or written; `None` when it was found absent.
     objects: Mutex<HashMap<ObjectRef, Option<Arc<Value>>>>,
-    /// What windlass applied for the CR, as the rollout updates it.
-    inventory: Mutex<Inventory>,
+    /// What windlass applied for the CR, as the rollout updates it; shared with the
+    /// snapshots [`Ledger::inventory`] hands out, copied only when changed after one.
+    inventory: Mutex<Arc<Inventory>>,
     /// Held while the CR's finalizers are changed, so concurrent components don't race.
     pub(super) finalizers: tokio::sync::Mutex<()>,
     /// The Secrets and ConfigMaps a dependency hash was computed from as the cluster held
@@ -39,7 +40,7 @@ impl Ledger {
     pub(crate) fn new(inventory: Inventory) -> Self {
         Ledger {
             objects: Mutex::default(),
-            inventory: Mutex::new(inventory),
+            inventory: Mutex::new(Arc::new(inventory)),
             finalizers: tokio::sync::Mutex::new(()),
             dependencies: Mutex::default(),
         }
@@ -84,11 +85,11 @@ impl Ledger {
 
     /// Change the inventory.
     pub(crate) fn inventory_mut<T>(&self, change: impl FnOnce(&mut Inventory) -> T) -> T {
-        change(&mut self.inventory.lock())
+        change(Arc::make_mut(&mut self.inventory.lock()))
     }
 
     /// The inventory as it is now.
-    pub(crate) fn inventory(&self) -> Inventory {
+    pub(crate) fn inventory(&self) -> Arc<Inventory> {
         self.inventory.lock().clone()
     }
 

@@ -57,7 +57,7 @@ impl Inventory {
                 namespace: text("namespace"),
                 name,
             };
-            inventory.record(&component, reference, &uid);
+            inventory.record(&component, &reference, &uid);
         }
         inventory
     }
@@ -80,12 +80,53 @@ impl Inventory {
         Value::Array(entries)
     }
 
-    /// Note that `component` applied `reference`, now with `uid`.
-    pub(crate) fn record(&mut self, component: &str, reference: ObjectRef, uid: &str) {
-        let objects = self.0.entry(component.to_string()).or_default();
-        match objects.binary_search_by(|(r, _)| r.cmp(&reference)) {
+    /// Whether `value` is [`Inventory::to_value`] of this inventory, compared without making
+    /// it: a steady reconcile finds the status holding it already.
+    pub(crate) fn is_value(&self, value: &Value) -> bool {
+        let Some(entries) = value.as_array() else {
+            return false;
+        };
+        let mut entries = entries.iter();
+        let ours = self
+            .0
+            .iter()
+            .flat_map(|(component, objects)| objects.iter().map(move |o| (component, o)));
+        for (component, (reference, uid)) in ours {
+            let Some(entry) = entries.next().and_then(Value::as_object) else {
+                return false;
+            };
+            let fields = [
+                ("component", Some(component.as_str())),
+                ("apiVersion", Some(reference.api_version.as_str())),
+                ("kind", Some(reference.kind.as_str())),
+                ("name", Some(reference.name.as_str())),
+                ("uid", Some(uid.as_str())),
+                ("namespace", reference.namespace.as_deref()),
+            ];
+            let present = fields.iter().filter(|(_, v)| v.is_some()).count();
+            let same = fields.iter().all(|(key, expected)| {
+                expected.is_none_or(|v| entry.get(*key).and_then(Value::as_str) == Some(v))
+            });
+            if entry.len() != present || !same {
+                return false;
+            }
+        }
+        entries.next().is_none()
+    }
+
+    /// Note that `component` applied `reference`, now with `uid`. Nothing is copied for
+    /// an entry that is already there, as it is in a steady reconcile.
+    pub(crate) fn record(&mut self, component: &str, reference: &ObjectRef, uid: &str) {
+        if !self.0.contains_key(component) {
+            self.0.insert(component.to_string(), Vec::new());
+        }
+        let Some(objects) = self.0.get_mut(component) else {
+            return;
+        };
+        match objects.binary_search_by(|(r, _)| r.cmp(reference)) {
+            Ok(at) if objects[at].1 == uid => {}
             Ok(at) => objects[at].1 = uid.to_string(),
-            Err(at) => objects.insert(at, (reference, uid.to_string())),
+            Err(at) => objects.insert(at, (reference.clone(), uid.to_string())),
         }
     }
 
@@ -103,7 +144,12 @@ impl Inventory {
 
     /// The objects `component` applied, with their uids.
     pub fn of(&self, component: &str) -> Vec<(ObjectRef, String)> {
-        self.0.get(component).cloned().unwrap_or_default()
+        self.objects(component).to_vec()
+    }
+
+    /// [`Inventory::of`], borrowed.
+    pub(crate) fn objects(&self, component: &str) -> &[(ObjectRef, String)] {
+        self.0.get(component).map_or(&[], Vec::as_slice)
     }
 
     /// The components with recorded objects.
@@ -126,8 +172,8 @@ mod tests {
         let mut inventory = Inventory::default();
         let cm = ObjectRef::new("v1", "ConfigMap", Some("ns"), "a");
         let ns = ObjectRef::new("v1", "Namespace", None, "team");
-        inventory.record("web", cm.clone(), "u1");
-        inventory.record("tenant", ns.clone(), "u2");
+        inventory.record("web", &cm, "u1");
+        inventory.record("tenant", &ns, "u2");
         let mut status = json!({FIELD: inventory.to_value()});
         status[FIELD]
             .as_array_mut()
@@ -135,6 +181,9 @@ mod tests {
             .push(json!({"component": "x", "kind": 3}));
         let back = Inventory::from_status(&status);
         assert_eq!(back, inventory);
+        assert!(inventory.is_value(&inventory.to_value()));
+        assert!(!inventory.is_value(&status[FIELD]), "the malformed entry");
+        assert!(!Inventory::default().is_value(&inventory.to_value()));
         assert_eq!(back.of("web"), vec![(cm.clone(), "u1".to_string())]);
         let mut emptied = back;
         emptied.forget("web", &cm);

@@ -318,7 +318,12 @@ pub(crate) fn apply_update(current: Value, kind: &str, update: &StatusUpdate, no
         _ => Map::new(),
     };
     set_conditions(&mut status, update, now);
-    if let Some(state) = &update.components {
+    // Made only when it differs from the stored one (not in a steady reconcile).
+    if let Some(state) = &update.components
+        && !status
+            .get("componentStatus")
+            .is_some_and(|stored| component_status_is(state, stored))
+    {
         status.insert("componentStatus".into(), component_status(state));
     }
     if let Some(generation) = update.observed_generation {
@@ -332,6 +337,11 @@ pub(crate) fn apply_update(current: Value, kind: &str, update: &StatusUpdate, no
         Some(inventory) if inventory.is_empty() => {
             status.remove(crate::status::inventory::FIELD);
         }
+        // The same inventory as stored (a steady reconcile): nothing to make.
+        Some(inventory)
+            if status
+                .get(crate::status::inventory::FIELD)
+                .is_some_and(|stored| inventory.is_value(stored)) => {}
         Some(inventory) => {
             status.insert(crate::status::inventory::FIELD.into(), inventory.to_value());
         }
@@ -452,6 +462,36 @@ pub(crate) fn component_status(state: &CompletionState) -> Value {
         "deployed": format!("{}/{}", deployed.len(), all.len()),
         "verified": format!("{}/{}", state.verified().len(), all.len()),
     })
+}
+
+/// Whether `stored` is [`component_status`] of `state`, compared without making it.
+fn component_status_is(state: &CompletionState, stored: &Value) -> bool {
+    use std::collections::BTreeSet;
+    let all: BTreeSet<&String> = state
+        .verified()
+        .iter()
+        .chain(state.unverified())
+        .chain(state.failed_nodes())
+        .chain(state.unstarted())
+        .collect();
+    let deployed = state.verified().union(state.unverified()).count();
+    let names = |key: &str, expected: &mut dyn Iterator<Item = &String>| {
+        stored[key]
+            .as_array()
+            .is_some_and(|names| names.iter().map(Value::as_str).eq(expected.map(|n| Some(n.as_str()))))
+    };
+    let text = |key: &str, text: String| stored[key].as_str() == Some(text.as_str());
+    stored.as_object().is_some_and(|map| map.len() == 7)
+        && names("allComponents", &mut all.iter().copied())
+        && names(
+            "deployedComponents",
+            &mut state.verified().union(state.unverified()),
+        )
+        && names("verifiedComponents", &mut state.verified().iter())
+        && names("unverifiedComponents", &mut state.unverified().iter())
+        && names("failedComponents", &mut state.failed_nodes().iter())
+        && text("deployed", format!("{deployed}/{}", all.len()))
+        && text("verified", format!("{}/{}", state.verified().len(), all.len()))
 }
 
 /// The name of the service status field: the kind with a lower-case first letter, plus
@@ -703,6 +743,10 @@ mod tests {
             json!(["a", "b"])
         );
         assert_eq!(s["componentStatus"]["failedComponents"], json!(["c"]));
+        let state = CompletionState::new(["a"], ["b"], ["c"], ["d"], None).unwrap();
+        assert!(component_status_is(&state, &component_status(&state)));
+        let other = CompletionState::new(["a"], ["b"], ["d"], ["c"], None).unwrap();
+        assert!(!component_status_is(&other, &component_status(&state)));
     }
 
     #[test]
