@@ -24,18 +24,14 @@ impl<C: Controller> Rollout<'_, C> {
     /// deleted.
     pub(super) async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
-        let mut applied = Vec::new();
-        let mut unchanged = Vec::new();
+        let mut written = Vec::with_capacity(objects.len());
         for object in objects {
-            let (reference, changed) = self.deploy_object(component, object).await?;
-            if changed && self.session.ledger().dependency_written(&reference) {
+            let changed = self.deploy_object(component, object).await?;
+            let reference = &object.reference;
+            if changed && self.session.ledger().dependency_written(reference) {
                 tracing::debug!(object = %reference, component, "written after a dependency hash was computed from its old data: the CR is requeued");
             }
-            if changed {
-                applied.push(reference);
-            } else {
-                unchanged.push(reference);
-            }
+            written.push(changed);
         }
         let rendered: BTreeSet<&ObjectRef> = objects.iter().map(|o| &o.reference).collect();
         let leftovers = self.session.ledger().inventory_with(|i| {
@@ -46,10 +42,19 @@ impl<C: Controller> Rollout<'_, C> {
                 .collect::<Vec<_>>()
         });
         let pruned = delete_recorded(self.session, component, leftovers).await?;
-        self.session.emit(Event::Deployed {
-            component: component.to_string(),
-            applied,
-            unchanged,
+        self.session.emit_with(|| {
+            let (applied, unchanged): (Vec<_>, Vec<_>) = objects
+                .iter()
+                .zip(written)
+                .partition(|(_, written)| *written);
+            let references = |list: Vec<(&ManagedObject, bool)>| {
+                list.into_iter().map(|(o, _)| o.reference.clone()).collect()
+            };
+            Event::Deployed {
+                component: component.to_string(),
+                applied: references(applied),
+                unchanged: references(unchanged),
+            }
         });
         if !pruned.is_empty() {
             self.session.emit(Event::Disabled {
@@ -61,31 +66,26 @@ impl<C: Controller> Rollout<'_, C> {
     }
 
     /// Apply one object unless windlass already applied exactly this and still owns every
-    /// field of it (see [`crate::rollout::drift`]). Returns its reference and whether a write
-    /// happened.
-    async fn deploy_object(
-        &self,
-        component: &str,
-        object: &ManagedObject,
-    ) -> Result<(ObjectRef, bool)> {
+    /// field of it (see [`crate::rollout::drift`]). Returns whether a write happened.
+    async fn deploy_object(&self, component: &str, object: &ManagedObject) -> Result<bool> {
         let session = self.session;
         let cr = session.manifest();
         let mut manifest = object.manifest.clone();
-        let reference = object.reference.clone();
+        let reference = &object.reference;
         // A component may render the CR itself (to rewrite its own spec): it is not its
         // own child.
-        let itself = reference == session.cr_ref();
+        let itself = session.is_cr(reference);
         add_owner_reference(&mut manifest, cr);
         if !itself {
             stamp_labels(&mut manifest, cr, component);
         }
         crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
-        let live = session.cluster().get_own_shared(&reference).await?;
+        let live = session.cluster().get_own_shared(reference).await?;
         if let Some(live) = &live
             && !itself
         {
-            refuse_foreign(&reference, live, cr)?;
+            refuse_foreign(reference, live, cr)?;
         }
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
@@ -115,9 +115,9 @@ impl<C: Controller> Rollout<'_, C> {
         if let Some(uid) = stored.uid() {
             session
                 .ledger()
-                .inventory_mut(|i| i.record(component, &reference, uid));
+                .inventory_mut(|i| i.record(component, reference, uid));
         }
-        Ok((reference, drift.needs_write()))
+        Ok(drift.needs_write())
     }
 
     /// Write `manifest` by the object's method. Conflicts (HTTP 409) are retried with a

@@ -307,7 +307,7 @@ impl<C: Controller> Rollout<'_, C> {
     async fn verify_node(&self, id: NodeId) -> std::result::Result<(), Halt> {
         self.guard(id, Phase::Verify, async {
             let verdict = self.check_ready(id).await;
-            self.session.emit(Event::Verified {
+            self.session.emit_with(|| Event::Verified {
                 component: self.name(id).to_string(),
                 ok: matches!(verdict, Ok(Readiness::Ready)),
             });

@@ -67,14 +67,14 @@ impl<C: Controller> Rollout<'_, C> {
                 .await?;
         } else {
             // Its pods are being deleted: whatever it read before concerns the CR no more.
-            session.emit(Event::Dependencies {
+            session.emit_with(|| Event::Dependencies {
                 cr: session.cr_ref(),
                 component: name.to_string(),
                 objects: Vec::new(),
             });
         }
         crate::rollout::dump::dump_component(session, name, entry.disabled, &objects)?;
-        session.emit(Event::Rendered {
+        session.emit_with(|| Event::Rendered {
             component: name.to_string(),
             disabled: entry.disabled,
             objects: objects.iter().map(|o| o.reference.clone()).collect(),
@@ -118,7 +118,7 @@ impl<C: Controller> Rollout<'_, C> {
                 external.extend(self.stamp_dependency_hash(object, &sources).await?);
             }
         }
-        self.session.emit(Event::Dependencies {
+        self.session.emit_with(|| Event::Dependencies {
             cr: self.session.cr_ref(),
             component: self.name(id).to_string(),
             objects: external.into_iter().collect(),

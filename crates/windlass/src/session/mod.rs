@@ -225,6 +225,13 @@ impl<C: ControllerTypes> Session<C> {
             self.name(),
         )
     }
+    /// Whether `object` is the CR ([`Session::cr_ref`], compared without making it).
+    pub(crate) fn is_cr(&self, object: &ObjectRef) -> bool {
+        object.name == self.name()
+            && object.kind == self.kind()
+            && object.api_version == self.api_version()
+            && object.namespace.as_deref() == self.inner.manifest.namespace()
+    }
     /// The backend config: [`Controller::Config`](crate::controller::Controller::Config)'s defaults ← the config-defaults
     /// ConfigMap ← the CR's `spec.configOverrides`, parsed once per reconcile.
     pub fn config(&self) -> &C::Config {
@@ -423,6 +430,14 @@ impl<C: ControllerTypes> Session<C> {
             self.inner.component_events.lock().push(cr_event);
         }
         emit(self.inner.observer.as_ref(), event);
+    }
+
+    /// [`Session::emit`] the event `make` makes, if it would go anywhere (see
+    /// [`crate::progress::wanted`]): for the events of every component's steps, not halts.
+    pub(crate) fn emit_with(&self, make: impl FnOnce() -> Event) {
+        if crate::progress::wanted(self.inner.observer.as_ref()) {
+            self.emit(make());
+        }
     }
 
     /// The Events the rollout's progress called for so far, handed over once.
