@@ -53,7 +53,7 @@ use crate::resource::ControllerTypes;
 /// windlass computes its part from the stored JSON, so a field this type does not know
 /// (an older windlass's, `<kind>Status`) is kept in `other`. Conditions are Kubernetes'
 /// `metav1.Condition`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     /// `Ready` and `Updating` (see [`ReadyReason`], [`UpdatingReason`]), then anyone
@@ -128,6 +128,56 @@ impl Status {
     /// `versions.reconciled`.
     pub fn reconciled_version(&self) -> Option<&str> {
         self.versions.as_ref()?.reconciled.as_deref()
+    }
+}
+
+/// By hand, as `#[derive(Deserialize)]` would with `other` flattened, except that the
+/// keys windlass does not know go straight into `other` instead of through serde's buffer
+/// for flattened fields first: the inventory, one of them, lists every object of the CR,
+/// and a reconcile parses the status on every pass. The same answers and errors (paths
+/// included, see `parses_as_derived`).
+impl<'de> Deserialize<'de> for Status {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(StatusVisitor)
+    }
+}
+
+/// [`Status`]'s fields other than `other`, as the status names them.
+const STATUS_FIELDS: [&str; 4] = [
+    "conditions",
+    "observedGeneration",
+    "componentStatus",
+    "versions",
+];
+
+struct StatusVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StatusVisitor {
+    type Value = Status;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("struct Status")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Status, A::Error> {
+        let mut status = Status::default();
+        let mut seen = [false; STATUS_FIELDS.len()];
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(field) = STATUS_FIELDS.iter().position(|f| *f == key) else {
+                status.other.insert(key, map.next_value()?);
+                continue;
+            };
+            if std::mem::replace(&mut seen[field], true) {
+                return Err(serde::de::Error::duplicate_field(STATUS_FIELDS[field]));
+            }
+            match field {
+                0 => status.conditions = map.next_value()?,
+                1 => status.observed_generation = map.next_value()?,
+                2 => status.component_status = map.next_value()?,
+                _ => status.versions = map.next_value()?,
+            }
+        }
+        Ok(status)
     }
 }
 
@@ -813,5 +863,67 @@ mod tests {
             "VersionChange".parse::<UpdatingReason>().unwrap(),
             UpdatingReason::VersionChange
         );
+    }
+
+    /// [`Status`]'s hand-written Deserialize answers as the derived one would, errors and
+    /// their paths included, alone and flattened into an operator's status.
+    #[test]
+    fn parses_as_derived() {
+        // Read through Debug only.
+        #[allow(dead_code)]
+        #[derive(Debug, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Derived {
+            #[serde(default)]
+            conditions: Vec<Condition>,
+            #[serde(default)]
+            observed_generation: Option<i64>,
+            #[serde(default)]
+            component_status: Option<ComponentStatus>,
+            #[serde(default)]
+            versions: Option<Versions>,
+            #[serde(flatten)]
+            other: Map<String, Value>,
+        }
+        #[allow(dead_code)]
+        #[derive(Debug, Deserialize)]
+        struct Outer<S> {
+            #[serde(flatten)]
+            windlass: S,
+            url: Option<String>,
+        }
+        fn parsed<T: serde::de::DeserializeOwned + fmt::Debug>(value: &Value) -> String {
+            let answer = match serde_path_to_error::deserialize::<_, T>(value) {
+                Ok(parsed) => format!("{parsed:?}"),
+                Err(e) => format!("{}: {}", e.path(), e.inner()),
+            };
+            answer.replace("Derived", "Status")
+        }
+        let condition = json!({"type": "Ready", "status": "True", "reason": "Stable",
+            "message": "", "lastTransitionTime": T0});
+        let cases = [
+            json!("x"),
+            json!({"conditions": null}),
+            json!({"conditions": [{"type": "Ready"}]}),
+            json!({"conditions": "no"}),
+            json!({"observedGeneration": "1"}),
+            json!({"componentStatus": {"allComponents": [1]}}),
+            json!({"versions": {"reconciled": 3}}),
+            json!({"conditions": [condition], "inventory": [{"a": 1}], "webAppStatus": "x",
+                   "observedGeneration": null, "versions": {"reconciled": "1.0"},
+                   "componentStatus": {"deployed": "1/1"}}),
+        ];
+        for case in cases {
+            assert_eq!(parsed::<Status>(&case), parsed::<Derived>(&case), "{case}");
+            let mut outer = case.clone();
+            if let Some(map) = outer.as_object_mut() {
+                map.insert("url".into(), json!("u"));
+            }
+            assert_eq!(
+                parsed::<Outer<Status>>(&outer),
+                parsed::<Outer<Derived>>(&outer),
+                "{outer}"
+            );
+        }
     }
 }
