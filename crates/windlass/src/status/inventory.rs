@@ -41,7 +41,7 @@ impl Inventory {
     pub(crate) fn from_status(status: &Value) -> Self {
         let mut inventory = Inventory::default();
         for entry in status[FIELD].as_array().into_iter().flatten() {
-            let text = |key: &str| entry[key].as_str().map(str::to_string);
+            let text = |key: &str| entry[key].as_str();
             let (Some(component), Some(api_version), Some(kind), Some(name), Some(uid)) = (
                 text("component"),
                 text("apiVersion"),
@@ -51,13 +51,25 @@ impl Inventory {
             ) else {
                 continue;
             };
-            let reference = ObjectRef {
-                api_version,
-                kind,
-                namespace: text("namespace"),
-                name,
-            };
-            inventory.record(&component, &reference, &uid);
+            let reference = ObjectRef::new(api_version, kind, text("namespace"), name);
+            let object = (reference, uid.to_string());
+            match inventory.0.get_mut(component) {
+                Some(objects) => objects.push(object),
+                None => {
+                    inventory.0.insert(component.to_string(), vec![object]);
+                }
+            }
+        }
+        // Sorted as `record` keeps them; of an object listed twice, the last uid stands.
+        for objects in inventory.0.values_mut() {
+            objects.sort_by(|(a, _), (b, _)| a.cmp(b));
+            objects.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(&mut later.1, &mut kept.1);
+                }
+                same
+            });
         }
         inventory
     }
@@ -189,5 +201,10 @@ mod tests {
         emptied.forget("web", &cm);
         assert_eq!(emptied.components(), BTreeSet::from(["tenant".to_string()]));
         assert!(Inventory::from_status(&json!({})).is_empty());
+        // An object listed twice: the later entry stands, as recording it twice would.
+        let entry = |uid: &str| json!({"component": "web", "apiVersion": "v1",
+            "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": uid});
+        let twice = Inventory::from_status(&json!({FIELD: [entry("u1"), entry("u2")]}));
+        assert_eq!(twice.of("web"), vec![(cm, "u2".to_string())]);
     }
 }
