@@ -133,6 +133,7 @@ pub(crate) fn canonical_hash(value: &Value) -> String {
                 }
                 out.byte(b']');
             }
+            Value::String(text) => out.string(text),
             scalar => {
                 // Writing into the hash cannot fail.
                 let _ = serde_json::to_writer(&mut *out, scalar);
@@ -144,8 +145,7 @@ pub(crate) fn canonical_hash(value: &Value) -> String {
             if i > 0 {
                 out.byte(b',');
             }
-            // A String always serializes; writing into the hash cannot fail.
-            let _ = serde_json::to_writer(&mut *out, key);
+            out.string(key);
             out.byte(b':');
             write(value, out);
         }
@@ -175,6 +175,20 @@ impl HashWriter {
         }
         self.buffer[self.len] = byte;
         self.len += 1;
+    }
+
+    /// `text` as serde_json writes a JSON string. Most strings need no escape (serde_json
+    /// escapes `"`, `\\` and control characters only) and are copied as they are.
+    fn string(&mut self, text: &str) {
+        use std::io::Write;
+        if text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            // A string always serializes; writing into the hash cannot fail.
+            let _ = serde_json::to_writer(&mut *self, text);
+        } else {
+            self.byte(b'"');
+            let _ = self.write(text.as_bytes());
+            self.byte(b'"');
+        }
     }
 
     fn flush_buffer(&mut self) {
@@ -263,6 +277,14 @@ mod tests {
         let c: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [2, 1]}, "a": 1}"#).unwrap();
         assert_ne!(canonical_hash(&a), canonical_hash(&c));
         assert_eq!(canonical_hash(&a).len(), 64);
+        // The JSON hashed is serde_json's, escapes included, long strings too.
+        use sha2::{Digest, Sha256};
+        let long = "x".repeat(700);
+        for text in ["plain", "quote \" and \\ back", "tab\tnew\nline\u{1}", "ünïcode €", &long] {
+            let value = json!({"b": text, "a": [1, 2.5, null, true, text]});
+            let expected = hex(&Sha256::digest(serde_json::to_vec(&value).unwrap()));
+            assert_eq!(canonical_hash(&value), expected, "{text}");
+        }
     }
 
     #[test]
