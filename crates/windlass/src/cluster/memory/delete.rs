@@ -109,7 +109,7 @@ fn terminating_namespaces(state: &State) -> BTreeSet<String> {
         .objects
         .iter()
         .filter(|(k, e)| k.is_namespace() && e.object().is_terminating())
-        .map(|(k, _)| k.name.clone())
+        .map(|(k, _)| k.name().to_string())
         .collect()
 }
 
@@ -132,7 +132,7 @@ fn garbage(
                     refs.iter()
                         .all(|r| r["uid"].as_str().is_none_or(|uid| !uids.contains(uid)))
                 });
-            orphaned || terminating_namespaces.contains(&k.namespace)
+            orphaned || terminating_namespaces.contains(k.namespace())
         })
         .map(|(k, _)| k.clone())
         .collect()
@@ -142,8 +142,8 @@ fn garbage(
 fn emptied_namespaces(state: &State, terminating_namespaces: &BTreeSet<String>) -> Vec<Key> {
     terminating_namespaces
         .iter()
-        .filter(|ns| !state.objects.keys().any(|k| &k.namespace == *ns))
-        .map(|ns| Key::namespace(ns))
+        .filter(|ns| !state.objects.keys().any(|k| k.namespace() == ns.as_str()))
+        .map(|ns| Key::of_namespace(ns))
         .filter(|k| {
             state
                 .objects

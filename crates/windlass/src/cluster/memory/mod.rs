@@ -179,7 +179,7 @@ impl MemoryCluster {
     pub fn create_namespace(&self, name: &str) -> Result<(), ClusterError> {
         let manifest = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         let mut state = self.state.lock();
-        let key = Key::namespace(name);
+        let key = Key::of_namespace(name);
         if !state.objects.contains_key(&key) {
             check_metadata("Namespace", &manifest).map_err(|message| {
                 ClusterError::invalid(format!("v1/Namespace/{name}"), message)
@@ -283,23 +283,16 @@ impl MemoryCluster {
     fn key_of(state: &State, object: &ObjectRef) -> Result<(Key, Scope), ClusterError> {
         let scope = state.scope(&object.type_ref())?;
         let namespace = match scope {
-            Scope::Cluster => String::new(),
-            Scope::Namespaced => object.namespace.clone().ok_or_else(|| {
+            Scope::Cluster => "",
+            Scope::Namespaced => object.namespace.as_deref().ok_or_else(|| {
                 ClusterError::invalid(
                     object.to_string(),
                     "metadata.namespace: required for a namespaced kind",
                 )
             })?,
         };
-        Ok((
-            Key {
-                group: api_group(&object.api_version).to_string(),
-                kind: object.kind.clone(),
-                namespace,
-                name: object.name.clone(),
-            },
-            scope,
-        ))
+        let group = api_group(&object.api_version);
+        Ok((Key::new(group, &object.kind, namespace, &object.name), scope))
     }
 }
 
@@ -338,8 +331,8 @@ impl Cluster for MemoryCluster {
         Ok(state
             .objects
             .iter()
-            .filter(|(k, _)| k.group == group && k.kind == query.type_ref.kind)
-            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
+            .filter(|(k, _)| k.group() == group && k.kind() == query.type_ref.kind)
+            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace() == ns))
             .map(|(_, e)| e)
             .filter(|e| {
                 crate::cluster::selector::labels_match(&labels, &e.object())

@@ -13,29 +13,63 @@ use crate::cluster::Scope;
 use crate::error::ClusterError;
 use crate::object::{ManifestExt, TypeRef, api_group};
 
-/// Where an object is stored: objects are keyed by group and kind, not by API version.
+/// Where an object is stored: objects are keyed by group and kind, not by API version,
+/// then namespace (empty for cluster-scoped kinds) and name.
+///
+/// The four parts are kept in one string, separated by NUL, which none of them contains
+/// (names are validated, kinds must be served, and a lookup whose part contains one finds
+/// nothing). Comparing two keys is then one comparison of two strings, in the order that
+/// comparing group, kind, namespace and name one after another gives. A read compares its
+/// key with about ten stored ones: four strings apart in memory each cost it more than the
+/// rest of the read.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Key {
-    pub(super) group: String,
-    pub(super) kind: String,
-    pub(super) namespace: String,
-    pub(super) name: String,
-}
+pub(super) struct Key(String);
+
+/// Between the parts of a [`Key`].
+const SEPARATOR: char = '\0';
 
 impl Key {
-    /// The key of the namespace `name`.
-    pub(super) fn namespace(name: &str) -> Key {
-        Key {
-            group: String::new(),
-            kind: "Namespace".into(),
-            namespace: String::new(),
-            name: name.into(),
+    pub(super) fn new(group: &str, kind: &str, namespace: &str, name: &str) -> Key {
+        let parts = [group, kind, namespace, name];
+        let mut key = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+        for (i, part) in parts.into_iter().enumerate() {
+            if i > 0 {
+                key.push(SEPARATOR);
+            }
+            key.push_str(part);
         }
+        Key(key)
+    }
+
+    /// The key of the namespace `name`.
+    pub(super) fn of_namespace(name: &str) -> Key {
+        Key::new("", "Namespace", "", name)
+    }
+
+    fn part(&self, index: usize) -> &str {
+        self.0.split(SEPARATOR).nth(index).unwrap_or_default()
+    }
+
+    pub(super) fn group(&self) -> &str {
+        self.part(0)
+    }
+
+    pub(super) fn kind(&self) -> &str {
+        self.part(1)
+    }
+
+    /// Empty for a cluster-scoped object.
+    pub(super) fn namespace(&self) -> &str {
+        self.part(2)
+    }
+
+    pub(super) fn name(&self) -> &str {
+        self.part(3)
     }
 
     /// Whether this is the key of a namespace.
     pub(super) fn is_namespace(&self) -> bool {
-        self.group.is_empty() && self.kind == "Namespace"
+        self.group().is_empty() && self.kind() == "Namespace"
     }
 }
 
@@ -184,18 +218,18 @@ impl State {
     }
 
     pub(super) fn namespace(&self, name: &str) -> Option<&Value> {
-        self.objects.get(&Key::namespace(name)).map(Entry::object)
+        self.objects.get(&Key::of_namespace(name)).map(Entry::object)
     }
 }
 
 /// The store key of a stored object (its namespace already resolved by its kind's scope).
 pub(super) fn key_of_manifest(object: &Value) -> Key {
-    Key {
-        group: api_group(object.api_version().unwrap_or_default()).to_string(),
-        kind: object.kind().unwrap_or_default().to_string(),
-        namespace: object.namespace().unwrap_or_default().to_string(),
-        name: object.name().unwrap_or_default().to_string(),
-    }
+    Key::new(
+        api_group(object.api_version().unwrap_or_default()),
+        object.kind().unwrap_or_default(),
+        object.namespace().unwrap_or_default(),
+        object.name().unwrap_or_default(),
+    )
 }
 
 /// Serve the kinds a stored `CustomResourceDefinition` defines.

@@ -70,12 +70,12 @@ impl<'a> Request<'a> {
     ) -> Result<Self, ClusterError> {
         let (api_version, kind, info) = checked_kind(state, manifest)?;
         let namespace = namespace_of(state, manifest, api_version, kind, info.scope)?;
-        let key = Key {
-            group: api_group(api_version).into(),
-            kind: kind.into(),
-            namespace,
-            name: manifest.name().unwrap_or_default().into(),
-        };
+        let key = Key::new(
+            api_group(api_version),
+            kind,
+            &namespace,
+            manifest.name().unwrap_or_default(),
+        );
         let (sent, desired) = writable(manifest, kind, info);
         Ok(Request {
             key,
@@ -148,12 +148,12 @@ fn namespace_of(
     match state.namespace(&ns) {
         None => return Err(ClusterError::NotFound(format!("namespace {ns}"))),
         Some(n) if n.is_terminating() => {
-            let key = Key {
-                group: api_group(api_version).into(),
-                kind: kind.into(),
-                namespace: ns.clone(),
-                name: manifest.name().unwrap_or_default().into(),
-            };
+            let key = Key::new(
+                api_group(api_version),
+                kind,
+                &ns,
+                manifest.name().unwrap_or_default(),
+            );
             if !state.objects.contains_key(&key) {
                 return Err(ClusterError::Forbidden(format!(
                     "unable to create {}: namespace {ns} is being terminated",
@@ -383,7 +383,7 @@ pub(super) fn commit(
     // own copy, so cloning the entry (object and every manager's applied fields) here again
     // is not needed.
     let Some(entry) = state.objects.get_mut(&key) else {
-        return Err(ClusterError::NotFound(format!("{}/{}", key.kind, key.name)));
+        return Err(ClusterError::NotFound(format!("{}/{}", key.kind(), key.name())));
     };
     let writer = applied.as_ref().map(|(manager, _)| manager.as_str());
     entry.disown_changed(writer, &next);
@@ -432,7 +432,7 @@ fn check_no_new_finalizers(key: &Key, stored: &Value, next: &Value) -> Result<()
         let before: BTreeSet<&str> = stored.finalizers().into_iter().collect();
         if let Some(added) = next.finalizers().into_iter().find(|f| !before.contains(f)) {
             return Err(ClusterError::invalid(
-                format!("{}/{}", key.kind, key.name),
+                format!("{}/{}", key.kind(), key.name()),
                 format!(
                     "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizer {added}"
                 ),
@@ -463,8 +463,8 @@ pub(super) fn create(
     if generation {
         metadata.insert("generation".into(), json!(1));
     }
-    if !key.namespace.is_empty() {
-        metadata.insert("namespace".into(), json!(key.namespace));
+    if !key.namespace().is_empty() {
+        metadata.insert("namespace".into(), json!(key.namespace()));
     }
     register_crd_kinds(state, &object);
     state.objects.insert(
