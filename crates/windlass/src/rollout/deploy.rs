@@ -41,7 +41,12 @@ impl<C: Controller> Rollout<'_, C> {
                 .cloned()
                 .collect::<Vec<_>>()
         });
-        let pruned = delete_recorded(self.session, component, leftovers).await?;
+        // Boxed, as the writes below: what a steady reconcile does not do need not make
+        // every component's future (allocated by the DAG runner) larger.
+        let pruned = match leftovers.is_empty() {
+            true => Vec::new(),
+            false => Box::pin(delete_recorded(self.session, component, leftovers)).await?,
+        };
         self.session.emit_with(|| {
             let (applied, unchanged): (Vec<_>, Vec<_>) = objects
                 .iter()
@@ -107,9 +112,9 @@ impl<C: Controller> Rollout<'_, C> {
                         cr,
                     )
                 {
-                    session.hold_for_cleanup().await?;
+                    Box::pin(session.hold_for_cleanup()).await?;
                 }
-                self.write(object, &manifest).await?
+                Box::pin(self.write(object, &manifest)).await?
             }
         };
         if let Some(uid) = stored.uid() {
