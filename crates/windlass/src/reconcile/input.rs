@@ -48,7 +48,6 @@ impl<C: Controller> Reconciler<C> {
         )?;
         let status = &manifest["status"];
         let current_version = reconciled_version(status).map(str::to_string);
-        let typed_status = typed_status::<C>(status);
         Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
@@ -59,7 +58,7 @@ impl<C: Controller> Reconciler<C> {
             cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
             temporary_patches,
             read: manifest.clone(),
-            typed_status,
+            typed_status: std::sync::OnceLock::new(),
             status_changes: parking_lot::Mutex::new(None),
             version,
             current_version,
@@ -262,22 +261,6 @@ fn check_version(
         )));
     }
     Ok(())
-}
-
-/// The stored status as the controller's status type; one that does not parse (an older
-/// operator wrote it, say) is logged and replaced by the default.
-fn typed_status<C: Controller>(status: &Value) -> C::Status {
-    match status {
-        Value::Null => C::Status::default(),
-        stored => parse_with_path(stored).unwrap_or_else(|e| {
-            tracing::warn!(
-                "the stored status does not parse ({}: {}); starting from the default",
-                e.path(),
-                e.inner()
-            );
-            C::Status::default()
-        }),
-    }
 }
 
 /// The backend config from its layers: a key `C::Config` does not have is an error that

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::events::CrEvent;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
+use crate::values::parse_with_path;
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
 use crate::version::Versions;
@@ -139,8 +140,10 @@ pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) temporary_patches: Vec<Value>,
     /// The CR as read: its status is the status as read.
     pub(crate) read: Arc<Value>,
-    /// The status as read, typed (the type's default when it does not parse).
-    pub(crate) typed_status: C::Status,
+    /// The status as read, typed (the type's default when it does not parse), parsed when
+    /// first asked for: parsing a status that lists every component and object costs a
+    /// reconcile that does not look at it.
+    pub(crate) typed_status: std::sync::OnceLock<C::Status>,
     /// The author's changes to the status, once [`Session::update_status`] was called.
     pub(crate) status_changes: Mutex<Option<C::Status>>,
     pub(crate) version: Option<String>,
@@ -250,10 +253,13 @@ impl<C: ControllerTypes> Session<C> {
     pub fn cluster(&self) -> &dyn Cluster {
         self.inner.cluster.as_ref()
     }
-    /// The CR's status when the reconcile began, typed. A stored status that does not
-    /// parse as [`Controller::Status`](crate::controller::Controller::Status) reads as its default (and is logged).
+    /// The CR's status when the reconcile began, typed (parsed when first asked for). A
+    /// stored status that does not parse as [`Controller::Status`](crate::controller::Controller::Status)
+    /// reads as its default (and is logged, then).
     pub fn status(&self) -> &C::Status {
-        &self.inner.typed_status
+        self.inner
+            .typed_status
+            .get_or_init(|| typed_status::<C>(self.status_value()))
     }
     /// The CR's status when the reconcile began, as JSON.
     pub fn status_value(&self) -> &Value {
@@ -273,13 +279,13 @@ impl<C: ControllerTypes> Session<C> {
     /// ```
     pub fn update_status(&self, change: impl FnOnce(&mut C::Status)) {
         let mut changes = self.inner.status_changes.lock();
-        change(changes.get_or_insert_with(|| self.inner.typed_status.clone()));
+        change(changes.get_or_insert_with(|| self.status().clone()));
     }
     /// The author's status changes as one JSON merge over the status (keys that changed,
     /// `null` for keys that went away), if any were made.
     pub(crate) fn status_changes(&self) -> Option<Map<String, Value>> {
         let changed = self.inner.status_changes.lock().clone()?;
-        let before = serde_json::to_value(&self.inner.typed_status).ok()?;
+        let before = serde_json::to_value(self.status()).ok()?;
         let after = serde_json::to_value(&changed).ok()?;
         let (Value::Object(before), Value::Object(after)) = (before, after) else {
             return None;
@@ -443,6 +449,22 @@ impl<C: ControllerTypes> Session<C> {
     /// The Events the rollout's progress called for so far, handed over once.
     pub(crate) fn take_component_events(&self) -> Vec<CrEvent> {
         std::mem::take(&mut self.inner.component_events.lock())
+    }
+}
+
+/// The stored status as the controller's status type; one that does not parse (an older
+/// operator wrote it, say) is logged and replaced by the default.
+fn typed_status<C: ControllerTypes>(status: &Value) -> C::Status {
+    match status {
+        Value::Null => C::Status::default(),
+        stored => parse_with_path(stored).unwrap_or_else(|e| {
+            tracing::warn!(
+                "the stored status does not parse ({}: {}); starting from the default",
+                e.path(),
+                e.inner()
+            );
+            C::Status::default()
+        }),
     }
 }
 
