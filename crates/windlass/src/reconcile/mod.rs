@@ -399,7 +399,7 @@ impl<C: Controller> Reconciler<C> {
             self.publish(manifest, started).await;
         }
         if !state.verify_completed() && !manage_status {
-            let waiting = completion_status(&session, &state, &Value::Null).updating;
+            let waiting = completion_status(&session, &state, None).updating;
             if let Some((_, message)) = waiting {
                 self.publish(&current, CrEvent::rollout_waiting(message))
                     .await;
@@ -456,9 +456,9 @@ impl<C: Controller> Reconciler<C> {
     ) -> Result<Option<Arc<Value>>> {
         let inventory = ledger.inventory();
         let author = session.status_changes();
-        let next = |status: &Value| {
+        let next = self.write_status(cr, current, |status| {
             self.after_start(
-                status.clone(),
+                status,
                 &cr.kind,
                 start.as_ref(),
                 author.as_ref(),
@@ -467,8 +467,8 @@ impl<C: Controller> Reconciler<C> {
                     ..completion_status(session, state, started)
                 },
             )
-        };
-        let written = self.write_status(cr, current, next).await?;
+        });
+        let written = next.await?;
         if let Some(written) = &written {
             ledger.remember(cr.clone(), Some(written.clone()));
         }

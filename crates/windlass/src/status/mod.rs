@@ -18,6 +18,7 @@
 pub(crate) mod inventory;
 pub use inventory::Inventory;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -359,29 +360,99 @@ pub(crate) struct StatusUpdate {
     pub inventory: Option<std::sync::Arc<Inventory>>,
 }
 
-/// The status after `update`, starting from `current` (changed in place: a reconcile
-/// applies two updates to a status that holds every component's name and object). `now`
-/// stamps conditions whose status flips.
-pub(crate) fn apply_update(current: Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
-    let mut status = match current {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    set_conditions(&mut status, update, now);
+/// A status being updated: the stored status, and the top-level keys changed so far.
+///
+/// Every update replaces or removes whole top-level keys, so the status a reconcile would
+/// write is the stored one with a few keys changed. Kept that way, a reconcile that
+/// changes nothing compares those keys and copies nothing else (the stored status lists
+/// every component and object of the CR); the whole status is made only to be written
+/// ([`NextStatus::into_value`]).
+#[derive(Debug)]
+pub(crate) struct NextStatus<'s> {
+    stored: &'s Value,
+    /// The changed keys; `None` for a removed one.
+    changed: BTreeMap<String, Option<Value>>,
+}
+
+impl<'s> NextStatus<'s> {
+    /// `stored`, unchanged so far.
+    pub(crate) fn over(stored: &'s Value) -> Self {
+        NextStatus {
+            stored,
+            changed: BTreeMap::new(),
+        }
+    }
+
+    /// The value of a top-level key, as changed so far.
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
+        match self.changed.get(key) {
+            Some(changed) => changed.as_ref(),
+            None => self.stored.get(key),
+        }
+    }
+
+    pub(crate) fn set(&mut self, key: &str, value: Value) {
+        self.changed.insert(key.to_string(), Some(value));
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.changed.insert(key.to_string(), None);
+    }
+
+    /// The reason of the condition `condition_type`, as changed so far.
+    pub(crate) fn condition_reason<R: FromStr>(&self, condition_type: &str) -> Option<R> {
+        reason_in(self.get("conditions"), condition_type)
+    }
+
+    /// Whether writing it would change anything but condition timestamps: what
+    /// [`status_changed`] says of the stored status and [`NextStatus::into_value`].
+    pub(crate) fn changes_anything(&self) -> bool {
+        !self.stored.is_object()
+            || self
+                .changed
+                .iter()
+                .any(|(key, next)| match (self.stored.get(key), next) {
+                    (Some(before), Some(after)) if key == "conditions" => {
+                        !conditions_equal(before, after)
+                    }
+                    (before, after) => before != after.as_ref(),
+                })
+    }
+
+    /// The status to write: the stored one (a map; anything else is replaced) with the
+    /// changes.
+    pub(crate) fn into_value(self) -> Value {
+        let mut status = match self.stored {
+            Value::Object(map) => map.clone(),
+            _ => Map::new(),
+        };
+        for (key, value) in self.changed {
+            match value {
+                Some(value) => status.insert(key, value),
+                None => status.remove(&key),
+            };
+        }
+        Value::Object(status)
+    }
+}
+
+/// Apply `update` to `status`. `now` stamps conditions whose status flips.
+pub(crate) fn apply_update(status: &mut NextStatus<'_>, kind: &str, update: &StatusUpdate, now: &str) {
+    set_conditions(status, update, now);
     // Made only when it differs from the stored one (not in a steady reconcile).
     if let Some(state) = &update.components
         && !status
             .get("componentStatus")
             .is_some_and(|stored| component_status_is(state, stored))
     {
-        status.insert("componentStatus".into(), component_status(state));
+        status.set("componentStatus", component_status(state));
     }
     if let Some(generation) = update.observed_generation {
-        status.insert("observedGeneration".into(), json!(generation));
+        status.set("observedGeneration", json!(generation));
     }
-    set_versions(&mut status, update);
+    set_versions(status, update);
     if let Some(v) = &update.operator_version {
-        status.insert("operatorVersion".into(), json!(v));
+        status.set("operatorVersion", json!(v));
     }
     match &update.inventory {
         Some(inventory) if inventory.is_empty() => {
@@ -393,25 +464,24 @@ pub(crate) fn apply_update(current: Value, kind: &str, update: &StatusUpdate, no
                 .get(crate::status::inventory::FIELD)
                 .is_some_and(|stored| inventory.is_value(stored)) => {}
         Some(inventory) => {
-            status.insert(crate::status::inventory::FIELD.into(), inventory.to_value());
+            status.set(crate::status::inventory::FIELD, inventory.to_value());
         }
         None => {}
     }
-    let mut status = Value::Object(status);
-    set_service_status(&mut status, kind);
-    status
+    set_service_status(status, kind);
 }
 
 /// `status.conditions` after [`updated_conditions`]; a status without a list of conditions
 /// gets one if the update sets any.
-fn set_conditions(status: &mut Map<String, Value>, update: &StatusUpdate, now: &str) {
-    if let Some(Value::Array(list)) = status.get_mut("conditions") {
-        *list = updated_conditions(std::mem::take(list), update, now);
+fn set_conditions(status: &mut NextStatus<'_>, update: &StatusUpdate, now: &str) {
+    if let Some(Value::Array(list)) = status.get("conditions") {
+        let conditions = updated_conditions(list.clone(), update, now);
+        status.set("conditions", Value::Array(conditions));
         return;
     }
     let conditions = updated_conditions(Vec::new(), update, now);
     if !conditions.is_empty() {
-        status.insert("conditions".into(), Value::Array(conditions));
+        status.set("conditions", Value::Array(conditions));
     }
 }
 
@@ -457,29 +527,28 @@ fn updated_conditions(mut conditions: Vec<Value>, update: &StatusUpdate, now: &s
 
 /// `versions.reconciled` and `versions.available` as `update` says; `versions` itself is
 /// left out when it holds nothing (and replaced when it is not a map).
-fn set_versions(status: &mut Map<String, Value>, update: &StatusUpdate) {
-    let versions = status
-        .entry("versions")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !versions.is_object() {
-        *versions = Value::Object(Map::new());
-    }
+fn set_versions(status: &mut NextStatus<'_>, update: &StatusUpdate) {
+    let mut versions = match status.get("versions") {
+        Some(Value::Object(versions)) => versions.clone(),
+        _ => Map::new(),
+    };
     if let Some(version) = &update.reconciled_version {
-        versions["reconciled"] = json!(version);
+        versions.insert("reconciled".into(), json!(version));
     }
     if let Some(supported) = &update.supported_versions {
         let names: Vec<Value> = supported.iter().map(|v| json!({"name": v})).collect();
-        versions["available"] = json!({"versions": names});
+        versions.insert("available".into(), json!({"versions": names}));
     }
-    if versions.as_object().is_some_and(Map::is_empty) {
-        status.remove("versions");
+    match versions.is_empty() {
+        true => status.remove("versions"),
+        false => status.set("versions", Value::Object(versions)),
     }
 }
 
 /// The service status field (`<kind>Status`, see [`service_status_field`]): `Completed`,
 /// `Failed` or `InProgress` from the conditions, unless it holds a value windlass did not
 /// write.
-fn set_service_status(status: &mut Value, kind: &str) {
+fn set_service_status(status: &mut NextStatus<'_>, kind: &str) {
     let field = service_status_field(kind);
     let ours = ["Completed", "Failed", "InProgress"];
     let overwritable = match status.get(&field) {
@@ -488,8 +557,8 @@ fn set_service_status(status: &mut Value, kind: &str) {
         Some(_) => false,
     };
     if overwritable {
-        let value = service_status(status);
-        status[field.as_str()] = json!(value);
+        let value = service_status(status.get("conditions"));
+        status.set(&field, json!(value));
     }
 }
 
@@ -555,9 +624,9 @@ pub(crate) fn service_status_field(kind: &str) -> String {
 }
 
 /// `Completed`, `Failed` or `InProgress` from the Ready and Updating reasons.
-fn service_status(status: &Value) -> &'static str {
-    let ready = condition_reason::<ReadyReason>(status, READY);
-    let updating = condition_reason::<UpdatingReason>(status, UPDATING);
+fn service_status(conditions: Option<&Value>) -> &'static str {
+    let ready = reason_in::<ReadyReason>(conditions, READY);
+    let updating = reason_in::<UpdatingReason>(conditions, UPDATING);
     match (ready, updating) {
         (Some(ReadyReason::Stable), Some(UpdatingReason::Stable)) => "Completed",
         (Some(ReadyReason::Errored | ReadyReason::ConfigError), _)
@@ -592,9 +661,10 @@ fn find_condition<'a>(
     Ok(first)
 }
 
-/// The parsed reason of a condition, if present and known.
-pub(crate) fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Option<R> {
-    condition(status, condition_type)
+/// The parsed reason of the condition `condition_type` in a list of conditions, if
+/// present and known.
+fn reason_in<R: FromStr>(conditions: Option<&Value>, condition_type: &str) -> Option<R> {
+    find_condition(conditions, condition_type)
         .ok()
         .flatten()
         .and_then(|c| c["reason"].as_str())
@@ -606,8 +676,10 @@ pub(crate) fn reconciled_version(status: &Value) -> Option<&str> {
     status["versions"]["reconciled"].as_str()
 }
 
-/// Whether two statuses differ in anything but condition timestamps.
-pub(crate) fn status_changed(a: &Value, b: &Value) -> bool {
+/// Whether two statuses differ in anything but condition timestamps: what
+/// [`NextStatus::changes_anything`] answers without making the next status.
+#[cfg(test)]
+fn status_changed(a: &Value, b: &Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return true;
     };
@@ -648,6 +720,13 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
 mod tests {
     use super::*;
 
+    /// `current` after [`apply_update`], as a whole.
+    fn updated_status(current: Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
+        let mut next = NextStatus::over(&current);
+        apply_update(&mut next, kind, update, now);
+        next.into_value()
+    }
+
     const T0: &str = "2026-01-01T00:00:00Z";
     const T1: &str = "2026-01-01T00:01:00Z";
 
@@ -661,7 +740,7 @@ mod tests {
 
     #[test]
     fn condition_statuses_follow_reasons() {
-        let s = apply_update(
+        let s = updated_status(
             Value::Null,
             "WebApp",
             &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
@@ -669,7 +748,7 @@ mod tests {
         );
         assert_eq!(s["conditions"][0]["status"], "True");
         assert_eq!(s["conditions"][1]["status"], "True");
-        let s = apply_update(
+        let s = updated_status(
             s.clone(),
             "WebApp",
             &update(ReadyReason::InProgress, UpdatingReason::Errored),
@@ -681,13 +760,13 @@ mod tests {
 
     #[test]
     fn transition_time_changes_only_when_the_status_flips() {
-        let s0 = apply_update(
+        let s0 = updated_status(
             Value::Null,
             "WebApp",
             &update(ReadyReason::Initializing, UpdatingReason::VerifyWait),
             T0,
         );
-        let s1 = apply_update(
+        let s1 = updated_status(
             s0.clone(),
             "WebApp",
             &update(ReadyReason::InProgress, UpdatingReason::VerifyWait),
@@ -698,7 +777,7 @@ mod tests {
             "False -> False keeps the time"
         );
         assert_eq!(s1["conditions"][0]["reason"], "InProgress");
-        let s2 = apply_update(
+        let s2 = updated_status(
             s1.clone(),
             "WebApp",
             &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
@@ -717,7 +796,7 @@ mod tests {
             "custom": {"keep": true},
             "webAppStatus": "Paused by ops"
         });
-        let s = apply_update(
+        let s = updated_status(
             current.clone(),
             "WebApp",
             &StatusUpdate {
@@ -744,7 +823,7 @@ mod tests {
     #[test]
     fn service_status_summarises() {
         let field =
-            |u: StatusUpdate| apply_update(Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
+            |u: StatusUpdate| updated_status(Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
         assert_eq!(
             field(update(ReadyReason::Stable, UpdatingReason::Stable)),
             "Completed"
@@ -771,7 +850,7 @@ mod tests {
     #[test]
     fn versions_and_component_status() {
         let state = CompletionState::new(["a"], ["b"], ["c"], ["d"], None).unwrap();
-        let s = apply_update(
+        let s = updated_status(
             Value::Null,
             "X",
             &StatusUpdate {
@@ -801,7 +880,7 @@ mod tests {
 
     #[test]
     fn changes_ignore_timestamps() {
-        let a = apply_update(
+        let a = updated_status(
             Value::Null,
             "X",
             &update(ReadyReason::Stable, UpdatingReason::Stable),
@@ -813,6 +892,28 @@ mod tests {
         b["conditions"][0]["message"] = json!("other");
         assert!(status_changed(&a, &b));
         assert!(status_changed(&Value::Null, &a));
+    }
+
+    #[test]
+    fn next_status_changes_what_the_whole_status_would() {
+        let stable = update(ReadyReason::Stable, UpdatingReason::Stable);
+        let stored = updated_status(json!({"custom": 1}), "X", &stable, T0);
+        let check = |stored: &Value, change: &dyn Fn(&mut NextStatus<'_>)| {
+            let mut next = NextStatus::over(stored);
+            change(&mut next);
+            let answer = next.changes_anything();
+            assert_eq!(answer, status_changed(stored, &next.into_value()));
+            answer
+        };
+        // The same update again, a minute later: only timestamps would change.
+        assert!(!check(&stored, &|n| apply_update(n, "X", &stable, T1)));
+        let failed = update(ReadyReason::Errored, UpdatingReason::Errored);
+        assert!(check(&stored, &|n| apply_update(n, "X", &failed, T1)));
+        assert!(check(&stored, &|n| n.remove("custom")));
+        assert!(!check(&stored, &|n| n.remove("absent")));
+        assert!(check(&stored, &|n| n.set("custom", json!(2))));
+        assert!(!check(&stored, &|n| n.set("custom", json!(1))));
+        assert!(check(&Value::Null, &|n| apply_update(n, "X", &stable, T0)));
     }
 
     #[test]
