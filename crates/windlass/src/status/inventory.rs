@@ -166,7 +166,12 @@ impl Inventory {
 
     /// The components with recorded objects.
     pub fn components(&self) -> BTreeSet<String> {
-        self.0.keys().cloned().collect()
+        self.component_names().map(str::to_string).collect()
+    }
+
+    /// [`Inventory::components`], borrowed, in order.
+    pub(crate) fn component_names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
     }
 
     /// Whether nothing is recorded.
