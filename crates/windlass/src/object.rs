@@ -206,13 +206,14 @@ impl ManifestExt for Value {
             *self = Value::Object(Map::new());
         }
         let map = self.as_object_mut().expect("made an object above");
-        let metadata = map
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !metadata.is_object() {
-            *metadata = Value::Object(Map::new());
+        // Not `entry`, which allocates the key on every call: the metadata is usually
+        // there, and a rollout changes it several times per object.
+        if !map.get("metadata").is_some_and(Value::is_object) {
+            map.insert("metadata".into(), Value::Object(Map::new()));
         }
-        metadata.as_object_mut().expect("made an object above")
+        map.get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .expect("made an object above")
     }
 }
 
