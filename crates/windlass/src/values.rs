@@ -140,7 +140,10 @@ pub(crate) fn canonical_hash(value: &Value) -> String {
             }
         }
     }
-    fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut HashWriter) {
+    fn write_entries<'a>(
+        entries: impl Iterator<Item = (&'a String, &'a Value)>,
+        out: &mut HashWriter,
+    ) {
         for (i, (key, value)) in entries.enumerate() {
             if i > 0 {
                 out.byte(b',');
@@ -280,7 +283,13 @@ mod tests {
         // The JSON hashed is serde_json's, escapes included, long strings too.
         use sha2::{Digest, Sha256};
         let long = "x".repeat(700);
-        for text in ["plain", "quote \" and \\ back", "tab\tnew\nline\u{1}", "ünïcode €", &long] {
+        for text in [
+            "plain",
+            "quote \" and \\ back",
+            "tab\tnew\nline\u{1}",
+            "ünïcode €",
+            &long,
+        ] {
             let value = json!({"b": text, "a": [1, 2.5, null, true, text]});
             let expected = hex(&Sha256::digest(serde_json::to_vec(&value).unwrap()));
             assert_eq!(canonical_hash(&value), expected, "{text}");

@@ -153,10 +153,7 @@ pub trait Cluster: Send + Sync + 'static {
     /// [`Cluster::get_own`], as a shared copy: what a rollout reads only to look at it
     /// (every object it renders, on every reconcile); see [`Cluster::get_shared`]. The
     /// default is `get_own`'s copy.
-    async fn get_own_shared(
-        &self,
-        object: &ObjectRef,
-    ) -> Result<Option<Arc<Value>>, ClusterError> {
+    async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         Ok(self.get_own(object).await?.map(Arc::new))
     }
 

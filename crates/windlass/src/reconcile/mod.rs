@@ -374,7 +374,8 @@ impl<C: Controller> Reconciler<C> {
         // The CR as stored now: every write below returns the next copy.
         let mut current = manifest.clone();
         if let Some(finalizer) = finalizers.to_add(manifest) {
-            let added = finalizer::add(self.cluster.as_ref(), cr, Value::clone(&current), finalizer);
+            let added =
+                finalizer::add(self.cluster.as_ref(), cr, Value::clone(&current), finalizer);
             current = Arc::new(added.await?);
             ledger.remember(cr.clone(), Some(current.clone()));
         }

@@ -179,12 +179,7 @@ impl<C: Controller> Rollout<'_, C> {
 
     /// Whether a disabled component's objects are all gone.
     pub(super) fn all_gone(&self, id: NodeId) -> bool {
-        self.session.dry_run()
-            || self
-                .session
-                .ledger()
-                .inventory_of(self.name(id))
-                .is_empty()
+        self.session.dry_run() || self.session.ledger().inventory_of(self.name(id)).is_empty()
     }
 }
 

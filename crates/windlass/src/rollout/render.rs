@@ -68,7 +68,8 @@ impl<C: Controller> Rollout<'_, C> {
             // runner) would otherwise be as large as this one.
             let external = match restart_on_change.contains(&true) {
                 true => {
-                    let stamped = self.stamp_dependency_hashes(id, &mut objects, &restart_on_change);
+                    let stamped =
+                        self.stamp_dependency_hashes(id, &mut objects, &restart_on_change);
                     Box::pin(stamped).await?
                 }
                 false => BTreeMap::new(),

@@ -180,10 +180,7 @@ impl Cluster for Recorded {
         self.read(object, false).await
     }
 
-    async fn get_own_shared(
-        &self,
-        object: &ObjectRef,
-    ) -> Result<Option<Arc<Value>>, ClusterError> {
+    async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         self.read(object, true).await
     }
 

@@ -19,9 +19,9 @@ use crate::error::{Error, Result};
 use crate::events::CrEvent;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name};
 use crate::progress::{Event, Observer, emit};
-use crate::values::parse_with_path;
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
+use crate::values::parse_with_path;
 use crate::version::Versions;
 mod ledger;
 

@@ -207,8 +207,10 @@ mod tests {
         assert_eq!(emptied.components(), BTreeSet::from(["tenant".to_string()]));
         assert!(Inventory::from_status(&json!({})).is_empty());
         // An object listed twice: the later entry stands, as recording it twice would.
-        let entry = |uid: &str| json!({"component": "web", "apiVersion": "v1",
-            "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": uid});
+        let entry = |uid: &str| {
+            json!({"component": "web", "apiVersion": "v1",
+            "kind": "ConfigMap", "namespace": "ns", "name": "a", "uid": uid})
+        };
         let twice = Inventory::from_status(&json!({FIELD: [entry("u1"), entry("u2")]}));
         assert_eq!(twice.of("web"), vec![(cm, "u2".to_string())]);
     }

@@ -437,7 +437,12 @@ impl<'s> NextStatus<'s> {
 }
 
 /// Apply `update` to `status`. `now` stamps conditions whose status flips.
-pub(crate) fn apply_update(status: &mut NextStatus<'_>, kind: &str, update: &StatusUpdate, now: &str) {
+pub(crate) fn apply_update(
+    status: &mut NextStatus<'_>,
+    kind: &str,
+    update: &StatusUpdate,
+    now: &str,
+) {
     set_conditions(status, update, now);
     // Made only when it differs from the stored one (not in a steady reconcile).
     if let Some(state) = &update.components
@@ -595,9 +600,12 @@ fn component_status_is(state: &CompletionState, stored: &Value) -> bool {
         .collect();
     let deployed = state.verified().union(state.unverified()).count();
     let names = |key: &str, expected: &mut dyn Iterator<Item = &String>| {
-        stored[key]
-            .as_array()
-            .is_some_and(|names| names.iter().map(Value::as_str).eq(expected.map(|n| Some(n.as_str()))))
+        stored[key].as_array().is_some_and(|names| {
+            names
+                .iter()
+                .map(Value::as_str)
+                .eq(expected.map(|n| Some(n.as_str())))
+        })
     };
     let text = |key: &str, text: String| stored[key].as_str() == Some(text.as_str());
     stored.as_object().is_some_and(|map| map.len() == 7)
@@ -610,7 +618,10 @@ fn component_status_is(state: &CompletionState, stored: &Value) -> bool {
         && names("unverifiedComponents", &mut state.unverified().iter())
         && names("failedComponents", &mut state.failed_nodes().iter())
         && text("deployed", format!("{deployed}/{}", all.len()))
-        && text("verified", format!("{}/{}", state.verified().len(), all.len()))
+        && text(
+            "verified",
+            format!("{}/{}", state.verified().len(), all.len()),
+        )
 }
 
 /// The name of the service status field: the kind with a lower-case first letter, plus

@@ -292,7 +292,10 @@ impl MemoryCluster {
             })?,
         };
         let group = api_group(&object.api_version);
-        Ok((Key::new(group, &object.kind, namespace, &object.name), scope))
+        Ok((
+            Key::new(group, &object.kind, namespace, &object.name),
+            scope,
+        ))
     }
 }
 
@@ -312,10 +315,7 @@ impl Cluster for MemoryCluster {
         self.shared_view(object)
     }
 
-    async fn get_own_shared(
-        &self,
-        object: &ObjectRef,
-    ) -> Result<Option<Arc<Value>>, ClusterError> {
+    async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         self.shared_view(object)
     }
 
@@ -335,8 +335,8 @@ impl Cluster for MemoryCluster {
             .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace() == ns))
             .map(|(_, e)| e)
             .filter(|e| {
-                crate::cluster::selector::labels_match(&labels, &e.object())
-                    && fields.matches(&e.object())
+                crate::cluster::selector::labels_match(&labels, e.object())
+                    && fields.matches(e.object())
             })
             .map(|e| e.view(&self.field_manager))
             .collect())

@@ -218,7 +218,9 @@ impl State {
     }
 
     pub(super) fn namespace(&self, name: &str) -> Option<&Value> {
-        self.objects.get(&Key::of_namespace(name)).map(Entry::object)
+        self.objects
+            .get(&Key::of_namespace(name))
+            .map(Entry::object)
     }
 }
 

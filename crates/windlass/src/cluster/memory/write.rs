@@ -383,7 +383,11 @@ pub(super) fn commit(
     // own copy, so cloning the entry (object and every manager's applied fields) here again
     // is not needed.
     let Some(entry) = state.objects.get_mut(&key) else {
-        return Err(ClusterError::NotFound(format!("{}/{}", key.kind(), key.name())));
+        return Err(ClusterError::NotFound(format!(
+            "{}/{}",
+            key.kind(),
+            key.name()
+        )));
     };
     let writer = applied.as_ref().map(|(manager, _)| manager.as_str());
     entry.disown_changed(writer, &next);
