@@ -52,7 +52,7 @@ use serde_json::Value;
 
 use crate::dag::{Graph, NodeId};
 use crate::error::{Error, Result};
-use crate::object::{ManifestExt, to_manifest};
+use crate::object::{ManifestExt, to_manifest, value_to_manifest};
 use crate::resource::ControllerTypes;
 use crate::session::Session;
 use crate::verify::Readiness;
@@ -296,14 +296,14 @@ impl Resources {
     where
         K: kube::Resource<DynamicType = ()> + Serialize,
     {
-        self.insert(name, object, options)
+        self.insert(name, to_manifest(object), options)
     }
 
     /// Add an object given as JSON (a `json!` manifest, a `kube::core::DynamicObject`
     /// serialized, another operator's kind without a Rust type): it must name its
     /// `apiVersion` and `kind` itself.
     pub fn add_value(&mut self, name: &str, manifest: &Value) -> Result<ResourceId> {
-        self.insert(name, manifest, ResourceOptions::default())
+        self.add_value_with(name, manifest, ResourceOptions::default())
     }
 
     /// [`Resources::add_value`] with a custom verify function or write method.
@@ -313,16 +313,17 @@ impl Resources {
         manifest: &Value,
         options: ResourceOptions,
     ) -> Result<ResourceId> {
-        self.insert(name, manifest, options)
+        self.insert(name, value_to_manifest(manifest), options)
     }
 
-    fn insert<T: Serialize + ?Sized>(
+    /// Add the object `manifest` (as [`to_manifest`] made it) under `name`.
+    fn insert(
         &mut self,
         name: &str,
-        object: &T,
+        manifest: Result<Value>,
         options: ResourceOptions,
     ) -> Result<ResourceId> {
-        let mut manifest = to_manifest(object).map_err(|e| {
+        let mut manifest = manifest.map_err(|e| {
             Error::config(format!(
                 "component \"{}\" resource \"{name}\": {e}",
                 self.component

@@ -78,20 +78,27 @@ pub async fn default_should_requeue<C: ControllerTypes>(
         });
     }
     // The CR as this reconcile's status write left it: no request.
-    Ok(match session.get_object(&session.cr_ref()).await {
-        Err(_) => again,
-        Ok(None) => Action::Done,
-        Ok(Some(cr)) => {
-            let done = match session.version() {
-                Some(version) => crate::verify::verify_subsystem(&cr, Some(version)),
-                None => {
-                    crate::verify::condition_is(&cr, crate::status::READY, true, None)
-                        && crate::verify::condition_is(&cr, crate::status::UPDATING, false, None)
-                }
-            };
-            if done { Action::Done } else { again }
-        }
-    })
+    Ok(
+        match session.cluster().get_shared(&session.cr_ref()).await {
+            Err(_) => again,
+            Ok(None) => Action::Done,
+            Ok(Some(cr)) => {
+                let done = match session.version() {
+                    Some(version) => crate::verify::verify_subsystem(&cr, Some(version)),
+                    None => {
+                        crate::verify::condition_is(&cr, crate::status::READY, true, None)
+                            && crate::verify::condition_is(
+                                &cr,
+                                crate::status::UPDATING,
+                                false,
+                                None,
+                            )
+                    }
+                };
+                if done { Action::Done } else { again }
+            }
+        },
+    )
 }
 
 /// What a controller does when one of its CRs is deleted, opted into by implementing this

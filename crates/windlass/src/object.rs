@@ -206,21 +206,33 @@ impl ManifestExt for Value {
             *self = Value::Object(Map::new());
         }
         let map = self.as_object_mut().expect("made an object above");
-        let metadata = map
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !metadata.is_object() {
-            *metadata = Value::Object(Map::new());
+        // Not `entry`, which allocates the key on every call: the metadata is usually
+        // there, and a rollout changes it several times per object.
+        if !map.get("metadata").is_some_and(Value::is_object) {
+            map.insert("metadata".into(), Value::Object(Map::new()));
         }
-        metadata.as_object_mut().expect("made an object above")
+        map.get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .expect("made an object above")
     }
 }
 
 /// Convert a typed object (a k8s-openapi struct, a CR, a `json!` tree) into a manifest,
 /// dropping `null` map entries.
 pub fn to_manifest<T: Serialize + ?Sized>(object: &T) -> Result<Value, Error> {
-    let mut value = serde_json::to_value(object)
+    let value = serde_json::to_value(object)
         .map_err(|e| Error::config(format!("object cannot be serialized: {e}")))?;
+    checked_manifest(value)
+}
+
+/// [`to_manifest`] of a manifest that is JSON already: a plain copy, which is quicker
+/// than serializing one `Value` into another (a rollout adds every object it renders).
+pub(crate) fn value_to_manifest(value: &Value) -> Result<Value, Error> {
+    checked_manifest(value.clone())
+}
+
+/// `value` as a manifest: a map, without `null` map entries.
+fn checked_manifest(mut value: Value) -> Result<Value, Error> {
     if !value.is_object() {
         return Err(Error::config(format!(
             "a Kubernetes object must serialize to a map, got {value}"
@@ -275,6 +287,16 @@ pub(crate) fn newer_version(mine: Option<&str>, seen: Option<&str>) -> bool {
 /// assert_eq!(windlass::object::label_value("database"), "database");
 /// ```
 pub fn label_value(text: &str) -> String {
+    let allowed = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+    let bytes = text.as_bytes();
+    // Already a label value (the usual case, labels are stamped on every object applied).
+    if bytes.len() <= 63
+        && bytes.iter().all(allowed)
+        && bytes.first().is_none_or(u8::is_ascii_alphanumeric)
+        && bytes.last().is_none_or(u8::is_ascii_alphanumeric)
+    {
+        return text.to_string();
+    }
     let mapped: String = text
         .chars()
         .map(|c| {

@@ -139,6 +139,13 @@ pub enum Event {
 pub trait Observer: Send + Sync {
     /// Called for every event, in order, from the reconciling task.
     fn event(&self, event: &Event);
+
+    /// Whether [`Observer::event`] does anything with events. When it does not and the log
+    /// does not show them either, the events of each component's steps are not made at all
+    /// (a rollout makes several per component).
+    fn listens(&self) -> bool {
+        true
+    }
 }
 
 /// An observer that ignores everything (events are still logged).
@@ -147,6 +154,16 @@ pub struct Quiet;
 
 impl Observer for Quiet {
     fn event(&self, _: &Event) {}
+
+    fn listens(&self) -> bool {
+        false
+    }
+}
+
+/// Whether an event would go anywhere: `observer` listens, or the log shows events (they
+/// are logged at `debug` and `trace`; halts, at `warn`, are always made).
+pub(crate) fn wanted(observer: &dyn Observer) -> bool {
+    observer.listens() || tracing::enabled!(tracing::Level::DEBUG)
 }
 
 /// Log the event with `tracing`, then hand it to the observer.

@@ -103,43 +103,133 @@ pub(crate) fn prune_nulls(value: &mut Value) {
 
 /// SHA-256 (hex) of the canonical JSON of a value: map keys sorted, so equal trees hash
 /// equally whatever order their maps were built in.
+///
+/// A rollout hashes every object it renders on every reconcile, so the JSON is streamed
+/// into the hash through a small buffer rather than built in memory first.
 pub(crate) fn canonical_hash(value: &Value) -> String {
     use sha2::{Digest, Sha256};
-    fn write(value: &Value, out: &mut Vec<u8>) {
+    fn write(value: &Value, out: &mut HashWriter) {
         match value {
             Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                out.push(b'{');
-                for (i, key) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    // A String always serializes; writing into a Vec cannot fail.
-                    let _ = serde_json::to_writer(&mut *out, key);
-                    out.push(b':');
-                    write(&map[key], out);
+                out.byte(b'{');
+                // serde_json's map is ordered by key unless a crate in the build turns on
+                // its `preserve_order` feature; sort only then.
+                if map.keys().is_sorted() {
+                    write_entries(map.iter(), out);
+                } else {
+                    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                    entries.sort_by_key(|(key, _)| *key);
+                    write_entries(entries.into_iter(), out);
                 }
-                out.push(b'}');
+                out.byte(b'}');
             }
             Value::Array(items) => {
-                out.push(b'[');
+                out.byte(b'[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
-                        out.push(b',');
+                        out.byte(b',');
                     }
                     write(item, out);
                 }
-                out.push(b']');
+                out.byte(b']');
             }
+            Value::String(text) => out.string(text),
             scalar => {
+                // Writing into the hash cannot fail.
                 let _ = serde_json::to_writer(&mut *out, scalar);
             }
         }
     }
-    let mut bytes = Vec::with_capacity(256);
-    write(value, &mut bytes);
-    hex(&Sha256::digest(&bytes))
+    fn write_entries<'a>(
+        entries: impl Iterator<Item = (&'a String, &'a Value)>,
+        out: &mut HashWriter,
+    ) {
+        for (i, (key, value)) in entries.enumerate() {
+            if i > 0 {
+                out.byte(b',');
+            }
+            out.string(key);
+            out.byte(b':');
+            write(value, out);
+        }
+    }
+    let mut out = HashWriter {
+        hash: Sha256::new(),
+        buffer: [0; 256],
+        len: 0,
+    };
+    write(value, &mut out);
+    out.flush_buffer();
+    hex(&out.hash.finalize())
+}
+
+/// The bytes of [`canonical_hash`]'s JSON, gathered in a buffer and fed to the hash a
+/// buffer at a time (the JSON comes a few bytes at a time).
+struct HashWriter {
+    hash: sha2::Sha256,
+    buffer: [u8; 256],
+    len: usize,
+}
+
+impl HashWriter {
+    fn byte(&mut self, byte: u8) {
+        if self.len == self.buffer.len() {
+            self.flush_buffer();
+        }
+        self.buffer[self.len] = byte;
+        self.len += 1;
+    }
+
+    /// `text` as serde_json writes a JSON string. Most strings need no escape (serde_json
+    /// escapes `"`, `\\` and control characters only) and are copied as they are.
+    fn string(&mut self, text: &str) {
+        use std::io::Write;
+        if text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            // A string always serializes; writing into the hash cannot fail.
+            let _ = serde_json::to_writer(&mut *self, text);
+        } else {
+            self.byte(b'"');
+            let _ = self.write(text.as_bytes());
+            self.byte(b'"');
+        }
+    }
+
+    fn flush_buffer(&mut self) {
+        use sha2::Digest;
+        self.hash.update(&self.buffer[..self.len]);
+        self.len = 0;
+    }
+}
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.len + bytes.len() > self.buffer.len() {
+            self.flush_buffer();
+        }
+        if bytes.len() > self.buffer.len() {
+            use sha2::Digest;
+            self.hash.update(bytes);
+        } else {
+            self.buffer[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `T` parsed from `value`; on failure, the path of the field that does not parse.
+///
+/// Parsed directly first: serde_path_to_error tracks the path by allocating every map key
+/// it passes, and a reconcile parses its CR (status included) on every pass. Only a value
+/// that does not parse is walked again, to say where.
+pub(crate) fn parse_with_path<T: serde::de::DeserializeOwned>(
+    value: &Value,
+) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
+    T::deserialize(value).or_else(|_| serde_path_to_error::deserialize(value))
 }
 
 /// Lower-case hexadecimal of bytes.
@@ -190,6 +280,20 @@ mod tests {
         let c: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [2, 1]}, "a": 1}"#).unwrap();
         assert_ne!(canonical_hash(&a), canonical_hash(&c));
         assert_eq!(canonical_hash(&a).len(), 64);
+        // The JSON hashed is serde_json's, escapes included, long strings too.
+        use sha2::{Digest, Sha256};
+        let long = "x".repeat(700);
+        for text in [
+            "plain",
+            "quote \" and \\ back",
+            "tab\tnew\nline\u{1}",
+            "ünïcode €",
+            &long,
+        ] {
+            let value = json!({"b": text, "a": [1, 2.5, null, true, text]});
+            let expected = hex(&Sha256::digest(serde_json::to_vec(&value).unwrap()));
+            assert_eq!(canonical_hash(&value), expected, "{text}");
+        }
     }
 
     #[test]

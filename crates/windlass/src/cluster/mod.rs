@@ -18,6 +18,8 @@ pub(crate) mod selector;
 mod timeout;
 pub(crate) mod validation;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -141,6 +143,20 @@ pub trait Cluster: Send + Sync + 'static {
     /// answer "absent" for one it does not have, without asking the server.
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get(object).await
+    }
+
+    /// [`Cluster::get`], as a shared copy, for a reader that only looks at the object (a
+    /// reconcile reads its CR this way). A cluster that keeps its objects shared answers
+    /// without copying one (the in-memory cluster does); the default is `get`'s copy.
+    async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        Ok(self.get(object).await?.map(Arc::new))
+    }
+
+    /// [`Cluster::get_own`], as a shared copy: what a rollout reads only to look at it
+    /// (every object it renders, on every reconcile); see [`Cluster::get_shared`]. The
+    /// default is `get_own`'s copy.
+    async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        Ok(self.get_own(object).await?.map(Arc::new))
     }
 
     /// The objects matching `query`, ordered by namespace and name.

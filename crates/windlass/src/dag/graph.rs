@@ -186,10 +186,17 @@ impl<N, E> Graph<N, E> {
             return;
         }
         visited[id.0] = true;
-        let mut deps: Vec<NodeId> = self.nodes[id.0].upstream.iter().map(|(n, _)| *n).collect();
-        deps.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
-        for dep in deps {
-            self.visit(dep, visited, order);
+        match self.nodes[id.0].upstream.as_slice() {
+            // Most nodes have one dependency or none: nothing to sort.
+            [] => {}
+            [(dep, _)] => self.visit(*dep, visited, order),
+            upstream => {
+                let mut deps: Vec<NodeId> = upstream.iter().map(|(n, _)| *n).collect();
+                deps.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
+                for dep in deps {
+                    self.visit(dep, visited, order);
+                }
+            }
         }
         order.push(id);
     }

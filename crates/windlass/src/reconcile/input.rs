@@ -15,7 +15,7 @@ use crate::rollout::patch::DEFAULT_PATCH_KIND;
 use crate::session::{Ledger, Parts, Session, manifest_version};
 use crate::status::inventory::Inventory;
 use crate::status::reconciled_version;
-use crate::values::merge;
+use crate::values::{merge, parse_with_path};
 use crate::version::Versions;
 
 use super::Reconciler;
@@ -26,15 +26,14 @@ impl<C: Controller> Reconciler<C> {
         &self,
         id: &str,
         cr: &ObjectRef,
-        manifest: &Value,
+        manifest: &Arc<Value>,
         ledger: Arc<Ledger>,
     ) -> Result<Session<C>> {
         let operator = &self.operator;
         // A CR being deleted must be able to finish: what only shapes a rollout is
         // skipped, with a warning, when it fails.
         let finalizing = manifest.is_terminating();
-        let mut merged = self.controller.cr_defaults();
-        merge(&mut merged, manifest.clone());
+        let merged = merged_over(self.controller.cr_defaults(), manifest);
         let typed = typed_cr::<C>(cr, &merged)?;
         let version = manifest_version(&merged, operator);
         if !finalizing {
@@ -47,9 +46,8 @@ impl<C: Controller> Reconciler<C> {
             "the temporary patches",
             Vec::new(),
         )?;
-        let status = manifest.get("status").cloned().unwrap_or(Value::Null);
-        let current_version = reconciled_version(&status).map(str::to_string);
-        let typed_status = typed_status::<C>(&status);
+        let status = &manifest["status"];
+        let current_version = reconciled_version(status).map(str::to_string);
         Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
@@ -59,8 +57,8 @@ impl<C: Controller> Reconciler<C> {
             operator: operator.clone(),
             cluster: crate::session::Recorded::shared(self.cluster.clone(), ledger.clone()),
             temporary_patches,
-            status,
-            typed_status,
+            read: manifest.clone(),
+            typed_status: std::sync::OnceLock::new(),
             status_changes: parking_lot::Mutex::new(None),
             version,
             current_version,
@@ -104,8 +102,9 @@ impl<C: Controller> Reconciler<C> {
             .await?
             .ok_or_else(|| Error::Cluster(ClusterError::NotFound(cr.to_string())))?;
         let ledger = Arc::new(Ledger::new(Inventory::from_status(&manifest["status"])));
+        let manifest = Arc::new(manifest);
         let session = self.session(&reconcile_id(), cr, &manifest, ledger).await?;
-        Ok((session, manifest))
+        Ok((session, Arc::unwrap_or_clone(manifest)))
     }
 
     /// The controller defaults (`config`) ← the ConfigMap named by the config-defaults
@@ -195,6 +194,19 @@ impl<C: Controller> Reconciler<C> {
     }
 }
 
+/// The CR `manifest` merged over the controller's CR `defaults` (the CR wins); the CR
+/// itself, shared, when there is nothing to merge under it (no defaults, the default).
+fn merged_over(mut defaults: Value, manifest: &Arc<Value>) -> Arc<Value> {
+    match &defaults {
+        Value::Object(map) if !map.is_empty() => {
+            merge(&mut defaults, Value::clone(manifest));
+            Arc::new(defaults)
+        }
+        // An empty map, or no map at all (which the CR replaces whole).
+        _ => manifest.clone(),
+    }
+}
+
 /// `result`, or, while the CR is being deleted (`finalizing`), `default` in place of an
 /// error, which is logged as `what` being ignored.
 fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Result<T> {
@@ -210,7 +222,7 @@ fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Re
 /// The CR `cr` (merged over the controller's defaults) as its type; a spec that does not
 /// parse is a config error naming the field.
 fn typed_cr<C: Controller>(cr: &ObjectRef, merged: &Value) -> Result<C::Resource> {
-    serde_path_to_error::deserialize(merged).map_err(|e| {
+    parse_with_path(merged).map_err(|e| {
         Error::config(format!(
             "invalid {} {}: {}: {}",
             cr.kind,
@@ -251,22 +263,6 @@ fn check_version(
     Ok(())
 }
 
-/// The stored status as the controller's status type; one that does not parse (an older
-/// operator wrote it, say) is logged and replaced by the default.
-fn typed_status<C: Controller>(status: &Value) -> C::Status {
-    match status {
-        Value::Null => C::Status::default(),
-        stored => serde_path_to_error::deserialize(stored).unwrap_or_else(|e| {
-            tracing::warn!(
-                "the stored status does not parse ({}: {}); starting from the default",
-                e.path(),
-                e.inner()
-            );
-            C::Status::default()
-        }),
-    }
-}
-
 /// The backend config from its layers: a key `C::Config` does not have is an error that
 /// names it (serde would drop it), then a value of the wrong type is. `defaults` is the
 /// serialized `C::Config::default()` the layers were merged over.
@@ -285,7 +281,7 @@ pub(super) fn typed_config<C: Controller>(value: &Value, defaults: &Value) -> Re
             unknown.join(", ")
         )));
     }
-    serde_path_to_error::deserialize(value)
+    parse_with_path(value)
         .map_err(|e| Error::config(format!("{WHERE}: {}: {}", e.path(), e.inner())))
 }
 

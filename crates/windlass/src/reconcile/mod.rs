@@ -275,7 +275,7 @@ impl<C: Controller> Reconciler<C> {
         &self,
         id: &str,
         cr: &ObjectRef,
-        manifest: &Value,
+        manifest: &Arc<Value>,
         ledger: &Arc<Ledger>,
         progress: Progress<'_, C>,
     ) -> std::result::Result<(Action, Option<CompletionState>), Failure> {
@@ -290,9 +290,13 @@ impl<C: Controller> Reconciler<C> {
     }
 
     /// Step 1: read the CR (`None`: it is gone), and note its resourceVersion on the
-    /// reconcile's span.
-    async fn read_cr(&self, cr: &ObjectRef) -> std::result::Result<Option<Value>, ClusterError> {
-        let manifest = self.cluster.get(cr).await.inspect_err(|e| {
+    /// reconcile's span. The copy is shared: the reconcile only looks at it (the session,
+    /// the ledger and the status write all start from it).
+    async fn read_cr(
+        &self,
+        cr: &ObjectRef,
+    ) -> std::result::Result<Option<Arc<Value>>, ClusterError> {
+        let manifest = self.cluster.get_shared(cr).await.inspect_err(|e| {
             tracing::warn!(error = %e, "cannot read the CR");
         })?;
         if let Some(manifest) = &manifest {
@@ -346,7 +350,7 @@ impl<C: Controller> Reconciler<C> {
         &self,
         id: &str,
         cr: &ObjectRef,
-        manifest: &Value,
+        manifest: &Arc<Value>,
         ledger: &Arc<Ledger>,
         progress: Progress<'_, C>,
     ) -> std::result::Result<(Action, Option<CompletionState>), Failure> {
@@ -360,7 +364,7 @@ impl<C: Controller> Reconciler<C> {
             // Being deleted, and the controller's finalizer does not hold it: only what
             // the garbage collector cannot reach is left to delete.
             if finalizers.cleanup {
-                self.clean_up(cr, manifest.clone(), ledger).await?;
+                self.clean_up(cr, Value::clone(manifest), ledger).await?;
             }
             return Ok((Action::Done, None));
         }
@@ -370,7 +374,9 @@ impl<C: Controller> Reconciler<C> {
         // The CR as stored now: every write below returns the next copy.
         let mut current = manifest.clone();
         if let Some(finalizer) = finalizers.to_add(manifest) {
-            current = finalizer::add(self.cluster.as_ref(), cr, current, finalizer).await?;
+            let added =
+                finalizer::add(self.cluster.as_ref(), cr, Value::clone(&current), finalizer);
+            current = Arc::new(added.await?);
             ledger.remember(cr.clone(), Some(current.clone()));
         }
         let rolled_out = announce_start(&session, manifest, manage_status, start, starting);
@@ -394,7 +400,7 @@ impl<C: Controller> Reconciler<C> {
             self.publish(manifest, started).await;
         }
         if !state.verify_completed() && !manage_status {
-            let waiting = completion_status(&session, &state, &Value::Null).updating;
+            let waiting = completion_status(&session, &state, None).updating;
             if let Some((_, message)) = waiting {
                 self.publish(&current, CrEvent::rollout_waiting(message))
                     .await;
@@ -443,15 +449,15 @@ impl<C: Controller> Reconciler<C> {
     async fn write_completion(
         &self,
         cr: &ObjectRef,
-        current: Value,
+        current: Arc<Value>,
         session: &Session<C>,
         state: &CompletionState,
         ledger: &Ledger,
         start: &Option<StatusUpdate>,
-    ) -> Result<Option<Value>> {
+    ) -> Result<Option<Arc<Value>>> {
         let inventory = ledger.inventory();
         let author = session.status_changes();
-        let next = |status: &Value| {
+        let next = self.write_status(cr, current, |status| {
             self.after_start(
                 status,
                 &cr.kind,
@@ -462,8 +468,8 @@ impl<C: Controller> Reconciler<C> {
                     ..completion_status(session, state, started)
                 },
             )
-        };
-        let written = self.write_status(cr, current, next).await?;
+        });
+        let written = next.await?;
         if let Some(written) = &written {
             ledger.remember(cr.clone(), Some(written.clone()));
         }
@@ -475,7 +481,7 @@ impl<C: Controller> Reconciler<C> {
     async fn finish(
         &self,
         cr: &ObjectRef,
-        mut current: Value,
+        current: Arc<Value>,
         ledger: &Ledger,
         session: &Session<C>,
         state: &CompletionState,
@@ -483,6 +489,7 @@ impl<C: Controller> Reconciler<C> {
     ) -> Result<Action> {
         let requeue = self.controller.should_requeue(session, state).await?;
         if requeue == Action::Done && finalizers.finalizing {
+            let mut current = Arc::unwrap_or_clone(current);
             if finalizers.cleanup {
                 match self.clean_up(cr, current, ledger).await? {
                     Some(cleaned) => current = cleaned,

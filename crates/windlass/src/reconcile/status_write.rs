@@ -2,6 +2,8 @@
 //! error) status after it, written together in one conditional write, recomputed and
 //! retried on a conflict.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::controller::Controller;
@@ -10,7 +12,7 @@ use crate::error::{ClusterError, Result};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, emit};
 use crate::session::Session;
-use crate::status::{self, ReadyReason, StatusUpdate, UpdatingReason, condition};
+use crate::status::{self, NextStatus, ReadyReason, StatusUpdate, UpdatingReason, condition};
 
 use super::{Failure, Reconciler};
 use crate::status::{Inventory, reasons_for_error};
@@ -25,7 +27,7 @@ pub(super) struct ErrorStatus<'a> {
     /// The error, with the rollout state it carries.
     pub(super) failure: &'a Failure,
     /// What windlass applied for the CR, as far as the reconcile got.
-    pub(super) inventory: Inventory,
+    pub(super) inventory: Arc<Inventory>,
     /// The start status, if the reconcile got that far.
     pub(super) start: Option<&'a StatusUpdate>,
     /// The author's status changes (see [`Session::update_status`]), if the reconcile
@@ -40,9 +42,9 @@ impl<C: Controller> Reconciler<C> {
     pub(super) async fn write_error_status(
         &self,
         cr: &ObjectRef,
-        current: Value,
+        current: Arc<Value>,
         error: ErrorStatus<'_>,
-    ) -> Result<Option<Value>> {
+    ) -> Result<Option<Arc<Value>>> {
         let ErrorStatus {
             manifest,
             failure,
@@ -60,49 +62,43 @@ impl<C: Controller> Reconciler<C> {
             inventory: Some(inventory),
             ..Default::default()
         };
-        let next = |status: &Value| {
+        self.write_status(cr, current, |status| {
             self.after_start(status, &cr.kind, start, author.as_ref(), |_| update.clone())
-        };
-        self.write_status(cr, current, next).await
+        })
+        .await
     }
 
     /// `status` with the author's changes (see [`Session::update_status`]), the start
-    /// status of this reconcile (if it got that far) and then `then` (computed from the
-    /// started status) applied: all land in one write.
-    pub(super) fn after_start(
+    /// status of this reconcile (if it got that far) and then `then` (told the started
+    /// status's `Ready` reason) applied: all land in one write.
+    pub(super) fn after_start<'s>(
         &self,
-        status: &Value,
+        status: &'s Value,
         kind: &str,
         start: Option<&StatusUpdate>,
         author: Option<&Map<String, Value>>,
-        then: impl FnOnce(&Value) -> StatusUpdate,
-    ) -> Value {
-        let mut status = status.clone();
-        if let Some(changes) = author {
-            if !status.is_object() {
-                status = Value::Object(Map::new());
-            }
-            if let Some(map) = status.as_object_mut() {
-                for (key, value) in changes {
-                    match value {
-                        Value::Null => map.remove(key),
-                        value => map.insert(key.clone(), value.clone()),
-                    };
-                }
+        then: impl FnOnce(Option<ReadyReason>) -> StatusUpdate,
+    ) -> NextStatus<'s> {
+        let mut next = NextStatus::over(status);
+        for (key, value) in author.into_iter().flatten() {
+            match value {
+                Value::Null => next.remove(key),
+                value => next.set(key, value.clone()),
             }
         }
-        let started = match start {
-            Some(start) => self.updated(&status, kind, start.clone()),
-            None => status,
-        };
-        let update = then(&started);
-        self.updated(&started, kind, update)
+        let now = crate::object::timestamp_now();
+        if let Some(start) = start {
+            self.update(&mut next, kind, start.clone(), &now);
+        }
+        let update = then(next.condition_reason(status::READY));
+        self.update(&mut next, kind, update, &now);
+        next
     }
 
-    /// The status after `update`, starting from `status`, stamped now.
-    pub(super) fn updated(&self, status: &Value, kind: &str, mut update: StatusUpdate) -> Value {
+    /// Apply `update` to `status`, stamped `now`.
+    fn update(&self, status: &mut NextStatus<'_>, kind: &str, mut update: StatusUpdate, now: &str) {
         update.operator_version = self.operator.status.operator_version.clone();
-        status::apply_update(status, kind, &update, &crate::object::timestamp_now())
+        status::apply_update(status, kind, &update, now);
     }
 
     /// Compute the CR's next status from `current` (the CR as last read or written) with
@@ -115,15 +111,18 @@ impl<C: Controller> Reconciler<C> {
     pub(super) async fn write_status(
         &self,
         cr: &ObjectRef,
-        mut current: Value,
-        next: impl Fn(&Value) -> Value,
-    ) -> Result<Option<Value>> {
+        mut current: Arc<Value>,
+        next: impl for<'s> Fn(&'s Value) -> NextStatus<'s>,
+    ) -> Result<Option<Arc<Value>>> {
         let mut attempt = 1;
         loop {
-            let status = current.get("status").cloned().unwrap_or(Value::Null);
-            let next = next(&status);
-            let changed = status::status_changed(&status, &next);
+            let status = current.get("status").unwrap_or(&Value::Null);
+            let next = next(status);
+            let changed = next.changes_anything();
+            let reason = |t| next.condition_reason::<String>(t).unwrap_or_default();
+            let (ready, updating) = (reason(status::READY), reason(status::UPDATING));
             let written = if changed {
+                let next = next.into_value();
                 match self
                     .cluster
                     .write_status(cr, &next, current.resource_version())
@@ -134,7 +133,7 @@ impl<C: Controller> Reconciler<C> {
                     Err(ClusterError::Conflict { .. }) if attempt < STATUS_WRITE_ATTEMPTS => {
                         attempt += 1;
                         tracing::debug!("status write conflicted; reading the CR again");
-                        match self.cluster.get(cr).await? {
+                        match self.cluster.get_shared(cr).await? {
                             Some(fresh) => current = fresh,
                             None => return Ok(None),
                         }
@@ -145,23 +144,15 @@ impl<C: Controller> Reconciler<C> {
             } else {
                 None
             };
-            let reason = |t: &str| {
-                condition(&next, t)
-                    .ok()
-                    .flatten()
-                    .and_then(|c| c["reason"].as_str())
-                    .unwrap_or("")
-                    .to_string()
-            };
             emit(
                 self.observer.as_ref(),
                 Event::Status {
-                    ready: reason(status::READY),
-                    updating: reason(status::UPDATING),
+                    ready,
+                    updating,
                     written: changed,
                 },
             );
-            return Ok(Some(written.unwrap_or(current)));
+            return Ok(Some(written.map(Arc::new).unwrap_or(current)));
         }
     }
 }
@@ -204,11 +195,12 @@ pub(super) fn start_status<C: Controller>(session: &Session<C>, current: &Value)
     }
 }
 
-/// The status after a rollout that raised no error.
+/// The status after a rollout that raised no error, following a status whose `Ready`
+/// reason is `ready`.
 pub(super) fn completion_status<C: Controller>(
     session: &Session<C>,
     state: &CompletionState,
-    current: &Value,
+    ready: Option<ReadyReason>,
 ) -> StatusUpdate {
     let mut update = StatusUpdate {
         components: Some(state.clone()),
@@ -220,8 +212,7 @@ pub(super) fn completion_status<C: Controller>(
         update.updating = Some((UpdatingReason::Stable, "Rollout Complete".into()));
         update.reconciled_version = session.version().map(str::to_string);
     } else {
-        let initializing = status::condition_reason::<ReadyReason>(current, status::READY)
-            == Some(ReadyReason::Initializing);
+        let initializing = ready == Some(ReadyReason::Initializing);
         if !initializing {
             update.ready = Some((ReadyReason::InProgress, "Verify InProgress".into()));
         }

@@ -3,6 +3,7 @@
 //! longer renders, and delete a disabled component's objects.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -23,33 +24,42 @@ impl<C: Controller> Rollout<'_, C> {
     /// deleted.
     pub(super) async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
-        let mut applied = Vec::new();
-        let mut unchanged = Vec::new();
+        let mut written = Vec::with_capacity(objects.len());
         for object in objects {
-            let (reference, changed) = self.deploy_object(component, object).await?;
-            if changed && self.session.ledger().dependency_written(&reference) {
+            let changed = self.deploy_object(component, object).await?;
+            let reference = &object.reference;
+            if changed && self.session.ledger().dependency_written(reference) {
                 tracing::debug!(object = %reference, component, "written after a dependency hash was computed from its old data: the CR is requeued");
             }
-            if changed {
-                applied.push(reference);
-            } else {
-                unchanged.push(reference);
-            }
+            written.push(changed);
         }
         let rendered: BTreeSet<&ObjectRef> = objects.iter().map(|o| &o.reference).collect();
-        let leftovers = self
-            .session
-            .ledger()
-            .inventory()
-            .of(component)
-            .into_iter()
-            .filter(|(r, _)| !rendered.contains(r))
-            .collect::<Vec<_>>();
-        let pruned = delete_recorded(self.session, component, leftovers).await?;
-        self.session.emit(Event::Deployed {
-            component: component.to_string(),
-            applied,
-            unchanged,
+        let leftovers = self.session.ledger().inventory_with(|i| {
+            i.objects(component)
+                .iter()
+                .filter(|(r, _)| !rendered.contains(r))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        // Boxed, as the writes below: what a steady reconcile does not do need not make
+        // every component's future (allocated by the DAG runner) larger.
+        let pruned = match leftovers.is_empty() {
+            true => Vec::new(),
+            false => Box::pin(delete_recorded(self.session, component, leftovers)).await?,
+        };
+        self.session.emit_with(|| {
+            let (applied, unchanged): (Vec<_>, Vec<_>) = objects
+                .iter()
+                .zip(written)
+                .partition(|(_, written)| *written);
+            let references = |list: Vec<(&ManagedObject, bool)>| {
+                list.into_iter().map(|(o, _)| o.reference.clone()).collect()
+            };
+            Event::Deployed {
+                component: component.to_string(),
+                applied: references(applied),
+                unchanged: references(unchanged),
+            }
         });
         if !pruned.is_empty() {
             self.session.emit(Event::Disabled {
@@ -61,59 +71,58 @@ impl<C: Controller> Rollout<'_, C> {
     }
 
     /// Apply one object unless windlass already applied exactly this and still owns every
-    /// field of it (see [`crate::rollout::drift`]). Returns its reference and whether a write
-    /// happened.
-    async fn deploy_object(
-        &self,
-        component: &str,
-        object: &ManagedObject,
-    ) -> Result<(ObjectRef, bool)> {
+    /// field of it (see [`crate::rollout::drift`]). Returns whether a write happened.
+    async fn deploy_object(&self, component: &str, object: &ManagedObject) -> Result<bool> {
         let session = self.session;
         let cr = session.manifest();
         let mut manifest = object.manifest.clone();
-        let reference = object.reference.clone();
+        let reference = &object.reference;
         // A component may render the CR itself (to rewrite its own spec): it is not its
         // own child.
-        let itself = reference == session.cr_ref();
+        let itself = session.is_cr(reference);
         add_owner_reference(&mut manifest, cr);
         if !itself {
             stamp_labels(&mut manifest, cr, component);
         }
         crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
-        let live = session.cluster().get_own(&reference).await?;
+        let live = session.cluster().get_own_shared(reference).await?;
         if let Some(live) = &live
             && !itself
         {
-            refuse_foreign(&reference, live, cr)?;
+            refuse_foreign(reference, live, cr)?;
         }
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
             (Some(_), true) => crate::rollout::drift::Drift::InSync,
             _ => crate::rollout::drift::drift(
                 &manifest,
-                live.as_ref(),
+                live.as_deref(),
                 object.method,
                 crate::FIELD_MANAGER,
             ),
         };
-        let stored = if drift.needs_write() {
-            tracing::debug!(object = %reference, ?drift, "writing");
-            if !itself
-                && !crate::cluster::finalizer::collected_with(reference.namespace.as_deref(), cr)
-            {
-                session.hold_for_cleanup().await?;
+        let stored = match live {
+            Some(live) if !drift.needs_write() => live,
+            _ => {
+                tracing::debug!(object = %reference, ?drift, "writing");
+                if !itself
+                    && !crate::cluster::finalizer::collected_with(
+                        reference.namespace.as_deref(),
+                        cr,
+                    )
+                {
+                    Box::pin(session.hold_for_cleanup()).await?;
+                }
+                Box::pin(self.write(object, &manifest)).await?
             }
-            self.write(object, &manifest).await?
-        } else {
-            live.unwrap_or_default()
         };
         if let Some(uid) = stored.uid() {
             session
                 .ledger()
-                .inventory_mut(|i| i.record(component, reference.clone(), uid));
+                .inventory_mut(|i| i.record(component, reference, uid));
         }
-        Ok((reference, drift.needs_write()))
+        Ok(drift.needs_write())
     }
 
     /// Write `manifest` by the object's method. Conflicts (HTTP 409) are retried with a
@@ -122,14 +131,14 @@ impl<C: Controller> Rollout<'_, C> {
     /// resourceVersion afresh. A refused change of an immutable field recreates the object
     /// when the resource asked for it. A refused apply is never retried as a replace: on a
     /// real server the replace meets the same validation, so it would only cost requests.
-    async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Value> {
-        let cluster = self.session.cluster();
+    async fn write(&self, object: &ManagedObject, manifest: &Value) -> Result<Arc<Value>> {
+        let cluster = self.session.recorded();
         let operator = self.session.operator_config();
         let mut attempt = 0;
         let method = object.method;
         let mut recreated = false;
         loop {
-            match cluster.apply(manifest, method).await {
+            match cluster.apply_shared(manifest, method).await {
                 Ok(stored) => return Ok(stored),
                 Err(ClusterError::Conflict { .. })
                     if attempt < operator.rollout.conflict_retries =>
@@ -141,7 +150,10 @@ impl<C: Controller> Rollout<'_, C> {
                 Err(e) if e.is_immutable_field() && object.recreate && !recreated => {
                     tracing::info!(object = %object.reference, error = %e, "recreating: an immutable field changed");
                     recreated = true;
-                    cluster.delete(&object.reference, None).await?;
+                    self.session
+                        .cluster()
+                        .delete(&object.reference, None)
+                        .await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -152,7 +164,7 @@ impl<C: Controller> Rollout<'_, C> {
     /// and that are still there. Nothing is sent once they are gone.
     pub(super) async fn disable(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
-        let recorded = self.session.ledger().inventory().of(component);
+        let recorded = self.session.ledger().inventory_of(component);
         // Rendered order reversed first, then whatever else was recorded.
         let position = |r: &ObjectRef| objects.iter().position(|o| o.reference == *r);
         let mut ordered = recorded;
@@ -167,13 +179,7 @@ impl<C: Controller> Rollout<'_, C> {
 
     /// Whether a disabled component's objects are all gone.
     pub(super) fn all_gone(&self, id: NodeId) -> bool {
-        self.session.dry_run()
-            || self
-                .session
-                .ledger()
-                .inventory()
-                .of(self.name(id))
-                .is_empty()
+        self.session.dry_run() || self.session.ledger().inventory_of(self.name(id)).is_empty()
     }
 }
 

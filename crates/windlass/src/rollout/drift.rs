@@ -29,7 +29,7 @@
 //! of empty maps and lists (`metadata: {labels: {}}`) are not recorded by the server and
 //! need no owner.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::annotations::APPLIED_HASH;
 use crate::cluster::WriteMethod;
@@ -98,94 +98,112 @@ pub fn drift(
     let Some(desired) = desired.as_object() else {
         return Drift::Changed;
     };
-    let mut path = Vec::new();
     for (key, value) in desired {
         if matches!(key.as_str(), "apiVersion" | "kind" | "status") {
             continue;
         }
-        let value = if key == "metadata" {
-            identity_stripped(value)
-        } else {
-            value.clone()
+        let fields = field(owned, key);
+        let result = match value {
+            // Name and namespace identify the object and are in no manager's field set.
+            Value::Object(metadata) if key == "metadata" => {
+                covered_map(metadata, &["name", "namespace"], fields)
+            }
+            value => covered(value, fields),
         };
-        path.push(key.clone());
-        if !covered(&value, owned.get(format!("f:{key}").as_str()), &mut path) {
+        if let Err(Uncovered(mut path)) = result {
+            path.push(key.clone());
+            path.reverse();
             return Drift::Taken(path.join("."));
         }
-        path.pop();
     }
     Drift::InSync
 }
 
-/// Metadata without name and namespace: they identify the object and are not in any
-/// manager's field set.
-fn identity_stripped(metadata: &Value) -> Value {
-    let mut metadata = metadata.clone();
-    if let Some(map) = metadata.as_object_mut() {
-        map.remove("name");
-        map.remove("namespace");
+/// The path of a desired field that the field set does not cover, innermost segment first
+/// (it is built on the way out, so a value that is covered costs no allocation).
+struct Uncovered(Vec<String>);
+
+impl Uncovered {
+    /// `self` one level further out, under `segment`.
+    fn under(mut self, segment: String) -> Self {
+        self.0.push(segment);
+        self
     }
-    metadata
 }
 
-/// Whether the field set `fields` covers everything `value` sets; on failure `path` is
-/// left at the first field that is not covered.
-fn covered(value: &Value, fields: Option<&Value>, path: &mut Vec<String>) -> bool {
-    if vacuous(value) {
-        // Nothing to own: the server records no field for it.
-        return true;
+/// `fields["f:<key>"]`. Short keys (all but the longest annotation keys) are looked up
+/// without allocating `f:<key>`: a rollout checks every field of every object it renders.
+fn field<'a>(fields: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    let mut buffer = [0u8; 128];
+    let len = key.len() + 2;
+    if len > buffer.len() {
+        return fields.get(format!("f:{key}").as_str());
     }
-    let Some(fields) = fields else {
-        return false;
-    };
+    buffer[..2].copy_from_slice(b"f:");
+    buffer[2..len].copy_from_slice(key.as_bytes());
+    // "f:" and a `str` make valid UTF-8.
+    std::str::from_utf8(&buffer[..len])
+        .ok()
+        .and_then(|name| fields.get(name))
+}
+
+/// Whether the field set `fields` covers everything `value` sets; if not, where not.
+fn covered(value: &Value, fields: Option<&Value>) -> Result<(), Uncovered> {
+    let missing = || Err(Uncovered(Vec::new()));
     match value {
-        Value::Object(map) => {
-            let Some(fields) = fields.as_object() else {
-                return false;
-            };
-            if !fields.keys().any(|k| k.starts_with("f:")) {
-                // An atomic map, owned as a whole.
-                return true;
-            }
-            for (key, child) in map {
-                path.push(key.clone());
-                if !covered(child, fields.get(format!("f:{key}").as_str()), path) {
-                    return false;
-                }
-                path.pop();
-            }
-            true
-        }
+        Value::Object(map) => covered_map(map, &[], fields),
+        // Nothing to own: the server records no field for it.
+        _ if vacuous(value) => Ok(()),
+        _ if fields.is_none() => missing(),
         Value::Array(items) => {
-            let Some(children) = fields.as_object() else {
-                return false;
+            let Some(children) = fields.and_then(Value::as_object) else {
+                return missing();
             };
-            let elements: Vec<(&String, &Value)> =
-                children.iter().filter(|(k, _)| k.as_str() != ".").collect();
+            let mut elements = children.iter().filter(|(k, _)| k.as_str() != ".");
             // An atomic list is owned as a whole.
-            if elements.is_empty() {
-                return true;
+            if elements.next().is_none() {
+                return Ok(());
             }
             for (index, item) in items.iter().enumerate() {
-                path.push(format!("[{index}]"));
-                let owned = elements
+                let owned = children
                     .iter()
+                    .filter(|(k, _)| k.as_str() != ".")
                     .find(|(key, _)| element_matches(key, item, index));
-                let ok = match owned {
-                    None => false,
-                    Some((_, child)) if item.is_object() => covered(item, Some(child), path),
-                    Some(_) => true,
+                let result = match owned {
+                    None => missing(),
+                    Some((_, child)) if item.is_object() => covered(item, Some(child)),
+                    Some(_) => Ok(()),
                 };
-                if !ok {
-                    return false;
-                }
-                path.pop();
+                result.map_err(|u| u.under(format!("[{index}]")))?;
             }
-            true
+            Ok(())
         }
         // A scalar: present in the set is owned.
-        _ => true,
+        _ => Ok(()),
     }
+}
+
+/// [`covered`] for a map, leaving out the keys `skip`.
+fn covered_map(
+    map: &Map<String, Value>,
+    skip: &[&str],
+    fields: Option<&Value>,
+) -> Result<(), Uncovered> {
+    let mut entries = map.iter().filter(|(k, _)| !skip.contains(&k.as_str()));
+    if entries.clone().all(|(_, v)| vacuous(v)) {
+        // Nothing to own: the server records no field for it.
+        return Ok(());
+    }
+    let Some(fields) = fields.and_then(Value::as_object) else {
+        return Err(Uncovered(Vec::new()));
+    };
+    if !fields.keys().any(|k| k.starts_with("f:")) {
+        // An atomic map, owned as a whole.
+        return Ok(());
+    }
+    entries.try_for_each(|(key, child)| {
+        covered(child, field(fields, key)).map_err(|u| u.under(key.clone()))
+    })
 }
 
 /// Whether a value is null or made only of empty maps and lists.

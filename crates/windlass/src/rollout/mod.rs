@@ -307,7 +307,7 @@ impl<C: Controller> Rollout<'_, C> {
     async fn verify_node(&self, id: NodeId) -> std::result::Result<(), Halt> {
         self.guard(id, Phase::Verify, async {
             let verdict = self.check_ready(id).await;
-            self.session.emit(Event::Verified {
+            self.session.emit_with(|| Event::Verified {
                 component: self.name(id).to_string(),
                 ok: matches!(verdict, Ok(Readiness::Ready)),
             });
@@ -364,14 +364,28 @@ impl<C: Controller> Rollout<'_, C> {
     /// `false` (a component not verified yet) halts without failing, an error halts and is
     /// a failure iff fatal ("not yet" is not), and a panic is caught and becomes a fatal
     /// error naming the component.
-    async fn guard(
+    ///
+    /// Not an `async fn`: its future would hold `work` twice (as the argument, and as the
+    /// future it awaits), and the runner allocates every node's future.
+    fn guard<'s>(
+        &'s self,
+        id: NodeId,
+        phase: Phase,
+        work: impl Future<Output = Result<bool>> + 's,
+    ) -> impl Future<Output = std::result::Result<(), Halt>> + 's {
+        AssertUnwindSafe(work)
+            .catch_unwind()
+            .map(move |outcome| self.halt(id, phase, outcome))
+    }
+
+    /// [`Rollout::guard`]'s answer for one node's outcome (its work's, or its panic).
+    fn halt(
         &self,
         id: NodeId,
         phase: Phase,
-        work: impl Future<Output = Result<bool>>,
+        outcome: std::thread::Result<Result<bool>>,
     ) -> std::result::Result<(), Halt> {
-        let component = self.name(id).to_string();
-        let outcome = match AssertUnwindSafe(work).catch_unwind().await {
+        let outcome = match outcome {
             Ok(Ok(true)) => return Ok(()),
             Ok(Ok(false)) => Halt {
                 failure: false,
@@ -382,13 +396,13 @@ impl<C: Controller> Rollout<'_, C> {
                 error: Some(e),
             },
             Err(panic) => Halt::failed(Error::from_panic(
-                format!("component \"{component}\" during {phase}"),
+                format!("component \"{}\" during {phase}", self.name(id)),
                 panic.as_ref(),
             )),
         };
         if phase == Phase::Deploy || outcome.failure || outcome.error.is_some() {
             self.session.emit(Event::Halted {
-                component,
+                component: self.name(id).to_string(),
                 phase,
                 failure: outcome.failure,
                 message: outcome.error.as_ref().map(ToString::to_string),

@@ -1,8 +1,6 @@
 //! Pruning: the objects of components that left the graph, found in the CR's inventory,
 //! are deleted at the end of a successful rollout.
 
-use std::collections::BTreeSet;
-
 use crate::annotations;
 use crate::cluster::Deletion;
 use crate::controller::{Components, Controller};
@@ -16,17 +14,17 @@ pub(crate) async fn prune_removed_components<C: Controller>(
     session: &Session<C>,
     components: &Components<C>,
 ) -> Result<()> {
-    let known: BTreeSet<&str> = components
-        .names(false)
-        .into_iter()
-        .chain(components.names(true))
-        .collect();
-    let inventory = session.ledger().inventory();
-    for component in inventory.components() {
-        if !known.contains(component.as_str()) {
-            let deleted = delete_recorded(session, &component, inventory.of(&component)).await?;
-            session.emit(Event::Disabled { component, deleted });
-        }
+    // Looked up by name in the graph: its names in order would be a topological sort.
+    let removed: Vec<String> = session.ledger().inventory_with(|i| {
+        i.component_names()
+            .filter(|component| components.get(component).is_none())
+            .map(str::to_string)
+            .collect()
+    });
+    for component in removed {
+        let objects = session.ledger().inventory_of(&component);
+        let deleted = delete_recorded(session, &component, objects).await?;
+        session.emit(Event::Disabled { component, deleted });
     }
     Ok(())
 }

@@ -63,18 +63,32 @@ impl<C: Controller> Rollout<'_, C> {
             });
         }
         if !entry.disabled {
-            self.stamp_dependency_hashes(id, &mut objects, &restart_on_change)
-                .await?;
+            // Boxed, and only when needed: most components have no object that restarts
+            // on a dependency change, and every component's future (allocated by the DAG
+            // runner) would otherwise be as large as this one.
+            let external = match restart_on_change.contains(&true) {
+                true => {
+                    let stamped =
+                        self.stamp_dependency_hashes(id, &mut objects, &restart_on_change);
+                    Box::pin(stamped).await?
+                }
+                false => BTreeMap::new(),
+            };
+            session.emit_with(|| Event::Dependencies {
+                cr: session.cr_ref(),
+                component: name.to_string(),
+                objects: external.into_iter().collect(),
+            });
         } else {
             // Its pods are being deleted: whatever it read before concerns the CR no more.
-            session.emit(Event::Dependencies {
+            session.emit_with(|| Event::Dependencies {
                 cr: session.cr_ref(),
                 component: name.to_string(),
                 objects: Vec::new(),
             });
         }
         crate::rollout::dump::dump_component(session, name, entry.disabled, &objects)?;
-        session.emit(Event::Rendered {
+        session.emit_with(|| Event::Rendered {
             component: name.to_string(),
             disabled: entry.disabled,
             objects: objects.iter().map(|o| o.reference.clone()).collect(),
@@ -88,42 +102,35 @@ impl<C: Controller> Rollout<'_, C> {
     /// [`ResourceOptions::restart_on_dependency_change`](crate::component::ResourceOptions::restart_on_dependency_change)
     /// (see [`crate::rollout::dependency_hash`]), from this component's Secrets and
     /// ConfigMaps and those of the enabled components it depends on (transitively), else
-    /// from the cluster; report what came from the cluster and is not the CR's own (the
-    /// runtime watches it).
+    /// from the cluster. Returns what came from the cluster and is not the CR's own (the
+    /// runtime watches it), with the resourceVersion read.
     async fn stamp_dependency_hashes(
         &self,
         id: NodeId,
         objects: &mut [ManagedObject],
         restart_on_change: &[bool],
-    ) -> Result<()> {
+    ) -> Result<BTreeMap<ObjectRef, Option<String>>> {
         let mut external = BTreeMap::new();
-        if restart_on_change.contains(&true) {
-            let upstream = self.rendered_upstream(id);
-            // Secrets and ConfigMaps are never targets: a copy of them serves every target.
-            let own: Vec<ManagedObject> = objects.iter().filter(is_data).cloned().collect();
-            let sources: Vec<Rendered<'_>> = own
-                .iter()
-                .chain(upstream.iter().flat_map(|r| r.iter().filter(is_data)))
-                .map(|o| Rendered {
-                    reference: &o.reference,
-                    manifest: &o.manifest,
-                    create_only: o.create_only,
-                })
-                .collect();
-            for (object, _) in objects
-                .iter_mut()
-                .zip(restart_on_change)
-                .filter(|(_, restart)| **restart)
-            {
-                external.extend(self.stamp_dependency_hash(object, &sources).await?);
-            }
+        let upstream = self.rendered_upstream(id);
+        // Secrets and ConfigMaps are never targets: a copy of them serves every target.
+        let own: Vec<ManagedObject> = objects.iter().filter(is_data).cloned().collect();
+        let sources: Vec<Rendered<'_>> = own
+            .iter()
+            .chain(upstream.iter().flat_map(|r| r.iter().filter(is_data)))
+            .map(|o| Rendered {
+                reference: &o.reference,
+                manifest: &o.manifest,
+                create_only: o.create_only,
+            })
+            .collect();
+        for (object, _) in objects
+            .iter_mut()
+            .zip(restart_on_change)
+            .filter(|(_, restart)| **restart)
+        {
+            external.extend(self.stamp_dependency_hash(object, &sources).await?);
         }
-        self.session.emit(Event::Dependencies {
-            cr: self.session.cr_ref(),
-            component: self.name(id).to_string(),
-            objects: external.into_iter().collect(),
-        });
-        Ok(())
+        Ok(external)
     }
 
     /// What the enabled components `id` waits for, directly or not, rendered: the runner

@@ -1,6 +1,12 @@
 //! What one reconcile has seen and applied (the [`Ledger`]), and the cluster as the
 //! reconcile sees it through the ledger ([`Recorded`]): each object read at most once, the
 //! answer of every write remembered.
+//!
+//! The ledger keeps its copies shared (`Arc`): the rollout reads or writes each of its
+//! objects and only looks at the answer ([`Cluster::get_own_shared`],
+//! [`Recorded::apply_shared`]), so the copy it looks at is the one remembered (for the
+//! in-memory cluster, the one it stores), not a copy of it. Other callers get a copy of
+//! their own, as the trait says.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -18,9 +24,10 @@ use crate::status::inventory::Inventory;
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     /// The freshest copy of each object read or written; `None` when it was found absent.
-    objects: Mutex<HashMap<ObjectRef, Option<Value>>>,
-    /// What windlass applied for the CR, as the rollout updates it.
-    inventory: Mutex<Inventory>,
+    objects: Mutex<HashMap<ObjectRef, Option<Arc<Value>>>>,
+    /// What windlass applied for the CR, as the rollout updates it; shared with the
+    /// snapshots [`Ledger::inventory`] hands out, copied only when changed after one.
+    inventory: Mutex<Arc<Inventory>>,
     /// Held while the CR's finalizers are changed, so concurrent components don't race.
     pub(super) finalizers: tokio::sync::Mutex<()>,
     /// The Secrets and ConfigMaps a dependency hash was computed from as the cluster held
@@ -33,7 +40,7 @@ impl Ledger {
     pub(crate) fn new(inventory: Inventory) -> Self {
         Ledger {
             objects: Mutex::default(),
-            inventory: Mutex::new(inventory),
+            inventory: Mutex::new(Arc::new(inventory)),
             finalizers: tokio::sync::Mutex::new(()),
             dependencies: Mutex::default(),
         }
@@ -61,12 +68,12 @@ impl Ledger {
     }
 
     /// The copy seen last, if the object was read or written in this reconcile.
-    pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Value>> {
+    pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
         self.objects.lock().get(object).cloned()
     }
 
     /// Remember the freshest copy of `object` (`None`: it is absent).
-    pub(crate) fn remember(&self, object: ObjectRef, value: Option<Value>) {
+    pub(crate) fn remember(&self, object: ObjectRef, value: Option<Arc<Value>>) {
         self.objects.lock().insert(object, value);
     }
 
@@ -78,12 +85,24 @@ impl Ledger {
 
     /// Change the inventory.
     pub(crate) fn inventory_mut<T>(&self, change: impl FnOnce(&mut Inventory) -> T) -> T {
-        change(&mut self.inventory.lock())
+        change(Arc::make_mut(&mut self.inventory.lock()))
     }
 
     /// The inventory as it is now.
-    pub(crate) fn inventory(&self) -> Inventory {
+    pub(crate) fn inventory(&self) -> Arc<Inventory> {
         self.inventory.lock().clone()
+    }
+
+    /// Look at the inventory as it is now.
+    pub(crate) fn inventory_with<T>(&self, read: impl FnOnce(&Inventory) -> T) -> T {
+        read(&self.inventory.lock())
+    }
+
+    /// What `component` applied, as the inventory holds it now. Asked once per component
+    /// per rollout, so it copies that component's entries only, not the whole inventory
+    /// (which would make a rollout quadratic in the number of components).
+    pub(crate) fn inventory_of(&self, component: &str) -> Vec<(ObjectRef, String)> {
+        self.inventory.lock().of(component)
     }
 }
 
@@ -97,30 +116,50 @@ pub(crate) struct Recorded {
 }
 
 impl Recorded {
-    pub(crate) fn shared(inner: Arc<dyn Cluster>, ledger: Arc<Ledger>) -> Arc<dyn Cluster> {
+    pub(crate) fn shared(inner: Arc<dyn Cluster>, ledger: Arc<Ledger>) -> Arc<Recorded> {
         Arc::new(Recorded { inner, ledger })
+    }
+
+    /// [`Cluster::apply`], the copy the ledger keeps.
+    pub(crate) async fn apply_shared(
+        &self,
+        manifest: &Value,
+        method: WriteMethod,
+    ) -> Result<Arc<Value>, ClusterError> {
+        let stored = Arc::new(self.inner.apply(manifest, method).await?);
+        self.remember(&stored);
+        Ok(stored)
     }
 
     /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
     /// [`Cluster::get_own`]) of the inner cluster, remembered.
-    async fn read(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
+    async fn read(
+        &self,
+        object: &ObjectRef,
+        own: bool,
+    ) -> Result<Option<Arc<Value>>, ClusterError> {
         if let Some(seen) = self.ledger.seen(object) {
             return Ok(seen);
         }
         let found = if own {
-            self.inner.get_own(object).await?
+            self.inner.get_own_shared(object).await?
         } else {
-            self.inner.get(object).await?
+            self.inner.get_shared(object).await?
         };
         self.ledger.remember(object.clone(), found.clone());
         Ok(found)
     }
 
-    fn remember(&self, stored: &Value) {
+    fn remember(&self, stored: &Arc<Value>) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
             self.ledger.remember(reference, Some(stored.clone()));
         }
     }
+}
+
+/// A copy of `value` of the caller's own (no copy when the ledger did not keep it).
+fn owned(value: Arc<Value>) -> Value {
+    Arc::unwrap_or_clone(value)
 }
 
 #[async_trait]
@@ -130,10 +169,18 @@ impl Cluster for Recorded {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        self.read(object, false).await
+        Ok(self.read(object, false).await?.map(owned))
     }
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        Ok(self.read(object, true).await?.map(owned))
+    }
+
+    async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.read(object, false).await
+    }
+
+    async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         self.read(object, true).await
     }
 
@@ -142,9 +189,7 @@ impl Cluster for Recorded {
     }
 
     async fn apply(&self, manifest: &Value, method: WriteMethod) -> Result<Value, ClusterError> {
-        let stored = self.inner.apply(manifest, method).await?;
-        self.remember(&stored);
-        Ok(stored)
+        Ok(owned(self.apply_shared(manifest, method).await?))
     }
 
     async fn delete(
@@ -167,8 +212,9 @@ impl Cluster for Recorded {
             .inner
             .write_status(object, status, resource_version)
             .await?;
+        let stored = stored.map(Arc::new);
         self.ledger.remember(object.clone(), stored.clone());
-        Ok(stored)
+        Ok(stored.map(owned))
     }
 
     async fn patch(
@@ -176,8 +222,8 @@ impl Cluster for Recorded {
         object: &ObjectRef,
         patch: &json_patch::Patch,
     ) -> Result<Value, ClusterError> {
-        let stored = self.inner.patch(object, patch).await?;
+        let stored = Arc::new(self.inner.patch(object, patch).await?);
         self.remember(&stored);
-        Ok(stored)
+        Ok(owned(stored))
     }
 }

@@ -21,6 +21,7 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
+use crate::values::parse_with_path;
 use crate::version::Versions;
 mod ledger;
 
@@ -130,15 +131,19 @@ impl<C: ControllerTypes> Clone for Session<C> {
 pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) id: String,
     pub(crate) cr: C::Resource,
-    pub(crate) manifest: Value,
+    /// The CR merged over the controller's CR defaults (`read` itself when there are none).
+    pub(crate) manifest: Arc<Value>,
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
     pub(crate) operator: Arc<OperatorConfig>,
-    pub(crate) cluster: Arc<dyn Cluster>,
+    pub(crate) cluster: Arc<Recorded>,
     pub(crate) temporary_patches: Vec<Value>,
-    /// The status as read, and typed (the type's default when it does not parse).
-    pub(crate) status: Value,
-    pub(crate) typed_status: C::Status,
+    /// The CR as read: its status is the status as read.
+    pub(crate) read: Arc<Value>,
+    /// The status as read, typed (the type's default when it does not parse), parsed when
+    /// first asked for: parsing a status that lists every component and object costs a
+    /// reconcile that does not look at it.
+    pub(crate) typed_status: std::sync::OnceLock<C::Status>,
     /// The author's changes to the status, once [`Session::update_status`] was called.
     pub(crate) status_changes: Mutex<Option<C::Status>>,
     pub(crate) version: Option<String>,
@@ -161,6 +166,11 @@ impl<C: ControllerTypes> Session<C> {
 
     pub(crate) fn ledger(&self) -> &Arc<Ledger> {
         &self.inner.ledger
+    }
+
+    /// [`Session::cluster`], with the reads and writes that answer with the ledger's copy.
+    pub(crate) fn recorded(&self) -> &Recorded {
+        &self.inner.cluster
     }
 
     /// Make sure the CR carries [`crate::cluster::finalizer::CLEANUP_FINALIZER`] before an object
@@ -218,6 +228,13 @@ impl<C: ControllerTypes> Session<C> {
             self.name(),
         )
     }
+    /// Whether `object` is the CR ([`Session::cr_ref`], compared without making it).
+    pub(crate) fn is_cr(&self, object: &ObjectRef) -> bool {
+        object.name == self.name()
+            && object.kind == self.kind()
+            && object.api_version == self.api_version()
+            && object.namespace.as_deref() == self.inner.manifest.namespace()
+    }
     /// The backend config: [`Controller::Config`](crate::controller::Controller::Config)'s defaults ← the config-defaults
     /// ConfigMap ← the CR's `spec.configOverrides`, parsed once per reconcile.
     pub fn config(&self) -> &C::Config {
@@ -236,14 +253,17 @@ impl<C: ControllerTypes> Session<C> {
     pub fn cluster(&self) -> &dyn Cluster {
         self.inner.cluster.as_ref()
     }
-    /// The CR's status when the reconcile began, typed. A stored status that does not
-    /// parse as [`Controller::Status`](crate::controller::Controller::Status) reads as its default (and is logged).
+    /// The CR's status when the reconcile began, typed (parsed when first asked for). A
+    /// stored status that does not parse as [`Controller::Status`](crate::controller::Controller::Status)
+    /// reads as its default (and is logged, then).
     pub fn status(&self) -> &C::Status {
-        &self.inner.typed_status
+        self.inner
+            .typed_status
+            .get_or_init(|| typed_status::<C>(self.status_value()))
     }
     /// The CR's status when the reconcile began, as JSON.
     pub fn status_value(&self) -> &Value {
-        &self.inner.status
+        &self.inner.read["status"]
     }
     /// Change the author's fields of the status, e.g. an URL a component learned. The
     /// changes are written with windlass's own part, in the one status write at the end of
@@ -259,13 +279,13 @@ impl<C: ControllerTypes> Session<C> {
     /// ```
     pub fn update_status(&self, change: impl FnOnce(&mut C::Status)) {
         let mut changes = self.inner.status_changes.lock();
-        change(changes.get_or_insert_with(|| self.inner.typed_status.clone()));
+        change(changes.get_or_insert_with(|| self.status().clone()));
     }
     /// The author's status changes as one JSON merge over the status (keys that changed,
     /// `null` for keys that went away), if any were made.
     pub(crate) fn status_changes(&self) -> Option<Map<String, Value>> {
         let changed = self.inner.status_changes.lock().clone()?;
-        let before = serde_json::to_value(&self.inner.typed_status).ok()?;
+        let before = serde_json::to_value(self.status()).ok()?;
         let after = serde_json::to_value(&changed).ok()?;
         let (Value::Object(before), Value::Object(after)) = (before, after) else {
             return None;
@@ -418,9 +438,33 @@ impl<C: ControllerTypes> Session<C> {
         emit(self.inner.observer.as_ref(), event);
     }
 
+    /// [`Session::emit`] the event `make` makes, if it would go anywhere (see
+    /// [`crate::progress::wanted`]): for the events of every component's steps, not halts.
+    pub(crate) fn emit_with(&self, make: impl FnOnce() -> Event) {
+        if crate::progress::wanted(self.inner.observer.as_ref()) {
+            self.emit(make());
+        }
+    }
+
     /// The Events the rollout's progress called for so far, handed over once.
     pub(crate) fn take_component_events(&self) -> Vec<CrEvent> {
         std::mem::take(&mut self.inner.component_events.lock())
+    }
+}
+
+/// The stored status as the controller's status type; one that does not parse (an older
+/// operator wrote it, say) is logged and replaced by the default.
+fn typed_status<C: ControllerTypes>(status: &Value) -> C::Status {
+    match status {
+        Value::Null => C::Status::default(),
+        stored => parse_with_path(stored).unwrap_or_else(|e| {
+            tracing::warn!(
+                "the stored status does not parse ({}: {}); starting from the default",
+                e.path(),
+                e.inner()
+            );
+            C::Status::default()
+        }),
     }
 }
 

@@ -18,6 +18,7 @@
 pub(crate) mod inventory;
 pub use inventory::Inventory;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -53,7 +54,7 @@ use crate::resource::ControllerTypes;
 /// windlass computes its part from the stored JSON, so a field this type does not know
 /// (an older windlass's, `<kind>Status`) is kept in `other`. Conditions are Kubernetes'
 /// `metav1.Condition`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     /// `Ready` and `Updating` (see [`ReadyReason`], [`UpdatingReason`]), then anyone
@@ -128,6 +129,56 @@ impl Status {
     /// `versions.reconciled`.
     pub fn reconciled_version(&self) -> Option<&str> {
         self.versions.as_ref()?.reconciled.as_deref()
+    }
+}
+
+/// By hand, as `#[derive(Deserialize)]` would with `other` flattened, except that the
+/// keys windlass does not know go straight into `other` instead of through serde's buffer
+/// for flattened fields first: the inventory, one of them, lists every object of the CR,
+/// and a reconcile parses the status on every pass. The same answers and errors (paths
+/// included, see `parses_as_derived`).
+impl<'de> Deserialize<'de> for Status {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(StatusVisitor)
+    }
+}
+
+/// [`Status`]'s fields other than `other`, as the status names them.
+const STATUS_FIELDS: [&str; 4] = [
+    "conditions",
+    "observedGeneration",
+    "componentStatus",
+    "versions",
+];
+
+struct StatusVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StatusVisitor {
+    type Value = Status;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("struct Status")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Status, A::Error> {
+        let mut status = Status::default();
+        let mut seen = [false; STATUS_FIELDS.len()];
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(field) = STATUS_FIELDS.iter().position(|f| *f == key) else {
+                status.other.insert(key, map.next_value()?);
+                continue;
+            };
+            if std::mem::replace(&mut seen[field], true) {
+                return Err(serde::de::Error::duplicate_field(STATUS_FIELDS[field]));
+            }
+            match field {
+                0 => status.conditions = map.next_value()?,
+                1 => status.observed_generation = map.next_value()?,
+                2 => status.component_status = map.next_value()?,
+                _ => status.versions = map.next_value()?,
+            }
+        }
+        Ok(status)
     }
 }
 
@@ -304,54 +355,145 @@ pub(crate) struct StatusUpdate {
     pub observed_generation: Option<i64>,
     /// `operatorVersion`, when configured.
     pub operator_version: Option<String>,
-    /// What windlass applied for the CR (`inventory`, see `status::inventory`).
-    pub inventory: Option<Inventory>,
+    /// What windlass applied for the CR (`inventory`, see `status::inventory`); shared, as
+    /// a status write may be computed more than once.
+    pub inventory: Option<std::sync::Arc<Inventory>>,
 }
 
-/// The status after `update`, starting from `current`. `now` stamps conditions
-/// whose status flips.
-pub(crate) fn apply_update(current: &Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
-    let mut status = match current {
-        Value::Object(map) => map.clone(),
-        _ => Map::new(),
-    };
-    let conditions = updated_conditions(&status, update, now);
-    if !conditions.is_empty() {
-        status.insert("conditions".into(), Value::Array(conditions));
+/// A status being updated: the stored status, and the top-level keys changed so far.
+///
+/// Every update replaces or removes whole top-level keys, so the status a reconcile would
+/// write is the stored one with a few keys changed. Kept that way, a reconcile that
+/// changes nothing compares those keys and copies nothing else (the stored status lists
+/// every component and object of the CR); the whole status is made only to be written
+/// ([`NextStatus::into_value`]).
+#[derive(Debug)]
+pub(crate) struct NextStatus<'s> {
+    stored: &'s Value,
+    /// The changed keys; `None` for a removed one.
+    changed: BTreeMap<String, Option<Value>>,
+}
+
+impl<'s> NextStatus<'s> {
+    /// `stored`, unchanged so far.
+    pub(crate) fn over(stored: &'s Value) -> Self {
+        NextStatus {
+            stored,
+            changed: BTreeMap::new(),
+        }
     }
-    if let Some(state) = &update.components {
-        status.insert("componentStatus".into(), component_status(state));
+
+    /// The value of a top-level key, as changed so far.
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
+        match self.changed.get(key) {
+            Some(changed) => changed.as_ref(),
+            None => self.stored.get(key),
+        }
+    }
+
+    pub(crate) fn set(&mut self, key: &str, value: Value) {
+        self.changed.insert(key.to_string(), Some(value));
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.changed.insert(key.to_string(), None);
+    }
+
+    /// The reason of the condition `condition_type`, as changed so far.
+    pub(crate) fn condition_reason<R: FromStr>(&self, condition_type: &str) -> Option<R> {
+        reason_in(self.get("conditions"), condition_type)
+    }
+
+    /// Whether writing it would change anything but condition timestamps: what
+    /// [`status_changed`] says of the stored status and [`NextStatus::into_value`].
+    pub(crate) fn changes_anything(&self) -> bool {
+        !self.stored.is_object()
+            || self
+                .changed
+                .iter()
+                .any(|(key, next)| match (self.stored.get(key), next) {
+                    (Some(before), Some(after)) if key == "conditions" => {
+                        !conditions_equal(before, after)
+                    }
+                    (before, after) => before != after.as_ref(),
+                })
+    }
+
+    /// The status to write: the stored one (a map; anything else is replaced) with the
+    /// changes.
+    pub(crate) fn into_value(self) -> Value {
+        let mut status = match self.stored {
+            Value::Object(map) => map.clone(),
+            _ => Map::new(),
+        };
+        for (key, value) in self.changed {
+            match value {
+                Some(value) => status.insert(key, value),
+                None => status.remove(&key),
+            };
+        }
+        Value::Object(status)
+    }
+}
+
+/// Apply `update` to `status`. `now` stamps conditions whose status flips.
+pub(crate) fn apply_update(
+    status: &mut NextStatus<'_>,
+    kind: &str,
+    update: &StatusUpdate,
+    now: &str,
+) {
+    set_conditions(status, update, now);
+    // Made only when it differs from the stored one (not in a steady reconcile).
+    if let Some(state) = &update.components
+        && !status
+            .get("componentStatus")
+            .is_some_and(|stored| component_status_is(state, stored))
+    {
+        status.set("componentStatus", component_status(state));
     }
     if let Some(generation) = update.observed_generation {
-        status.insert("observedGeneration".into(), json!(generation));
+        status.set("observedGeneration", json!(generation));
     }
-    set_versions(&mut status, update);
+    set_versions(status, update);
     if let Some(v) = &update.operator_version {
-        status.insert("operatorVersion".into(), json!(v));
+        status.set("operatorVersion", json!(v));
     }
     match &update.inventory {
         Some(inventory) if inventory.is_empty() => {
             status.remove(crate::status::inventory::FIELD);
         }
+        // The same inventory as stored (a steady reconcile): nothing to make.
+        Some(inventory)
+            if status
+                .get(crate::status::inventory::FIELD)
+                .is_some_and(|stored| inventory.is_value(stored)) => {}
         Some(inventory) => {
-            status.insert(crate::status::inventory::FIELD.into(), inventory.to_value());
+            status.set(crate::status::inventory::FIELD, inventory.to_value());
         }
         None => {}
     }
-    let mut status = Value::Object(status);
-    set_service_status(&mut status, kind);
-    status
+    set_service_status(status, kind);
 }
 
-/// The conditions of `status` with `Ready` and `Updating` set as `update` says, first,
-/// then everyone else's in their order. A condition keeps its `lastTransitionTime` while
-/// its status stays; one whose status flips (or is new) is stamped `now`.
-fn updated_conditions(status: &Map<String, Value>, update: &StatusUpdate, now: &str) -> Vec<Value> {
-    let mut conditions: Vec<Value> = status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+/// `status.conditions` after [`updated_conditions`]; a status without a list of conditions
+/// gets one if the update sets any.
+fn set_conditions(status: &mut NextStatus<'_>, update: &StatusUpdate, now: &str) {
+    if let Some(Value::Array(list)) = status.get("conditions") {
+        let conditions = updated_conditions(list.clone(), update, now);
+        status.set("conditions", Value::Array(conditions));
+        return;
+    }
+    let conditions = updated_conditions(Vec::new(), update, now);
+    if !conditions.is_empty() {
+        status.set("conditions", Value::Array(conditions));
+    }
+}
+
+/// `conditions` with `Ready` and `Updating` set as `update` says, first, then everyone
+/// else's in their order. A condition keeps its `lastTransitionTime` while its status
+/// stays; one whose status flips (or is new) is stamped `now`.
+fn updated_conditions(mut conditions: Vec<Value>, update: &StatusUpdate, now: &str) -> Vec<Value> {
     let mut set_condition = |type_: &str, is_true: bool, reason: &str, message: &str| {
         let flag = if is_true { "True" } else { "False" };
         let existing = conditions.iter().position(|c| c["type"] == type_);
@@ -390,29 +532,28 @@ fn updated_conditions(status: &Map<String, Value>, update: &StatusUpdate, now: &
 
 /// `versions.reconciled` and `versions.available` as `update` says; `versions` itself is
 /// left out when it holds nothing (and replaced when it is not a map).
-fn set_versions(status: &mut Map<String, Value>, update: &StatusUpdate) {
-    let versions = status
-        .entry("versions")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !versions.is_object() {
-        *versions = Value::Object(Map::new());
-    }
+fn set_versions(status: &mut NextStatus<'_>, update: &StatusUpdate) {
+    let mut versions = match status.get("versions") {
+        Some(Value::Object(versions)) => versions.clone(),
+        _ => Map::new(),
+    };
     if let Some(version) = &update.reconciled_version {
-        versions["reconciled"] = json!(version);
+        versions.insert("reconciled".into(), json!(version));
     }
     if let Some(supported) = &update.supported_versions {
         let names: Vec<Value> = supported.iter().map(|v| json!({"name": v})).collect();
-        versions["available"] = json!({"versions": names});
+        versions.insert("available".into(), json!({"versions": names}));
     }
-    if versions.as_object().is_some_and(Map::is_empty) {
-        status.remove("versions");
+    match versions.is_empty() {
+        true => status.remove("versions"),
+        false => status.set("versions", Value::Object(versions)),
     }
 }
 
 /// The service status field (`<kind>Status`, see [`service_status_field`]): `Completed`,
 /// `Failed` or `InProgress` from the conditions, unless it holds a value windlass did not
 /// write.
-fn set_service_status(status: &mut Value, kind: &str) {
+fn set_service_status(status: &mut NextStatus<'_>, kind: &str) {
     let field = service_status_field(kind);
     let ours = ["Completed", "Failed", "InProgress"];
     let overwritable = match status.get(&field) {
@@ -421,8 +562,8 @@ fn set_service_status(status: &mut Value, kind: &str) {
         Some(_) => false,
     };
     if overwritable {
-        let value = service_status(status);
-        status[field.as_str()] = json!(value);
+        let value = service_status(status.get("conditions"));
+        status.set(&field, json!(value));
     }
 }
 
@@ -447,6 +588,42 @@ pub(crate) fn component_status(state: &CompletionState) -> Value {
     })
 }
 
+/// Whether `stored` is [`component_status`] of `state`, compared without making it.
+fn component_status_is(state: &CompletionState, stored: &Value) -> bool {
+    use std::collections::BTreeSet;
+    let all: BTreeSet<&String> = state
+        .verified()
+        .iter()
+        .chain(state.unverified())
+        .chain(state.failed_nodes())
+        .chain(state.unstarted())
+        .collect();
+    let deployed = state.verified().union(state.unverified()).count();
+    let names = |key: &str, expected: &mut dyn Iterator<Item = &String>| {
+        stored[key].as_array().is_some_and(|names| {
+            names
+                .iter()
+                .map(Value::as_str)
+                .eq(expected.map(|n| Some(n.as_str())))
+        })
+    };
+    let text = |key: &str, text: String| stored[key].as_str() == Some(text.as_str());
+    stored.as_object().is_some_and(|map| map.len() == 7)
+        && names("allComponents", &mut all.iter().copied())
+        && names(
+            "deployedComponents",
+            &mut state.verified().union(state.unverified()),
+        )
+        && names("verifiedComponents", &mut state.verified().iter())
+        && names("unverifiedComponents", &mut state.unverified().iter())
+        && names("failedComponents", &mut state.failed_nodes().iter())
+        && text("deployed", format!("{deployed}/{}", all.len()))
+        && text(
+            "verified",
+            format!("{}/{}", state.verified().len(), all.len()),
+        )
+}
+
 /// The name of the service status field: the kind with a lower-case first letter, plus
 /// `Status` (`WebApp` → `webAppStatus`).
 pub(crate) fn service_status_field(kind: &str) -> String {
@@ -458,9 +635,9 @@ pub(crate) fn service_status_field(kind: &str) -> String {
 }
 
 /// `Completed`, `Failed` or `InProgress` from the Ready and Updating reasons.
-fn service_status(status: &Value) -> &'static str {
-    let ready = condition_reason::<ReadyReason>(status, READY);
-    let updating = condition_reason::<UpdatingReason>(status, UPDATING);
+fn service_status(conditions: Option<&Value>) -> &'static str {
+    let ready = reason_in::<ReadyReason>(conditions, READY);
+    let updating = reason_in::<UpdatingReason>(conditions, UPDATING);
     match (ready, updating) {
         (Some(ReadyReason::Stable), Some(UpdatingReason::Stable)) => "Completed",
         (Some(ReadyReason::Errored | ReadyReason::ConfigError), _)
@@ -495,9 +672,10 @@ fn find_condition<'a>(
     Ok(first)
 }
 
-/// The parsed reason of a condition, if present and known.
-pub(crate) fn condition_reason<R: FromStr>(status: &Value, condition_type: &str) -> Option<R> {
-    condition(status, condition_type)
+/// The parsed reason of the condition `condition_type` in a list of conditions, if
+/// present and known.
+fn reason_in<R: FromStr>(conditions: Option<&Value>, condition_type: &str) -> Option<R> {
+    find_condition(conditions, condition_type)
         .ok()
         .flatten()
         .and_then(|c| c["reason"].as_str())
@@ -509,8 +687,10 @@ pub(crate) fn reconciled_version(status: &Value) -> Option<&str> {
     status["versions"]["reconciled"].as_str()
 }
 
-/// Whether two statuses differ in anything but condition timestamps.
-pub(crate) fn status_changed(a: &Value, b: &Value) -> bool {
+/// Whether two statuses differ in anything but condition timestamps: what
+/// [`NextStatus::changes_anything`] answers without making the next status.
+#[cfg(test)]
+fn status_changed(a: &Value, b: &Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return true;
     };
@@ -551,6 +731,13 @@ fn conditions_equal(a: &Value, b: &Value) -> bool {
 mod tests {
     use super::*;
 
+    /// `current` after [`apply_update`], as a whole.
+    fn updated_status(current: Value, kind: &str, update: &StatusUpdate, now: &str) -> Value {
+        let mut next = NextStatus::over(&current);
+        apply_update(&mut next, kind, update, now);
+        next.into_value()
+    }
+
     const T0: &str = "2026-01-01T00:00:00Z";
     const T1: &str = "2026-01-01T00:01:00Z";
 
@@ -564,16 +751,16 @@ mod tests {
 
     #[test]
     fn condition_statuses_follow_reasons() {
-        let s = apply_update(
-            &Value::Null,
+        let s = updated_status(
+            Value::Null,
             "WebApp",
             &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
             T0,
         );
         assert_eq!(s["conditions"][0]["status"], "True");
         assert_eq!(s["conditions"][1]["status"], "True");
-        let s = apply_update(
-            &s,
+        let s = updated_status(
+            s.clone(),
             "WebApp",
             &update(ReadyReason::InProgress, UpdatingReason::Errored),
             T0,
@@ -584,14 +771,14 @@ mod tests {
 
     #[test]
     fn transition_time_changes_only_when_the_status_flips() {
-        let s0 = apply_update(
-            &Value::Null,
+        let s0 = updated_status(
+            Value::Null,
             "WebApp",
             &update(ReadyReason::Initializing, UpdatingReason::VerifyWait),
             T0,
         );
-        let s1 = apply_update(
-            &s0,
+        let s1 = updated_status(
+            s0.clone(),
             "WebApp",
             &update(ReadyReason::InProgress, UpdatingReason::VerifyWait),
             T1,
@@ -601,8 +788,8 @@ mod tests {
             "False -> False keeps the time"
         );
         assert_eq!(s1["conditions"][0]["reason"], "InProgress");
-        let s2 = apply_update(
-            &s1,
+        let s2 = updated_status(
+            s1.clone(),
             "WebApp",
             &update(ReadyReason::Stable, UpdatingReason::VerifyWait),
             T1,
@@ -620,8 +807,8 @@ mod tests {
             "custom": {"keep": true},
             "webAppStatus": "Paused by ops"
         });
-        let s = apply_update(
-            &current,
+        let s = updated_status(
+            current.clone(),
             "WebApp",
             &StatusUpdate {
                 ready: Some((ReadyReason::InProgress, "working".into())),
@@ -647,7 +834,7 @@ mod tests {
     #[test]
     fn service_status_summarises() {
         let field =
-            |u: StatusUpdate| apply_update(&Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
+            |u: StatusUpdate| updated_status(Value::Null, "WebApp", &u, T0)["webAppStatus"].clone();
         assert_eq!(
             field(update(ReadyReason::Stable, UpdatingReason::Stable)),
             "Completed"
@@ -674,8 +861,8 @@ mod tests {
     #[test]
     fn versions_and_component_status() {
         let state = CompletionState::new(["a"], ["b"], ["c"], ["d"], None).unwrap();
-        let s = apply_update(
-            &Value::Null,
+        let s = updated_status(
+            Value::Null,
             "X",
             &StatusUpdate {
                 components: Some(state),
@@ -696,12 +883,16 @@ mod tests {
             json!(["a", "b"])
         );
         assert_eq!(s["componentStatus"]["failedComponents"], json!(["c"]));
+        let state = CompletionState::new(["a"], ["b"], ["c"], ["d"], None).unwrap();
+        assert!(component_status_is(&state, &component_status(&state)));
+        let other = CompletionState::new(["a"], ["b"], ["d"], ["c"], None).unwrap();
+        assert!(!component_status_is(&other, &component_status(&state)));
     }
 
     #[test]
     fn changes_ignore_timestamps() {
-        let a = apply_update(
-            &Value::Null,
+        let a = updated_status(
+            Value::Null,
             "X",
             &update(ReadyReason::Stable, UpdatingReason::Stable),
             T0,
@@ -712,6 +903,28 @@ mod tests {
         b["conditions"][0]["message"] = json!("other");
         assert!(status_changed(&a, &b));
         assert!(status_changed(&Value::Null, &a));
+    }
+
+    #[test]
+    fn next_status_changes_what_the_whole_status_would() {
+        let stable = update(ReadyReason::Stable, UpdatingReason::Stable);
+        let stored = updated_status(json!({"custom": 1}), "X", &stable, T0);
+        let check = |stored: &Value, change: &dyn Fn(&mut NextStatus<'_>)| {
+            let mut next = NextStatus::over(stored);
+            change(&mut next);
+            let answer = next.changes_anything();
+            assert_eq!(answer, status_changed(stored, &next.into_value()));
+            answer
+        };
+        // The same update again, a minute later: only timestamps would change.
+        assert!(!check(&stored, &|n| apply_update(n, "X", &stable, T1)));
+        let failed = update(ReadyReason::Errored, UpdatingReason::Errored);
+        assert!(check(&stored, &|n| apply_update(n, "X", &failed, T1)));
+        assert!(check(&stored, &|n| n.remove("custom")));
+        assert!(!check(&stored, &|n| n.remove("absent")));
+        assert!(check(&stored, &|n| n.set("custom", json!(2))));
+        assert!(!check(&stored, &|n| n.set("custom", json!(1))));
+        assert!(check(&Value::Null, &|n| apply_update(n, "X", &stable, T0)));
     }
 
     #[test]
@@ -762,5 +975,67 @@ mod tests {
             "VersionChange".parse::<UpdatingReason>().unwrap(),
             UpdatingReason::VersionChange
         );
+    }
+
+    /// [`Status`]'s hand-written Deserialize answers as the derived one would, errors and
+    /// their paths included, alone and flattened into an operator's status.
+    #[test]
+    fn parses_as_derived() {
+        // Read through Debug only.
+        #[allow(dead_code)]
+        #[derive(Debug, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Derived {
+            #[serde(default)]
+            conditions: Vec<Condition>,
+            #[serde(default)]
+            observed_generation: Option<i64>,
+            #[serde(default)]
+            component_status: Option<ComponentStatus>,
+            #[serde(default)]
+            versions: Option<Versions>,
+            #[serde(flatten)]
+            other: Map<String, Value>,
+        }
+        #[allow(dead_code)]
+        #[derive(Debug, Deserialize)]
+        struct Outer<S> {
+            #[serde(flatten)]
+            windlass: S,
+            url: Option<String>,
+        }
+        fn parsed<T: serde::de::DeserializeOwned + fmt::Debug>(value: &Value) -> String {
+            let answer = match serde_path_to_error::deserialize::<_, T>(value) {
+                Ok(parsed) => format!("{parsed:?}"),
+                Err(e) => format!("{}: {}", e.path(), e.inner()),
+            };
+            answer.replace("Derived", "Status")
+        }
+        let condition = json!({"type": "Ready", "status": "True", "reason": "Stable",
+            "message": "", "lastTransitionTime": T0});
+        let cases = [
+            json!("x"),
+            json!({"conditions": null}),
+            json!({"conditions": [{"type": "Ready"}]}),
+            json!({"conditions": "no"}),
+            json!({"observedGeneration": "1"}),
+            json!({"componentStatus": {"allComponents": [1]}}),
+            json!({"versions": {"reconciled": 3}}),
+            json!({"conditions": [condition], "inventory": [{"a": 1}], "webAppStatus": "x",
+                   "observedGeneration": null, "versions": {"reconciled": "1.0"},
+                   "componentStatus": {"deployed": "1/1"}}),
+        ];
+        for case in cases {
+            assert_eq!(parsed::<Status>(&case), parsed::<Derived>(&case), "{case}");
+            let mut outer = case.clone();
+            if let Some(map) = outer.as_object_mut() {
+                map.insert("url".into(), json!("u"));
+            }
+            assert_eq!(
+                parsed::<Outer<Status>>(&outer),
+                parsed::<Outer<Derived>>(&outer),
+                "{outer}"
+            );
+        }
     }
 }

@@ -30,7 +30,7 @@ fn mark_deleted(state: &mut State, key: &Key) {
     let Some(entry) = state.objects.get(key) else {
         return;
     };
-    let object = entry.object.clone();
+    let object = entry.object().clone();
     let is_namespace = key.is_namespace();
     if object.finalizers().is_empty() && !is_namespace {
         remove(state, key, object);
@@ -52,7 +52,7 @@ fn mark_deleted(state: &mut State, key: &Key) {
         next["status"] = json!({"phase": "Terminating"});
     }
     if let Some(e) = state.objects.get_mut(key) {
-        e.object = next.clone();
+        e.set_object(next.clone());
     }
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Modified,
@@ -82,7 +82,7 @@ pub(super) fn collect_garbage(state: &mut State) {
         let uids: BTreeSet<String> = state
             .objects
             .values()
-            .filter_map(|e| e.object.uid().map(str::to_string))
+            .filter_map(|e| e.object().uid().map(str::to_string))
             .collect();
         let terminating_namespaces = terminating_namespaces(state);
         let garbage = garbage(state, &uids, &terminating_namespaces);
@@ -96,7 +96,7 @@ pub(super) fn collect_garbage(state: &mut State) {
         }
         for key in empty_namespaces {
             if let Some(e) = state.objects.get(&key) {
-                let last = e.object.clone();
+                let last = e.object().clone();
                 remove(state, &key, last);
             }
         }
@@ -108,8 +108,8 @@ fn terminating_namespaces(state: &State) -> BTreeSet<String> {
     state
         .objects
         .iter()
-        .filter(|(k, e)| k.is_namespace() && e.object.is_terminating())
-        .map(|(k, _)| k.name.clone())
+        .filter(|(k, e)| k.is_namespace() && e.object().is_terminating())
+        .map(|(k, _)| k.name().to_string())
         .collect()
 }
 
@@ -123,16 +123,16 @@ fn garbage(
     state
         .objects
         .iter()
-        .filter(|(_, e)| !e.object.is_terminating())
+        .filter(|(_, e)| !e.object().is_terminating())
         .filter(|(k, e)| {
-            let orphaned = e.object["metadata"]["ownerReferences"]
+            let orphaned = e.object()["metadata"]["ownerReferences"]
                 .as_array()
                 .filter(|refs| !refs.is_empty())
                 .is_some_and(|refs| {
                     refs.iter()
                         .all(|r| r["uid"].as_str().is_none_or(|uid| !uids.contains(uid)))
                 });
-            orphaned || terminating_namespaces.contains(&k.namespace)
+            orphaned || terminating_namespaces.contains(k.namespace())
         })
         .map(|(k, _)| k.clone())
         .collect()
@@ -142,13 +142,13 @@ fn garbage(
 fn emptied_namespaces(state: &State, terminating_namespaces: &BTreeSet<String>) -> Vec<Key> {
     terminating_namespaces
         .iter()
-        .filter(|ns| !state.objects.keys().any(|k| &k.namespace == *ns))
-        .map(|ns| Key::namespace(ns))
+        .filter(|ns| !state.objects.keys().any(|k| k.namespace() == ns.as_str()))
+        .map(|ns| Key::of_namespace(ns))
         .filter(|k| {
             state
                 .objects
                 .get(k)
-                .is_some_and(|e| e.object.finalizers().is_empty())
+                .is_some_and(|e| e.object().finalizers().is_empty())
         })
         .collect()
 }
@@ -160,9 +160,9 @@ fn remove_dangling_owner_references(state: &mut State, uids: &BTreeSet<String>) 
     let holding: Vec<Key> = state
         .objects
         .iter()
-        .filter(|(_, e)| !e.object.is_terminating())
+        .filter(|(_, e)| !e.object().is_terminating())
         .filter(|(_, e)| {
-            e.object["metadata"]["ownerReferences"]
+            e.object()["metadata"]["ownerReferences"]
                 .as_array()
                 .is_some_and(|refs| refs.iter().any(alive) && !refs.iter().all(alive))
         })
@@ -173,13 +173,13 @@ fn remove_dangling_owner_references(state: &mut State, uids: &BTreeSet<String>) 
         let Some(entry) = state.objects.get_mut(&key) else {
             continue;
         };
-        let mut next = entry.object.clone();
+        let mut next = entry.object().clone();
         if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
             refs.retain(alive);
         }
         next.metadata_mut()
             .insert("resourceVersion".into(), json!(rv));
-        entry.object = next.clone();
+        entry.set_object(next.clone());
         state.pending.push(WatchEvent {
             event_type: WatchEventType::Modified,
             object: next,

@@ -51,6 +51,7 @@ mod watch;
 mod write;
 
 use parking_lot::Mutex;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -178,7 +179,7 @@ impl MemoryCluster {
     pub fn create_namespace(&self, name: &str) -> Result<(), ClusterError> {
         let manifest = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         let mut state = self.state.lock();
-        let key = Key::namespace(name);
+        let key = Key::of_namespace(name);
         if !state.objects.contains_key(&key) {
             check_metadata("Namespace", &manifest).map_err(|message| {
                 ClusterError::invalid(format!("v1/Namespace/{name}"), message)
@@ -217,14 +218,15 @@ impl MemoryCluster {
             // Put back what a write would have assigned anew.
             let key = key_of_manifest(&stored);
             if let Some(entry) = state.objects.get_mut(&key) {
-                let metadata = entry.object.metadata_mut();
+                let object = entry.object_mut();
+                let metadata = object.metadata_mut();
                 for field in ["uid", "creationTimestamp", "generation"] {
                     if let Some(given) = manifest.get("metadata").and_then(|m| m.get(field)) {
                         metadata.insert(field.to_string(), given.clone());
                     }
                 }
                 if let Some(status) = manifest.get("status") {
-                    entry.object["status"] = status.clone();
+                    object["status"] = status.clone();
                 }
             }
             state.pending.clear();
@@ -263,29 +265,35 @@ impl MemoryCluster {
             .lock()
             .objects
             .values()
-            .map(|e| e.object.clone())
+            .map(|e| e.object().clone())
             .collect()
+    }
+
+    /// The object as [`Cluster::get`] reads it, the view the store keeps (see `Entry`).
+    fn shared_view(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        let state = self.state.lock();
+        let (key, _) = Self::key_of(&state, object)?;
+        Ok(state
+            .objects
+            .get(&key)
+            .map(|e| e.shared_view(&self.field_manager)))
     }
 
     /// The store key of `object`, and its kind's scope.
     fn key_of(state: &State, object: &ObjectRef) -> Result<(Key, Scope), ClusterError> {
         let scope = state.scope(&object.type_ref())?;
         let namespace = match scope {
-            Scope::Cluster => String::new(),
-            Scope::Namespaced => object.namespace.clone().ok_or_else(|| {
+            Scope::Cluster => "",
+            Scope::Namespaced => object.namespace.as_deref().ok_or_else(|| {
                 ClusterError::invalid(
                     object.to_string(),
                     "metadata.namespace: required for a namespaced kind",
                 )
             })?,
         };
+        let group = api_group(&object.api_version);
         Ok((
-            Key {
-                group: api_group(&object.api_version).to_string(),
-                kind: object.kind.clone(),
-                namespace,
-                name: object.name.clone(),
-            },
+            Key::new(group, &object.kind, namespace, &object.name),
             scope,
         ))
     }
@@ -303,6 +311,14 @@ impl Cluster for MemoryCluster {
         Ok(state.objects.get(&key).map(|e| e.view(&self.field_manager)))
     }
 
+    async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.shared_view(object)
+    }
+
+    async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
+        self.shared_view(object)
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
         let (labels, fields) = query.selectors()?;
         let state = self.state.lock();
@@ -315,12 +331,12 @@ impl Cluster for MemoryCluster {
         Ok(state
             .objects
             .iter()
-            .filter(|(k, _)| k.group == group && k.kind == query.type_ref.kind)
-            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
+            .filter(|(k, _)| k.group() == group && k.kind() == query.type_ref.kind)
+            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace() == ns))
             .map(|(_, e)| e)
             .filter(|e| {
-                crate::cluster::selector::labels_match(&labels, &e.object)
-                    && fields.matches(&e.object)
+                crate::cluster::selector::labels_match(&labels, e.object())
+                    && fields.matches(e.object())
             })
             .map(|e| e.view(&self.field_manager))
             .collect())
@@ -338,7 +354,7 @@ impl Cluster for MemoryCluster {
         let result = {
             let mut state = self.state.lock();
             let (key, _) = Self::key_of(&state, object)?;
-            let stored_uid = state.objects.get(&key).and_then(|e| e.object.uid());
+            let stored_uid = state.objects.get(&key).and_then(|e| e.object().uid());
             if uid.is_some_and(|uid| stored_uid.is_some_and(|s| s != uid)) {
                 // The delete precondition failed: this is another object of that name.
                 Deletion::NotFound
@@ -363,19 +379,19 @@ impl Cluster for MemoryCluster {
                 None => Ok(None),
                 Some(entry)
                     if resource_version
-                        .is_some_and(|rv| Some(rv) != entry.object.resource_version()) =>
+                        .is_some_and(|rv| Some(rv) != entry.object().resource_version()) =>
                 {
                     Err(ClusterError::Conflict {
                         object: object.to_string(),
                         message: format!(
                             "the object has been modified (resourceVersion {} is not the latest, {})",
                             resource_version.unwrap_or_default(),
-                            entry.object.resource_version().unwrap_or("?")
+                            entry.object().resource_version().unwrap_or("?")
                         ),
                     })
                 }
                 Some(entry) => {
-                    let mut next = entry.object.clone();
+                    let mut next = entry.object().clone();
                     next.as_object_mut()
                         .map(|m| m.insert("status".into(), status.clone()));
                     commit(&mut state, key, next, None).map(Some)

@@ -2,11 +2,11 @@
 //! creating the object or merging the write into the stored one (as the write method
 //! says), and the commit every change goes through.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::apply::{disown_changed, merge_applied, remove_unapplied};
+use super::apply::{merge_applied, remove_unapplied};
 use super::delete::{collect_garbage, remove};
 use super::store::{Entry, Key, KindInfo, State, register_crd_kinds};
 use super::watch::{WatchEvent, WatchEventType};
@@ -70,12 +70,12 @@ impl<'a> Request<'a> {
     ) -> Result<Self, ClusterError> {
         let (api_version, kind, info) = checked_kind(state, manifest)?;
         let namespace = namespace_of(state, manifest, api_version, kind, info.scope)?;
-        let key = Key {
-            group: api_group(api_version).into(),
-            kind: kind.into(),
-            namespace,
-            name: manifest.name().unwrap_or_default().into(),
-        };
+        let key = Key::new(
+            api_group(api_version),
+            kind,
+            &namespace,
+            manifest.name().unwrap_or_default(),
+        );
         let (sent, desired) = writable(manifest, kind, info);
         Ok(Request {
             key,
@@ -148,12 +148,12 @@ fn namespace_of(
     match state.namespace(&ns) {
         None => return Err(ClusterError::NotFound(format!("namespace {ns}"))),
         Some(n) if n.is_terminating() => {
-            let key = Key {
-                group: api_group(api_version).into(),
-                kind: kind.into(),
-                namespace: ns.clone(),
-                name: manifest.name().unwrap_or_default().into(),
-            };
+            let key = Key::new(
+                api_group(api_version),
+                kind,
+                &ns,
+                manifest.name().unwrap_or_default(),
+            );
             if !state.objects.contains_key(&key) {
                 return Err(ClusterError::Forbidden(format!(
                     "unable to create {}: namespace {ns} is being terminated",
@@ -223,7 +223,7 @@ fn update_stored(
     request: Request<'_>,
     entry: &Entry,
 ) -> Result<Value, ClusterError> {
-    let stored = &entry.object;
+    let stored = entry.object();
     if let Some(requested) = &request.requested_version
         && Some(requested.as_str()) != stored.resource_version()
     {
@@ -249,12 +249,12 @@ fn update_stored(
 /// removes what this manager applied before and no longer does; an update is a JSON merge
 /// patch (`null` deletes); a replace takes the written object whole.
 fn merged(request: &Request<'_>, entry: &Entry) -> Value {
-    let stored = &entry.object;
+    let stored = entry.object();
     let desired = &request.desired;
     match request.method {
         WriteMethod::Apply => {
             let mut base = stored.clone();
-            if let Some(previous) = entry.applied.get(request.manager) {
+            if let Some(previous) = entry.applied(request.manager) {
                 remove_unapplied(&mut base, previous, desired, true);
             }
             merge_applied(&mut base, desired, true);
@@ -282,7 +282,7 @@ pub(super) fn patch_locked(
         .objects
         .get(&key)
         .ok_or_else(|| ClusterError::NotFound(object.to_string()))?
-        .object
+        .object()
         .clone();
     let mut next = stored.clone();
     let patch = without_null_tests_of_missing_paths(patch, &next);
@@ -378,21 +378,25 @@ pub(super) fn commit(
     let mut next = state.rules.default(next);
     state
         .rules
-        .check(&next, state.objects.get(&key).map(|entry| &entry.object))?;
+        .check(&next, state.objects.get(&key).map(Entry::object))?;
     // Judge the write against the stored object in place; the callers already hold their
     // own copy, so cloning the entry (object and every manager's applied fields) here again
     // is not needed.
     let Some(entry) = state.objects.get_mut(&key) else {
-        return Err(ClusterError::NotFound(format!("{}/{}", key.kind, key.name)));
+        return Err(ClusterError::NotFound(format!(
+            "{}/{}",
+            key.kind(),
+            key.name()
+        )));
     };
     let writer = applied.as_ref().map(|(manager, _)| manager.as_str());
-    disown_changed(&mut entry.applied, writer, &entry.object, &next);
-    let stored = &entry.object;
+    entry.disown_changed(writer, &next);
+    let stored = entry.object();
     check_no_new_finalizers(&key, stored, &next)?;
     if next == *stored {
         let unchanged = stored.clone();
         if let Some((manager, applied)) = applied {
-            entry.applied.insert(manager, applied);
+            entry.set_applied(manager, applied);
         }
         return Ok(unchanged);
     }
@@ -405,7 +409,7 @@ pub(super) fn commit(
             .insert("generation".into(), json!(generation + 1));
     }
     if let Some((manager, applied)) = applied {
-        entry.applied.insert(manager, applied);
+        entry.set_applied(manager, applied);
     }
     let rv = state.next_resource_version();
     next.metadata_mut()
@@ -417,7 +421,7 @@ pub(super) fn commit(
     }
     register_crd_kinds(state, &next);
     if let Some(entry) = state.objects.get_mut(&key) {
-        entry.object = next.clone();
+        entry.set_object(next.clone());
     }
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Modified,
@@ -432,7 +436,7 @@ fn check_no_new_finalizers(key: &Key, stored: &Value, next: &Value) -> Result<()
         let before: BTreeSet<&str> = stored.finalizers().into_iter().collect();
         if let Some(added) = next.finalizers().into_iter().find(|f| !before.contains(f)) {
             return Err(ClusterError::invalid(
-                format!("{}/{}", key.kind, key.name),
+                format!("{}/{}", key.kind(), key.name()),
                 format!(
                     "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizer {added}"
                 ),
@@ -463,18 +467,13 @@ pub(super) fn create(
     if generation {
         metadata.insert("generation".into(), json!(1));
     }
-    if !key.namespace.is_empty() {
-        metadata.insert("namespace".into(), json!(key.namespace));
+    if !key.namespace().is_empty() {
+        metadata.insert("namespace".into(), json!(key.namespace()));
     }
     register_crd_kinds(state, &object);
     state.objects.insert(
         key,
-        Entry {
-            object: object.clone(),
-            applied: applied
-                .map(|a| BTreeMap::from([(manager.to_string(), a)]))
-                .unwrap_or_default(),
-        },
+        Entry::new(object.clone(), applied.map(|a| (manager.to_string(), a))),
     );
     state.pending.push(WatchEvent {
         event_type: WatchEventType::Added,
