@@ -472,7 +472,7 @@ impl OperatorConfig {
         if self.runtime.max_concurrent_reconciles == 0 {
             problems.push("runtime.max-concurrent-reconciles: must be at least 1".to_string());
         }
-        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.logging.level) {
+        if let Err(e) = crate::logging::parse_filter(&self.logging.level) {
             problems.push(format!(
                 "logging.level: `{}` is not a log filter such as `info` or \
                  `info,windlass::rollout=debug`: {e}",

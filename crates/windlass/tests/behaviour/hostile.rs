@@ -491,6 +491,18 @@ async fn hostile_annotations_end_in_the_status_or_are_ignored() {
             Ready,
         ),
         (
+            "log filters non-ASCII (tracing's parser would panic on it)",
+            {
+                let mut m = shop("a13", good(&[]));
+                m["metadata"]["annotations"] = json!({
+                    "windlass.dev/log-default-level": "debug",
+                    "windlass.dev/log-filters": "V\u{202e}=.\u{c1d47}:A>",
+                });
+                m
+            },
+            Ready,
+        ),
+        (
             "log filters garbage",
             annotated("a7", "windlass.dev/log-filters", "===,,::"),
             Ready,
