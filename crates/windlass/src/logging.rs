@@ -280,8 +280,6 @@ mod tests {
         assert!(parse_filter("===").is_err());
     }
 
-    use super::*;
-
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {
         use std::ffi::OsStr;
