@@ -50,25 +50,12 @@ fn directives(level: &'static str, filters: &str) -> Option<String> {
     Some(directives.join(","))
 }
 
-/// A log filter in `RUST_LOG`'s syntax, or why it is not one. tracing-subscriber's parser
-/// panics on some non-ASCII text (it slices inside a character), and the filter comes from
-/// configuration and from CR annotations: non-ASCII is refused up front, and a panic of the
-/// parser is caught and reported as a refusal too.
-pub(crate) fn parse_filter(text: &str) -> Result<EnvFilter, String> {
-    if !text.is_ascii() {
-        return Err("a log filter is ASCII: targets, levels and span names".to_string());
-    }
-    std::panic::catch_unwind(|| EnvFilter::builder().parse(text))
-        .map_err(|_| "the log filter parser failed on it".to_string())?
-        .map_err(|e| e.to_string())
-}
-
 /// Install the global subscriber. Calling it again (e.g. from tests) does nothing.
 pub fn init(config: &OperatorConfig) {
     let logging = &config.logging;
     // The level was validated with the configuration; a filter that still does not parse
     // must not cost the default level.
-    let base = parse_filter(&logging.level).unwrap_or_else(|e| {
+    let base = crate::config::parse_log_filter(&logging.level).unwrap_or_else(|e| {
         eprintln!("ignoring logging.level `{}`: {e}", logging.level);
         EnvFilter::new("info")
     });
@@ -142,7 +129,7 @@ pub(crate) fn for_cr(id: &str, manifest: &Value) -> CrLogGuard {
         );
         return CrLogGuard(None);
     };
-    let filter = match parse_filter(&directives) {
+    let filter = match crate::config::parse_log_filter(&directives) {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "ignoring the CR's {}", annotations::LOG_FILTERS);
@@ -275,9 +262,9 @@ mod tests {
         // Found by the configuration's property tests: tracing-subscriber slices inside
         // the U+202E here.
         let hostile = "V\u{202e}=.\u{c1d47}:A>";
-        assert!(parse_filter(hostile).is_err());
-        assert!(parse_filter("info,windlass::rollout=debug").is_ok());
-        assert!(parse_filter("===").is_err());
+        assert!(crate::config::parse_log_filter(hostile).is_err());
+        assert!(crate::config::parse_log_filter("info,windlass::rollout=debug").is_ok());
+        assert!(crate::config::parse_log_filter("===").is_err());
     }
 
     #[test]

@@ -51,6 +51,19 @@ pub use layers::ConfigError;
 pub use layers::Layers;
 pub use webhook::{CertificateConfig, DEFAULT_WEBHOOK_BIND_ADDRESS, WebhookConfig};
 
+/// A log filter in `RUST_LOG`'s syntax, or why it is not one. tracing-subscriber's parser
+/// panics on some non-ASCII text (it slices inside a character), and the filter comes from
+/// configuration and from CR annotations: non-ASCII is refused up front, and a panic of the
+/// parser is caught and reported as a refusal too.
+pub(crate) fn parse_log_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    if !text.is_ascii() {
+        return Err("a log filter is ASCII: targets, levels and span names".to_string());
+    }
+    std::panic::catch_unwind(|| tracing_subscriber::EnvFilter::builder().parse(text))
+        .map_err(|_| "the log filter parser failed on it".to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// Everything the operator process can be configured with. `Default` is what an operator
 /// runs with when nothing is set.
 ///
@@ -472,7 +485,7 @@ impl OperatorConfig {
         if self.runtime.max_concurrent_reconciles == 0 {
             problems.push("runtime.max-concurrent-reconciles: must be at least 1".to_string());
         }
-        if let Err(e) = crate::logging::parse_filter(&self.logging.level) {
+        if let Err(e) = parse_log_filter(&self.logging.level) {
             problems.push(format!(
                 "logging.level: `{}` is not a log filter such as `info` or \
                  `info,windlass::rollout=debug`: {e}",
