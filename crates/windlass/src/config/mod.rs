@@ -51,6 +51,16 @@ pub use layers::ConfigError;
 pub use layers::Layers;
 pub use webhook::{CertificateConfig, DEFAULT_WEBHOOK_BIND_ADDRESS, WebhookConfig};
 
+/// The namespace of the Pod the operator runs in, from its mounted service account; `None`
+/// outside a Pod. The leader-election lock and the webhook's Service and Secret default to it.
+pub(crate) fn pod_namespace() -> Option<String> {
+    const MOUNTED: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+    std::fs::read_to_string(MOUNTED)
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty())
+}
+
 /// A log filter in `RUST_LOG`'s syntax, or why it is not one. tracing-subscriber's parser
 /// panics on some non-ASCII text (it slices inside a character), and the filter comes from
 /// configuration and from CR annotations: non-ASCII is refused up front, and a panic of the

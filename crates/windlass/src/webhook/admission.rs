@@ -203,14 +203,7 @@ async fn answer(admissions: &Admissions, name: &str, hook: Hook, body: &[u8]) ->
         },
         Err(e) => AdmissionResponse::invalid(e.to_string()),
     };
-    match serde_json::to_vec(&response.into_review()) {
-        Ok(body) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+    super::json_response(&response.into_review())
 }
 
 /// The ValidatingWebhookConfiguration and MutatingWebhookConfiguration of `admits` (each

@@ -41,14 +41,7 @@ pub(crate) async fn handle(State(conversions): State<Conversions>, body: Bytes) 
         }
     };
     let review = answer(&conversions, request).into_review();
-    match serde_json::to_vec(&review) {
-        Ok(body) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+    super::json_response(&review)
 }
 
 /// The response to `request`: every object converted, or the first failure.

@@ -43,8 +43,19 @@ pub(crate) use inject::client_config;
 /// review, so it is far above one object's 1.5 MiB.
 const MAX_REVIEW_BYTES: usize = 256 << 20;
 
-/// Where the service account's namespace is mounted in a Pod.
-const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+/// `review` as the JSON answer the API server reads; a review that cannot be written is a
+/// 500.
+fn json_response(review: &impl serde::Serialize) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match serde_json::to_vec(review) {
+        Ok(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
 
 /// The namespace of the webhook's Service and Secret: configured, else the Pod's, else
 /// `default`.
@@ -52,11 +63,7 @@ pub(crate) fn namespace(config: &WebhookConfig) -> String {
     if !config.namespace.trim().is_empty() {
         return config.namespace.trim().to_string();
     }
-    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
-        .ok()
-        .map(|ns| ns.trim().to_string())
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "default".to_string())
+    crate::config::pod_namespace().unwrap_or_else(|| "default".to_string())
 }
 
 /// The names and addresses the serving certificate is for: the Service's DNS names, the

@@ -6,9 +6,6 @@ use std::time::Duration;
 use crate::config::{LockKind, OperatorConfig};
 use crate::error::Error;
 
-/// Where the namespace of an in-cluster Pod's service account is mounted.
-const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
 /// The share of the lease duration a holder keeps in reserve: it stops leading at
 /// `duration − duration / SAFETY_DIVISOR` after its last successful renewal.
 const SAFETY_DIVISOR: u32 = 5;
@@ -144,7 +141,7 @@ impl LockSettings {
     /// an identity when there is no Pod name nor a hostname, durations the lock cannot work
     /// with (see [`Timing::for_lease`]).
     pub fn from_config(config: &OperatorConfig) -> Result<LockSettings, Error> {
-        let mounted = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok();
+        let mounted = crate::config::pod_namespace();
         let pod_name = std::env::var("POD_NAME").ok();
         resolve(
             config,
