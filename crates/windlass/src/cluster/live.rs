@@ -445,6 +445,26 @@ fn to_dynamic(manifest: &Value) -> Result<DynamicObject, ClusterError> {
     })
 }
 
+/// Whether a 500 answering a server-side apply is the server's refusal of the patch's
+/// shape (a field of the wrong type, or one the kind does not declare), which
+/// kube-apiserver reports as an internal error rather than a 400.
+fn malformed_apply(message: &str) -> bool {
+    message.starts_with("failed to create typed patch object")
+        || message.contains("unable to convert unstructured object")
+}
+
+/// `message` without the values server-side apply quotes when it refuses a field's type
+/// (`…: expected string, got &value.valueUnstructured{Value:5}`), for a Secret: its values
+/// must not reach a status or a log.
+fn without_values(object: &str, message: String) -> String {
+    match message.find("&value.valueUnstructured{") {
+        Some(at) if object.starts_with("v1/Secret/") => {
+            format!("{}(value not shown)", &message[..at])
+        }
+        _ => message,
+    }
+}
+
 /// A kube-rs error as a [`ClusterError`], by HTTP status. A 422 lists the server's field
 /// causes (`spec.template: Invalid value: …: field is immutable`) when its message does not
 /// already carry them.
@@ -477,11 +497,16 @@ fn api_error(error: kube::Error, what: &dyn std::fmt::Display) -> ClusterError {
     match status.code {
         404 => ClusterError::NotFound(format!("{object}: {message}")),
         409 => ClusterError::Conflict { object, message },
-        422 => ClusterError::Invalid {
-            object,
-            message,
-            causes,
-        },
+        // 400: the body does not decode as the kind (a number where a string belongs);
+        // server-side apply answers the same with a 500 whose message says so. Either way
+        // the object must change: sending it again cannot help.
+        code if code == 422 || code == 400 || (code == 500 && malformed_apply(&message)) => {
+            ClusterError::Invalid {
+                message: without_values(&object, message),
+                object,
+                causes,
+            }
+        }
         403 => ClusterError::Forbidden(format!("{object}: {message}")),
         code => ClusterError::Api {
             message: format!("{object}: HTTP {code}: {message}"),
