@@ -107,60 +107,97 @@ pub(crate) fn prune_nulls(value: &mut Value) {
 /// A rollout hashes every object it renders on every reconcile, so the JSON is streamed
 /// into the hash through a small buffer rather than built in memory first.
 pub(crate) fn canonical_hash(value: &Value) -> String {
-    use sha2::{Digest, Sha256};
-    fn write(value: &Value, out: &mut HashWriter) {
-        match value {
-            Value::Object(map) => {
-                out.byte(b'{');
-                // serde_json's map is ordered by key unless a crate in the build turns on
-                // its `preserve_order` feature; sort only then.
-                if map.keys().is_sorted() {
-                    write_entries(map.iter(), out);
-                } else {
-                    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                    entries.sort_by_key(|(key, _)| *key);
-                    write_entries(entries.into_iter(), out);
-                }
-                out.byte(b'}');
-            }
-            Value::Array(items) => {
-                out.byte(b'[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.byte(b',');
+    let mut hash = CanonicalHash::new();
+    hash.value(value);
+    hash.finish()
+}
+
+/// [`canonical_hash`] written a piece at a time, for a value the caller does not hold
+/// whole: the rollout hashes each rendered manifest with windlass's labels and owner
+/// reference laid over it, without making that copy (`rollout::stamp`). The caller writes
+/// the JSON punctuation of what it lays over itself, keys in sorted order.
+pub(crate) struct CanonicalHash {
+    out: HashWriter,
+}
+
+impl CanonicalHash {
+    pub(crate) fn new() -> Self {
+        use sha2::{Digest, Sha256};
+        CanonicalHash {
+            out: HashWriter {
+                hash: Sha256::new(),
+                buffer: [0; 256],
+                len: 0,
+            },
+        }
+    }
+
+    /// JSON punctuation: `{`, `}`, `[`, `]`, `,` or `:`.
+    pub(crate) fn punct(&mut self, byte: u8) {
+        self.out.byte(byte);
+    }
+
+    /// A string (a map key, say), as serde_json writes it.
+    pub(crate) fn string(&mut self, text: &str) {
+        self.out.string(text);
+    }
+
+    /// A whole value, its maps' keys sorted.
+    pub(crate) fn value(&mut self, value: &Value) {
+        fn write(value: &Value, out: &mut HashWriter) {
+            match value {
+                Value::Object(map) => {
+                    out.byte(b'{');
+                    // serde_json's map is ordered by key unless a crate in the build turns on
+                    // its `preserve_order` feature; sort only then.
+                    if map.keys().is_sorted() {
+                        write_entries(map.iter(), out);
+                    } else {
+                        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                        entries.sort_by_key(|(key, _)| *key);
+                        write_entries(entries.into_iter(), out);
                     }
-                    write(item, out);
+                    out.byte(b'}');
                 }
-                out.byte(b']');
-            }
-            Value::String(text) => out.string(text),
-            scalar => {
-                // Writing into the hash cannot fail.
-                let _ = serde_json::to_writer(&mut *out, scalar);
+                Value::Array(items) => {
+                    out.byte(b'[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.byte(b',');
+                        }
+                        write(item, out);
+                    }
+                    out.byte(b']');
+                }
+                Value::String(text) => out.string(text),
+                scalar => {
+                    // Writing into the hash cannot fail.
+                    let _ = serde_json::to_writer(&mut *out, scalar);
+                }
             }
         }
-    }
-    fn write_entries<'a>(
-        entries: impl Iterator<Item = (&'a String, &'a Value)>,
-        out: &mut HashWriter,
-    ) {
-        for (i, (key, value)) in entries.enumerate() {
-            if i > 0 {
-                out.byte(b',');
+        fn write_entries<'a>(
+            entries: impl Iterator<Item = (&'a String, &'a Value)>,
+            out: &mut HashWriter,
+        ) {
+            for (i, (key, value)) in entries.enumerate() {
+                if i > 0 {
+                    out.byte(b',');
+                }
+                out.string(key);
+                out.byte(b':');
+                write(value, out);
             }
-            out.string(key);
-            out.byte(b':');
-            write(value, out);
         }
+        write(value, &mut self.out);
     }
-    let mut out = HashWriter {
-        hash: Sha256::new(),
-        buffer: [0; 256],
-        len: 0,
-    };
-    write(value, &mut out);
-    out.flush_buffer();
-    hex(&out.hash.finalize())
+
+    /// The hash of everything written, in lower-case hexadecimal.
+    pub(crate) fn finish(mut self) -> String {
+        use sha2::Digest;
+        self.out.flush_buffer();
+        hex(&self.out.hash.finalize())
+    }
 }
 
 /// The bytes of [`canonical_hash`]'s JSON, gathered in a buffer and fed to the hash a

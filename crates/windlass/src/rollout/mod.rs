@@ -34,6 +34,7 @@ mod dump;
 pub(crate) mod patch;
 mod prune;
 mod render;
+mod stamp;
 
 pub(crate) use prune::prune_removed_components;
 pub(crate) use render::render_component;
@@ -63,6 +64,7 @@ pub async fn run<C: Controller>(
     let rollout = Rollout {
         session,
         components,
+        stamp: stamp::CrStamp::new(session.manifest()),
         rendered: Mutex::new(HashMap::new()),
         waiting: Mutex::new(BTreeMap::new()),
     };
@@ -193,6 +195,8 @@ async fn after_phase<C: Controller>(
 struct Rollout<'a, C: Controller> {
     session: &'a Session<C>,
     components: &'a Components<C>,
+    /// What every object the rollout applies gets from the CR.
+    stamp: stamp::CrStamp<'a>,
     /// Rendering happens once per component per rollout; the verify phase reuses it.
     rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
     /// Why each component that is not ready (or not started) yet waits, by component.
@@ -414,7 +418,7 @@ impl<C: Controller> Rollout<'_, C> {
 
 #[cfg(test)]
 mod tests {
-    use super::deploy::add_owner_reference;
+    use super::stamp::add_owner_reference;
     use super::*;
     use serde_json::json;
 
