@@ -9,8 +9,12 @@
 //!
 //! Arguments: the number of components (a binary tree, as the bench's), `first` or
 //! `steady`, and how many reconciles; the total divided by that count is the cost of one.
+//! It prints the allocations per reconcile (callgrind's call counts include the uncounted
+//! reconciles).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::json;
 use windlass::cluster::MemoryCluster;
@@ -19,6 +23,32 @@ use windlass::object::ObjectRef;
 use windlass::prelude::*;
 use windlass::reconcile::Reconciler;
 use windlass::testing::{TEST_NAMESPACE, Widget, cr_manifest};
+
+/// The system allocator, counting allocations.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is System's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 /// One ConfigMap per component, as the bench's.
 struct Leaf(String);
@@ -109,5 +139,11 @@ fn main() {
     } else {
         (0..count).map(|_| setup(components)).collect()
     };
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
     measured(&rt, &pairs);
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    eprintln!(
+        "{} allocations per reconcile",
+        allocations / count.max(1) as u64
+    );
 }
