@@ -14,16 +14,15 @@
 //! for it; the tests hold the view's answers to theirs.
 
 use std::cell::OnceCell;
-use std::sync::OnceLock;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::drift::{Drift, Layer, Layered, Node, drift, drift_of, stamp};
 use crate::annotations::{self, APPLIED_HASH, labels};
 use crate::cluster::WriteMethod;
 use crate::cluster::finalizer::{collected_in, collected_with};
 use crate::object::{ManifestExt, label_value};
-use crate::values::CanonicalHash;
+use crate::values::{CanonicalHash, maps_are_sorted};
 
 /// What every object of one rollout gets from the CR, made once per rollout.
 pub(crate) struct CrStamp<'a> {
@@ -352,19 +351,6 @@ fn to_value(node: Node<'_>) -> Value {
         ),
         Node::Appended(items, last) => Value::Array(items.iter().chain([last]).cloned().collect()),
     }
-}
-
-/// Whether serde_json's maps keep their keys sorted (they do unless its `preserve_order`
-/// feature is on in the build).
-fn maps_are_sorted() -> bool {
-    static SORTED: OnceLock<bool> = OnceLock::new();
-    *SORTED.get_or_init(|| {
-        let map: Map<String, Value> = [("b", 1), ("a", 2)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
-        map.keys().is_sorted()
-    })
 }
 
 /// Label an object with the CR it was rendered for and the component that rendered it,
