@@ -115,11 +115,12 @@ pub(crate) fn drift_of<'d>(
     let Some(desired) = desired.entries() else {
         return Drift::Changed;
     };
+    let mut owned = Fields::of(owned);
     for (key, value) in desired {
         if matches!(key, "apiVersion" | "kind" | "status") {
             continue;
         }
-        let fields = field(owned, key);
+        let fields = owned.get(key);
         let result = match value.entries() {
             // Name and namespace identify the object and are in no manager's field set.
             Some(metadata) if key == "metadata" => {
@@ -251,6 +252,55 @@ impl Uncovered {
     }
 }
 
+/// The fields of a field set's map (its `f:<key>` entries), asked for in key order, as a
+/// walk of the desired map's entries asks: both maps are ordered by key (and so are the
+/// `f:` keys without their common prefix), so one pass over the field set answers every
+/// lookup, without searching it for each key. Where serde_json's maps are not ordered
+/// (its `preserve_order` feature), each is looked up.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    /// The `f:` entries not passed yet, their keys without `f:`; `None`: look up each.
+    ordered: Option<std::iter::Peekable<FieldEntries<'a>>>,
+}
+
+type FieldEntries<'a> = std::iter::FilterMap<
+    serde_json::map::Iter<'a>,
+    fn((&'a String, &'a Value)) -> Option<(&'a str, &'a Value)>,
+>;
+
+impl<'a> Fields<'a> {
+    fn of(map: &'a Map<String, Value>) -> Self {
+        let strip: fn((&'a String, &'a Value)) -> Option<(&'a str, &'a Value)> =
+            |(key, value)| Some((key.strip_prefix("f:")?, value));
+        Fields {
+            map,
+            ordered: crate::values::maps_are_sorted()
+                .then(|| map.iter().filter_map(strip).peekable()),
+        }
+    }
+
+    /// `fields["f:<key>"]`, for keys asked in increasing order.
+    fn get(&mut self, key: &str) -> Option<&'a Value> {
+        let Some(ordered) = &mut self.ordered else {
+            return field(self.map, key);
+        };
+        while let Some((owned, value)) = ordered.peek() {
+            match (*owned).cmp(key) {
+                std::cmp::Ordering::Less => {
+                    ordered.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    let value = *value;
+                    ordered.next();
+                    return Some(value);
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+}
+
 /// `fields["f:<key>"]`. Short keys (all but the longest annotation keys) are looked up
 /// without allocating `f:<key>`: a rollout checks every field of every object it renders.
 fn field<'a>(fields: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
@@ -335,8 +385,9 @@ fn covered_map(
         // An atomic map, owned as a whole.
         return Ok(());
     }
+    let mut fields = Fields::of(fields);
     entries.try_for_each(|(key, child)| {
-        covered(child, field(fields, key)).map_err(|u| u.under(key.to_string()))
+        covered(child, fields.get(key)).map_err(|u| u.under(key.to_string()))
     })
 }
 
@@ -501,6 +552,26 @@ mod tests {
             drift(&desired, Some(&live), WriteMethod::Apply, M),
             Drift::Taken("spec.template.spec.restartPolicy".into())
         );
+    }
+
+    proptest::proptest! {
+        /// The field set walked in key order answers as looking up each key.
+        #[test]
+        fn fields_in_key_order_answer_as_lookups(
+            owned in proptest::collection::btree_set(
+                (proptest::sample::select(vec!["f:", "k:", "v:", "", "."]), crate::strategies::key()), 0..8),
+            asked in proptest::collection::btree_set(crate::strategies::key(), 0..8),
+        ) {
+            let map: Map<String, Value> = owned
+                .into_iter()
+                .enumerate()
+                .map(|(i, (prefix, key))| (format!("{prefix}{key}"), json!(i)))
+                .collect();
+            let mut fields = Fields::of(&map);
+            for key in &asked {
+                proptest::prop_assert_eq!(fields.get(key), field(&map, key), "{}", key);
+            }
+        }
     }
 
     #[test]
