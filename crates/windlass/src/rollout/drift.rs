@@ -263,15 +263,14 @@ struct Fields<'a> {
     ordered: Option<std::iter::Peekable<FieldEntries<'a>>>,
 }
 
-type FieldEntries<'a> = std::iter::FilterMap<
-    serde_json::map::Iter<'a>,
-    fn((&'a String, &'a Value)) -> Option<(&'a str, &'a Value)>,
->;
+type FieldEntries<'a> = std::iter::FilterMap<serde_json::map::Iter<'a>, StripField<'a>>;
+
+/// A field set's entry as its `f:` key without `f:`, or `None` for other entries.
+type StripField<'a> = fn((&'a String, &'a Value)) -> Option<(&'a str, &'a Value)>;
 
 impl<'a> Fields<'a> {
     fn of(map: &'a Map<String, Value>) -> Self {
-        let strip: fn((&'a String, &'a Value)) -> Option<(&'a str, &'a Value)> =
-            |(key, value)| Some((key.strip_prefix("f:")?, value));
+        let strip: StripField<'a> = |(key, value)| Some((key.strip_prefix("f:")?, value));
         Fields {
             map,
             ordered: crate::values::maps_are_sorted()
