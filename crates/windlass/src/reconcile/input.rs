@@ -51,6 +51,7 @@ impl<C: Controller> Reconciler<C> {
         Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
+            reference: Parts::<C>::reference_of(&merged),
             manifest: merged,
             config,
             config_value,

@@ -40,7 +40,7 @@ impl<C: Controller> Rollout<'_, C> {
                 ))
             })?;
             // Resolve the kind's scope once: cluster-scoped objects have no namespace.
-            match session.cluster().scope(&reference.type_ref()).await {
+            match session.scope_of(&reference).await {
                 Ok(Scope::Namespaced) => {}
                 Ok(Scope::Cluster) => {
                     manifest.metadata_mut().remove("namespace");

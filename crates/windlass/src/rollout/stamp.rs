@@ -14,6 +14,7 @@
 //! for it; the tests hold the view's answers to theirs.
 
 use std::cell::OnceCell;
+use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
@@ -48,8 +49,18 @@ struct Owner<'a> {
     kind: &'a str,
     api_version: &'a str,
     namespace: Option<&'a str>,
-    /// The reference, as the object's controller (`[0]`) and not (`[1]`).
-    references: [Value; 2],
+    /// The reference, as the object's controller (`[0]`) and not (`[1]`), each made when
+    /// first needed: most rollouts need only the first.
+    references: [OnceLock<Value>; 2],
+}
+
+impl Owner<'_> {
+    /// The reference to the CR, as the object's controller or not.
+    fn reference(&self, controller: bool) -> &Value {
+        self.references[usize::from(!controller)].get_or_init(|| {
+            owner_reference(self.api_version, self.kind, self.name, self.uid, controller)
+        })
+    }
 }
 
 impl<'a> CrStamp<'a> {
@@ -61,8 +72,7 @@ impl<'a> CrStamp<'a> {
                 kind,
                 api_version,
                 namespace: cr.namespace(),
-                references: [true, false]
-                    .map(|controller| owner_reference(api_version, kind, name, uid, controller)),
+                references: [OnceLock::new(), OnceLock::new()],
             }),
             _ => None,
         };
@@ -116,10 +126,11 @@ impl<'a> ComponentStamp<'a> {
     /// One object, `rendered`: `itself` when the component renders the CR itself, which
     /// gets no labels.
     pub(crate) fn object(&'a self, rendered: &'a Value, itself: bool) -> ObjectStamp<'a> {
-        let owner = self.cr.owner.as_ref().and_then(|owner| {
-            let controller = owner_reference_added(rendered, owner)?;
-            Some(&owner.references[usize::from(!controller)])
-        });
+        let owner = self
+            .cr
+            .owner
+            .as_ref()
+            .and_then(|owner| Some(owner.reference(owner_reference_added(rendered, owner)?)));
         ObjectStamp {
             stamp: self,
             rendered,

@@ -133,6 +133,9 @@ pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) cr: C::Resource,
     /// The CR merged over the controller's CR defaults (`read` itself when there are none).
     pub(crate) manifest: Arc<Value>,
+    /// The CR's reference, from `manifest` (see [`Parts::reference_of`]): read once, as
+    /// every object a component renders asks for the CR's name or compares itself with it.
+    pub(crate) reference: ObjectRef,
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
     pub(crate) operator: Arc<OperatorConfig>,
@@ -155,6 +158,19 @@ pub(crate) struct Parts<C: ControllerTypes> {
     /// published by the reconcile once the rollout is over.
     pub(crate) component_events: Mutex<Vec<CrEvent>>,
     pub(crate) ledger: Arc<Ledger>,
+}
+
+impl<C: ControllerTypes> Parts<C> {
+    /// The reference of the CR `manifest`: its apiVersion, kind and name (empty where
+    /// missing) and its namespace (none where missing or empty).
+    pub(crate) fn reference_of(manifest: &Value) -> ObjectRef {
+        ObjectRef::new(
+            manifest.api_version().unwrap_or_default(),
+            manifest.kind().unwrap_or_default(),
+            manifest.namespace(),
+            manifest.name().unwrap_or_default(),
+        )
+    }
 }
 
 impl<C: ControllerTypes> Session<C> {
@@ -247,36 +263,32 @@ impl<C: ControllerTypes> Session<C> {
     }
     /// The CR's name.
     pub fn name(&self) -> &str {
-        self.inner.manifest.name().unwrap_or_default()
+        &self.inner.reference.name
     }
     /// The CR's namespace; rendered objects of namespaced kinds default to it. For a
     /// cluster-scoped CR this is `default`, so its components should name namespaces.
     pub fn namespace(&self) -> &str {
-        self.inner.manifest.namespace().unwrap_or("default")
+        self.inner
+            .reference
+            .namespace
+            .as_deref()
+            .unwrap_or("default")
     }
     /// The CR's kind.
     pub fn kind(&self) -> &str {
-        self.inner.manifest.kind().unwrap_or_default()
+        &self.inner.reference.kind
     }
     /// The CR's apiVersion.
     pub fn api_version(&self) -> &str {
-        self.inner.manifest.api_version().unwrap_or_default()
+        &self.inner.reference.api_version
     }
     /// A reference to the CR.
     pub fn cr_ref(&self) -> ObjectRef {
-        ObjectRef::new(
-            self.api_version(),
-            self.kind(),
-            self.inner.manifest.namespace(),
-            self.name(),
-        )
+        self.inner.reference.clone()
     }
     /// Whether `object` is the CR ([`Session::cr_ref`], compared without making it).
     pub(crate) fn is_cr(&self, object: &ObjectRef) -> bool {
-        object.name == self.name()
-            && object.kind == self.kind()
-            && object.api_version == self.api_version()
-            && object.namespace.as_deref() == self.inner.manifest.namespace()
+        *object == self.inner.reference
     }
     /// The backend config: [`Controller::Config`](crate::controller::Controller::Config)'s defaults ← the config-defaults
     /// ConfigMap ← the CR's `spec.configOverrides`, parsed once per reconcile.
@@ -465,6 +477,23 @@ impl<C: ControllerTypes> Session<C> {
             .into_iter()
             .map(|v| typed(v, T::KIND))
             .collect()
+    }
+
+    /// The scope of `object`'s kind, asked of the cluster once per kind per reconcile: every
+    /// object a component renders needs it, and a kind's scope cannot change (a CRD's
+    /// `scope` is immutable).
+    pub(crate) async fn scope_of(
+        &self,
+        object: &ObjectRef,
+    ) -> std::result::Result<crate::cluster::Scope, crate::error::ClusterError> {
+        let ledger = &self.inner.ledger;
+        if let Some(scope) = ledger.scope(&object.api_version, &object.kind) {
+            return Ok(scope);
+        }
+        let type_ref = object.type_ref();
+        let scope = self.inner.cluster.scope(&type_ref).await?;
+        ledger.remember_scope(type_ref, scope);
+        Ok(scope)
     }
 
     async fn namespace_for<T: k8s_openapi::Resource>(&self) -> Result<Option<String>> {
