@@ -198,7 +198,7 @@ pub(crate) async fn render_component<C: Controller>(
     entry: &ComponentEntry<C>,
     name: &str,
 ) -> Result<Vec<(String, Value, ResourceOptions)>> {
-    let mut resources = Resources::new(name, session.namespace(), session.kind(), session.name());
+    let mut resources = Resources::new(name, session.cr_names());
     entry.component.render(session, &mut resources).await?;
     let mut rendered = Vec::with_capacity(resources.len());
     for (internal_name, manifest, options) in resources.into_ordered() {
