@@ -543,6 +543,46 @@ async fn outage(env: &TestEnv, operator: &mut Operator, process: ControlPlanePro
     saw_unready
 }
 
+/// Create the WebApp `name` (announced in `monitoring`), wait until its rollout began (its
+/// first object is there) and check it has not finished, then run an [`outage`] of
+/// `process`. Returns the uids of the namespace's objects as they were when it stopped.
+async fn outage_mid_rollout(
+    env: &TestEnv,
+    operator: &mut Operator,
+    cluster: &LiveCluster,
+    (namespace, monitoring): (&str, &str),
+    name: &str,
+    process: ControlPlaneProcess,
+) -> BTreeMap<String, String> {
+    let cr = announced(namespace, monitoring, name, "1.4.0", 2);
+    cluster.apply(&cr, WriteMethod::Update).await.unwrap();
+    let secret = ObjectRef::new(
+        "v1",
+        "Secret",
+        Some(namespace),
+        format!("{name}-db-credentials"),
+    );
+    eventually(
+        &format!("{name}'s rollout began"),
+        LONG,
+        &[operator],
+        || async { cluster.get(&secret).await.unwrap().is_some() },
+    )
+    .await;
+    assert!(
+        !all_ready(cluster, namespace, &[name]).await,
+        "{name} finished before the outage"
+    );
+    let client = env.client().unwrap();
+    let before = uids(&children(&client, namespace).await);
+    assert!(
+        outage(env, operator, process).await,
+        "/readyz never answered 503 while {process} was down:\n{}",
+        operator.dump()
+    );
+    before
+}
+
 #[tokio::test]
 async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
     let started = Instant::now();
@@ -569,14 +609,6 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
         operator.readyz() == Some(200)
     })
     .await;
-    let secret = |name: &str| {
-        ObjectRef::new(
-            "v1",
-            "Secret",
-            Some(namespace),
-            format!("{name}-db-credentials"),
-        )
-    };
     let deployment = |name: &str| {
         ObjectRef::new(
             "apps/v1",
@@ -586,24 +618,17 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
         )
     };
 
-    // kube-apiserver stopped in the middle of shop's rollout (its first object is there,
-    // it is not Ready): connections are refused, the watches fail, /readyz goes 503.
-    let shop = announced(namespace, mon, "shop", "1.4.0", 2);
-    cluster.apply(&shop, WriteMethod::Update).await.unwrap();
-    eventually("shop's rollout began", LONG, &[&operator], || async {
-        cluster.get(&secret("shop")).await.unwrap().is_some()
-    })
+    // kube-apiserver stopped in the middle of shop's rollout: connections are refused,
+    // the watches fail, /readyz goes 503.
+    let mut before = outage_mid_rollout(
+        &env,
+        &mut operator,
+        &cluster,
+        (namespace, mon),
+        "shop",
+        ControlPlaneProcess::KubeApiserver,
+    )
     .await;
-    assert!(
-        !all_ready(&cluster, namespace, &["shop"]).await,
-        "shop finished before the outage"
-    );
-    let before = uids(&children(&client, namespace).await);
-    assert!(
-        outage(&env, &mut operator, ControlPlaneProcess::KubeApiserver).await,
-        "/readyz never answered 503 while the API server was down:\n{}",
-        operator.dump()
-    );
     // shop finishes; a change to it and a new CR after the restart converge.
     cluster
         .apply(
@@ -637,27 +662,16 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
 
     // etcd stopped in the middle of wiki's rollout: the API server stays up but cannot
     // serve, and says so; afterwards the same.
-    cluster
-        .apply(
-            &announced(namespace, mon, "wiki", "1.4.0", 2),
-            WriteMethod::Update,
+    before.extend(
+        outage_mid_rollout(
+            &env,
+            &mut operator,
+            &cluster,
+            (namespace, mon),
+            "wiki",
+            ControlPlaneProcess::Etcd,
         )
-        .await
-        .unwrap();
-    eventually("wiki's rollout began", LONG, &[&operator], || async {
-        cluster.get(&secret("wiki")).await.unwrap().is_some()
-    })
-    .await;
-    assert!(
-        !all_ready(&cluster, namespace, &["wiki"]).await,
-        "wiki finished before the outage"
-    );
-    let mut before = before;
-    before.extend(uids(&children(&client, namespace).await));
-    assert!(
-        outage(&env, &mut operator, ControlPlaneProcess::Etcd).await,
-        "/readyz never answered 503 while etcd was down:\n{}",
-        operator.dump()
+        .await,
     );
     cluster
         .apply(
