@@ -59,6 +59,8 @@ struct KindStore {
     /// Whether the watch sees every object carrying windlass's ownership label.
     owned: bool,
     objects: HashMap<ObjectRef, Packed>,
+    /// The bytes of the objects' texts, for `windlass_cache_bytes`.
+    bytes: usize,
 }
 
 /// An object as its compact JSON text (see the module docs).
@@ -78,6 +80,25 @@ impl Packed {
 }
 
 impl KindStore {
+    /// Keep `packed` as `reference`; returns whether it replaces a copy.
+    fn insert(&mut self, reference: ObjectRef, packed: Packed) -> bool {
+        self.bytes += packed.0.len();
+        match self.objects.insert(reference, packed) {
+            Some(old) => {
+                self.bytes -= old.0.len();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drop the copy of `reference`, if any.
+    fn take(&mut self, reference: &ObjectRef) -> Option<Packed> {
+        let old = self.objects.remove(reference)?;
+        self.bytes -= old.0.len();
+        Some(old)
+    }
+
     /// Whether a watch sees every object of the kind in `namespace` (`None`: in every
     /// namespace) and has listed them.
     fn covers(&self, namespace: &Option<String>) -> bool {
@@ -206,11 +227,11 @@ impl Stores {
             .collect();
         let removed = gone
             .iter()
-            .filter_map(|r| store.objects.remove(r)?.unpack().map(Arc::new))
+            .filter_map(|r| store.take(r)?.unpack().map(Arc::new))
             .collect();
-        store
-            .objects
-            .extend(objects.into_iter().map(|(r, o)| (r, Packed::new(&o))));
+        for (reference, object) in objects {
+            store.insert(reference, Packed::new(&object));
+        }
         store.synced.insert(namespace.map(str::to_string));
         removed
     }
@@ -220,15 +241,24 @@ impl Stores {
         let packed = Packed::new(object);
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(reference.type_ref()).or_default();
-        store.objects.insert(reference, packed).is_some()
+        store.insert(reference, packed)
     }
 
     /// The watch saw `object` deleted.
     pub(crate) fn remove(&self, reference: &ObjectRef) {
         let mut kinds = write(&self.kinds);
         if let Some(store) = kinds.get_mut(&reference.type_ref()) {
-            store.objects.remove(reference);
+            store.take(reference);
         }
+    }
+
+    /// Per kind, how many objects the stores hold and the bytes of their texts (what
+    /// `windlass_cache_objects` and `windlass_cache_bytes` export).
+    pub(crate) fn sizes(&self) -> Vec<(TypeRef, usize, usize)> {
+        read(&self.kinds)
+            .iter()
+            .map(|(kind, store)| (kind.clone(), store.objects.len(), store.bytes))
+            .collect()
     }
 }
 
