@@ -1297,6 +1297,7 @@ async fn a_failed_run_retries_at_the_priority_it_ran_at() {
     let q = queue::<u32>(1, policy(secs(1), secs(60), 0.0));
     q.enqueue_as(1, Priority::Low);
     let lease = q.try_acquire().expect("due");
+    assert_eq!(lease.priority(), Priority::Low);
     lease.complete(Action::Retry);
     assert_eq!(q.inspect(&1).map(|s| s.priority), Some(Priority::Low));
     q.enqueue(2);

@@ -17,17 +17,32 @@ pub struct Lease<K: Hash + Eq + Clone + Send + 'static> {
     key: Option<K>,
     retries: u32,
     waited: Duration,
+    priority: Priority,
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
-    /// The lease of `key`, which waited `waited` for this run after `retries` failed ones.
-    pub(super) fn new(shared: Arc<Shared<K>>, key: K, retries: u32, waited: Duration) -> Self {
+    /// The lease of `key`, which waited `waited` for this run at `priority` after
+    /// `retries` failed ones.
+    pub(super) fn new(
+        shared: Arc<Shared<K>>,
+        key: K,
+        retries: u32,
+        waited: Duration,
+        priority: Priority,
+    ) -> Self {
         Self {
             shared,
             key: Some(key),
             retries,
             waited,
+            priority,
         }
+    }
+
+    /// The priority the key was handed out at: to put it back as it was
+    /// ([`complete_as`](Self::complete_as)).
+    pub const fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// The key to run.

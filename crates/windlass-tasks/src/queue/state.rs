@@ -225,7 +225,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         &mut self,
         max_concurrent: usize,
         low_share: usize,
-    ) -> Option<(K, u32, bool, Instant)> {
+    ) -> Option<(K, u32, bool, Instant, Priority)> {
         if !self.lines.timers.is_empty() {
             self.promote_due(Instant::now());
         }
@@ -258,11 +258,12 @@ impl<K: Hash + Eq + Clone> State<K> {
             };
             entry.slot = Slot::Running { rerun: None };
             let retries = entry.backoff.attempts();
+            let priority = entry.priority;
             self.running += 1;
             self.dispatched_total += 1;
             let more = self.running < max_concurrent
                 && (self.lines.ready_len() > 0 || self.lines.delayed > 0);
-            return Some((key, retries, more, since));
+            return Some((key, retries, more, since, priority));
         }
         None
     }

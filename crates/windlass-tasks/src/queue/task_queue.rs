@@ -277,7 +277,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 } else {
                     None
                 };
-                if let Some((key, retries, more, since)) = taken {
+                if let Some((key, retries, more, since, priority)) = taken {
                     // Pass the baton: another parked consumer should watch what is left.
                     let baton = more && state.waiting > usize::from(parked.is_some());
                     drop(state);
@@ -290,6 +290,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                         key,
                         retries,
                         since.elapsed(),
+                        priority,
                     ));
                 }
                 if parked.is_none() {
@@ -325,7 +326,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         if state.shutdown || state.running >= self.shared.max_concurrent {
             return None;
         }
-        let (key, retries, more, since) =
+        let (key, retries, more, since, priority) =
             state.take_next(self.shared.max_concurrent, self.shared.low_share)?;
         let baton = more && state.waiting > 0;
         drop(state);
@@ -337,6 +338,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
             key,
             retries,
             since.elapsed(),
+            priority,
         ))
     }
 

@@ -55,6 +55,10 @@ pub struct SourceEvent {
     pub object: Arc<Value>,
     /// Its reference.
     pub reference: ObjectRef,
+    /// Whether a list (at the watch's start, or a relist) reported it rather than the
+    /// watch: the router queues a CR for an object it first learns of this way at low
+    /// priority.
+    pub listed: bool,
 }
 
 /// What a watch tells about itself (readiness, metrics).
@@ -324,6 +328,7 @@ fn relisted(
             kind: EventKind::Added,
             object: object.clone(),
             reference: reference.clone(),
+            listed: true,
         })
         .collect();
     let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
@@ -332,6 +337,7 @@ fn relisted(
             kind: EventKind::Deleted,
             reference: ObjectRef::from_manifest(&object).ok()?,
             object,
+            listed: true,
         })
     }));
     changes
@@ -355,6 +361,7 @@ fn applied(
         },
         object,
         reference,
+        listed: false,
     })
 }
 
@@ -371,6 +378,7 @@ fn deleted(
         kind: EventKind::Deleted,
         object,
         reference,
+        listed: false,
     })
 }
 
