@@ -87,6 +87,21 @@ impl LiveCluster {
         self.to_value(object)
     }
 
+    /// Drop the `managedFields` entries of `object` (JSON as the API server sent it) that
+    /// are not windlass's own field manager's, as [`LiveCluster::object_value`] does.
+    pub(crate) fn keep_own_managed_fields(&self, object: &mut Value) {
+        let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let Some(Value::Array(entries)) = metadata.get_mut("managedFields") else {
+            return;
+        };
+        entries.retain(|e| e["manager"].as_str() == Some(self.field_manager.as_str()));
+        if entries.is_empty() {
+            metadata.remove("managedFields");
+        }
+    }
+
     async fn kind(&self, type_ref: &TypeRef) -> Result<Kind, ClusterError> {
         if let Some(kind) = self.kinds.lock().get(type_ref) {
             return Ok(kind.clone());

@@ -31,6 +31,26 @@
 //! 1.5 kB of JSON, managedFields included, is 10 kB as a `Value`), and the stores hold
 //! every object of the fleet while a reconcile reads a handful.
 //!
+//! **What the owned kinds keep.** The objects windlass applied (the label-scoped watches of
+//! the kinds components deploy, [`Keep::Slim`]) are read by a reconcile for three things,
+//! and their stores keep only what those read:
+//!
+//! - deploying (`rollout::deploy`, `rollout::drift`) and pruning (`rollout::prune`) read
+//!   `metadata`: the applied-hash annotation, windlass's own `managedFields` entry, the
+//!   ownership label, the uid, the deletionTimestamp;
+//! - the kinds' readiness rules (`verify::verify_object`, `verify::failure`,
+//!   `verify::verify_subsystem`) read `kind`, `metadata.generation`, `status` and
+//!   `spec.replicas`.
+//!
+//! So such a store keeps `apiVersion`, `kind`, `metadata` (without the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation, a copy of the whole
+//! object), `status` and `spec.replicas`, and drops the rest: a ConfigMap's or Secret's
+//! data, a workload's pod template. It answers [`Cluster::get_own`] only (whose callers read
+//! no more, and which says so: [`Cluster::get_own_is_partial`]); a [`Cluster::get`] of such
+//! an object, by a component or a verify check of its own that may read anything, goes to
+//! the API server. A kind whose objects CRs read for their data (a dependency hash) is
+//! watched whole from then on (see [`super::dispatch`]).
+//!
 //! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
 //! kube-runtime's `watcher` (see [`super::source`]).
@@ -58,9 +78,85 @@ struct KindStore {
     complete: bool,
     /// Whether the watch sees every object carrying windlass's ownership label.
     owned: bool,
+    /// What is kept of each object.
+    keep: Keep,
     objects: HashMap<ObjectRef, Packed>,
     /// The bytes of the objects' texts, for `windlass_cache_bytes`.
     bytes: usize,
+}
+
+/// What a store keeps of each object (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Keep {
+    /// The whole object.
+    #[default]
+    Whole,
+    /// What a rollout reads of an object windlass applied: `apiVersion`, `kind`,
+    /// `metadata`, `status`, `spec.replicas`.
+    Slim,
+}
+
+/// The annotation `kubectl apply` keeps a copy of the whole object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An object as [`Keep::Slim`] keeps it, written without copying the parts kept.
+struct Slim<'a>(&'a Value);
+
+/// An object's metadata without [`LAST_APPLIED`].
+struct SlimMetadata<'a>(&'a serde_json::Map<String, Value>);
+
+/// A spec of which only `replicas` is kept.
+#[derive(serde::Serialize)]
+struct Replicas<'a> {
+    replicas: &'a Value,
+}
+
+impl serde::Serialize for Slim<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(object) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in object {
+            match (key.as_str(), value) {
+                ("apiVersion" | "kind" | "status", _) => map.serialize_entry(key, value)?,
+                ("metadata", Value::Object(metadata)) => {
+                    map.serialize_entry(key, &SlimMetadata(metadata))?;
+                }
+                ("spec", spec) => {
+                    if let Some(replicas) = spec.get("replicas") {
+                        map.serialize_entry(key, &Replicas { replicas })?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for SlimMetadata<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.0 {
+            match (key.as_str(), value) {
+                ("annotations", Value::Object(annotations))
+                    if annotations.contains_key(LAST_APPLIED) =>
+                {
+                    let kept: serde_json::Map<String, Value> = annotations
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != LAST_APPLIED)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    map.serialize_entry(key, &kept)?;
+                }
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
 }
 
 /// An object as its compact JSON text (see the module docs).
@@ -68,8 +164,13 @@ struct KindStore {
 struct Packed(Arc<str>);
 
 impl Packed {
-    fn new(object: &Value) -> Self {
-        Packed(Arc::from(object.to_string()))
+    fn new(object: &Value, keep: Keep) -> Self {
+        let text = match keep {
+            Keep::Whole => object.to_string(),
+            // Serializing a `Value` cannot fail: its keys are strings.
+            Keep::Slim => serde_json::to_string(&Slim(object)).unwrap_or_default(),
+        };
+        Packed(Arc::from(text))
     }
 
     /// The object; `None` only if the text does not parse, which text written by
@@ -130,24 +231,31 @@ impl Stores {
         Self::default()
     }
 
-    /// What the watches know of `object`.
+    /// What the watches know of `object`, whole: a store that keeps only part of its
+    /// objects ([`Keep::Slim`]) cannot tell.
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, false)
+        self.lookup_with(object, false, false)
     }
 
     /// What the watches know of `object` that windlass is about to write: a watch of
     /// every object carrying windlass's ownership label knows it is absent too (see
-    /// [`Cluster::get_own`]).
+    /// [`Cluster::get_own`]); and the copy may be the part a store of the kind keeps.
     pub fn lookup_own(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, true)
+        self.lookup_with(object, true, true)
     }
 
-    fn lookup_with(&self, object: &ObjectRef, own: bool) -> Cached {
+    /// What the watches know of `object`, for a reader of its metadata only: the copy may
+    /// be the part a store of the kind keeps.
+    pub(crate) fn lookup_metadata(&self, object: &ObjectRef) -> Cached {
+        self.lookup_with(object, false, true)
+    }
+
+    fn lookup_with(&self, object: &ObjectRef, own: bool, partial: bool) -> Cached {
         let kinds = read(&self.kinds);
         let Some(store) = kinds.get(&object.type_ref()) else {
             return Cached::Unknown;
         };
-        if !store.covers(&object.namespace) {
+        if !store.covers(&object.namespace) || (store.keep == Keep::Slim && !partial) {
             return Cached::Unknown;
         }
         match store.objects.get(object) {
@@ -194,8 +302,8 @@ impl Stores {
     }
 
     /// A watch of `type_ref` starts with the label selector `labels` (`None`: every
-    /// object).
-    pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>) {
+    /// object), its store keeping `keep` of each object.
+    pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>, keep: Keep) {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
         if labels.is_none() && !store.complete {
@@ -203,21 +311,46 @@ impl Stores {
             // store lacks may exist.
             store.synced.clear();
         }
+        if keep == Keep::Whole && store.keep == Keep::Slim {
+            // Its copies are partial: none may answer a whole read, so the watch that
+            // replaces the one that kept them lists the kind afresh.
+            store.objects.clear();
+            store.bytes = 0;
+            store.synced.clear();
+        }
+        store.keep = keep;
         store.complete = labels.is_none();
         store.owned = labels.is_none() || labels == Some(crate::annotations::OWNER_UID);
     }
 
     /// A (re)list of `type_ref` over `namespace` returned `objects`: they replace what the
     /// store held there. Returns the objects that were held and are gone.
+    #[cfg(test)]
     pub(crate) fn replace(
         &self,
         type_ref: &TypeRef,
         namespace: Option<&str>,
         objects: Vec<(ObjectRef, Arc<Value>)>,
     ) -> Vec<Arc<Value>> {
+        let listed = objects.iter().map(|(r, _)| r.clone()).collect();
+        for (reference, object) in objects {
+            self.upsert(reference, &object);
+        }
+        self.retain_listed(type_ref, namespace, &listed)
+    }
+
+    /// A (re)list of `type_ref` over `namespace` is complete; its objects, stored as they
+    /// came ([`Stores::upsert`]), are `listed`. What else the store held there is dropped
+    /// (returned: it went while the watch was down), and the store answers for the
+    /// namespace from now on.
+    pub(crate) fn retain_listed(
+        &self,
+        type_ref: &TypeRef,
+        namespace: Option<&str>,
+        listed: &HashSet<ObjectRef>,
+    ) -> Vec<Arc<Value>> {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
-        let listed: HashSet<&ObjectRef> = objects.iter().map(|(r, _)| r).collect();
         let gone: Vec<ObjectRef> = store
             .objects
             .keys()
@@ -229,18 +362,27 @@ impl Stores {
             .iter()
             .filter_map(|r| store.take(r)?.unpack().map(Arc::new))
             .collect();
-        for (reference, object) in objects {
-            store.insert(reference, Packed::new(&object));
-        }
         store.synced.insert(namespace.map(str::to_string));
         removed
     }
 
-    /// The watch saw `object` (added or modified). Returns whether it replaces a copy.
+    /// The watch saw `object` (added or modified, or listed). Returns whether it replaces
+    /// a copy.
     pub(crate) fn upsert(&self, reference: ObjectRef, object: &Value) -> bool {
-        let packed = Packed::new(object);
+        let type_ref = reference.type_ref();
+        let keep = read(&self.kinds)
+            .get(&type_ref)
+            .map_or(Keep::Whole, |store| store.keep);
+        // Packed outside the lock: readers wait for none of it.
+        let packed = Packed::new(object, keep);
         let mut kinds = write(&self.kinds);
-        let store = kinds.entry(reference.type_ref()).or_default();
+        let store = kinds.entry(type_ref).or_default();
+        let packed = if store.keep == keep {
+            packed
+        } else {
+            // Declared otherwise meanwhile.
+            Packed::new(object, store.keep)
+        };
         store.insert(reference, packed)
     }
 
@@ -372,7 +514,7 @@ impl CachedCluster {
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
         if let Some(mine) = &object
-            && let Cached::Present(seen) = self.stores.lookup(&reference)
+            && let Cached::Present(seen) = self.stores.lookup_metadata(&reference)
             && !newer(mine, &seen)
         {
             written.remove(&reference);
@@ -452,6 +594,10 @@ impl Cluster for CachedCluster {
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get_with(object, true).await
+    }
+
+    fn get_own_is_partial(&self) -> bool {
+        true
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -584,7 +730,7 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let (b, _) = cm("b", "1");
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
-        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
+        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID), Keep::Whole);
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
         assert_eq!(
@@ -604,14 +750,14 @@ mod tests {
             Cached::Absent,
             "about to write it: no labelled object of that name exists"
         );
-        stores.declare(&a.type_ref(), Some("app=other"));
+        stores.declare(&a.type_ref(), Some("app=other"), Keep::Whole);
         assert_eq!(
             stores.lookup_own(&b),
             Cached::Unknown,
             "another selector cannot tell"
         );
         // A whole watch replaces the label-scoped one: it knows once it has listed.
-        stores.declare(&a.type_ref(), None);
+        stores.declare(&a.type_ref(), None, Keep::Whole);
         assert_eq!(stores.lookup(&b), Cached::Unknown, "not listed yet");
         assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
@@ -645,13 +791,13 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let query = ListQuery::new(a.type_ref(), Some("ns"));
         assert!(stores.list(&query).is_none(), "no watch yet");
-        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
+        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID), Keep::Whole);
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert!(
             stores.list(&query).is_none(),
             "label-scoped: objects without the label exist too"
         );
-        stores.declare(&a.type_ref(), None);
+        stores.declare(&a.type_ref(), None, Keep::Whole);
         assert!(
             stores.list(&query).is_none(),
             "the whole watch has not listed"

@@ -146,7 +146,8 @@ impl Router {
         }
         let objects: Vec<(ObjectRef, Option<String>)> = objects.into_iter().collect();
         let changed = objects.iter().find(|(object, read)| {
-            let held = match self.cluster.stores().lookup(object) {
+            // Only its version is read: a partial copy tells it as well.
+            let held = match self.cluster.stores().lookup_metadata(object) {
                 Cached::Unknown => return false,
                 Cached::Absent => None,
                 Cached::Present(held) => Some(held.resource_version().map(str::to_string)),
@@ -585,7 +586,7 @@ mod tests {
             Arc::new(json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}))
         };
-        cluster.stores().declare(&kind, None);
+        cluster.stores().declare(&kind, None, crate::runtime::cache::Keep::Whole);
         cluster.stores().replace(
             &kind,
             None,

@@ -23,8 +23,9 @@ use crate::status::inventory::Inventory;
 /// What one reconcile has seen and applied.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    /// The freshest copy of each object read or written; `None` when it was found absent.
-    objects: Mutex<HashMap<ObjectRef, Option<Arc<Value>>>>,
+    /// The freshest copy of each object read or written; `None` when it was found absent;
+    /// and whether the copy is partial (read with a [`Cluster::get_own`] that says so).
+    objects: Mutex<HashMap<ObjectRef, (Option<Arc<Value>>, bool)>>,
     /// What windlass applied for the CR, as the rollout updates it; shared with the
     /// snapshots [`Ledger::inventory`] hands out, copied only when changed after one.
     inventory: Mutex<Arc<Inventory>>,
@@ -67,14 +68,30 @@ impl Ledger {
         self.dependencies.lock().1
     }
 
-    /// The copy seen last, if the object was read or written in this reconcile.
+    /// The copy seen last, if the object was read whole or written in this reconcile.
     pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
-        self.objects.lock().get(object).cloned()
+        match self.objects.lock().get(object) {
+            Some((value, false)) => Some(value.clone()),
+            _ => None,
+        }
+    }
+
+    /// The copy seen last, whole or partial (see [`Cluster::get_own`]).
+    fn seen_own(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
+        self.objects
+            .lock()
+            .get(object)
+            .map(|(value, _)| value.clone())
     }
 
     /// Remember the freshest copy of `object` (`None`: it is absent).
     pub(crate) fn remember(&self, object: ObjectRef, value: Option<Arc<Value>>) {
-        self.objects.lock().insert(object, value);
+        self.objects.lock().insert(object, (value, false));
+    }
+
+    /// Remember a partial copy of `object`, or that a partial read found it absent.
+    fn remember_partial(&self, object: ObjectRef, value: Option<Arc<Value>>) {
+        self.objects.lock().insert(object, (value, true));
     }
 
     /// Forget `object`, so the next look reads it (after a delete, whose outcome the
@@ -132,13 +149,19 @@ impl Recorded {
     }
 
     /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
-    /// [`Cluster::get_own`]) of the inner cluster, remembered.
+    /// [`Cluster::get_own`]) of the inner cluster, remembered. A whole read is not
+    /// answered with a partial copy an own read left.
     async fn read(
         &self,
         object: &ObjectRef,
         own: bool,
     ) -> Result<Option<Arc<Value>>, ClusterError> {
-        if let Some(seen) = self.ledger.seen(object) {
+        let seen = if own {
+            self.ledger.seen_own(object)
+        } else {
+            self.ledger.seen(object)
+        };
+        if let Some(seen) = seen {
             return Ok(seen);
         }
         let found = if own {
@@ -146,7 +169,11 @@ impl Recorded {
         } else {
             self.inner.get_shared(object).await?
         };
-        self.ledger.remember(object.clone(), found.clone());
+        if own && self.inner.get_own_is_partial() {
+            self.ledger.remember_partial(object.clone(), found.clone());
+        } else {
+            self.ledger.remember(object.clone(), found.clone());
+        }
         Ok(found)
     }
 
@@ -182,6 +209,10 @@ impl Cluster for Recorded {
 
     async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         self.read(object, true).await
+    }
+
+    fn get_own_is_partial(&self) -> bool {
+        self.inner.get_own_is_partial()
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
