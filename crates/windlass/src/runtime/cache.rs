@@ -730,7 +730,11 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let (b, _) = cm("b", "1");
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
-        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID), Keep::Whole);
+        stores.declare(
+            &a.type_ref(),
+            Some(crate::annotations::OWNER_UID),
+            Keep::Whole,
+        );
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
         assert_eq!(
@@ -791,7 +795,11 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let query = ListQuery::new(a.type_ref(), Some("ns"));
         assert!(stores.list(&query).is_none(), "no watch yet");
-        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID), Keep::Whole);
+        stores.declare(
+            &a.type_ref(),
+            Some(crate::annotations::OWNER_UID),
+            Keep::Whole,
+        );
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert!(
             stores.list(&query).is_none(),
@@ -815,6 +823,105 @@ mod tests {
         stores.replace(&a.type_ref(), None, vec![(a.clone(), a_obj)]);
         assert_eq!(stores.list(&other).map(|l| l.len()), Some(0));
         assert_eq!(stores.list(&everywhere).map(|l| l.len()), Some(1));
+    }
+
+    /// A Deployment as the API server returns it, with what a rollout does not read.
+    fn deployment(rv: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "resourceVersion": rv,
+                "generation": 2, "uid": "u", "labels": {crate::annotations::OWNER_UID: "cr"},
+                "annotations": {crate::annotations::APPLIED_HASH: "h", LAST_APPLIED: "{\"huge\": 1}"},
+                "managedFields": [{"manager": crate::FIELD_MANAGER, "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                "availableReplicas": 2, "conditions": [
+                    {"type": "Available", "status": "True"},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}})
+    }
+
+    #[test]
+    fn a_slim_store_keeps_what_a_rollout_reads_and_answers_only_own_reads() {
+        let stores = Stores::new();
+        let full = deployment("5");
+        let reference = ObjectRef::from_manifest(&full).unwrap();
+        let kind = reference.type_ref();
+        stores.declare(&kind, Some(crate::annotations::OWNER_UID), Keep::Slim);
+        stores.replace(
+            &kind,
+            Some("ns"),
+            vec![(reference.clone(), Arc::new(full.clone()))],
+        );
+        let Cached::Present(slim) = stores.lookup_own(&reference) else {
+            panic!("an own read is answered");
+        };
+        let mut expected = full.clone();
+        expected["spec"] = json!({"replicas": 2});
+        expected["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LAST_APPLIED);
+        assert_eq!(slim, expected);
+        // What deploying and verifying read answers the same from the slim copy.
+        assert_eq!(
+            crate::verify::verify_object(&slim),
+            crate::verify::verify_object(&full)
+        );
+        assert!(crate::verify::verify_object(&slim));
+        assert_eq!(
+            crate::rollout::drift::drift(
+                &full,
+                Some(&slim),
+                crate::cluster::WriteMethod::Apply,
+                crate::FIELD_MANAGER
+            ),
+            crate::rollout::drift::drift(
+                &full,
+                Some(&full),
+                crate::cluster::WriteMethod::Apply,
+                crate::FIELD_MANAGER
+            ),
+        );
+        assert_eq!(
+            stores.lookup(&reference),
+            Cached::Unknown,
+            "a whole read asks the server"
+        );
+        assert_eq!(stores.lookup_metadata(&reference), Cached::Present(slim));
+        let sizes = stores.sizes();
+        assert_eq!(sizes.len(), 1);
+        assert_eq!((sizes[0].1, sizes[0].2), (1, expected.to_string().len()));
+
+        // Watched whole from now on: the partial copies go, and the store answers once listed.
+        stores.declare(&kind, None, Keep::Whole);
+        assert_eq!(stores.lookup_own(&reference), Cached::Unknown);
+        assert_eq!(stores.sizes()[0].2, 0);
+        stores.replace(
+            &kind,
+            Some("ns"),
+            vec![(reference.clone(), Arc::new(full.clone()))],
+        );
+        assert_eq!(stores.lookup(&reference), Cached::Present(full));
+    }
+
+    #[test]
+    fn a_list_stored_as_it_came_drops_what_it_no_longer_has_when_it_ends() {
+        let stores = Stores::new();
+        let (a, a_obj) = cm("a", "1");
+        let (b, b_obj) = cm("b", "1");
+        let kind = a.type_ref();
+        stores.declare(&kind, None, Keep::Whole);
+        stores.upsert(a.clone(), &a_obj);
+        assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
+        let gone = stores.retain_listed(&kind, Some("ns"), &HashSet::from([a.clone()]));
+        assert!(gone.is_empty());
+        assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
+        // A relist that reports b only: a went while the watch was down.
+        stores.upsert(b.clone(), &b_obj);
+        let gone = stores.retain_listed(&kind, Some("ns"), &HashSet::from([b.clone()]));
+        assert_eq!(gone, vec![a_obj]);
+        assert_eq!(stores.lookup(&a), Cached::Absent);
+        assert_eq!(stores.sizes()[0].1, 1);
+        assert_eq!(stores.sizes()[0].2, b_obj.to_string().len());
     }
 
     #[test]

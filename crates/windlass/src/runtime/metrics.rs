@@ -631,6 +631,27 @@ mod tests {
     }
 
     #[test]
+    fn the_watch_caches_are_exported_by_kind() {
+        let metrics = Metrics::new();
+        let stores = std::sync::Arc::new(Stores::new());
+        metrics.watch_caches(stores.clone());
+        let object = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns"}});
+        let reference = crate::object::ObjectRef::from_manifest(&object).unwrap();
+        stores.upsert(reference, &object);
+        let text = metrics.encode();
+        let labels = r#"{api_version="v1",kind="ConfigMap"}"#;
+        assert_eq!(
+            sample(&text, &format!("windlass_cache_objects{labels}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, &format!("windlass_cache_bytes{labels}")),
+            Some(object.to_string().len() as f64)
+        );
+    }
+
+    #[test]
     fn a_finished_reconcile_is_counted_by_controller_and_outcome() {
         use crate::Action;
         use std::time::Duration;

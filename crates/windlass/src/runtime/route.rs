@@ -586,7 +586,9 @@ mod tests {
             Arc::new(json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}))
         };
-        cluster.stores().declare(&kind, None, crate::runtime::cache::Keep::Whole);
+        cluster
+            .stores()
+            .declare(&kind, None, crate::runtime::cache::Keep::Whole);
         cluster.stores().replace(
             &kind,
             None,

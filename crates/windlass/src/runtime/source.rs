@@ -370,12 +370,12 @@ fn relisted(stores: &Stores, watch: &Watch, listed: &HashSet<ObjectRef>) -> Vec<
     let gone = stores.retain_listed(&watch.type_ref, watch.namespace.as_deref(), listed);
     gone.into_iter()
         .filter_map(|object| {
-        Some(SourceEvent {
-            kind: EventKind::Deleted,
-            reference: ObjectRef::from_manifest(&object).ok()?,
-            object,
-            listed: true,
-        })
+            Some(SourceEvent {
+                kind: EventKind::Deleted,
+                reference: ObjectRef::from_manifest(&object).ok()?,
+                object,
+                listed: true,
+            })
         })
         .collect()
 }
@@ -606,5 +606,75 @@ mod follow_tests {
         let (ended, reports) = follow_failing(InitialList::Paged, refusal()).await;
         assert_eq!(ended, Ended::Failed);
         assert_eq!(reports, ["failed", "synced false"]);
+    }
+
+    /// A ConfigMap `name` as the watch decodes it.
+    fn parsed(name: &str) -> Parsed {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+                "managedFields": [{"manager": "kubectl"}, {"manager": crate::FIELD_MANAGER}]}}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_list_is_stored_and_sent_object_by_object_and_a_relist_reports_what_went() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = LiveCluster::new(kube::Client::try_from(config).unwrap());
+        let watch = Watch {
+            type_ref: TypeRef::new("v1", "ConfigMap"),
+            namespace: None,
+            labels: None,
+        };
+        let stores = Stores::new();
+        let (events, mut received) = mpsc::channel(16);
+        let reports = Reports::default();
+        let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
+        let stream = futures::stream::iter([
+            Ok(Event::Init),
+            Ok(Event::InitApply(parsed("a"))),
+            Ok(Event::InitApply(parsed("b"))),
+            Ok(Event::InitDone),
+            Ok(Event::Init),
+            Ok(Event::InitApply(parsed("b"))),
+            Ok(Event::InitDone),
+        ]);
+        let ended = follow(
+            &live,
+            &stores,
+            &watch,
+            InitialList::Streaming,
+            stream,
+            &events,
+            &reports,
+            &mut backoff,
+        )
+        .await;
+        assert_eq!(ended, Ended::Failed, "the stream ended");
+        let mut seen = Vec::new();
+        while let Ok(event) = received.try_recv() {
+            seen.push((event.kind, event.reference.name.clone(), event.listed));
+            // Only windlass's own managedFields are kept.
+            if event.kind != EventKind::Deleted {
+                assert_eq!(
+                    event.object["metadata"]["managedFields"],
+                    serde_json::json!([{"manager": crate::FIELD_MANAGER}])
+                );
+            }
+        }
+        let added = |name: &str| (EventKind::Added, name.to_string(), true);
+        assert_eq!(
+            seen,
+            [
+                added("a"),
+                added("b"),
+                added("b"),
+                (EventKind::Deleted, "a".to_string(), true)
+            ]
+        );
+        assert_eq!(
+            reports.0.into_inner(),
+            ["synced false", "synced true", "synced false", "synced true"]
+        );
+        assert_eq!(stores.sizes()[0].1, 1, "b only");
     }
 }

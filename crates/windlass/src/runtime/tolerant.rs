@@ -274,7 +274,10 @@ mod parsed_tests {
                 "labels": {"x": "y"}},
             "data": {"k": "v"}}"#;
         let parsed: Parsed = serde_json::from_str(text).unwrap();
-        assert_eq!(kube::ResourceExt::resource_version(&parsed).as_deref(), Some("42"));
+        assert_eq!(
+            kube::ResourceExt::resource_version(&parsed).as_deref(),
+            Some("42")
+        );
         assert_eq!(kube::Resource::meta(&parsed).name.as_deref(), Some("a"));
         let value = parsed.into_value().unwrap();
         assert_eq!(value, serde_json::from_str::<Value>(text).unwrap());
@@ -284,7 +287,9 @@ mod parsed_tests {
     fn only_a_decoding_error_of_depth_switches_to_tolerant_decoding() {
         use kube::runtime::watcher::Error;
         let syntax = serde_json::from_str::<Value>("{").unwrap_err();
-        assert!(!too_deep(&Error::WatchFailed(kube::Error::SerdeError(syntax))));
+        assert!(!too_deep(&Error::WatchFailed(kube::Error::SerdeError(
+            syntax
+        ))));
         assert!(!too_deep(&Error::NoResourceVersion));
     }
 }

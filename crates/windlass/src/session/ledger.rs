@@ -258,3 +258,101 @@ impl Cluster for Recorded {
         Ok(owned(stored))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::MemoryCluster;
+
+    /// A cluster whose own reads drop `data`, as the runtime's watch caches do, counting
+    /// its whole reads.
+    struct Partial {
+        inner: MemoryCluster,
+        whole_reads: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Cluster for Partial {
+        async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+            self.inner.scope(type_ref).await
+        }
+        async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+            self.whole_reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.get(object).await
+        }
+        async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+            let mut found = self.inner.get(object).await?;
+            if let Some(Value::Object(map)) = &mut found {
+                map.remove("data");
+            }
+            Ok(found)
+        }
+        fn get_own_is_partial(&self) -> bool {
+            true
+        }
+        async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
+            self.inner.list(query).await
+        }
+        async fn apply(
+            &self,
+            manifest: &Value,
+            method: WriteMethod,
+        ) -> Result<Value, ClusterError> {
+            self.inner.apply(manifest, method).await
+        }
+        async fn delete(
+            &self,
+            object: &ObjectRef,
+            uid: Option<&str>,
+        ) -> Result<Deletion, ClusterError> {
+            self.inner.delete(object, uid).await
+        }
+        async fn write_status(
+            &self,
+            object: &ObjectRef,
+            status: &Value,
+            resource_version: Option<&str>,
+        ) -> Result<Option<Value>, ClusterError> {
+            self.inner
+                .write_status(object, status, resource_version)
+                .await
+        }
+        async fn patch(
+            &self,
+            object: &ObjectRef,
+            patch: &json_patch::Patch,
+        ) -> Result<Value, ClusterError> {
+            self.inner.patch(object, patch).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_whole_read_is_not_answered_with_the_partial_copy_of_an_own_read() {
+        let cluster = Arc::new(Partial {
+            inner: MemoryCluster::new(),
+            whole_reads: AtomicUsize::new(0),
+        });
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}});
+        cluster.inner.apply(&map, WriteMethod::Apply).await.unwrap();
+        let reference = ObjectRef::from_manifest(&map).unwrap();
+        let recorded = Recorded::shared(cluster.clone(), Arc::new(Ledger::default()));
+        let own = recorded.get_own(&reference).await.unwrap().unwrap();
+        assert!(own.get("data").is_none(), "partial");
+        assert!(recorded.get_own_is_partial());
+        let again = recorded.get_own(&reference).await.unwrap().unwrap();
+        assert_eq!(again, own, "from the ledger");
+        assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 0);
+        let whole = recorded.get(&reference).await.unwrap().unwrap();
+        assert_eq!(whole["data"]["k"], "v");
+        assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
+        // Now whole in the ledger: both reads are answered from it.
+        recorded.get(&reference).await.unwrap();
+        assert_eq!(recorded.get_own(&reference).await.unwrap().unwrap(), whole);
+        assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
+    }
+}
