@@ -13,6 +13,7 @@
 pub(crate) mod finalizer;
 mod live;
 mod memory;
+pub(crate) mod parsed;
 mod requests;
 pub(crate) mod selector;
 mod timeout;

@@ -26,35 +26,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// A watched object decoded in one pass (see the module docs).
-#[derive(Debug, Clone)]
-pub(crate) struct Parsed {
-    /// The resourceVersion, name and namespace, for kube-runtime's watcher.
-    metadata: ObjectMeta,
-    value: Value,
-}
-
-impl<'de> Deserialize<'de> for Parsed {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Ok(Parsed {
-            metadata: identity(&value),
-            value,
-        })
-    }
-}
-
-/// What the watcher needs of an object's metadata: its resourceVersion (and its name and
-/// namespace, for logs).
-fn identity(value: &Value) -> ObjectMeta {
-    let field = |name: &str| value["metadata"][name].as_str().map(str::to_string);
-    ObjectMeta {
-        name: field("name"),
-        namespace: field("namespace"),
-        resource_version: field("resourceVersion"),
-        ..ObjectMeta::default()
-    }
-}
+pub(crate) use crate::cluster::parsed::Parsed;
 
 /// A watched object, or why it could not be read.
 #[derive(Debug, Clone)]
@@ -109,13 +81,13 @@ pub(crate) trait Watched:
 
 impl Watched for Parsed {
     fn into_value(self) -> Result<Value, Box<Invalid>> {
-        Ok(self.value)
+        Ok(Parsed::into_value(self))
     }
 }
 
 impl Watched for Tolerant {
     fn into_value(self) -> Result<Value, Box<Invalid>> {
-        self.0.map(|parsed| parsed.value)
+        self.0.map(Parsed::into_value)
     }
 }
 
@@ -167,33 +139,22 @@ macro_rules! dynamic_resource {
     };
 }
 
-impl Parsed {
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 impl Tolerant {
     fn metadata(&self) -> &ObjectMeta {
         match &self.0 {
-            Ok(object) => &object.metadata,
+            Ok(object) => object.metadata(),
             Err(invalid) => &invalid.metadata,
         }
     }
 
     fn metadata_mut(&mut self) -> &mut ObjectMeta {
         match &mut self.0 {
-            Ok(object) => &mut object.metadata,
+            Ok(object) => kube::Resource::meta_mut(object),
             Err(invalid) => &mut invalid.metadata,
         }
     }
 }
 
-dynamic_resource!(Parsed);
 dynamic_resource!(Tolerant);
 
 #[cfg(test)]
@@ -266,22 +227,6 @@ mod tests {
 #[cfg(test)]
 mod parsed_tests {
     use super::*;
-
-    #[test]
-    fn one_pass_keeps_the_whole_object_and_gives_the_watcher_its_version() {
-        let text = r#"{"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "42",
-                "labels": {"x": "y"}},
-            "data": {"k": "v"}}"#;
-        let parsed: Parsed = serde_json::from_str(text).unwrap();
-        assert_eq!(
-            kube::ResourceExt::resource_version(&parsed).as_deref(),
-            Some("42")
-        );
-        assert_eq!(kube::Resource::meta(&parsed).name.as_deref(), Some("a"));
-        let value = parsed.into_value().unwrap();
-        assert_eq!(value, serde_json::from_str::<Value>(text).unwrap());
-    }
 
     #[test]
     fn only_a_decoding_error_of_depth_switches_to_tolerant_decoding() {

@@ -1062,19 +1062,20 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
         let _ = writeln!(
             out,
             "\nThe operator restarted over the {} Ready CRs, until every watch had listed and every CR was reconciled once:\n\
-             | lists | ready after | peak RSS | LIST requests | watch requests | CPU: operator | kube-apiserver | etcd |\n\
-             |---|---|---|---|---|---|---|---|",
+             | lists | ready after | peak RSS | LIST requests | watch requests | writes (the one spec change's: 6) | CPU: operator | kube-apiserver | etcd |\n\
+             |---|---|---|---|---|---|---|---|---|",
             r.n
         );
         for restart in &r.restarts {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
+                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
                 restart.how,
                 seconds(restart.started),
                 restart.rss_peak_kib as f64 / 1024.0,
                 restart.requests.requests(&["list"]),
                 restart.requests.requests(&["watch"]),
+                restart.requests.writes(),
                 restart.cpu.of("operator").as_secs_f64(),
                 restart.cpu.of("kube-apiserver").as_secs_f64(),
                 restart.cpu.of("etcd").as_secs_f64(),
