@@ -144,9 +144,11 @@ pub trait Cluster: Send + Sync + 'static {
     /// answer "absent" for one it does not have, without asking the server.
     ///
     /// The copy may hold only what a rollout reads of an object it applied, when
-    /// [`Cluster::get_own_is_partial`] says so: `apiVersion`, `kind`, `metadata` (without
-    /// the `kubectl.kubernetes.io/last-applied-configuration` annotation), `status` and
-    /// `spec.replicas`.
+    /// [`Cluster::get_own_is_partial`] says so: `apiVersion`, `kind`, `status`,
+    /// `spec.replicas`, and of `metadata` the name, namespace, uid, resourceVersion,
+    /// generation, deletionTimestamp, windlass's own (`windlass.dev/…`) labels and
+    /// annotations, and the `manager`, `operation`, `subresource` and `fieldsV1` of
+    /// windlass's `managedFields` entry.
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get(object).await
     }

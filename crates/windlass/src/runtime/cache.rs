@@ -32,24 +32,29 @@
 //! every object of the fleet while a reconcile reads a handful.
 //!
 //! **What the owned kinds keep.** The objects windlass applied (the label-scoped watches of
-//! the kinds components deploy, [`Keep::Slim`]) are read by a reconcile for three things,
+//! the kinds components deploy, [`Keep::Slim`]) are read by a reconcile for two things,
 //! and their stores keep only what those read:
 //!
 //! - deploying (`rollout::deploy`, `rollout::drift`) and pruning (`rollout::prune`) read
-//!   `metadata`: the applied-hash annotation, windlass's own `managedFields` entry, the
-//!   ownership label, the uid, the deletionTimestamp;
+//!   the applied-hash annotation, the `manager`, `operation`, `subresource` and `fieldsV1`
+//!   of windlass's own `managedFields` entry, the ownership label, the uid and the
+//!   deletionTimestamp; the cache reads the resourceVersion (read-your-writes), and
+//!   everyone the name and namespace;
 //! - the kinds' readiness rules (`verify::verify_object`, `verify::failure`,
 //!   `verify::verify_subsystem`) read `kind`, `metadata.generation`, `status` and
 //!   `spec.replicas`.
 //!
-//! So such a store keeps `apiVersion`, `kind`, `metadata` (without the
-//! `kubectl.kubernetes.io/last-applied-configuration` annotation, a copy of the whole
-//! object), `status` and `spec.replicas`, and drops the rest: a ConfigMap's or Secret's
-//! data, a workload's pod template. It answers [`Cluster::get_own`] only (whose callers read
-//! no more, and which says so: [`Cluster::get_own_is_partial`]); a [`Cluster::get`] of such
-//! an object, by a component or a verify check of its own that may read anything, goes to
-//! the API server. A kind whose objects CRs read for their data (a dependency hash) is
-//! watched whole from then on (see [`super::dispatch`]).
+//! So such a store keeps `apiVersion`, `kind`, `status`, `spec.replicas` and, of `metadata`,
+//! the name, namespace, uid, resourceVersion, generation, deletionTimestamp, the labels and
+//! annotations of windlass's own (`windlass.dev/…`) and those four fields of windlass's
+//! `managedFields` entry; it drops the rest: a ConfigMap's or Secret's data, a workload's
+//! pod template, the other labels and annotations (the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation is a copy of the whole
+//! object), the owner references, the timestamps. It answers [`Cluster::get_own`] only
+//! (whose callers read no more, and which says so: [`Cluster::get_own_is_partial`]); a
+//! [`Cluster::get`] of such an object, by a component or a verify check of its own that may
+//! read anything, goes to the API server. A kind whose objects CRs read for their data (a
+//! dependency hash) is watched whole from then on (see [`super::dispatch`]).
 //!
 //! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
@@ -91,19 +96,65 @@ pub(crate) enum Keep {
     /// The whole object.
     #[default]
     Whole,
-    /// What a rollout reads of an object windlass applied: `apiVersion`, `kind`,
-    /// `metadata`, `status`, `spec.replicas`.
+    /// What a rollout reads of an object windlass applied (see the module docs).
     Slim,
 }
 
-/// The annotation `kubectl apply` keeps a copy of the whole object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// The prefix of windlass's own labels and annotations.
+const OWN_PREFIX: &str = "windlass.dev/";
+
+/// The fields of `metadata` a slim copy keeps as they are.
+const SLIM_METADATA: [&str; 6] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "deletionTimestamp",
+];
+
+/// The fields of a `managedFields` entry a slim copy keeps (what
+/// [`crate::object::applied_fields`] reads).
+const SLIM_MANAGED: [&str; 4] = ["manager", "operation", "subresource", "fieldsV1"];
 
 /// An object as [`Keep::Slim`] keeps it, written without copying the parts kept.
 struct Slim<'a>(&'a Value);
 
-/// An object's metadata without [`LAST_APPLIED`].
+/// An object's metadata as [`Keep::Slim`] keeps it.
 struct SlimMetadata<'a>(&'a serde_json::Map<String, Value>);
+
+/// A map of which only the keys that its function accepts are written.
+struct Only<'a, F: Fn(&str) -> bool>(&'a serde_json::Map<String, Value>, F);
+
+impl<F: Fn(&str) -> bool> serde::Serialize for Only<'_, F> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.0.iter().filter(|(k, _)| (self.1)(k)) {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// A `managedFields` list of which each entry keeps [`SLIM_MANAGED`].
+struct SlimManaged<'a>(&'a [Value]);
+
+impl serde::Serialize for SlimManaged<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for entry in self.0 {
+            match entry {
+                Value::Object(entry) => {
+                    seq.serialize_element(&Only(entry, |k: &str| SLIM_MANAGED.contains(&k)))?;
+                }
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
+    }
+}
 
 /// A spec of which only `replicas` is kept.
 #[derive(serde::Serialize)]
@@ -140,19 +191,21 @@ impl serde::Serialize for SlimMetadata<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
+        let own = |k: &str| k.starts_with(OWN_PREFIX);
         for (key, value) in self.0 {
             match (key.as_str(), value) {
-                ("annotations", Value::Object(annotations))
-                    if annotations.contains_key(LAST_APPLIED) =>
-                {
-                    let kept: serde_json::Map<String, Value> = annotations
-                        .iter()
-                        .filter(|(k, _)| k.as_str() != LAST_APPLIED)
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
-                    map.serialize_entry(key, &kept)?;
+                (name, value) if SLIM_METADATA.contains(&name) => {
+                    map.serialize_entry(key, value)?;
                 }
-                _ => map.serialize_entry(key, value)?,
+                ("labels" | "annotations", Value::Object(entries)) => {
+                    if entries.keys().any(|k| own(k)) {
+                        map.serialize_entry(key, &Only(entries, own))?;
+                    }
+                }
+                ("managedFields", Value::Array(entries)) => {
+                    map.serialize_entry(key, &SlimManaged(entries))?;
+                }
+                _ => {}
             }
         }
         map.end()
@@ -829,9 +882,13 @@ mod tests {
     fn deployment(rv: &str) -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "ns", "resourceVersion": rv,
-                "generation": 2, "uid": "u", "labels": {crate::annotations::OWNER_UID: "cr"},
-                "annotations": {crate::annotations::APPLIED_HASH: "h", LAST_APPLIED: "{\"huge\": 1}"},
-                "managedFields": [{"manager": crate::FIELD_MANAGER, "fieldsV1": {"f:spec": {}}}]},
+                "generation": 2, "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {crate::annotations::OWNER_UID: "cr", "app": "web"},
+                "annotations": {crate::annotations::APPLIED_HASH: "h",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"huge\": 1}"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "cr", "uid": "cr"}],
+                "managedFields": [{"manager": crate::FIELD_MANAGER, "operation": "Apply",
+                    "time": "2026-01-01T00:00:00Z", "fieldsV1": {"f:spec": {}}}]},
             "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}},
             "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
                 "availableReplicas": 2, "conditions": [
@@ -856,10 +913,19 @@ mod tests {
         };
         let mut expected = full.clone();
         expected["spec"] = json!({"replicas": 2});
-        expected["metadata"]["annotations"]
+        let metadata = expected["metadata"].as_object_mut().unwrap();
+        for dropped in ["creationTimestamp", "ownerReferences"] {
+            metadata.remove(dropped);
+        }
+        metadata["labels"].as_object_mut().unwrap().remove("app");
+        metadata["annotations"]
             .as_object_mut()
             .unwrap()
-            .remove(LAST_APPLIED);
+            .remove("kubectl.kubernetes.io/last-applied-configuration");
+        metadata["managedFields"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("time");
         assert_eq!(slim, expected);
         // What deploying and verifying read answers the same from the slim copy.
         assert_eq!(
