@@ -197,10 +197,10 @@ impl serde::Serialize for SlimMetadata<'_> {
                 (name, value) if SLIM_METADATA.contains(&name) => {
                     map.serialize_entry(key, value)?;
                 }
-                ("labels" | "annotations", Value::Object(entries)) => {
-                    if entries.keys().any(|k| own(k)) {
-                        map.serialize_entry(key, &Only(entries, own))?;
-                    }
+                ("labels" | "annotations", Value::Object(entries))
+                    if entries.keys().any(|k| own(k)) =>
+                {
+                    map.serialize_entry(key, &Only(entries, own))?;
                 }
                 ("managedFields", Value::Array(entries)) => {
                     map.serialize_entry(key, &SlimManaged(entries))?;

@@ -20,12 +20,15 @@ use crate::error::ClusterError;
 use crate::object::{ObjectRef, TypeRef};
 use crate::status::inventory::Inventory;
 
+/// A copy the ledger keeps (`None`: found absent), and whether it is partial.
+type Seen = (Option<Arc<Value>>, bool);
+
 /// What one reconcile has seen and applied.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     /// The freshest copy of each object read or written; `None` when it was found absent;
     /// and whether the copy is partial (read with a [`Cluster::get_own`] that says so).
-    objects: Mutex<HashMap<ObjectRef, (Option<Arc<Value>>, bool)>>,
+    objects: Mutex<HashMap<ObjectRef, Seen>>,
     /// What windlass applied for the CR, as the rollout updates it; shared with the
     /// snapshots [`Ledger::inventory`] hands out, copied only when changed after one.
     inventory: Mutex<Arc<Inventory>>,
