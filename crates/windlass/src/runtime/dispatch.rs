@@ -3,9 +3,10 @@
 //!
 //! The primary kind's watch and the controller's extra watches start at once. The kinds
 //! the controller deploys get a label-scoped watch (only objects carrying windlass's
-//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]); a kind whose
-//! objects CRs read without owning them ([`Learned::Reads`], for a dependency hash) is
-//! watched whole from then on, in place of its label-scoped watch.
+//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]), and its store
+//! keeps what a rollout reads of them ([`Keep::Slim`]); a kind whose objects CRs read
+//! without owning them ([`Learned::Reads`], for a dependency hash) is watched whole from
+//! then on, in place of its label-scoped watch, and kept whole.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::cache::Stores;
+use super::cache::{Keep, Stores};
 use super::route::Router;
 use super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
 use crate::cluster::{Cluster, LiveCluster, Scope};
@@ -104,12 +105,14 @@ impl Watches {
     }
 
     /// Start watching `type_ref` (the objects matching `labels`, or all), in every watched
-    /// namespace or, for a cluster-scoped kind, once. Returns the watches started.
+    /// namespace or, for a cluster-scoped kind, once, its store keeping `keep` of each
+    /// object. Returns the watches started.
     fn start(
         &mut self,
         type_ref: &TypeRef,
         cluster_scoped: bool,
         labels: Option<String>,
+        keep: Keep,
     ) -> Vec<(AbortHandle, Watch)> {
         let spread: Vec<Option<String>> = if cluster_scoped {
             vec![None]
@@ -117,7 +120,7 @@ impl Watches {
             self.namespaces.clone()
         };
         // Before the tasks start: from now on the store answers as the new watch's.
-        self.stores.declare(type_ref, labels.as_deref());
+        self.stores.declare(type_ref, labels.as_deref(), keep);
         let mut started = Vec::new();
         for namespace in spread {
             let watch = Watch {
@@ -143,7 +146,7 @@ impl Watches {
     async fn start_declared(&mut self, declared: Vec<(TypeRef, Option<String>)>) {
         for (kind, labels) in declared {
             let scoped = cluster_scoped(&self.live, &kind).await;
-            self.start(&kind, scoped, labels);
+            self.start(&kind, scoped, labels, Keep::Whole);
         }
     }
 
@@ -179,7 +182,7 @@ impl Watches {
         let cluster = cluster_scoped(&self.live, &kind).await;
         tracing::info!(%kind, "watching the kind the controller deploys");
         let owned = crate::annotations::OWNER_UID.to_string();
-        let started = self.start(&kind, cluster, Some(owned));
+        let started = self.start(&kind, cluster, Some(owned), Keep::Slim);
         self.scoped.insert(kind, started);
     }
 
@@ -198,7 +201,7 @@ impl Watches {
             retire(&mut self.tasks, &old, self.observer.as_ref()).await;
         }
         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-        self.start(&kind, cluster, None);
+        self.start(&kind, cluster, None, Keep::Whole);
     }
 }
 

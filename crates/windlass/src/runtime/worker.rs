@@ -68,8 +68,9 @@ pub async fn run<C: Controller>(
             break;
         };
         if !leadership.is_leader() {
-            // Lost it while waiting: leave the CR for whoever leads.
-            lease.complete(Action::RequeueAfter(Duration::ZERO));
+            // Lost it while waiting: leave the CR for whoever leads, as it was queued.
+            let priority = lease.priority();
+            lease.complete_as(Action::RequeueAfter(Duration::ZERO), priority);
             continue;
         }
         observer.queue(&settings.name, queue.stats());
@@ -113,7 +114,8 @@ async fn reconcile_one<C: Controller>(
     let started = Instant::now();
     let report = reconciler.reconcile(&key).await;
     observer.finished(&settings.name, &report, started.elapsed());
-    lease.complete(next_run(report.outcome, settings.period));
+    let (next, priority) = next_run(report.outcome, settings.period);
+    lease.complete_as(next, priority);
     observer.queue(&settings.name, queue.stats());
 }
 
