@@ -46,7 +46,7 @@ fn settings(
     election.lock = match kind {
         LockKind::LeaderForLife => LockStrategy::ForLife,
         LockKind::Annotation => LockStrategy::PerCrAnnotation,
-        LockKind::LeaderWithLease | LockKind::Dryrun => LockStrategy::Lease,
+        LockKind::LeaderWithLease | LockKind::Dryrun | LockKind::Sharded => LockStrategy::Lease,
     };
     election.lease_duration = ConfigDuration(duration);
     election.retry_period = ConfigDuration(poll);

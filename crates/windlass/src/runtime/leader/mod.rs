@@ -181,7 +181,8 @@ impl Leadership {
         cluster: Arc<dyn Cluster>,
     ) -> Result<Leadership, Error> {
         Ok(match settings.kind {
-            LockKind::Dryrun => Leadership::always(),
+            // Every replica runs; the shards' Leases are held by `runtime::shard`.
+            LockKind::Dryrun | LockKind::Sharded => Leadership::always(),
             LockKind::LeaderWithLease => Leadership::elect(
                 LeaseLock::new(
                     client,
