@@ -15,6 +15,7 @@
 //! | `lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`LeaseLock`] |
 //! | `for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`LifeLock`] |
 //! | `per-cr-annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lease duration | [`AnnotationLock`] |
+//! | sharded (`sharding.shards`) | a Lease per shard | as `lease`, shard by shard | `runtime::shard` |
 //! | election off | none | never: every replica leads | — |
 //!
 //! The two replica-wide locks are [`RenewedLock`]s driven by one renew loop
@@ -110,7 +111,7 @@ pub enum LockError {
 }
 
 impl LockError {
-    fn api(what: impl Into<String>, source: kube::Error) -> Self {
+    pub(crate) fn api(what: impl Into<String>, source: kube::Error) -> Self {
         LockError::Api {
             what: what.into(),
             source: Box::new(source),
