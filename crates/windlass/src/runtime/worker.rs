@@ -1,7 +1,9 @@
 //! Taking CRs from the queue and reconciling them, while this replica may.
 //!
 //! The worker starts a reconcile only while [`Leadership::is_leader`] holds at that
-//! moment; with the per-CR annotation lock it first takes the CR's lock. Each reconcile runs as its own task (the queue bounds how many at once, and
+//! moment; with the per-CR annotation lock it first takes the CR's lock, and gives it up
+//! when the reconcile ends, so that the replica that next sees a change of the CR can take
+//! it at once. Each reconcile runs as its own task (the queue bounds how many at once, and
 //! the shards of a sharded controller, each with a queue of its own, share
 //! [`WorkerSettings::permits`]) and reports its [`Action`] back to the queue through
 //! [`queue::next_run`](super::queue::next_run). When the queue shuts down, the worker
@@ -9,8 +11,8 @@
 //! the rest (they are safe to cancel: every step of a reconcile is idempotent).
 //!
 //! Each reconcile's start and end are logged at debug level (target
-//! `windlass::runtime::worker`, fields `cr` and `controller`), after the lock was taken:
-//! the record the live tests read to show that no CR is ever
+//! `windlass::runtime::worker`, fields `cr` and `controller`), after the lock was taken and
+//! before it is given up: the record the live tests read to show that no CR is ever
 //! reconciled by two replicas at once.
 
 use std::sync::Arc;
@@ -105,7 +107,7 @@ pub async fn run<C: Controller>(
 }
 
 /// The task of one reconcile of the CR `lease` holds: take the CR's own lock if the lock
-/// kind has one, reconcile, and tell the queue when the CR is due again.
+/// kind has one, reconcile, give the lock up, and tell the queue when the CR is due again.
 /// A CR whose lock another replica holds is put back for later, not reconciled. `_permit`
 /// is this reconcile's share of [`WorkerSettings::permits`], held until it ends.
 async fn reconcile_one<C: Controller>(
@@ -135,6 +137,11 @@ async fn reconcile_one<C: Controller>(
     let started = Instant::now();
     let report = reconciler.reconcile(&key).await;
     tracing::debug!(cr = %key, controller = %settings.name, "reconcile finished");
+    // With the annotation lock, the next replica to see a change of the CR takes it at
+    // once instead of after the lock expires; a failed release expires on its own.
+    if let Err(e) = leadership.release(&key).await {
+        tracing::debug!(cr = %key, error = %e, "cannot give up the CR's lock; it expires");
+    }
     observer.finished(&settings.name, &report, started.elapsed());
     lease.complete(next_run(report.outcome, settings.period));
     observer.queue(&settings.name, queue.stats());

@@ -14,7 +14,7 @@
 //! |------|-------------|-----------------|--------|
 //! | `lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`LeaseLock`] |
 //! | `for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`LifeLock`] |
-//! | `per-cr-annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lease duration | [`AnnotationLock`] |
+//! | `per-cr-annotation` | two annotations on each CR | the holder's reconcile of the CR ends (it gives the lock up), or it stops renewing the lock for the lease duration | [`AnnotationLock`] |
 //! | sharded (`sharding.shards`) | a Lease per shard | as `lease`, shard by shard | `runtime::shard` |
 //! | election off | none | never: every replica leads | — |
 //!
@@ -295,13 +295,11 @@ impl Leadership {
     }
 
     /// Give up this replica's lock on one object, if it holds it; a no-op for the other
-    /// locks.
+    /// locks. The runtime does it when each reconcile ends, and for every lock still held
+    /// at shutdown ([`Leadership::shutdown`]).
     ///
     /// # Errors
     /// [`LockError`] if the object could not be read or its annotations removed.
-    // The runtime gives up every lock at shutdown ([`Leadership::shutdown`]); one at a time
-    // is for windlass's live tests (feature `testing`).
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn release(&self, object: &ObjectRef) -> Result<(), LockError> {
         match &*self.inner {
             Inner::PerObject { lock, .. } => lock.release(object).await,
