@@ -82,7 +82,10 @@ impl<C: Controller> Rollout<'_, C> {
         let itself = session.is_cr(reference);
         add_owner_reference(&mut manifest, cr);
         if !itself {
-            stamp_labels(&mut manifest, cr, component);
+            let shard = cr
+                .uid()
+                .and_then(|uid| session.operator_config().sharding.shard_of(uid));
+            stamp_labels(&mut manifest, cr, component, shard);
         }
         crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
@@ -196,9 +199,10 @@ fn refuse_foreign(reference: &ObjectRef, live: &Value, cr: &Value) -> Result<()>
     }
 }
 
-/// Label an object with the CR it was rendered for and the component that rendered it,
-/// and with the recommended `app.kubernetes.io/…` labels, where the component did not set them.
-fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
+/// Label an object with the CR it was rendered for, the component that rendered it and,
+/// when the CRs are sharded, the CR's `shard`, and with the recommended
+/// `app.kubernetes.io/…` labels, where the component did not set them.
+fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str, shard: Option<u32>) {
     let standard = annotations::labels::standard(
         cr.kind().unwrap_or_default(),
         cr.name().unwrap_or_default(),
@@ -215,6 +219,11 @@ fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
             annotations::COMPONENT.into(),
             json!(crate::object::label_value(component)),
         );
+    }
+    // The shard's watches see the object only with it: windlass's, whatever a component
+    // set.
+    if let Some(shard) = shard {
+        map.insert(annotations::SHARD.into(), json!(shard.to_string()));
     }
     for (key, value) in standard {
         map.entry(key).or_insert(Value::String(value));

@@ -47,6 +47,10 @@ pub struct Watch {
     pub namespace: Option<String>,
     /// A label selector, or `None` for every object (the store is then complete).
     pub labels: Option<String>,
+    /// The label selector of one shard (`windlass.dev/shard=3`), ANDed with `labels` by the
+    /// watch: the store of a shard's watches is the shard's own (see `runtime::shard`), so
+    /// it counts as complete, or as seeing every owned object, within the shard.
+    pub shard: Option<String>,
 }
 
 /// One change a watch saw.
@@ -226,8 +230,10 @@ impl InitialList {
         if self == InitialList::Streaming {
             config = config.streaming_lists();
         }
-        if let Some(labels) = &watch.labels {
-            config = config.labels(labels);
+        match (&watch.labels, &watch.shard) {
+            (Some(labels), Some(shard)) => config = config.labels(&format!("{labels},{shard}")),
+            (Some(labels), None) | (None, Some(labels)) => config = config.labels(labels),
+            (None, None) => {}
         }
         config
     }
@@ -476,10 +482,11 @@ mod tests {
                 "{on}"
             );
         }
-        let watch = Watch {
+        let mut watch = Watch {
             type_ref: TypeRef::new("v1", "ConfigMap"),
             namespace: None,
             labels: Some("a=b".to_string()),
+            shard: None,
         };
         let streaming = InitialList::Streaming.config(&watch);
         assert_eq!(
@@ -490,6 +497,19 @@ mod tests {
         assert_eq!(
             InitialList::Paged.config(&watch).initial_list_strategy,
             watcher::InitialListStrategy::ListWatch
+        );
+        // A shard's watch selects within the shard.
+        watch.shard = Some("windlass.dev/shard=3".to_string());
+        let sharded = InitialList::Paged.config(&watch);
+        assert_eq!(
+            sharded.label_selector.as_deref(),
+            Some("a=b,windlass.dev/shard=3")
+        );
+        watch.labels = None;
+        let sharded = InitialList::Paged.config(&watch);
+        assert_eq!(
+            sharded.label_selector.as_deref(),
+            Some("windlass.dev/shard=3")
         );
     }
 
@@ -575,6 +595,7 @@ mod follow_tests {
             type_ref: TypeRef::new("v1", "ConfigMap"),
             namespace: None,
             labels: None,
+            shard: None,
         };
         let (events, _receiver) = mpsc::channel(1);
         let reports = Reports::default();
@@ -624,6 +645,7 @@ mod follow_tests {
             type_ref: TypeRef::new("v1", "ConfigMap"),
             namespace: None,
             labels: None,
+            shard: None,
         };
         let stores = Stores::new();
         let (events, mut received) = mpsc::channel(16);

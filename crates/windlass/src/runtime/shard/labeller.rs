@@ -1,0 +1,167 @@
+//! The shard label on new CRs, where the API server cannot select shards: a shard's watch
+//! of the primary kind selects `windlass.dev/shard=k`, so a CR is seen by its shard only
+//! once it carries the label.
+//!
+//! Every replica watches the CRs without the label (`!windlass.dev/shard`: new CRs, and
+//! those of an operator that was not sharded before), a watch that is empty but for the
+//! moments after creates. The replica holding a CR's shard labels it; the label is what its
+//! uid says, so replicas that disagree for a moment about who holds a shard still write the
+//! same value. The patch is guarded by the resourceVersion the watch saw, so it cannot
+//! clobber a change made since (the watch's next event is labelled instead), and it needs
+//! no read. A CR whose shard nobody holds yet stays
+//! listed and is labelled by the replica that takes the shard, at its next poll.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::super::cache::{Keep, Stores};
+use super::super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
+use crate::cluster::{Cluster, LiveCluster};
+use crate::config::ShardingConfig;
+use crate::config::sharding::SHARD;
+use crate::error::ClusterError;
+use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::runtime::leader::Leadership;
+use crate::watch::filter::EventKind;
+
+/// Reports nothing: the unlabelled CRs do not count for readiness.
+struct Unobserved;
+
+impl WatchObserver for Unobserved {
+    fn synced(&self, _: &Watch, _: bool) {}
+    fn failed(&self, _: &Watch, _: &kube::runtime::watcher::Error) {}
+}
+
+/// Label the CRs of `primary` in `namespaces` (empty: all) whose shard (among `shards`)
+/// this replica holds (`held`), as they appear and every `poll`. Runs until aborted.
+pub(super) async fn run(
+    live: Arc<LiveCluster>,
+    primary: TypeRef,
+    namespaces: Vec<String>,
+    initial_list: InitialList,
+    shards: u32,
+    held: Arc<Mutex<BTreeMap<u32, Leadership>>>,
+    poll: Duration,
+) {
+    let sharding = ShardingConfig {
+        shards,
+        ..ShardingConfig::default()
+    };
+    let stores = Arc::new(Stores::new());
+    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
+    let spread: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.into_iter().map(Some).collect()
+    };
+    let unlabelled = format!("!{SHARD}");
+    stores.declare(&primary, Some(&unlabelled), Keep::Whole);
+    let mut watches = JoinSet::new();
+    for namespace in spread {
+        let watch = Watch {
+            type_ref: primary.clone(),
+            namespace,
+            labels: Some(unlabelled.clone()),
+            shard: None,
+        };
+        watches.spawn(source::run(
+            live.clone(),
+            stores.clone(),
+            watch,
+            initial_list,
+            events_tx.clone(),
+            Arc::new(Unobserved),
+        ));
+    }
+    drop(events_tx);
+    // The unlabelled CRs seen, as the watch last saw them.
+    let mut pending: HashMap<ObjectRef, Seen> = HashMap::new();
+    let mut tick = tokio::time::interval(poll);
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { return };
+                match (event.kind, Seen::of(&event.object)) {
+                    (EventKind::Deleted, _) | (_, None) => {
+                        pending.remove(&event.reference);
+                    }
+                    (_, Some(seen)) => {
+                        pending.insert(event.reference.clone(), seen);
+                    }
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        let mine: Vec<(ObjectRef, Seen, u32)> = {
+            let held = held.lock();
+            pending
+                .iter()
+                .filter_map(|(cr, seen)| {
+                    let shard = sharding.shard_of(&seen.uid)?;
+                    held.get(&shard)
+                        .is_some_and(Leadership::is_leader)
+                        .then(|| (cr.clone(), seen.clone(), shard))
+                })
+                .collect()
+        };
+        for (cr, seen, shard) in mine {
+            match label(&live, &cr, &seen, shard).await {
+                Ok(()) => {
+                    tracing::debug!(%cr, shard, "labelled the CR with its shard");
+                    pending.remove(&cr);
+                }
+                Err(ClusterError::NotFound(_) | ClusterError::Invalid { .. }) => {
+                    // Gone, or changed since: the watch's next event brings it back.
+                    pending.remove(&cr);
+                }
+                Err(e) => tracing::warn!(%cr, error = %e, "cannot label the CR with its shard"),
+            }
+        }
+    }
+}
+
+/// An unlabelled CR as its watch last saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    uid: String,
+    version: String,
+    has_labels: bool,
+}
+
+impl Seen {
+    fn of(object: &serde_json::Value) -> Option<Seen> {
+        Some(Seen {
+            uid: object.uid()?.to_string(),
+            version: object.resource_version()?.to_string(),
+            has_labels: object["metadata"]["labels"].is_object(),
+        })
+    }
+}
+
+/// Put the label of `shard` on `cr`, if it is still as `seen`.
+async fn label(
+    live: &LiveCluster,
+    cr: &ObjectRef,
+    seen: &Seen,
+    shard: u32,
+) -> Result<(), ClusterError> {
+    let key = SHARD.replace('~', "~0").replace('/', "~1");
+    let mut ops =
+        vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": seen.version})];
+    if seen.has_labels {
+        ops.push(json!({"op": "add", "path": format!("/metadata/labels/{key}"), "value": shard.to_string()}));
+    } else {
+        ops.push(
+            json!({"op": "add", "path": "/metadata/labels", "value": {SHARD: shard.to_string()}}),
+        );
+    }
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+        .map_err(|e| ClusterError::api(format!("building the shard label patch of {cr}: {e}")))?;
+    live.patch(cr, &patch).await.map(|_| ())
+}
