@@ -507,10 +507,11 @@ impl CachedCluster {
         &self.own
     }
 
-    /// What the watches know of `object` (not what this process wrote since).
+    /// What the watches hold of `object` (not what this process wrote since): for the
+    /// kinds components deploy, the part of it their stores keep (see the module docs).
     #[cfg(any(test, feature = "testing"))]
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
-        self.stores.lookup(object)
+        self.stores.lookup_metadata(object)
     }
 
     /// Every object of `type_ref` the watches have.

@@ -91,17 +91,26 @@ impl Watched for Tolerant {
     }
 }
 
-/// Whether `error` is a watch's decoding meeting serde_json's recursion limit: the watch
-/// must decode one object at a time ([`Tolerant`]) from now on.
+/// Whether `error` is a watch's decoding failing on an object, as it does on serde_json's
+/// recursion limit: the watch must decode one object at a time ([`Tolerant`]) from now on.
+///
+/// A list response fails with the decoder's error. A watch event that does not decode is
+/// read again by kube-rs as a `Status`, which any JSON object is (every field of it has a
+/// default, and the rest is skipped without recursing): it comes as an API error with no
+/// code, no reason and no message, which no API server sends.
 pub(crate) fn too_deep(error: &kube::runtime::watcher::Error) -> bool {
     use kube::runtime::watcher::Error;
-    let kube::Error::SerdeError(e) = (match error {
+    let error = match error {
         Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => e,
         _ => return false,
-    }) else {
-        return false;
     };
-    e.to_string().contains("recursion limit exceeded")
+    match error {
+        kube::Error::SerdeError(e) => e.to_string().contains("recursion limit exceeded"),
+        kube::Error::Api(status) => {
+            status.code == 0 && status.reason.is_empty() && status.message.is_empty()
+        }
+        _ => false,
+    }
 }
 
 /// The kube `Resource` of a dynamically typed watched object: the kind is the watch's, the
@@ -161,7 +170,7 @@ dynamic_resource!(Tolerant);
 mod tests {
     use super::*;
 
-    fn deep(depth: usize) -> String {
+    pub(super) fn deep(depth: usize) -> String {
         format!(
             r#"{{"metadata": {{"name": "deep", "resourceVersion": "7"}}, "spec": {}"bottom"{}}}"#,
             "[".repeat(depth),
@@ -226,6 +235,7 @@ mod tests {
 
 #[cfg(test)]
 mod parsed_tests {
+    use super::tests::deep;
     use super::*;
 
     #[test]
@@ -236,5 +246,20 @@ mod parsed_tests {
             syntax
         ))));
         assert!(!too_deep(&Error::NoResourceVersion));
+        // A watch event kube-rs could not decode, read again as an empty Status.
+        let line = format!(r#"{{"type": "ADDED", "object": {}}}"#, deep(300));
+        assert!(serde_json::from_str::<kube::core::WatchEvent<Parsed>>(&line).is_err());
+        let status: kube::core::Status = serde_json::from_str(&line).unwrap();
+        assert!(too_deep(&Error::WatchFailed(kube::Error::Api(Box::new(
+            status
+        )))));
+        let gone = kube::core::Status {
+            code: 410,
+            reason: "Expired".into(),
+            ..Default::default()
+        };
+        assert!(!too_deep(&Error::WatchFailed(kube::Error::Api(Box::new(
+            gone
+        )))));
     }
 }
