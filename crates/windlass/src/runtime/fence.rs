@@ -72,6 +72,10 @@ impl Cluster for Fenced {
         self.inner.get_own_shared(object).await
     }
 
+    fn get_own_is_partial(&self) -> bool {
+        self.inner.get_own_is_partial()
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
         self.inner.list(query).await
     }
@@ -190,5 +194,15 @@ mod tests {
             .apply(&config_map("always"), WriteMethod::Apply)
             .await
             .unwrap();
+    }
+
+    /// The fence passes on that its inner cluster's own reads are partial (the runtime's
+    /// slim caches): a reconcile that read an object to write it, then reads it whole
+    /// (a component checking a Secret's data), gets it whole.
+    #[tokio::test]
+    async fn own_reads_stay_partial_through_the_fence() {
+        let partial = Arc::new(crate::session::ledger_tests::Partial::new());
+        let fenced = Arc::new(Fenced::new(partial.clone(), Leadership::always()));
+        crate::session::ledger_tests::whole_and_own_reads_through(fenced, partial).await;
     }
 }

@@ -263,7 +263,7 @@ impl Cluster for Recorded {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use serde_json::json;
@@ -273,9 +273,18 @@ mod tests {
 
     /// A cluster whose own reads drop `data`, as the runtime's watch caches do, counting
     /// its whole reads.
-    struct Partial {
+    pub(crate) struct Partial {
         inner: MemoryCluster,
         whole_reads: AtomicUsize,
+    }
+
+    impl Partial {
+        pub(crate) fn new() -> Self {
+            Partial {
+                inner: MemoryCluster::new(),
+                whole_reads: AtomicUsize::new(0),
+            }
+        }
     }
 
     #[async_trait]
@@ -335,15 +344,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_whole_read_is_not_answered_with_the_partial_copy_of_an_own_read() {
-        let cluster = Arc::new(Partial {
-            inner: MemoryCluster::new(),
-            whole_reads: AtomicUsize::new(0),
-        });
+        let cluster = Arc::new(Partial::new());
+        whole_and_own_reads_through(cluster.clone(), cluster).await;
+    }
+
+    /// Reads through a [`Recorded`] over `over` (which is, or wraps, `cluster`): an own
+    /// read gets the partial copy, a whole read after it asks `cluster`, then both are
+    /// answered from the ledger.
+    pub(crate) async fn whole_and_own_reads_through(over: Arc<dyn Cluster>, cluster: Arc<Partial>) {
         let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}});
         cluster.inner.apply(&map, WriteMethod::Apply).await.unwrap();
         let reference = ObjectRef::from_manifest(&map).unwrap();
-        let recorded = Recorded::shared(cluster.clone(), Arc::new(Ledger::default()));
+        let recorded = Recorded::shared(over, Arc::new(Ledger::default()));
         let own = recorded.get_own(&reference).await.unwrap().unwrap();
         assert!(own.get("data").is_none(), "partial");
         assert!(recorded.get_own_is_partial());
@@ -351,7 +364,7 @@ mod tests {
         assert_eq!(again, own, "from the ledger");
         assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 0);
         let whole = recorded.get(&reference).await.unwrap().unwrap();
-        assert_eq!(whole["data"]["k"], "v");
+        assert_eq!(whole["data"]["k"], "v", "a whole read is whole");
         assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
         // Now whole in the ledger: both reads are answered from it.
         recorded.get(&reference).await.unwrap();
