@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -29,6 +30,9 @@ use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::runtime::leader::Leadership;
 use crate::watch::filter::EventKind;
+
+/// Label patches in flight at once.
+const LABELS_IN_FLIGHT: usize = 16;
 
 /// Reports nothing: the unlabelled CRs do not count for readiness.
 struct Unobserved;
@@ -110,8 +114,21 @@ pub(super) async fn run(
                 })
                 .collect()
         };
-        for (cr, seen, shard) in mine {
-            match label(&live, &cr, &seen, shard).await {
+        // Many at once: a thousand CRs created together wait for their labels, and one patch
+        // after the other would be what the whole fleet waits for.
+        let labelled: Vec<(ObjectRef, u32, Result<(), ClusterError>)> = futures::stream::iter(mine)
+            .map(|(cr, seen, shard)| {
+                let live = live.clone();
+                async move {
+                    let result = label(&live, &cr, &seen, shard).await;
+                    (cr, shard, result)
+                }
+            })
+            .buffer_unordered(LABELS_IN_FLIGHT)
+            .collect()
+            .await;
+        for (cr, shard, result) in labelled {
+            match result {
                 Ok(()) => {
                     tracing::debug!(%cr, shard, "labelled the CR with its shard");
                     pending.remove(&cr);
