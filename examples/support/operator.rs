@@ -29,6 +29,17 @@ impl Operator {
     /// It serves on a port the system picks (port 0), and says which in its log: no port
     /// chosen here could be taken by another process before the operator binds it.
     pub fn start(env: &TestEnv, name: &str, namespace: &str, extra: &[&str]) -> Operator {
+        Operator::start_with(env.kubeconfig_path(), name, namespace, extra)
+    }
+
+    /// [`Operator::start`] with the client configuration in the file `kubeconfig` (e.g. one
+    /// whose server is a fault-injecting proxy).
+    pub fn start_with(
+        kubeconfig: &std::path::Path,
+        name: &str,
+        namespace: &str,
+        extra: &[&str],
+    ) -> Operator {
         let mut child = Command::new(super::BINARY)
             .args([
                 "run",
@@ -41,7 +52,7 @@ impl Operator {
                 "--log-format=json",
             ])
             .args(extra)
-            .env("KUBECONFIG", env.kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -61,6 +61,7 @@ mod control_plane;
 mod env;
 mod error;
 mod process;
+pub mod proxy;
 pub mod simulator;
 mod wait;
 

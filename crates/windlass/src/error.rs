@@ -95,7 +95,8 @@ pub enum ClusterError {
         /// The server's explanation.
         message: String,
     },
-    /// The server rejected the object as invalid (HTTP 422). Fix the manifest.
+    /// The server rejected the object as invalid (HTTP 422), or as not decoding as its kind
+    /// (HTTP 400, or a server-side apply's 500 saying so). Fix the manifest.
     #[error("invalid {object}: {message}")]
     Invalid {
         /// The object, as `apiVersion/kind/namespace/name`.

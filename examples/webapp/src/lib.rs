@@ -11,12 +11,16 @@
 //! migration (Job for this version)                        │
 //!      │  …and the migration must have completed          │
 //! web (ConfigMap + Deployment + Service) ◀────────────────┘
+//!      │  …and the web tier must be ready
+//! monitoring (ConfigMap in another namespace)   ← only when spec.monitoring.namespace is set
 //! ```
 //!
 //! windlass applies each component after the ones it depends on, verifies that it became
 //! ready (the StatefulSet's pods, the Job's completion, the Deployment's rollout), writes
 //! `Ready`/`Updating` conditions and the application's URL into the WebApp's status, and
-//! deletes the cache's objects when `spec.cache.enabled` is switched off.
+//! deletes the cache's objects when `spec.cache.enabled` is switched off. The monitoring
+//! target lives in another namespace, out of the garbage collector's reach: windlass
+//! records it in the WebApp's status before it writes it, and deletes it with the WebApp.
 //!
 //! Every object name is declared once, as a typed [`Ref`] below; the standard
 //! `app.kubernetes.io/*` labels and owner references are windlass's to stamp.
@@ -73,6 +77,9 @@ pub struct WebAppSpec {
     /// The optional cache.
     #[serde(default)]
     pub cache: CacheSpec,
+    /// Where the cluster's monitoring finds the web tier (optional).
+    #[serde(default)]
+    pub monitoring: MonitoringSpec,
     /// Feature flags for the web tier, passed as `FEATURE_FLAGS` (empty: none).
     #[serde(default)]
     pub feature_flags: String,
@@ -158,6 +165,15 @@ pub struct CacheSpec {
     pub enabled: bool,
 }
 
+/// Where Prometheus finds a WebApp's web tier.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+pub struct MonitoringSpec {
+    /// The namespace of the ConfigMaps Prometheus reads its file-based discovery targets
+    /// from (none: the web tier is not announced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
 // ─── The objects, each named once ───────────────────────────────────────────────────────
 
 /// The generated database password: `<webapp>-db-credentials`.
@@ -199,6 +215,7 @@ impl Controller for WebAppController {
         // A disabled component is rendered and its objects deleted, so switching the
         // cache off cleans up after it.
         let cache = graph.add_enabled(Cache, spec.cache.enabled)?;
+        let monitoring = graph.add_enabled(Monitoring, spec.monitoring.namespace.is_some())?;
 
         graph.depends_on(database, credentials)?;
         // The migration needs a database that accepts connections, not just one that was
@@ -208,6 +225,10 @@ impl Controller for WebAppController {
         graph.depends_on_ready(web, migration)?;
         if spec.cache.enabled {
             graph.depends_on(web, cache)?;
+        }
+        // Announced once it answers.
+        if spec.monitoring.namespace.is_some() {
+            graph.depends_on_ready(monitoring, web)?;
         }
         Ok(graph)
     }
@@ -575,6 +596,53 @@ impl Component<WebAppController> for Cache {
             },
         )?;
         out.add("service", &service(session, out, CACHE_SERVICE, 6379, 6379))?;
+        Ok(())
+    }
+}
+
+/// The web tier's scrape target, announced in the monitoring namespace when
+/// `spec.monitoring.namespace` names one. That namespace is not the WebApp's, so the
+/// WebApp cannot own the ConfigMap and deleting it does not collect it: windlass records the
+/// ConfigMap before writing it and deletes it with the WebApp.
+struct Monitoring;
+
+#[async_trait]
+impl Component<WebAppController> for Monitoring {
+    fn name(&self) -> &str {
+        "monitoring"
+    }
+
+    async fn render(&self, session: &Session<WebAppController>, out: &mut Resources) -> Result<()> {
+        let Some(namespace) = &session.cr().spec.monitoring.namespace else {
+            return Ok(());
+        };
+        // One file per WebApp, named after its namespace too: WebApps of the same name in
+        // two namespaces announce into the same one.
+        let name = format!("{}-{}", session.namespace(), session.name_of(WEB_SERVICE));
+        let target = format!(
+            "{}.{}.svc:80",
+            session.name_of(WEB_SERVICE),
+            session.namespace()
+        );
+        let targets = serde_json::json!([{
+            "targets": [target],
+            "labels": {"namespace": session.namespace(), "webapp": session.name()},
+        }]);
+        out.add(
+            "targets",
+            &ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name),
+                    namespace: Some(namespace.clone()),
+                    ..Default::default()
+                },
+                data: Some(BTreeMap::from([(
+                    "targets.json".to_string(),
+                    targets.to_string(),
+                )])),
+                ..Default::default()
+            },
+        )?;
         Ok(())
     }
 }

@@ -8,9 +8,11 @@
 //!   that reconciles it for as long as the reconcile runs, and given up after it; no child
 //!   is written twice; the CRs of a replica that is SIGKILLed are taken over by the other
 //!   (at once, or once a lock it held when it died expired);
-//! - kube-apiserver, and separately etcd, stopped and started again under a running
-//!   operator: it rides the outage out, `/readyz` says so, and afterwards it converges CRs
-//!   created or changed after the restart, with nothing lost, re-created or owned twice.
+//! - kube-apiserver, and separately etcd, stopped in the middle of a rollout and started
+//!   again: the operator rides the outage out, `/readyz` says so, and afterwards it finishes
+//!   the rollout and converges CRs created or changed after the restart, with nothing lost,
+//!   re-created or owned twice, no CR Ready while one of its objects is missing, and
+//!   nothing (the objects in another namespace included) left once the CRs are deleted.
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,14 +20,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use serde_json::{Value, json};
+use kube::api::{Api, DynamicObject};
 use windlass::cluster::{Cluster, LiveCluster, Verb, WriteMethod};
 use windlass::object::ObjectRef;
 use windlass_testenv::{ControlPlaneProcess, TestEnv};
 
 mod support;
-use support::{LONG, Operator, eventually, install_crd, ready};
+use support::{
+    LONG, Operator, all_ready, announced, children, eventually, expected_objects, install_crd,
+    uids, watch_ready_claims, webapp,
+};
 
 /// The lock timing of the election test: a lease of 4 s renewed (and watched) every second.
 const LEASE: Duration = Duration::from_secs(4);
@@ -129,64 +133,6 @@ fn writes(metrics: &str) -> BTreeMap<String, f64> {
         *by_resource.entry(resource).or_insert(0.0) += n;
     }
     by_resource
-}
-
-fn webapp(namespace: &str, name: &str, replicas: i64) -> Value {
-    json!({"apiVersion": "example.windlass.dev/v1alpha1", "kind": "WebApp",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"version": "1.4.0", "image": format!("ghcr.io/example/{name}"),
-                 "replicas": replicas}})
-}
-
-/// Whether every WebApp called one of `names` in `namespace` is Ready at its generation.
-async fn all_ready(cluster: &LiveCluster, namespace: &str, names: &[&str]) -> bool {
-    for name in names {
-        let cr = ObjectRef::new(
-            "example.windlass.dev/v1alpha1",
-            "WebApp",
-            Some(namespace),
-            *name,
-        );
-        match cluster.get(&cr).await {
-            Ok(Some(cr)) if ready(&cr) => {}
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// Every object windlass applied in `namespace` (the kinds the WebApp deploys), whole
-/// (`managedFields` included): `kind/name` → object.
-async fn children(client: &kube::Client, namespace: &str) -> BTreeMap<String, DynamicObject> {
-    let mut all = BTreeMap::new();
-    for (group, version, kind) in [
-        ("", "v1", "ConfigMap"),
-        ("", "v1", "Secret"),
-        ("", "v1", "Service"),
-        ("apps", "v1", "Deployment"),
-        ("apps", "v1", "StatefulSet"),
-        ("batch", "v1", "Job"),
-    ] {
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        let listed = api
-            .list(&ListParams::default().labels(windlass::annotations::OWNER_UID))
-            .await
-            .unwrap();
-        for object in listed {
-            let name = object.metadata.name.clone().unwrap_or_default();
-            all.insert(format!("{kind}/{name}"), object);
-        }
-    }
-    all
-}
-
-/// `kind/name` → uid.
-fn uids(objects: &BTreeMap<String, DynamicObject>) -> BTreeMap<String, String> {
-    objects
-        .iter()
-        .map(|(key, o)| (key.clone(), o.metadata.uid.clone().unwrap_or_default()))
-        .collect()
 }
 
 /// Each object has exactly one `managedFields` entry of windlass's field manager for the
@@ -600,6 +546,46 @@ async fn outage(env: &TestEnv, operator: &mut Operator, process: ControlPlanePro
     saw_unready
 }
 
+/// Create the WebApp `name` (announced in `monitoring`), wait until its rollout began (its
+/// first object is there) and check it has not finished, then run an [`outage`] of
+/// `process`. Returns the uids of the namespace's objects as they were when it stopped.
+async fn outage_mid_rollout(
+    env: &TestEnv,
+    operator: &mut Operator,
+    cluster: &LiveCluster,
+    (namespace, monitoring): (&str, &str),
+    name: &str,
+    process: ControlPlaneProcess,
+) -> BTreeMap<String, String> {
+    let cr = announced(namespace, monitoring, name, "1.4.0", 2);
+    cluster.apply(&cr, WriteMethod::Update).await.unwrap();
+    let secret = ObjectRef::new(
+        "v1",
+        "Secret",
+        Some(namespace),
+        format!("{name}-db-credentials"),
+    );
+    eventually(
+        &format!("{name}'s rollout began"),
+        LONG,
+        &[operator],
+        || async { cluster.get(&secret).await.unwrap().is_some() },
+    )
+    .await;
+    assert!(
+        !all_ready(cluster, namespace, &[name]).await,
+        "{name} finished before the outage"
+    );
+    let client = env.client().unwrap();
+    let before = uids(&children(&client, namespace).await);
+    assert!(
+        outage(env, operator, process).await,
+        "/readyz never answered 503 while {process} was down:\n{}",
+        operator.dump()
+    );
+    before
+}
+
 #[tokio::test]
 async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
     let started = Instant::now();
@@ -614,33 +600,51 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
     let mut operator = Operator::start(&env, "operator", ns.name(), &[]);
     let pid = operator.child.id();
 
-    cluster
-        .apply(&webapp(ns.name(), "shop", 2), WriteMethod::Update)
-        .await
-        .unwrap();
-    eventually("shop is Ready", LONG, &[&operator], || async {
-        all_ready(&cluster, ns.name(), &["shop"]).await
-    })
-    .await;
+    let monitoring = env.namespace("outage-monitoring").await.unwrap();
+    let (namespace, mon) = (ns.name(), monitoring.name());
+    let (claims, watching) = watch_ready_claims(
+        client.clone(),
+        cluster.clone(),
+        namespace.to_string(),
+        mon.to_string(),
+    );
     eventually("/readyz is 200", LONG, &[&operator], || async {
         operator.readyz() == Some(200)
     })
     .await;
-    let before = uids(&children(&client, ns.name()).await);
+    let deployment = |name: &str| {
+        ObjectRef::new(
+            "apps/v1",
+            "Deployment",
+            Some(namespace),
+            format!("{name}-web"),
+        )
+    };
 
-    // kube-apiserver: connections are refused, the watches fail, /readyz goes 503.
-    assert!(
-        outage(&env, &mut operator, ControlPlaneProcess::KubeApiserver).await,
-        "/readyz never answered 503 while the API server was down:\n{}",
-        operator.dump()
-    );
-    // A change and a new CR after the restart converge.
+    // kube-apiserver stopped in the middle of shop's rollout: connections are refused,
+    // the watches fail, /readyz goes 503.
+    let mut before = outage_mid_rollout(
+        &env,
+        &mut operator,
+        &cluster,
+        (namespace, mon),
+        "shop",
+        ControlPlaneProcess::KubeApiserver,
+    )
+    .await;
+    // shop finishes; a change to it and a new CR after the restart converge.
     cluster
-        .apply(&webapp(ns.name(), "shop", 3), WriteMethod::Update)
+        .apply(
+            &announced(namespace, mon, "shop", "1.4.0", 3),
+            WriteMethod::Update,
+        )
         .await
         .unwrap();
     cluster
-        .apply(&webapp(ns.name(), "blog", 2), WriteMethod::Update)
+        .apply(
+            &announced(namespace, mon, "blog", "1.4.0", 2),
+            WriteMethod::Update,
+        )
         .await
         .unwrap();
     eventually(
@@ -648,14 +652,9 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
         LONG,
         &[&operator],
         || async {
-            all_ready(&cluster, ns.name(), &["shop", "blog"]).await
+            all_ready(&cluster, namespace, &["shop", "blog"]).await
                 && cluster
-                    .get(&ObjectRef::new(
-                        "apps/v1",
-                        "Deployment",
-                        Some(ns.name()),
-                        "shop-web",
-                    ))
+                    .get(&deployment("shop"))
                     .await
                     .ok()
                     .flatten()
@@ -664,33 +663,34 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
     )
     .await;
 
-    // etcd: the API server stays up but cannot serve, and says so; afterwards the same.
-    assert!(
-        outage(&env, &mut operator, ControlPlaneProcess::Etcd).await,
-        "/readyz never answered 503 while etcd was down:\n{}",
-        operator.dump()
+    // etcd stopped in the middle of wiki's rollout: the API server stays up but cannot
+    // serve, and says so; afterwards the same.
+    before.extend(
+        outage_mid_rollout(
+            &env,
+            &mut operator,
+            &cluster,
+            (namespace, mon),
+            "wiki",
+            ControlPlaneProcess::Etcd,
+        )
+        .await,
     );
     cluster
-        .apply(&webapp(ns.name(), "blog", 3), WriteMethod::Update)
-        .await
-        .unwrap();
-    cluster
-        .apply(&webapp(ns.name(), "wiki", 2), WriteMethod::Update)
+        .apply(
+            &announced(namespace, mon, "blog", "1.4.0", 3),
+            WriteMethod::Update,
+        )
         .await
         .unwrap();
     eventually(
-        "blog's change and wiki converge after the etcd restart",
+        "wiki and blog's change converge after the etcd restart",
         LONG,
         &[&operator],
         || async {
-            all_ready(&cluster, ns.name(), &["shop", "blog", "wiki"]).await
+            all_ready(&cluster, namespace, &["shop", "blog", "wiki"]).await
                 && cluster
-                    .get(&ObjectRef::new(
-                        "apps/v1",
-                        "Deployment",
-                        Some(ns.name()),
-                        "blog-web",
-                    ))
+                    .get(&deployment("blog"))
                     .await
                     .ok()
                     .flatten()
@@ -698,9 +698,17 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
         },
     )
     .await;
+    for name in ["shop", "blog", "wiki"] {
+        for object in expected_objects(namespace, mon, name) {
+            assert!(
+                cluster.get(&object).await.unwrap().is_some(),
+                "{object} is missing"
+            );
+        }
+    }
 
     // Nothing lost, re-created or owned twice; the same process all along.
-    let after = children(&client, ns.name()).await;
+    let after = children(&client, namespace).await;
     let after_uids = uids(&after);
     for (key, uid) in &before {
         assert_eq!(after_uids.get(key), Some(uid), "{key} was re-created");
@@ -708,5 +716,54 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
     assert_one_owner(&after);
     assert_eq!(operator.child.id(), pid);
     assert!(operator.still_running());
+    let (checked, missing) = claims.lock().unwrap().clone();
+    watching.abort();
+    assert!(
+        checked >= 3,
+        "the watcher checked only {checked} Ready statuses"
+    );
+    assert!(
+        missing.is_empty(),
+        "Ready while an object was missing: {missing:?}"
+    );
+
+    // Deleted: every WebApp goes, with its monitoring target, no finalizer left behind.
+    for name in ["shop", "blog", "wiki"] {
+        let cr = ObjectRef::new(
+            "example.windlass.dev/v1alpha1",
+            "WebApp",
+            Some(namespace),
+            name,
+        );
+        cluster.delete(&cr, None).await.unwrap();
+    }
+    eventually(
+        "every WebApp and its monitoring target gone",
+        LONG,
+        &[&operator],
+        || async {
+            for name in ["shop", "blog", "wiki"] {
+                let cr = ObjectRef::new(
+                    "example.windlass.dev/v1alpha1",
+                    "WebApp",
+                    Some(namespace),
+                    name,
+                );
+                let target = ObjectRef::new(
+                    "v1",
+                    "ConfigMap",
+                    Some(mon),
+                    format!("{namespace}-{name}-web"),
+                );
+                if cluster.get(&cr).await.unwrap().is_some()
+                    || cluster.get(&target).await.unwrap().is_some()
+                {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
     eprintln!("outages: {:?} in all", started.elapsed());
 }

@@ -27,6 +27,14 @@ impl<C: Controller> Reconciler<C> {
                 if finalizer::collected_with(object.namespace.as_deref(), &current) {
                     continue;
                 }
+                let uid = match uid.is_empty() {
+                    false => uid,
+                    // Pending: recorded before its first write, which may not have happened.
+                    true => match self.pending_uid(&object, &current).await? {
+                        Some(uid) => uid,
+                        None => continue,
+                    },
+                };
                 match self.cluster.delete(&object, Some(&uid)).await {
                     Ok(_) | Err(ClusterError::UnknownKind { .. }) => {
                         tracing::info!(object = %object, "deleted with the CR");
@@ -36,6 +44,21 @@ impl<C: Controller> Reconciler<C> {
             }
         }
         finalizer::remove(self.cluster.as_ref(), cr, current, CLEANUP_FINALIZER).await
+    }
+
+    /// The uid of the object a pending inventory entry names, if it exists and carries the
+    /// ownership label of the CR `current` (else it is not the CR's to delete).
+    async fn pending_uid(&self, object: &ObjectRef, current: &Value) -> Result<Option<String>> {
+        let live = match self.cluster.get_own(object).await {
+            Err(ClusterError::UnknownKind { .. }) => None,
+            other => other?,
+        };
+        Ok(live
+            .filter(|live| {
+                current.uid().is_some()
+                    && live.label(crate::annotations::OWNER_UID) == current.uid()
+            })
+            .and_then(|live| live.uid().map(str::to_string)))
     }
 }
 

@@ -115,7 +115,7 @@ impl<C: Controller> Rollout<'_, C> {
                         cr,
                     )
                 {
-                    Box::pin(session.hold_for_cleanup()).await?;
+                    Box::pin(session.hold_for_cleanup(component, reference)).await?;
                 }
                 Box::pin(self.write(object, &manifest)).await?
             }

@@ -67,11 +67,17 @@ pub(super) async fn delete_recorded<C: Controller>(
             forget(&reference);
             continue;
         }
-        if live.uid() != Some(uid.as_str()) {
-            // Replaced since windlass applied it: not the object recorded.
-            forget(&reference);
-            continue;
-        }
+        // A pending entry (no uid: recorded before its first write) is the object that
+        // carries the label; any other is the object of the uid recorded.
+        let uid = match (uid.is_empty(), live.uid()) {
+            (true, Some(live)) => live.to_string(),
+            (false, live) if live == Some(uid.as_str()) => uid,
+            _ => {
+                // Replaced since windlass applied it: not the object recorded.
+                forget(&reference);
+                continue;
+            }
+        };
         match session.cluster().delete(&reference, Some(&uid)).await? {
             Deletion::Deleted => {
                 forget(&reference);

@@ -3,9 +3,10 @@
 //!
 //! The primary kind's watch and the controller's extra watches start at once. The kinds
 //! the controller deploys get a label-scoped watch (only objects carrying windlass's
-//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]); a kind whose
-//! objects CRs read without owning them ([`Learned::Reads`], for a dependency hash) is
-//! watched whole from then on, in place of its label-scoped watch.
+//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]), and its store
+//! keeps what a rollout reads of them ([`Keep::Slim`]); a kind whose objects CRs read
+//! without owning them ([`Learned::Reads`], for a dependency hash) is watched whole from
+//! then on, in place of its label-scoped watch, and kept whole.
 //!
 //! A dispatcher of one shard of a sharded controller ([`ShardScope`], see
 //! `runtime::shard`) watches the primary kind and the deployed kinds within the shard, and
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::cache::Stores;
+use super::cache::{Keep, Stores};
 use super::route::Router;
 use super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
 use crate::cluster::{Cluster, LiveCluster, Scope};
@@ -141,12 +142,13 @@ impl Watches {
 
     /// Start watching `type_ref` (the objects matching `labels`, or all; within the shard
     /// `shard` when given), in every watched namespace or, for a cluster-scoped kind, once,
-    /// through `live`. Returns the watches started.
+    /// through `live`, its store keeping `keep` of each object. Returns the watches started.
     fn start(
         &mut self,
         type_ref: &TypeRef,
         cluster_scoped: bool,
         labels: Option<String>,
+        keep: Keep,
         shard: Option<String>,
         live: Arc<LiveCluster>,
     ) -> Vec<(AbortHandle, Watch)> {
@@ -156,7 +158,7 @@ impl Watches {
             self.namespaces.clone()
         };
         // Before the tasks start: from now on the store answers as the new watch's.
-        self.stores.declare(type_ref, labels.as_deref());
+        self.stores.declare(type_ref, labels.as_deref(), keep);
         let mut started = Vec::new();
         for namespace in spread {
             let watch = Watch {
@@ -195,7 +197,7 @@ impl Watches {
                 },
                 _ => (None, self.live.clone()),
             };
-            self.start(&kind, scoped, labels, shard, live);
+            self.start(&kind, scoped, labels, Keep::Whole, shard, live);
         }
     }
 
@@ -235,7 +237,14 @@ impl Watches {
             shard.deployed.lock().insert(kind.clone());
             shard.labels.clone()
         });
-        let started = self.start(&kind, cluster, Some(owned), shard, self.live.clone());
+        let started = self.start(
+            &kind,
+            cluster,
+            Some(owned),
+            Keep::Slim,
+            shard,
+            self.live.clone(),
+        );
         self.scoped.insert(kind, started);
     }
 
@@ -254,7 +263,7 @@ impl Watches {
             retire(&mut self.tasks, &old, self.observer.as_ref()).await;
         }
         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-        self.start(&kind, cluster, None, None, self.live.clone());
+        self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
     }
 }
 

@@ -171,6 +171,7 @@ impl Manager {
     fn with_metrics(client: kube::Client, operator: OperatorConfig, metrics: Metrics) -> Self {
         let live = Arc::new(LiveCluster::new(client.clone()));
         let cluster = Arc::new(CachedCluster::new(live.clone(), Arc::new(Stores::new())));
+        metrics.watch_caches(cluster.stores().clone());
         let metrics = Arc::new(metrics);
         Manager {
             client,

@@ -88,8 +88,9 @@ pub async fn run<C: Controller>(
             },
         };
         if !leadership.is_leader() {
-            // Lost it while waiting: leave the CR for whoever leads.
-            lease.complete(Action::RequeueAfter(Duration::ZERO));
+            // Lost it while waiting: leave the CR for whoever leads, as it was queued.
+            let priority = lease.priority();
+            lease.complete_as(Action::RequeueAfter(Duration::ZERO), priority);
             continue;
         }
         observer.queue(&settings.name, queue.stats());
@@ -143,7 +144,8 @@ async fn reconcile_one<C: Controller>(
         tracing::debug!(cr = %key, error = %e, "cannot give up the CR's lock; it expires");
     }
     observer.finished(&settings.name, &report, started.elapsed());
-    lease.complete(next_run(report.outcome, settings.period));
+    let (next, priority) = next_run(report.outcome, settings.period);
+    lease.complete_as(next, priority);
     observer.queue(&settings.name, queue.stats());
 }
 

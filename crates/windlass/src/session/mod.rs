@@ -173,21 +173,64 @@ impl<C: ControllerTypes> Session<C> {
         &self.inner.cluster
     }
 
-    /// Make sure the CR carries [`crate::cluster::finalizer::CLEANUP_FINALIZER`] before an object
-    /// the garbage collector cannot reach from it is written (no request once it does).
-    /// A CR already being deleted can take no new finalizer; its cleanup already runs.
-    pub(crate) async fn hold_for_cleanup(&self) -> Result<()> {
+    /// Before `component` first writes `object`, which the garbage collector cannot reach
+    /// from the CR: make sure the CR carries
+    /// [`crate::cluster::finalizer::CLEANUP_FINALIZER`], and that its stored inventory names
+    /// the object (a pending entry, see [`crate::status::Inventory`]) — so that whenever the
+    /// operator stops after the write, the CR's deletion finds the object to delete. Costs no
+    /// request once both are there, as they are for every write after the first. A CR
+    /// already being deleted can take no new finalizer; its cleanup already runs.
+    pub(crate) async fn hold_for_cleanup(&self, component: &str, object: &ObjectRef) -> Result<()> {
         use crate::cluster::finalizer::{CLEANUP_FINALIZER, add};
         let _guard = self.inner.ledger.finalizers.lock().await;
         let cr = self.cr_ref();
         let Some(current) = self.get_object(&cr).await? else {
             return Ok(());
         };
-        if current.is_terminating() || current.finalizers().contains(&CLEANUP_FINALIZER) {
-            return Ok(());
+        if !current.is_terminating() && !current.finalizers().contains(&CLEANUP_FINALIZER) {
+            add(self.inner.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
         }
-        add(self.inner.cluster.as_ref(), &cr, current, CLEANUP_FINALIZER).await?;
+        let new = self
+            .inner
+            .ledger
+            .inventory_mut(|i| i.record_pending(component, object));
+        // Without a managed status there is no stored inventory to write ahead.
+        if new && crate::status::is_managed::<C>(&self.inner.operator) {
+            self.write_inventory(&cr).await?;
+        }
         Ok(())
+    }
+
+    /// Write the inventory as the ledger holds it into the CR's stored status, and nothing
+    /// else of the status. Conditional on the resourceVersion last seen; on a conflict the
+    /// CR is read again (another writer's status survives).
+    async fn write_inventory(&self, cr: &ObjectRef) -> Result<()> {
+        const ATTEMPTS: u32 = 5;
+        let cluster = self.inner.cluster.as_ref();
+        let inventory = self.inner.ledger.inventory().to_value();
+        let mut attempt = 1;
+        loop {
+            let Some(current) = cluster.get_shared(cr).await? else {
+                return Ok(());
+            };
+            let mut status = match current.get("status") {
+                Some(Value::Object(status)) => status.clone(),
+                _ => Map::new(),
+            };
+            status.insert(crate::status::inventory::FIELD.into(), inventory.clone());
+            let written = cluster
+                .write_status(cr, &Value::Object(status), current.resource_version())
+                .await;
+            match written {
+                Ok(_) => return Ok(()),
+                Err(crate::error::ClusterError::Conflict { .. }) if attempt < ATTEMPTS => {
+                    attempt += 1;
+                    // The ledger's copy is stale: read the CR afresh.
+                    self.inner.ledger.forget(cr);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// The reconcile id that tags every log line of this reconcile.

@@ -11,7 +11,13 @@
 //!   carry it as a precondition, so an object of the same name that someone else created
 //!   since is never deleted.
 //!
-//! It is written with the status, so it costs no request of its own. Objects also carry
+//! It is written with the status, so it costs no request of its own — with one exception.
+//! An object the garbage collector cannot reach from the CR (cluster-scoped, or in another
+//! namespace) is recorded *before* its first write, without a uid (a **pending** entry), in
+//! a status write of its own: an operator killed between that write and the status write at
+//! the end of the reconcile would otherwise leave an object nothing remembers, orphaned once
+//! the CR is deleted. A pending entry names an object that may or may not exist; it counts as
+//! this CR's only while the object carries the CR's ownership label. Objects also carry
 //! the [`OWNER_UID`](crate::annotations::OWNER_UID) and
 //! [`COMPONENT`](crate::annotations::COMPONENT) labels, which find them across namespaces
 //! and let watches be scoped to windlass's objects.
@@ -42,17 +48,17 @@ impl Inventory {
         let mut inventory = Inventory::default();
         for entry in status[FIELD].as_array().into_iter().flatten() {
             let text = |key: &str| entry[key].as_str();
-            let (Some(component), Some(api_version), Some(kind), Some(name), Some(uid)) = (
+            let (Some(component), Some(api_version), Some(kind), Some(name)) = (
                 text("component"),
                 text("apiVersion"),
                 text("kind"),
                 text("name"),
-                text("uid"),
             ) else {
                 continue;
             };
             let reference = ObjectRef::new(api_version, kind, text("namespace"), name);
-            let object = (reference, uid.to_string());
+            // No uid: recorded before it was applied (pending).
+            let object = (reference, text("uid").unwrap_or_default().to_string());
             match inventory.0.get_mut(component) {
                 Some(objects) => objects.push(object),
                 None => {
@@ -81,8 +87,11 @@ impl Inventory {
             for (reference, uid) in objects {
                 let mut entry = json!({
                     "component": component, "apiVersion": reference.api_version,
-                    "kind": reference.kind, "name": reference.name, "uid": uid,
+                    "kind": reference.kind, "name": reference.name,
                 });
+                if !uid.is_empty() {
+                    entry["uid"] = json!(uid);
+                }
                 if let Some(ns) = &reference.namespace {
                     entry["namespace"] = json!(ns);
                 }
@@ -112,7 +121,7 @@ impl Inventory {
                 ("apiVersion", Some(reference.api_version.as_str())),
                 ("kind", Some(reference.kind.as_str())),
                 ("name", Some(reference.name.as_str())),
-                ("uid", Some(uid.as_str())),
+                ("uid", Some(uid.as_str()).filter(|uid| !uid.is_empty())),
                 ("namespace", reference.namespace.as_deref()),
             ];
             let present = fields.iter().filter(|(_, v)| v.is_some()).count();
@@ -142,6 +151,23 @@ impl Inventory {
         }
     }
 
+    /// Note that `component` is about to apply `reference` for the first time: a pending
+    /// entry, without a uid. Returns whether the entry is new (nothing was recorded for it).
+    pub(crate) fn record_pending(&mut self, component: &str, reference: &ObjectRef) -> bool {
+        if self.contains(component, reference) {
+            return false;
+        }
+        self.record(component, reference, "");
+        true
+    }
+
+    /// Whether `component` has an entry for `reference`, pending or not.
+    pub(crate) fn contains(&self, component: &str, reference: &ObjectRef) -> bool {
+        self.objects(component)
+            .binary_search_by(|(r, _)| r.cmp(reference))
+            .is_ok()
+    }
+
     /// Forget an object (it is gone, or no longer windlass's).
     pub(crate) fn forget(&mut self, component: &str, reference: &ObjectRef) {
         if let Some(objects) = self.0.get_mut(component) {
@@ -154,7 +180,8 @@ impl Inventory {
         }
     }
 
-    /// The objects `component` applied, with their uids.
+    /// The objects `component` applied, with their uids. The uid is empty for a pending
+    /// entry: an object recorded before its first write, not yet seen to exist.
     pub fn of(&self, component: &str) -> Vec<(ObjectRef, String)> {
         self.objects(component).to_vec()
     }
@@ -213,5 +240,27 @@ mod tests {
         };
         let twice = Inventory::from_status(&json!({FIELD: [entry("u1"), entry("u2")]}));
         assert_eq!(twice.of("web"), vec![(cm, "u2".to_string())]);
+    }
+
+    #[test]
+    fn a_pending_entry_has_no_uid_until_the_object_is_applied() {
+        let mut inventory = Inventory::default();
+        let ns = ObjectRef::new("v1", "Namespace", None, "team");
+        assert!(inventory.record_pending("tenant", &ns));
+        assert!(!inventory.record_pending("tenant", &ns), "recorded once");
+        let value = inventory.to_value();
+        assert_eq!(
+            value,
+            json!([{"component": "tenant", "apiVersion": "v1", "kind": "Namespace", "name": "team"}]),
+            "stored without a uid"
+        );
+        assert!(inventory.is_value(&value));
+        let back = Inventory::from_status(&json!({FIELD: value}));
+        assert_eq!(back.of("tenant"), vec![(ns.clone(), String::new())]);
+        // Applied: the uid replaces the pending entry, and a later pending note keeps it.
+        inventory.record("tenant", &ns, "u9");
+        assert!(!inventory.record_pending("tenant", &ns));
+        assert_eq!(inventory.of("tenant"), vec![(ns, "u9".to_string())]);
+        assert!(!inventory.is_value(&back.to_value()));
     }
 }

@@ -28,6 +28,9 @@ pub enum Behaviour {
     NeverVerifies,
     /// `verify` returns this error.
     VerifyError(Error),
+    /// `render` never returns: the reconcile stops there, as when the operator is killed
+    /// in the middle of a rollout (a test drops the reconcile).
+    Hang,
 }
 
 /// A component made of data.
@@ -91,6 +94,7 @@ impl<C: Controller> Component<C> for DummyComponent {
             Behaviour::RenderPanic => {
                 panic!("dummy component {} panics while rendering", self.name)
             }
+            Behaviour::Hang => std::future::pending().await,
             _ => {}
         }
         for (resource, manifest, options) in &self.objects {

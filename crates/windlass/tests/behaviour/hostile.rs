@@ -670,6 +670,49 @@ async fn hostile_rendered_manifests_fail_their_cr_only() {
             Ready,
         ),
         (
+            "a ConfigMap whose data holds a number",
+            cm("m7", json!({"data": {"port": 8080}})),
+            NotReady(
+                "ConfigError",
+                &["data.port: expected a string, got a number"],
+            ),
+        ),
+        (
+            "a Secret whose data is not base64",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "m8"},
+                "data": {"password": "hunter2!"}}),
+            NotReady(
+                "ConfigError",
+                &["data.password: expected base64 text, got a string"],
+            ),
+        ),
+        (
+            "a Deployment without a selector",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "m9"},
+                "spec": {"template": {"metadata": {"labels": {"app": "m9"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            NotReady("ConfigError", &["spec.selector: Required value"]),
+        ),
+        (
+            "a Deployment whose selector misses its pods",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "m10"},
+                "spec": {"selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            NotReady(
+                "ConfigError",
+                &["`selector` does not match template `labels`"],
+            ),
+        ),
+        (
+            "a Deployment with replicas as text",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "m11"},
+                "spec": {"replicas": "two", "selector": {"matchLabels": {"app": "m11"}},
+                    "template": {"metadata": {"labels": {"app": "m11"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            NotReady("ConfigError", &["spec.replicas: expected an integer"]),
+        ),
+        (
             "another CR's object",
             cm("m5", json!({})),
             NotReady(

@@ -668,6 +668,111 @@ async fn objects_in_another_namespace_are_held_by_the_cleanup_finalizer_and_dele
 }
 
 #[tokio::test]
+async fn an_object_out_of_the_garbage_collectors_reach_is_recorded_before_it_is_written() {
+    use windlass::annotations::CLEANUP_FINALIZER;
+    use windlass::testing::Behaviour;
+    // The reconcile stops for good after the object in the other namespace is written,
+    // before the status write that ends a reconcile: as if the operator were killed there.
+    let stuck = DummyComponent::new("stuck").behave(Behaviour::Hang);
+    let env = Harness::new(
+        one_configmap()
+            .component(elsewhere(), &[])
+            .component(stuck, &["elsewhere"]),
+    )
+    .await;
+    env.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}))
+        .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let remote = ObjectRef::new("v1", "ConfigMap", Some("other"), "shared-settings");
+    let deadline = std::time::Duration::from_secs(30);
+    let written = async {
+        let start = std::time::Instant::now();
+        while env.get(&remote).await.is_none() {
+            assert!(
+                start.elapsed() < deadline,
+                "the remote object was never written"
+            );
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::select! {
+        report = env.reconcile(&cr) => panic!("the stuck component returned: {:?}", report.error),
+        () = written => {}
+    }
+    // The reconcile is gone. What the CR's status recorded before the write is all there is.
+    let stored = env.get(&cr).await.unwrap();
+    assert!(
+        stored.finalizers().contains(&CLEANUP_FINALIZER),
+        "{stored:#}"
+    );
+    let inventory = &stored["status"]["inventory"];
+    let entry = inventory
+        .as_array()
+        .and_then(|entries| entries.iter().find(|e| e["name"] == "shared-settings"))
+        .unwrap_or_else(|| panic!("the remote object is not in the stored inventory: {stored:#}"));
+    assert_eq!(entry["component"], "elsewhere");
+    assert!(
+        entry.get("uid").is_none(),
+        "pending: written before its uid was known: {entry}"
+    );
+
+    // The CR is deleted before any reconcile finished: its cleanup still finds the object.
+    env.delete(&cr).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
+    assert!(
+        env.get(&remote).await.is_none(),
+        "the remote object was left behind"
+    );
+    assert!(
+        env.get(&cr).await.is_none(),
+        "the cleanup finalizer came off"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_entry_is_not_the_crs_unless_the_object_carries_its_label() {
+    let env = Harness::new(one_configmap().component(elsewhere(), &[])).await;
+    env.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}))
+        .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
+    let remote = ObjectRef::new("v1", "ConfigMap", Some("other"), "shared-settings");
+    // After a whole reconcile the entry has its uid.
+    let status = env.status(&cr).await;
+    let entry = status["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "shared-settings")
+        .unwrap()
+        .clone();
+    assert!(entry["uid"].is_string(), "{entry}");
+    // Someone else's object of another name, recorded by hand as pending: never deleted.
+    env.apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "theirs", "namespace": "other"}, "data": {}}))
+        .await;
+    let mut forged = status.clone();
+    forged["inventory"].as_array_mut().unwrap().push(json!({
+        "component": "elsewhere", "apiVersion": "v1", "kind": "ConfigMap",
+        "namespace": "other", "name": "theirs"}));
+    env.set_status(&cr, forged).await;
+    env.delete(&cr).await;
+    let report = env.reconcile(&cr).await;
+    assert_eq!(report.outcome, Action::Done, "{:?}", report.error);
+    assert!(
+        env.get(&remote).await.is_none(),
+        "the CR's own object was deleted"
+    );
+    let theirs = ObjectRef::new("v1", "ConfigMap", Some("other"), "theirs");
+    assert!(
+        env.get(&theirs).await.is_some(),
+        "an object without the CR's label is left alone"
+    );
+}
+
+#[tokio::test]
 async fn a_cr_whose_objects_are_all_in_its_namespace_gets_no_cleanup_finalizer() {
     let env = Harness::new(one_configmap()).await;
     let cr = env.apply_cr("a", json!({})).await;

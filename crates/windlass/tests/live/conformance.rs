@@ -286,6 +286,58 @@ fn errors<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> {
     .boxed()
 }
 
+/// Fields of the wrong type and workloads the server's validation refuses, as an author's
+/// component might render them: a dry run must refuse them as the server does.
+fn typed_fields<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> {
+    async move {
+        let deployment = |name: &str, spec: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": ns}, "spec": spec})
+        };
+        let template = |labels: Value| {
+            json!({"metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        };
+        let good = json!({"selector": {"matchLabels": {"app": "a"}}, "template": template(json!({"app": "a"}))});
+        let mut no_selector = good.clone();
+        no_selector.as_object_mut().unwrap().remove("selector");
+        let mut mismatched = good.clone();
+        mismatched["template"] = template(json!({"app": "b"}));
+        let mut replicas_text = good.clone();
+        replicas_text["replicas"] = json!("two");
+        let mut nameless = good.clone();
+        nameless["template"]["spec"]["containers"] = json!([{"image": "x"}]);
+        let secret = |name: &str, data: Value| {
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "data": data})
+        };
+        let mut results = Vec::new();
+        for method in [WriteMethod::Apply, WriteMethod::Update] {
+            let cases = [
+                ("configmap data number", configmap(ns, "n", json!({"k": 1}))),
+                ("configmap data object", configmap(ns, "o", json!({"k": {"a": "b"}}))),
+                ("configmap data string", configmap(ns, "s", json!({"k": "1"}))),
+                ("secret data not base64", secret("s1", json!({"k": "not base64!"}))),
+                ("secret data base64", secret("s2", json!({"k": "aGk="}))),
+                ("secret stringData number", {
+                    let mut s = secret("s3", json!(null));
+                    s["stringData"] = json!({"pin": 987_654});
+                    s
+                }),
+                ("deployment", deployment("d1", good.clone())),
+                ("deployment without selector", deployment("d2", no_selector.clone())),
+                ("deployment selector not matching", deployment("d3", mismatched.clone())),
+                ("deployment replicas text", deployment("d4", replicas_text.clone())),
+                ("deployment container without name", deployment("d5", nameless.clone())),
+            ];
+            for (what, manifest) in cases {
+                results.push(format!("{method:?} {what}: {}", kind_of(c.apply(&manifest, method).await)));
+            }
+        }
+        results
+    }
+    .boxed()
+}
+
 fn garbage_collection<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>> {
     async move {
         let owner = c.apply(&configmap(ns, "owner", json!({})), WriteMethod::Apply).await.unwrap();
@@ -440,6 +492,41 @@ async fn finalizers_and_deletion() {
 #[tokio::test]
 async fn error_kinds() {
     compare("errors", errors).await;
+}
+
+#[tokio::test]
+async fn typed_fields_and_workload_validation() {
+    compare("typed fields", typed_fields).await;
+}
+
+#[tokio::test]
+async fn a_secret_of_the_wrong_shape_is_refused_without_its_values() {
+    let (live, env) = live().await;
+    let ns = env.namespace("secret-shape").await.unwrap();
+    let memory = MemoryCluster::new();
+    memory.create_namespace(ns.name()).unwrap();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pins", "namespace": ns.name()},
+        "stringData": {"pin": 987_654}, "data": {"key": "!!not base64: s3cr3t"}});
+    for (name, cluster) in [
+        ("server", live.as_ref() as &dyn Cluster),
+        ("memory", &memory),
+    ] {
+        for method in [WriteMethod::Apply, WriteMethod::Update] {
+            let err = cluster.apply(&secret, method).await.unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(err, ClusterError::Invalid { .. }),
+                "{name} {method:?}: {err:?}"
+            );
+            for value in ["987654", "s3cr3t"] {
+                assert!(
+                    !text.contains(value),
+                    "{name} {method:?} shows a secret value: {text}"
+                );
+            }
+        }
+    }
 }
 
 #[tokio::test]

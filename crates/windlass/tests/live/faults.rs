@@ -1,5 +1,5 @@
 //! The runtime against a misbehaving API server: the real one behind a fault-injecting
-//! proxy ([`crate::proxy`]). Bursts of 500 and of 429 with `Retry-After` are ridden out,
+//! proxy ([`windlass_testenv::proxy`]). Bursts of 500 and of 429 with `Retry-After` are ridden out,
 //! the server's `Retry-After` honoured; a request that never gets an answer fails at
 //! `runtime.request-timeout` and its CR converges anyway; watches that are dropped, expire
 //! (410) or are down while a child is deleted list again, and the deletion they missed is
@@ -15,9 +15,9 @@ use windlass::object::ObjectRef;
 use windlass::runtime::Manager;
 use windlass::testing::{DummyComponent, DummyController};
 
-use crate::proxy::{Fault, Proxy, Rule, upstream};
 use crate::runtime::Finished;
 use crate::{eventually, live};
+use windlass_testenv::proxy::{Fault, Proxy, Rule, upstream};
 
 /// A Widget owns three ConfigMaps, `<cr>-a`, `<cr>-b`, `<cr>-c`.
 fn controller() -> DummyController {
@@ -72,14 +72,14 @@ async fn bursts_of_500_and_429_are_ridden_out_and_retry_after_is_honoured() {
     proxy.inject(Rule {
         method: Some("PATCH"),
         watch: None,
-        path: "/configmaps/",
+        path: "/configmaps/".into(),
         fault: Fault::Status(429, Some(2)),
         times: 2,
     });
     proxy.inject(Rule {
         method: Some("PATCH"),
         watch: None,
-        path: "/configmaps/",
+        path: "/configmaps/".into(),
         fault: Fault::Status(500, None),
         times: 3,
     });
@@ -129,7 +129,7 @@ async fn a_request_never_answered_fails_at_the_deadline_and_the_cr_converges() {
     proxy.inject(Rule {
         method: Some("PATCH"),
         watch: None,
-        path: "/configmaps/",
+        path: "/configmaps/".into(),
         fault: Fault::Stall,
         times: 1,
     });
@@ -180,14 +180,14 @@ async fn dropped_and_expired_watches_list_again_and_a_deletion_they_missed_is_re
     proxy.inject(Rule {
         method: Some("GET"),
         watch: Some(true),
-        path: "/configmaps",
+        path: "/configmaps".into(),
         fault: Fault::EndWatch,
         times: 3,
     });
     proxy.inject(Rule {
         method: Some("GET"),
         watch: Some(true),
-        path: "/configmaps",
+        path: "/configmaps".into(),
         fault: Fault::Gone,
         times: 1,
     });
@@ -204,12 +204,39 @@ async fn dropped_and_expired_watches_list_again_and_a_deletion_they_missed_is_re
         },
     )
     .await;
+    // The relists cost no write: every object listed is as windlass left it. Once a
+    // ConfigMap watch is open again after the 410, the relist's events are routed within
+    // milliseconds and a reconcile they started would write within a second.
+    let gone_at = proxy
+        .seen()
+        .iter()
+        .filter(|s| s.injected == Some(Fault::Gone))
+        .map(|s| s.at)
+        .max()
+        .unwrap();
+    eventually("a ConfigMap watch is open again after the 410", || async {
+        proxy.seen().iter().any(|s| {
+            s.watch && s.path.contains("/configmaps") && s.injected.is_none() && s.at > gone_at
+        })
+    })
+    .await;
+    windlass_testenv::quiet_window(
+        "no write after the relists",
+        Duration::from_secs(3),
+        || async {
+            !proxy
+                .seen()
+                .iter()
+                .any(|s| s.at > gone_at && s.method != "GET")
+        },
+    )
+    .await;
 
     // Down: the ConfigMap watch cannot be resumed, and a child is deleted meanwhile.
     proxy.inject(Rule {
         method: Some("GET"),
         watch: Some(true),
-        path: "/configmaps",
+        path: "/configmaps".into(),
         fault: Fault::StallThenGone,
         times: usize::MAX,
     });

@@ -16,7 +16,7 @@
 //! - `cel`: CEL validation rules, enforced by the server and by the in-memory cluster alike;
 //! - `versions`: application versions, dispatched per CR;
 //! - `admission`: admission webhooks from Rust functions, registered by the operator;
-//! - `faults` (with `proxy`, a fault-injecting proxy): 500s, 429s, stalls, dropped and
+//! - `faults` (with `windlass_testenv::proxy`, a fault-injecting proxy): 500s, 429s, stalls, dropped and
 //!   expired watches between the operator and the API server;
 //! - `secure_metrics`: /metrics for callers the API server allows only;
 //! - `conversion`: CRD versions converted by the operator's webhook, its certificate, storage
@@ -36,7 +36,6 @@ mod immutable;
 mod leader;
 mod live_path;
 mod manifests;
-mod proxy;
 mod rollout;
 mod runtime;
 mod secure_metrics;

@@ -157,8 +157,12 @@ struct Run {
     ready: Duration,
     rss_peak_kib: u64,
     rss_at_ready_kib: u64,
-    /// Before the first create, the operator having listed its (empty) namespace.
-    rss_start_kib: u64,
+    /// The operator's resident set before the first create (its baseline).
+    rss_baseline_kib: u64,
+    /// The operator's resident set at the end of the steady window.
+    rss_steady_kib: u64,
+    /// The objects and bytes of JSON text the watch caches held then.
+    cache_steady: (f64, f64),
     /// From the operator start to all Ready.
     rollout: Scrape,
     /// The steady window.
@@ -195,6 +199,10 @@ struct Restart {
     requests: Scrape,
     /// CPU time of each process by then.
     cpu: Cpu,
+    /// One CR's spec changed while the operator works through the relist: how long until
+    /// it was Ready for its new generation, and how many reconciles had ended when the
+    /// change was made.
+    spec_change: (Duration, f64),
 }
 
 impl Run {
@@ -280,7 +288,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     let operator = Operator::start(env, ns.name(), &settings.period, &n.to_string(), &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
     let at_start = operator.scrape().await;
-    let rss_start_kib = operator.peak_rss_kib();
+    let rss_baseline_kib = operator.rss_kib();
 
     let fleets: Api<Fleet> = Api::namespaced(client.clone(), ns.name());
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -327,6 +335,8 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     tokio::time::sleep(settings.steady).await;
     let after_steady = operator.scrape().await;
     let rss_peak_kib = operator.peak_rss_kib();
+    let rss_steady_kib = operator.rss_kib();
+    let cache_steady = after_steady.cache();
     drop(operator);
     let mut restarts = Vec::new();
     // Each way twice, in turns, so that neither gains from coming second.
@@ -386,7 +396,9 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         ready,
         rss_peak_kib,
         rss_at_ready_kib,
-        rss_start_kib,
+        rss_baseline_kib,
+        rss_steady_kib,
+        cache_steady,
         rollout,
         steady,
         steady_window: settings.steady,
@@ -421,6 +433,32 @@ async fn restart(
         &format!("{n}-restart-{how}"),
         &[("KUBE_FEATURE_WatchListClient", switch)],
     );
+    // The spec change during the relist: once the operator's cache holds every CR (its
+    // list is in) and its reconciles of them are under way.
+    let fleets: Api<Fleet> = Api::namespaced(env.client().expect("a client"), ns);
+    let listed = format!("the operator restarted with {how} lists has listed the {n} CRs");
+    let reconciled_at_change = {
+        let deadline = Instant::now() + settings.deadline;
+        loop {
+            if let Some(s) = operator.scrape_opt().await
+                && s.cached("Fleet") >= n as f64
+            {
+                break s.reconciles();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{listed}: not within {:?}",
+                settings.deadline
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let spec_change = change_spec(&fleets, &format!("f{:04}", n - 1), how).await;
+    eprintln!(
+        "restart with {how} lists: a spec change made after {reconciled_at_change:.0} of {n} \
+         reconciles was Ready after {:.2} s",
+        spec_change.as_secs_f64()
+    );
     let what =
         format!("the operator restarted with {how} lists has listed and reconciled all {n} CRs");
     windlass_testenv::eventually_within(&what, settings.deadline, || async {
@@ -451,7 +489,39 @@ async fn restart(
         rss_peak_kib,
         requests,
         cpu,
+        spec_change: (spec_change, reconciled_at_change),
     }
+}
+
+/// Change the spec of the CR `name` (a message naming `tag`) and wait until it is Ready
+/// for the new generation; returns how long that took from the change's response.
+async fn change_spec(fleets: &Api<Fleet>, name: &str, tag: &str) -> Duration {
+    let patch = json!({"spec": {"message": format!("changed during a {tag} relist at {:?}", Instant::now())}});
+    let changed = fleets
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("the spec change is written");
+    let clock = Instant::now();
+    let generation = changed.metadata.generation;
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(fleets.clone(), config).applied_objects());
+    let deadline = Duration::from_secs(1800);
+    let ready = tokio::time::timeout(deadline, async {
+        while let Some(event) = events.next().await {
+            if let Ok(cr) = event
+                && cr.metadata.generation >= generation
+                && is_ready(&cr)
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        ready.is_ok(),
+        "{name} was not Ready for its changed spec within {deadline:?}"
+    );
+    clock.elapsed()
 }
 
 /// Deletes `namespace` and waits until it is gone. Left to the background, a namespace's
@@ -659,13 +729,23 @@ impl Operator {
 
     /// `VmHWM` of the operator process: its peak resident set, in KiB.
     fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    /// `VmRSS` of the operator process: its resident set now, in KiB.
+    fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The field `field` of `/proc/<pid>/status` of the operator, in KiB.
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("/proc/<pid>/status of the operator");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status")
+            .unwrap_or_else(|| panic!("{field} in /proc/<pid>/status"))
     }
 }
 
@@ -786,6 +866,21 @@ impl Scrape {
         self.sum("windlass_reconciles_total", |_| true)
     }
 
+    /// The objects of `kind` the operator's watch caches hold.
+    fn cached(&self, kind: &str) -> f64 {
+        self.sum("windlass_cache_objects", |l| {
+            l.get("kind").is_some_and(|k| k == kind)
+        })
+    }
+
+    /// The objects and bytes of every kind the operator's watch caches hold.
+    fn cache(&self) -> (f64, f64) {
+        (
+            self.sum("windlass_cache_objects", |_| true),
+            self.sum("windlass_cache_bytes", |_| true),
+        )
+    }
+
     fn reconciles_by_outcome(&self) -> String {
         let mut rows: BTreeMap<String, f64> = BTreeMap::new();
         for ((name, labels), v) in &self.0 {
@@ -840,6 +935,52 @@ fn bound(le: Option<f64>) -> String {
         Some(le) if le.is_infinite() => "> 60 s".into(),
         Some(le) if le < 1.0 => format!("≤ {} ms", le * 1e3),
         Some(le) => format!("≤ {le} s"),
+    }
+}
+
+/// The issue-21 figures of each run: one row per N.
+fn print_scale(out: &mut String, runs: &[Run]) {
+    let _ = writeln!(
+        out,
+        "\nScale (issue 21), 1 replica:\n\
+         | N | ceiling | all Ready | Ready / ceiling | peak RSS | cached objects | bytes / cached object: text, RSS at steady, peak RSS | operator CPU / CR | requests / CR | steady: writes, reads | spec change during a relist (reconciles done of N at the change) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in runs {
+        let n = r.n as f64;
+        let (objects, bytes) = r.cache_steady;
+        let per_object =
+            |kib: u64| (kib.saturating_sub(r.rss_baseline_kib) * 1024) as f64 / objects.max(1.0);
+        let changes = r
+            .restarts
+            .iter()
+            .map(|x| {
+                format!(
+                    "{} {} ({:.0})",
+                    x.how,
+                    seconds(x.spec_change.0),
+                    x.spec_change.1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms | {:.2} | {:.0}, {:.0} | {changes} |",
+            r.n,
+            seconds(r.ceiling()),
+            seconds(r.ready),
+            r.ready.as_secs_f64() / r.ceiling().as_secs_f64(),
+            r.rss_peak_kib as f64 / 1024.0,
+            r.rss_baseline_kib as f64 / 1024.0,
+            bytes / objects.max(1.0),
+            per_object(r.rss_steady_kib),
+            per_object(r.rss_peak_kib),
+            r.cpu_rollout.of("operator").as_secs_f64() * 1e3 / n,
+            r.rollout.sum("windlass_api_requests_total", |_| true) / n,
+            r.steady.writes(),
+            r.steady.requests(&["get", "list"]),
+        );
     }
 }
 
@@ -998,19 +1139,20 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
         let _ = writeln!(
             out,
             "\nThe operator restarted over the {} Ready CRs, until every watch had listed and every CR was reconciled once:\n\
-             | lists | ready after | peak RSS | LIST requests | watch requests | CPU: operator | kube-apiserver | etcd |\n\
-             |---|---|---|---|---|---|---|---|",
+             | lists | ready after | peak RSS | LIST requests | watch requests | writes (the one spec change's: 6) | CPU: operator | kube-apiserver | etcd |\n\
+             |---|---|---|---|---|---|---|---|---|",
             r.n
         );
         for restart in &r.restarts {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
+                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
                 restart.how,
                 seconds(restart.started),
                 restart.rss_peak_kib as f64 / 1024.0,
                 restart.requests.requests(&["list"]),
                 restart.requests.requests(&["watch"]),
+                restart.requests.writes(),
                 restart.cpu.of("operator").as_secs_f64(),
                 restart.cpu.of("kube-apiserver").as_secs_f64(),
                 restart.cpu.of("etcd").as_secs_f64(),
@@ -1029,5 +1171,6 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
             sharded::report(&mut out, r, sharded);
         }
     }
+    print_scale(&mut out, runs);
     println!("{out}");
 }

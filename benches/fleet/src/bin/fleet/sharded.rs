@@ -44,7 +44,8 @@ pub(crate) struct Sharded {
     pub(crate) ready: Duration,
     /// Per replica: peak RSS (KiB) when all were Ready.
     pub(crate) rss_kib: Vec<u64>,
-    /// Per replica: peak RSS (KiB) before the first create.
+    /// Per replica: its resident set (KiB) before the first create, as the single
+    /// replica's baseline is measured.
     pub(crate) rss_start_kib: Vec<u64>,
     /// Per replica: the shards it held.
     pub(crate) held: Vec<usize>,
@@ -208,7 +209,7 @@ pub(crate) async fn run(
     .await;
     let at_start: Vec<Scrape> =
         futures::future::join_all(replicas.iter().map(Operator::scrape)).await;
-    let rss_start_kib: Vec<u64> = replicas.iter().map(Operator::peak_rss_kib).collect();
+    let rss_start_kib: Vec<u64> = replicas.iter().map(Operator::rss_kib).collect();
 
     let fleets: Api<Fleet> = Api::namespaced(client.clone(), ns.name());
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -478,8 +479,8 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
                 .to_string(),
             format!(
                 "{:.1} MiB ({:.1} MiB before)",
-                mib(single_rss_kib.saturating_sub(single.rss_start_kib)),
-                mib(single.rss_start_kib)
+                mib(single_rss_kib.saturating_sub(single.rss_baseline_kib)),
+                mib(single.rss_baseline_kib)
             ),
             format!(
                 "{:.1} MiB at most ({} MiB before)",
@@ -492,7 +493,7 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
                     .join(", ")
             ),
             added.iter().copied().max().unwrap_or_default() as f64
-                / single_rss_kib.saturating_sub(single.rss_start_kib) as f64,
+                / single_rss_kib.saturating_sub(single.rss_baseline_kib) as f64,
         ),
         (
             "requests per CR, all replicas".to_string(),

@@ -44,6 +44,7 @@
 //! events and their publishing. This file is the public face: [`MemoryCluster`] and its [`Cluster`] implementation.
 
 mod apply;
+mod builtin;
 mod delete;
 mod rules;
 mod store;

@@ -15,7 +15,9 @@ fn cm_ref(name: &str) -> ObjectRef {
 fn deployment(name: &str, replicas: i64) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment",
            "metadata": {"name": name, "namespace": "default"},
-           "spec": {"replicas": replicas}})
+           "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                                 "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
 }
 
 #[tokio::test]
@@ -477,7 +479,10 @@ async fn loaded_objects_keep_their_identity_status_and_owners() {
     let c = MemoryCluster::new();
     let owner = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "shop", "uid": "owner-uid", "creationTimestamp": "2020-01-01T00:00:00Z", "generation": 4},
-        "spec": {"replicas": 1}, "status": {"readyReplicas": 1}});
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}},
+        "status": {"readyReplicas": 1}});
     let child = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "cfg", "namespace": "shop", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "owner-uid"}]}});
     let orphan = json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -120,6 +120,7 @@ fn checked_kind<'m>(
     let info = state.kind(&TypeRef::new(api_version, kind))?;
     check_metadata(kind, manifest).map_err(invalid)?;
     check_owner_references(manifest).map_err(invalid)?;
+    super::builtin::check_shape(manifest).map_err(invalid)?;
     Ok((api_version, kind, info))
 }
 
@@ -206,6 +207,7 @@ fn create_requested(state: &mut State, request: Request<'_>) -> Result<Value, Cl
     }
     let desired = state.rules.default(desired);
     state.rules.check(&desired, None)?;
+    super::builtin::check_workload(&desired)?;
     Ok(create(
         state,
         request.key,
@@ -379,6 +381,7 @@ pub(super) fn commit(
     state
         .rules
         .check(&next, state.objects.get(&key).map(Entry::object))?;
+    super::builtin::check_workload(&next)?;
     // Judge the write against the stored object in place; the callers already hold their
     // own copy, so cloning the entry (object and every manager's applied fields) here again
     // is not needed.

@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::super::cache::Stores;
+use super::super::cache::{Keep, Stores};
 use super::super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
 use crate::cluster::{Cluster, LiveCluster};
 use crate::config::ShardingConfig;
@@ -65,7 +65,7 @@ pub(super) async fn run(
         namespaces.into_iter().map(Some).collect()
     };
     let unlabelled = format!("!{SHARD}");
-    stores.declare(&primary, Some(&unlabelled));
+    stores.declare(&primary, Some(&unlabelled), Keep::Whole);
     let mut watches = JoinSet::new();
     for namespace in spread {
         let watch = Watch {

@@ -5,8 +5,14 @@
 //! retries nothing), and streams the answer back, watches included. Before forwarding, the
 //! first [`Rule`] that matches a request may answer in the server's place instead: a status
 //! (500, or 429 with `Retry-After`), a stall that never answers, a watch that ends at once,
-//! or a watch refused with 410 Gone. Every request is logged with when it came and what was
+//! or a watch refused with 410 Gone; or it may forward the request and keep the answer
+//! from the client ([`Fault::Swallow`]), the moment an operator killed right after its
+//! request landed would be in. Every request is logged with when it came and what was
 //! injected, so a test can check what the client did about it.
+//!
+//! Written for tests: a failure to bind or to build a response panics, with the reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -33,6 +39,10 @@ pub enum Fault {
     EndWatch,
     /// For a watch: 410 Gone, as for a resourceVersion too old.
     Gone,
+    /// Forward the request, and never pass the answer on: the server did what was asked,
+    /// the client never hears of it. [`Proxy::swallowed`] lists these once the server
+    /// answered them.
+    Swallow,
 }
 
 /// Which requests a fault applies to, and how many more times.
@@ -43,7 +53,8 @@ pub struct Rule {
     /// Whether the request is a watch; `None`: either.
     pub watch: Option<bool>,
     /// A part of the path, e.g. `/configmaps`.
-    pub path: &'static str,
+    pub path: String,
+    /// What to do instead of forwarding (or besides, for [`Fault::Swallow`]).
     pub fault: Fault,
     /// How many requests it still applies to.
     pub times: usize,
@@ -52,10 +63,15 @@ pub struct Rule {
 /// One request the proxy saw.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// When it came.
     pub at: Instant,
+    /// Its HTTP method.
     pub method: String,
+    /// Its path, without the query.
     pub path: String,
+    /// Whether it was a watch.
     pub watch: bool,
+    /// The fault injected instead of (or, for a swallow, after) forwarding it.
     pub injected: Option<Fault>,
 }
 
@@ -63,11 +79,14 @@ pub struct Seen {
 struct State {
     rules: Vec<Rule>,
     seen: Vec<Seen>,
+    /// Swallowed requests the server answered: method, path, status code.
+    swallowed: Vec<(String, String, u16)>,
 }
 
 /// The proxy: its address, its rules and its log.
 #[derive(Clone)]
 pub struct Proxy {
+    /// Where it listens (plain HTTP, loopback).
     pub address: SocketAddr,
     state: Arc<Mutex<State>>,
     /// Bumped by [`Proxy::sever`]: every watch forwarded before ends.
@@ -146,6 +165,25 @@ impl Proxy {
         self.state.lock().unwrap().seen.clone()
     }
 
+    /// The swallowed requests the server has answered (method, path, status code).
+    pub fn swallowed(&self) -> Vec<(String, String, u16)> {
+        self.state.lock().unwrap().swallowed.clone()
+    }
+
+    /// A kubeconfig file in `dir` whose only cluster is this proxy (no credentials: the
+    /// proxy adds the test's own), for an operator run as a separate process.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join(format!("proxy-{}.kubeconfig", self.address.port()));
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: http://{}\n\
+             contexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: nobody\n\
+             current-context: proxy\nusers:\n- name: nobody\n  user: {{}}\n",
+            self.address
+        );
+        std::fs::write(&path, text).expect("the proxy's kubeconfig is written");
+        path
+    }
+
     /// The fault for `request`, if a rule matches it (and is used up by it); logged.
     fn fault_for(&self, method: &str, path: &str, watch: bool) -> Option<Fault> {
         let mut state = self.state.lock().unwrap();
@@ -156,7 +194,7 @@ impl Proxy {
                 r.times > 0
                     && r.method.is_none_or(|m| m == method)
                     && r.watch.is_none_or(|w| w == watch)
-                    && path.contains(r.path)
+                    && path.contains(r.path.as_str())
             })
             .map(|r| {
                 r.times -= 1;
@@ -205,6 +243,15 @@ impl Proxy {
                 .body(Empty::new().map_err(|never| match never {}).boxed_unsync())
                 .unwrap(),
             Some(Fault::Gone) => gone(),
+            Some(Fault::Swallow) => {
+                let answer = self.forward(upstream, request, watch).await;
+                self.state
+                    .lock()
+                    .unwrap()
+                    .swallowed
+                    .push((method, path, answer.status().as_u16()));
+                std::future::pending().await
+            }
             None => self.forward(upstream, request, watch).await,
         }
     }
@@ -284,7 +331,7 @@ fn gone() -> Answer {
 }
 
 /// The test's admin client, retrying nothing: what the proxy forwards with.
-pub fn upstream(env: &windlass_testenv::TestEnv) -> kube::Client {
+pub fn upstream(env: &crate::TestEnv) -> kube::Client {
     let mut config = env.kube_config();
     config.default_retry = false;
     kube::Client::try_from(config).unwrap()
