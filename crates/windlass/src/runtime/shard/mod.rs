@@ -24,7 +24,7 @@
 //! says what is allowed, and the two never have to agree for safety. The upkeep per replica
 //! and poll (`leader-election.retry-period`) is a GET and a PUT of the members Lease and a
 //! GET and a PUT per shard held: measured by the fleet benchmark (3 replicas, 16 shards, a
-//! 2 s poll), 0.4–0.6 requests per CR of the 1000 during their rollout, about 6 requests a
+//! 2 s poll), 0.3–0.6 requests per CR of the 1000 during their rollout, about 6 requests a
 //! second per replica (1.3 at the default 10 s poll). A Lease per replica listing its
 //! shards would cost fewer requests, but two replicas could then claim one shard with writes
 //! to two objects, and nothing would make one of them lose: the one-object
