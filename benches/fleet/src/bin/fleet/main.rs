@@ -17,6 +17,14 @@
 //! - `WINDLASS_FLEET_DEADLINE_SECS`: how long to wait for all CRs to be Ready (default 900).
 //! - `WINDLASS_FLEET_LOG_LEVEL`: the operator's `--log-level` (default `info`); its log goes
 //!   to `$TMPDIR/fleet-operator-<N>.log`.
+//! - `WINDLASS_FLEET_REPLICAS`: after the single replica, the same fleet on this many sharded
+//!   replicas (default 1: none); `WINDLASS_FLEET_SHARDS` (16), `WINDLASS_FLEET_LEASE_SECS`
+//!   (10) and `WINDLASS_FLEET_SHARD_SELECTOR` (`label`, or `server` for the API server's
+//!   shard selector: the control plane then starts with the `ShardedListAndWatch` gate). See
+//!   `sharded.rs`.
+//! - `WINDLASS_FLEET_SKIP`: phases to leave out, comma-separated: `ceiling` (the N × 6
+//!   ConfigMap applies), `restarts`, `replay` (the same-writes ceiling); their figures then
+//!   print as not measured (`inf×`). For sizes whose full run takes too long.
 //!
 //! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
 //! client (in another namespace), then the operator starts (this binary again, as
@@ -34,6 +42,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod replay;
+mod sharded;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -89,6 +98,10 @@ struct Settings {
     period: String,
     ceiling_in_flight: Vec<usize>,
     deadline: Duration,
+    /// The sharded run after the single replica's, if any.
+    sharded: Option<sharded::ShardSettings>,
+    /// The phases left out.
+    skip: Vec<String>,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -121,7 +134,18 @@ impl Settings {
             period: env_or("WINDLASS_FLEET_PERIOD", "30s"),
             ceiling_in_flight: list("WINDLASS_FLEET_CEILING_IN_FLIGHT", "16,64"),
             deadline: secs("WINDLASS_FLEET_DEADLINE_SECS", "900"),
+            sharded: sharded::ShardSettings::from_env(),
+            skip: env_or("WINDLASS_FLEET_SKIP", "")
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
         }
+    }
+
+    /// Whether the phase `phase` is left out.
+    fn skips(&self, phase: &str) -> bool {
+        self.skip.iter().any(|p| p == phase)
     }
 }
 
@@ -159,6 +183,8 @@ struct Run {
     cpu_replay: Cpu,
     /// The operator started again over the fleet, once per way of listing.
     restarts: Vec<Restart>,
+    /// The same fleet on sharded replicas, when asked for.
+    sharded: Option<sharded::Sharded>,
 }
 
 /// The operator started over a fleet that is already there and Ready.
@@ -199,10 +225,18 @@ impl Run {
 async fn bench() {
     let settings = Settings::from_env();
     let started = Instant::now();
-    let env =
-        TestEnv::builder().without_simulator().start().await.expect(
-            "the control plane starts (provision it with scripts/provision-control-plane.sh)",
-        );
+    let mut builder = TestEnv::builder().without_simulator();
+    if settings
+        .sharded
+        .as_ref()
+        .is_some_and(|s| s.selector == "server")
+    {
+        builder = builder.apiserver_flag("--feature-gates=ShardedListAndWatch=true");
+    }
+    let env = builder
+        .start()
+        .await
+        .expect("the control plane starts (provision it with scripts/provision-control-plane.sh)");
     eprintln!(
         "control plane up in {:.1} s",
         env.startup_time().as_secs_f64()
@@ -225,7 +259,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     eprintln!("── N = {n} ──");
     let mut ceilings = Vec::new();
     let mut cpu_ceiling = Cpu::default();
-    {
+    if !settings.skips("ceiling") {
         let ns = env
             .namespace(&format!("ceiling-{n}"))
             .await
@@ -312,14 +346,23 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         ("paged", "false"),
         ("streaming", "true"),
     ] {
-        restarts.push(restart(env, ns.name(), settings, n, how, switch).await);
+        if !settings.skips("restarts") {
+            restarts.push(restart(env, ns.name(), settings, n, how, switch).await);
+        }
     }
 
     let capture = replay::capture(client, ns.name()).await;
     clear(client, ns).await;
     let mut replayed = (0, Duration::MAX);
     let mut cpu_replay = Cpu::default();
-    for &in_flight in &settings.ceiling_in_flight {
+    if settings.skips("replay") {
+        replayed = (0, Duration::ZERO);
+    }
+    for &in_flight in settings
+        .ceiling_in_flight
+        .iter()
+        .filter(|_| !settings.skips("replay"))
+    {
         let target = env
             .namespace(&format!("replay-{n}-{in_flight}"))
             .await
@@ -340,6 +383,10 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         clear(client, target).await;
     }
 
+    let sharded = match &settings.sharded {
+        Some(shards) => Some(sharded::run(env, client, settings, shards, n).await),
+        None => None,
+    };
     let rollout = at_ready.since(&at_start);
     let steady = after_steady.since(&before_steady);
     let (p50, p99) = (rollout.queue_wait(0.5), rollout.queue_wait(0.99));
@@ -363,6 +410,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         replayed_writes: capture.describe(),
         cpu_replay,
         restarts,
+        sharded,
     }
 }
 
@@ -577,6 +625,18 @@ impl Operator {
         label: &str,
         vars: &[(&str, &str)],
     ) -> Operator {
+        Operator::start_with(env, namespace, period, label, vars, &[])
+    }
+
+    /// [`Operator::start`] with `extra` arguments after the others.
+    fn start_with(
+        env: &TestEnv,
+        namespace: &str,
+        period: &str,
+        label: &str,
+        vars: &[(&str, &str)],
+        extra: &[String],
+    ) -> Operator {
         let address = {
             let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
             free.local_addr().expect("its address").to_string()
@@ -596,6 +656,7 @@ impl Operator {
                 "--log-level",
                 &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
             ])
+            .args(extra)
             // The benchmark's own settings are not the operator's configuration, which
             // refuses WINDLASS_ variables it does not know.
             .env_clear()
@@ -741,6 +802,15 @@ impl Scrape {
                 .map(|(k, v)| (k.clone(), v - earlier.0.get(k).copied().unwrap_or(0.0)))
                 .collect(),
         )
+    }
+
+    /// These samples and `other`'s added up (the requests of several replicas).
+    fn plus(&self, other: &Scrape) -> Scrape {
+        let mut sum = self.0.clone();
+        for (key, value) in &other.0 {
+            *sum.entry(key.clone()).or_insert(0.0) += value;
+        }
+        Scrape(sum)
     }
 
     /// The sum of `name` over the samples whose labels pass `pick`.
@@ -916,6 +986,13 @@ fn print_scale(out: &mut String, runs: &[Run]) {
 
 fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
     let mut out = String::new();
+    if !settings.skip.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nLeft out (WINDLASS_FLEET_SKIP): {}; their figures print as inf×.",
+            settings.skip.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "\nwindlass fleet benchmark: {OBJECTS} objects per CR (3 ConfigMaps, a Secret, a Service; 3-level DAG), \
@@ -1090,6 +1167,9 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
             r.steady
                 .breakdown(&[&["get", "list"][..], &write_verbs()].concat()),
         );
+        if let Some(sharded) = &r.sharded {
+            sharded::report(&mut out, r, sharded);
+        }
     }
     print_scale(&mut out, runs);
     println!("{out}");

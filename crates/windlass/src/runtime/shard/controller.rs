@@ -266,6 +266,12 @@ impl Cell {
     }
 }
 
+/// The longest a shard's reconciles wait for its first watches to list: a watch that
+/// cannot list (its kind is gone, its access revoked) must not stop the shard for good.
+/// Its reconciles then read what the cache lacks from the API server, as those of an
+/// unsharded controller do before its watches have listed.
+const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The worker of one shard: wait until its caches are warm, then reconcile while its
 /// Lease leads. Logs when each happened, counted from `began` (the takeover's parts).
 #[allow(clippy::too_many_arguments)] // one shard's whole worker; a struct would only rename it
@@ -282,7 +288,16 @@ async fn serve<C: Controller>(
 ) {
     let mut warm = warmth.warm.subscribe();
     tokio::select! {
-        _ = warm.wait_for(|warm| *warm) => {}
+        waited = tokio::time::timeout(WARM_UP_LIMIT, warm.wait_for(|warm| *warm)) => {
+            if waited.is_err() {
+                tracing::warn!(
+                    shard,
+                    limit = ?WARM_UP_LIMIT,
+                    "a watch of the shard has not listed yet; reconciling it anyway, reading \
+                     what its cache lacks from the API server"
+                );
+            }
+        }
         _ = stopped.wait_for(|stop| *stop) => return,
     }
     let warm_after = began.elapsed();

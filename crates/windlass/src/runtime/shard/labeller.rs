@@ -11,7 +11,7 @@
 //! no read. A CR whose shard nobody holds yet stays
 //! listed and is labelled by the replica that takes the shard, at its next poll.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,9 @@ use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::runtime::leader::Leadership;
 use crate::watch::filter::EventKind;
+
+/// Label patches in flight at once.
+const LABELS_IN_FLIGHT: usize = 16;
 
 /// Reports nothing: the unlabelled CRs do not count for readiness.
 struct Unobserved;
@@ -80,8 +83,13 @@ pub(super) async fn run(
         ));
     }
     drop(events_tx);
-    // The unlabelled CRs seen, as the watch last saw them.
+    // The unlabelled CRs seen, as the watch last saw them; those to try (again), in order;
+    // those being labelled. Many at once: a thousand CRs created together wait for their
+    // labels, and one patch after the other would be what the whole fleet waits for.
     let mut pending: HashMap<ObjectRef, Seen> = HashMap::new();
+    let mut to_try: VecDeque<ObjectRef> = VecDeque::new();
+    let mut in_flight: HashSet<ObjectRef> = HashSet::new();
+    let mut patches: JoinSet<(ObjectRef, u32, Result<(), ClusterError>)> = JoinSet::new();
     let mut tick = tokio::time::interval(poll);
     loop {
         tokio::select! {
@@ -93,35 +101,48 @@ pub(super) async fn run(
                     }
                     (_, Some(seen)) => {
                         pending.insert(event.reference.clone(), seen);
+                        to_try.push_back(event.reference);
                     }
                 }
             }
-            _ = tick.tick() => {}
-        }
-        let mine: Vec<(ObjectRef, Seen, u32)> = {
-            let held = held.lock();
-            pending
-                .iter()
-                .filter_map(|(cr, seen)| {
-                    let shard = sharding.shard_of(&seen.uid)?;
-                    held.get(&shard)
-                        .is_some_and(Leadership::is_leader)
-                        .then(|| (cr.clone(), seen.clone(), shard))
-                })
-                .collect()
-        };
-        for (cr, seen, shard) in mine {
-            match label(&live, &cr, &seen, shard).await {
-                Ok(()) => {
-                    tracing::debug!(%cr, shard, "labelled the CR with its shard");
-                    pending.remove(&cr);
+            Some(done) = patches.join_next(), if !patches.is_empty() => {
+                let Ok((cr, shard, result)) = done else { continue };
+                in_flight.remove(&cr);
+                match result {
+                    Ok(()) => {
+                        tracing::debug!(%cr, shard, "labelled the CR with its shard");
+                        pending.remove(&cr);
+                    }
+                    Err(ClusterError::NotFound(_) | ClusterError::Invalid { .. }) => {
+                        // Gone, or changed since: the watch's next event brings it back.
+                        pending.remove(&cr);
+                    }
+                    Err(e) => tracing::warn!(%cr, error = %e, "cannot label the CR with its shard"),
                 }
-                Err(ClusterError::NotFound(_) | ClusterError::Invalid { .. }) => {
-                    // Gone, or changed since: the watch's next event brings it back.
-                    pending.remove(&cr);
-                }
-                Err(e) => tracing::warn!(%cr, error = %e, "cannot label the CR with its shard"),
             }
+            // A shard taken since, or a patch that failed: every pending CR is tried again.
+            _ = tick.tick() => to_try.extend(pending.keys().cloned()),
+        }
+        while in_flight.len() < LABELS_IN_FLIGHT {
+            let Some(cr) = to_try.pop_front() else { break };
+            if in_flight.contains(&cr) {
+                continue;
+            }
+            let Some(seen) = pending.get(&cr).cloned() else {
+                continue;
+            };
+            let Some(shard) = sharding.shard_of(&seen.uid) else {
+                continue;
+            };
+            if !held.lock().get(&shard).is_some_and(Leadership::is_leader) {
+                continue;
+            }
+            in_flight.insert(cr.clone());
+            let live = live.clone();
+            patches.spawn(async move {
+                let result = label(&live, &cr, &seen, shard).await;
+                (cr, shard, result)
+            });
         }
     }
 }

@@ -23,7 +23,12 @@
 //! a poll would both reconcile a shard. Membership says what to want; the shard's Lease
 //! says what is allowed, and the two never have to agree for safety. The upkeep per replica
 //! and poll (`leader-election.retry-period`) is a GET and a PUT of the members Lease and a
-//! GET and a PUT per shard held.
+//! GET and a PUT per shard held: measured by the fleet benchmark (3 replicas, 16 shards, a
+//! 2 s poll), 0.3–0.6 requests per CR of the 1000 during their rollout, about 6 requests a
+//! second per replica (1.3 at the default 10 s poll). A Lease per replica listing its
+//! shards would cost fewer requests, but two replicas could then claim one shard with writes
+//! to two objects, and nothing would make one of them lose: the one-object
+//! compare-and-swap of a Lease per shard is what makes the fencing exact.
 //!
 //! # Moving a shard
 //!
@@ -33,7 +38,9 @@
 //! A replica that dies keeps its Leases until they expire (`lease-duration`), then the
 //! replicas its shards are assigned to take them over.
 //!
-//! A replica starts a shard's watches the moment it should hold the shard, before it holds
+//! A replica takes shards one poll after it started (its second renewal of the membership),
+//! so that replicas started together see each other and do not all start with every shard.
+//! It starts a shard's watches the moment it should hold the shard, before it holds
 //! the Lease: while the Lease expires or is handed over, the cache warms. It starts the
 //! shard's reconciles once it holds the Lease **and** the shard's watches have listed (the
 //! primary kind and every kind the controller's reconciles deployed so far, in any shard),
@@ -238,6 +245,17 @@ async fn hand_out(sharding: Arc<Sharding>, mut stop: oneshot::Receiver<()>) {
     let mut serving: BTreeMap<u32, Leadership> = BTreeMap::new();
     let mut retiring: JoinSet<u32> = JoinSet::new();
     let mut retiring_shards: BTreeSet<u32> = BTreeSet::new();
+    // Replicas started together (a Deployment's rollout) see each other at their second
+    // renewal: taking shards before it, the first to start would take them all, start a
+    // pipeline for each and hand most over a poll later.
+    tokio::select! {
+        () = tokio::time::sleep(poll) => {}
+        _ = &mut stop => return,
+    }
+    match sharding.membership.renew().await {
+        Ok(now) => members = now,
+        Err(e) => tracing::warn!(error = %e, "cannot renew the membership"),
+    }
     let mut next = tokio::time::Instant::now() + poll;
     loop {
         let wanted = assign::shards_of(&members, sharding.shards, &me);
