@@ -25,6 +25,9 @@
 //! - `WINDLASS_FLEET_SKIP`: phases to leave out, comma-separated: `ceiling` (the N × 6
 //!   ConfigMap applies), `restarts`, `replay` (the same-writes ceiling); their figures then
 //!   print as not measured (`inf×`). For sizes whose full run takes too long.
+//! - `WINDLASS_FLEET_OPERATOR_WRAPPER`: a command the operator process runs under, split at
+//!   spaces (e.g. `heaptrack -o /tmp/fleet-operator` for a heap profile); the RSS and CPU
+//!   figures are then the wrapper's, not the operator's.
 //!
 //! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
 //! client (in another namespace), then the operator starts (this binary again, as
@@ -643,7 +646,18 @@ impl Operator {
         };
         let log = std::env::temp_dir().join(format!("fleet-operator-{label}.log"));
         let file = std::fs::File::create(&log).expect("the operator's log file");
-        let child = Command::new(std::env::current_exe().expect("this binary's path"))
+        let exe = std::env::current_exe().expect("this binary's path");
+        let wrapper = env_or("WINDLASS_FLEET_OPERATOR_WRAPPER", "");
+        let mut wrapper = wrapper.split_whitespace();
+        let mut command = match wrapper.next() {
+            Some(program) => {
+                let mut command = Command::new(program);
+                command.args(wrapper).arg(exe);
+                command
+            }
+            None => Command::new(exe),
+        };
+        let child = command
             .args([
                 "operator",
                 "run",
