@@ -71,5 +71,5 @@ pub mod restarting;
 
 pub use backoff::{BackOffPolicy, ExponentialBackOff};
 pub use periodic::{PeriodicTaskSet, PeriodicTasks};
-pub use queue::{Action, Lease, TaskQueue};
+pub use queue::{Action, Lease, Priority, TaskQueue};
 pub use restarting::RestartingTask;

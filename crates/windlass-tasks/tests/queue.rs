@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::{Instant, sleep};
 use windlass_tasks::backoff::BackOffPolicy;
-use windlass_tasks::queue::{Action, Enqueued, KeyPlace, KeyState, TaskQueue};
+use windlass_tasks::queue::{Action, Enqueued, KeyPlace, KeyState, Priority, TaskQueue};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1121,7 +1121,8 @@ async fn inspect_tells_where_a_key_is_and_how_often_it_failed() {
         q.inspect(&"a"),
         Some(KeyState {
             place: KeyPlace::Ready,
-            failures: 0
+            failures: 0,
+            priority: Priority::High,
         })
     );
     let lease = q.try_acquire().expect("a is due");
@@ -1143,4 +1144,173 @@ async fn inspect_tells_where_a_key_is_and_how_often_it_failed() {
     let lease = q.acquire().await.expect("due after the back-off");
     lease.complete(Action::Done);
     assert_eq!(q.inspect(&"a"), None, "done and gone, failures forgotten");
+}
+
+/// Takes every due key without waiting, completing each with `Done`, and returns them in
+/// the order they were handed out.
+fn drain_order<K: std::hash::Hash + Eq + Clone + Send + 'static>(q: &TaskQueue<K>) -> Vec<K> {
+    let mut order = Vec::new();
+    while let Some(lease) = q.try_acquire() {
+        order.push(lease.key().clone());
+        lease.complete(Action::Done);
+    }
+    order
+}
+
+#[tokio::test(start_paused = true)]
+async fn high_keys_go_before_low_ones_and_each_line_is_fifo() {
+    let q = queue::<u32>(1, BackOffPolicy::default());
+    for key in 0..3 {
+        assert_eq!(q.enqueue_as(key, Priority::Low), Enqueued::Added);
+    }
+    q.enqueue(10);
+    q.enqueue(11);
+    let stats = q.stats();
+    assert_eq!((stats.ready, stats.ready_low), (5, 3));
+    assert_eq!(drain_order(&q), [10, 11, 0, 1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_high_enqueue_promotes_a_low_key_and_a_low_one_never_demotes() {
+    let q = queue::<u32>(1, BackOffPolicy::default());
+    for key in 0..4 {
+        q.enqueue_as(key, Priority::Low);
+    }
+    q.enqueue(10);
+    assert_eq!(q.enqueue(2), Enqueued::Advanced, "promoted");
+    assert_eq!(q.enqueue(2), Enqueued::Unchanged);
+    assert_eq!(q.enqueue_as(10, Priority::Low), Enqueued::Unchanged);
+    assert_eq!(q.inspect(&2).map(|s| s.priority), Some(Priority::High));
+    assert_eq!(q.inspect(&10).map(|s| s.priority), Some(Priority::High));
+    assert_eq!(q.stats().ready_low, 3);
+    assert_eq!(q.stats().ready, 5, "the promoted key is counted once");
+    // The promoted key joins the back of the high line.
+    assert_eq!(drain_order(&q), [10, 2, 0, 1, 3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_promoted_key_keeps_the_time_it_became_due() {
+    let q = queue::<u32>(1, BackOffPolicy::default());
+    q.enqueue_as(1, Priority::Low);
+    sleep(secs(7)).await;
+    q.enqueue(1);
+    let lease = q.try_acquire().expect("due");
+    assert_eq!(lease.waited(), secs(7));
+    lease.complete(Action::Done);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delayed_low_key_promoted_runs_high_when_due() {
+    let q = queue::<u32>(1, BackOffPolicy::default());
+    q.enqueue_after_as(1, secs(10), Priority::Low);
+    q.enqueue_after_as(2, secs(10), Priority::Low);
+    // A high enqueue for later than the key's timer changes no time, only the priority.
+    assert_eq!(q.enqueue_after(2, secs(20)), Enqueued::Advanced);
+    assert_eq!(
+        q.inspect(&2).map(|s| (s.place, s.priority)),
+        Some((KeyPlace::Delayed(Instant::now() + secs(10)), Priority::High))
+    );
+    sleep(secs(10)).await;
+    assert_eq!(drain_order(&q), [2, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn low_keys_get_one_run_in_low_share_plus_one_while_high_keys_keep_coming() {
+    // One worker; high keys arrive faster than it runs them: without a share, the low
+    // keys would wait forever (controller-runtime#3496).
+    let q: TaskQueue<(bool, u32)> =
+        match TaskQueue::builder().max_concurrent(1).low_share(4).build() {
+            Ok(q) => q,
+            Err(e) => panic!("{e}"),
+        };
+    for i in 0..10 {
+        q.enqueue_as((false, i), Priority::Low);
+    }
+    let mut next_high = 0;
+    let mut order = Vec::new();
+    while order.iter().filter(|(high, _)| !high).count() < 10 {
+        // Two new high keys for every run.
+        for _ in 0..2 {
+            q.enqueue((true, next_high));
+            next_high += 1;
+        }
+        let lease = q.try_acquire().expect("keys are due");
+        order.push(*lease.key());
+        lease.complete(Action::Done);
+        assert!(order.len() < 1000, "the low keys starve: {order:?}");
+    }
+    // Every fifth run is a low key, in their order.
+    let lows: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|(_, (high, _))| !high)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(lows, (0..10).map(|i| 4 + 5 * i).collect::<Vec<_>>());
+    let low_keys: Vec<u32> = order.iter().filter(|(h, _)| !h).map(|(_, k)| *k).collect();
+    assert_eq!(low_keys, (0..10).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_high_keys_waiting_the_low_line_has_every_slot() {
+    let q = queue::<u32>(3, BackOffPolicy::default());
+    for key in 0..3 {
+        q.enqueue_as(key, Priority::Low);
+    }
+    let leases: Vec<_> = std::iter::from_fn(|| q.try_acquire()).collect();
+    assert_eq!(leases.len(), 3);
+    // A high key arriving now takes the first slot that frees.
+    q.enqueue_as(9, Priority::Low);
+    q.enqueue(10);
+    drop(leases);
+    let lease = q.try_acquire().expect("a slot is free");
+    assert_eq!(*lease.key(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_requeue_runs_low_and_an_event_during_the_run_raises_it() {
+    let q = queue::<u32>(2, BackOffPolicy::default());
+    q.enqueue(1);
+    q.enqueue(2);
+    let one = q.try_acquire().expect("due");
+    let two = q.try_acquire().expect("due");
+    // 1 ends in a resync at low priority; 2 too, but was enqueued (high) while it ran.
+    assert_eq!(q.enqueue_as(2, Priority::Low), Enqueued::Rerun);
+    assert_eq!(q.enqueue(2), Enqueued::Rerun, "the mark is raised");
+    assert_eq!(q.inspect(&2).map(|s| s.priority), Some(Priority::High));
+    one.complete_as(Action::RequeueAfter(secs(30)), Priority::Low);
+    two.complete_as(Action::RequeueAfter(secs(30)), Priority::Low);
+    assert_eq!(q.inspect(&1).map(|s| s.priority), Some(Priority::Low));
+    assert_eq!(
+        q.inspect(&2).map(|s| (s.place, s.priority)),
+        Some((KeyPlace::Ready, Priority::High)),
+        "the rerun mark: due now, high"
+    );
+    assert_eq!(drain_order(&q), [2]);
+    sleep(secs(30)).await;
+    q.enqueue(3);
+    assert_eq!(drain_order(&q), [3, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_retries_at_the_priority_it_ran_at() {
+    let q = queue::<u32>(1, policy(secs(1), secs(60), 0.0));
+    q.enqueue_as(1, Priority::Low);
+    let lease = q.try_acquire().expect("due");
+    assert_eq!(lease.priority(), Priority::Low);
+    lease.complete(Action::Retry);
+    assert_eq!(q.inspect(&1).map(|s| s.priority), Some(Priority::Low));
+    q.enqueue(2);
+    sleep(secs(1)).await;
+    q.enqueue(3);
+    assert_eq!(drain_order(&q), [2, 3, 1]);
+}
+
+#[test]
+fn a_low_share_of_zero_is_refused() {
+    let refused = TaskQueue::builder().low_share(0).build::<u32>();
+    assert_eq!(
+        refused.err(),
+        Some(windlass_tasks::queue::QueueConfigError::ZeroLowShare)
+    );
 }

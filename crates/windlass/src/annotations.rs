@@ -39,6 +39,11 @@ pub const LEASE_TIME: &str = "windlass.dev/lease-time";
 pub const OWNER_UID: &str = "windlass.dev/owner-uid";
 /// Label on every object windlass applies: the component that rendered it.
 pub const COMPONENT: &str = "windlass.dev/component";
+/// Label on a CR and on every object windlass applies for it when the CRs are sharded
+/// (`sharding.shards`): the CR's shard, a number below the shard count. A replica watches
+/// only the objects of the shards it holds. Windlass's own: a hand-made change is not
+/// followed.
+pub const SHARD: &str = "windlass.dev/shard";
 /// Per-CR log level override.
 pub const LOG_DEFAULT_LEVEL: &str = "windlass.dev/log-default-level";
 /// Per-CR log filters.

@@ -184,7 +184,11 @@ pub struct ResourceId(NodeId);
 ///             spec: DeploymentSpec {
 ///                 selector: out.selector(),
 ///                 template: out.pod_template(PodSpec {
-///                     containers: vec![Container { name: "redis".into(), ..Default::default() }],
+///                     containers: vec![Container {
+///                         name: "redis".into(),
+///                         image: Some("redis:7".into()),
+///                         ..Default::default()
+///                     }],
 ///                     ..Default::default()
 ///                 }),
 ///                 ..Default::default()

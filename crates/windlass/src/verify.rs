@@ -75,10 +75,18 @@ impl From<bool> for Readiness {
 ///
 /// Pass the session's cluster ([`crate::session::Session::cluster`]): it answers with the
 /// copies the reconcile already holds (read or returned by a write in the deploy phase),
-/// so verifying costs no request.
+/// so verifying costs no request. The kinds' rules read no more of an object than
+/// [`Cluster::get_own`] answers with ([`verify_object`] and the failure of a Job read
+/// `kind`, `metadata.generation`, `status` and `spec.replicas`), so an object without a
+/// verify function of its own is read that way; one with a function, which may read any
+/// field, is read whole ([`Cluster::get`]).
 pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) -> Result<Readiness> {
     for object in objects {
-        let Some(live) = cluster.get(&object.reference).await? else {
+        let live = match &object.verify {
+            None => cluster.get_own_shared(&object.reference).await?,
+            Some(_) => cluster.get_shared(&object.reference).await?,
+        };
+        let Some(live) = live else {
             return Ok(Readiness::not_yet(format!(
                 "{} does not exist",
                 object.reference

@@ -4,9 +4,10 @@
 //! - two replicas with Lease election: one leads and only it writes; SIGKILL it and the
 //!   other takes over within the lease duration (plus a poll); every CR converges and
 //!   nothing is written twice or re-created;
-//! - two replicas with the annotation lock, active-active: each CR is locked and
-//!   rolled out by one of them, no child is written twice, and the CRs of a replica that
-//!   is SIGKILLed are taken over by the other once their locks expire;
+//! - two replicas with the annotation lock, active-active: a CR is locked by the replica
+//!   that reconciles it for as long as the reconcile runs, and given up after it; no child
+//!   is written twice; the CRs of a replica that is SIGKILLed are taken over by the other
+//!   (at once, or once a lock it held when it died expired);
 //! - kube-apiserver, and separately etcd, stopped in the middle of a rollout and started
 //!   again: the operator rides the outage out, `/readyz` says so, and afterwards it finishes
 //!   the rollout and converges CRs created or changed after the restart, with nothing lost,
@@ -428,11 +429,14 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
         all_ready(&cluster, ns.name(), &refs).await
     })
     .await;
-    let holders = lock_holders(&cluster, ns.name(), &names).await;
-    assert!(
-        holders.iter().all(|h| h == "active-a" || h == "active-b"),
-        "every CR is locked by one replica: {holders:?}"
-    );
+    // Each reconcile gave its lock up when it ended.
+    eventually("no WebApp is locked once Ready", LONG, &[a, b], || async {
+        lock_holders(&cluster, ns.name(), &names)
+            .await
+            .iter()
+            .all(|h| h == "(none)")
+    })
+    .await;
     // Each child was applied once, by one replica: the two replicas' child writes add up
     // to the number of children.
     let child_writes = |operator: &Operator| -> f64 {
@@ -455,10 +459,9 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
     );
     assert_one_owner(&before);
 
-    // SIGKILL the holder of app0: its locks expire, and the other replica takes its CRs
-    // when they change.
-    let victim = usize::from(holders[0] == "active-b");
-    let survivor_name = replicas[1 - victim].name.clone();
+    // SIGKILL a replica that reconciled: the other takes its CRs when they change (those
+    // it held a lock on when it died, once the lock expired).
+    let victim = usize::from(a_writes == 0.0);
     let mut replicas = replicas;
     replicas[victim].kill();
     for name in &names {
@@ -468,7 +471,7 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
             .unwrap();
     }
     eventually(
-        "every WebApp is rolled out again by the survivor",
+        "every WebApp is rolled out again by the survivor, its locks given up",
         LONG,
         &[&replicas[1 - victim]],
         || async {
@@ -476,7 +479,7 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
                 && lock_holders(&cluster, ns.name(), &names)
                     .await
                     .iter()
-                    .all(|h| *h == survivor_name)
+                    .all(|h| h == "(none)")
         },
     )
     .await;
@@ -495,7 +498,7 @@ async fn two_active_replicas_share_the_crs_by_annotation_lock() {
     }
     assert_one_owner(&after);
     eprintln!(
-        "annotation lock: CRs held {holders:?}; child writes a {a_writes}, b {b_writes}; \
+        "annotation lock: child writes a {a_writes}, b {b_writes}; \
          {:?} in all",
         started.elapsed()
     );
@@ -543,6 +546,46 @@ async fn outage(env: &TestEnv, operator: &mut Operator, process: ControlPlanePro
     saw_unready
 }
 
+/// Create the WebApp `name` (announced in `monitoring`), wait until its rollout began (its
+/// first object is there) and check it has not finished, then run an [`outage`] of
+/// `process`. Returns the uids of the namespace's objects as they were when it stopped.
+async fn outage_mid_rollout(
+    env: &TestEnv,
+    operator: &mut Operator,
+    cluster: &LiveCluster,
+    (namespace, monitoring): (&str, &str),
+    name: &str,
+    process: ControlPlaneProcess,
+) -> BTreeMap<String, String> {
+    let cr = announced(namespace, monitoring, name, "1.4.0", 2);
+    cluster.apply(&cr, WriteMethod::Update).await.unwrap();
+    let secret = ObjectRef::new(
+        "v1",
+        "Secret",
+        Some(namespace),
+        format!("{name}-db-credentials"),
+    );
+    eventually(
+        &format!("{name}'s rollout began"),
+        LONG,
+        &[operator],
+        || async { cluster.get(&secret).await.unwrap().is_some() },
+    )
+    .await;
+    assert!(
+        !all_ready(cluster, namespace, &[name]).await,
+        "{name} finished before the outage"
+    );
+    let client = env.client().unwrap();
+    let before = uids(&children(&client, namespace).await);
+    assert!(
+        outage(env, operator, process).await,
+        "/readyz never answered 503 while {process} was down:\n{}",
+        operator.dump()
+    );
+    before
+}
+
 #[tokio::test]
 async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
     let started = Instant::now();
@@ -569,14 +612,6 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
         operator.readyz() == Some(200)
     })
     .await;
-    let secret = |name: &str| {
-        ObjectRef::new(
-            "v1",
-            "Secret",
-            Some(namespace),
-            format!("{name}-db-credentials"),
-        )
-    };
     let deployment = |name: &str| {
         ObjectRef::new(
             "apps/v1",
@@ -586,24 +621,17 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
         )
     };
 
-    // kube-apiserver stopped in the middle of shop's rollout (its first object is there,
-    // it is not Ready): connections are refused, the watches fail, /readyz goes 503.
-    let shop = announced(namespace, mon, "shop", "1.4.0", 2);
-    cluster.apply(&shop, WriteMethod::Update).await.unwrap();
-    eventually("shop's rollout began", LONG, &[&operator], || async {
-        cluster.get(&secret("shop")).await.unwrap().is_some()
-    })
+    // kube-apiserver stopped in the middle of shop's rollout: connections are refused,
+    // the watches fail, /readyz goes 503.
+    let mut before = outage_mid_rollout(
+        &env,
+        &mut operator,
+        &cluster,
+        (namespace, mon),
+        "shop",
+        ControlPlaneProcess::KubeApiserver,
+    )
     .await;
-    assert!(
-        !all_ready(&cluster, namespace, &["shop"]).await,
-        "shop finished before the outage"
-    );
-    let before = uids(&children(&client, namespace).await);
-    assert!(
-        outage(&env, &mut operator, ControlPlaneProcess::KubeApiserver).await,
-        "/readyz never answered 503 while the API server was down:\n{}",
-        operator.dump()
-    );
     // shop finishes; a change to it and a new CR after the restart converge.
     cluster
         .apply(
@@ -637,27 +665,16 @@ async fn the_operator_rides_out_apiserver_and_etcd_restarts() {
 
     // etcd stopped in the middle of wiki's rollout: the API server stays up but cannot
     // serve, and says so; afterwards the same.
-    cluster
-        .apply(
-            &announced(namespace, mon, "wiki", "1.4.0", 2),
-            WriteMethod::Update,
+    before.extend(
+        outage_mid_rollout(
+            &env,
+            &mut operator,
+            &cluster,
+            (namespace, mon),
+            "wiki",
+            ControlPlaneProcess::Etcd,
         )
-        .await
-        .unwrap();
-    eventually("wiki's rollout began", LONG, &[&operator], || async {
-        cluster.get(&secret("wiki")).await.unwrap().is_some()
-    })
-    .await;
-    assert!(
-        !all_ready(&cluster, namespace, &["wiki"]).await,
-        "wiki finished before the outage"
-    );
-    let mut before = before;
-    before.extend(uids(&children(&client, namespace).await));
-    assert!(
-        outage(&env, &mut operator, ControlPlaneProcess::Etcd).await,
-        "/readyz never answered 503 while etcd was down:\n{}",
-        operator.dump()
+        .await,
     );
     cluster
         .apply(

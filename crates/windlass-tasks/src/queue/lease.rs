@@ -5,8 +5,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Action;
 use super::shared::Shared;
+use super::{Action, Priority};
 
 /// The right to run one key, handed out by [`TaskQueue::acquire`](super::TaskQueue::acquire).
 ///
@@ -17,17 +17,32 @@ pub struct Lease<K: Hash + Eq + Clone + Send + 'static> {
     key: Option<K>,
     retries: u32,
     waited: Duration,
+    priority: Priority,
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
-    /// The lease of `key`, which waited `waited` for this run after `retries` failed ones.
-    pub(super) fn new(shared: Arc<Shared<K>>, key: K, retries: u32, waited: Duration) -> Self {
+    /// The lease of `key`, which waited `waited` for this run at `priority` after
+    /// `retries` failed ones.
+    pub(super) fn new(
+        shared: Arc<Shared<K>>,
+        key: K,
+        retries: u32,
+        waited: Duration,
+        priority: Priority,
+    ) -> Self {
         Self {
             shared,
             key: Some(key),
             retries,
             waited,
+            priority,
         }
+    }
+
+    /// The priority the key was handed out at: to put it back as it was
+    /// ([`complete_as`](Self::complete_as)).
+    pub const fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// The key to run.
@@ -52,21 +67,30 @@ impl<K: Hash + Eq + Clone + Send + 'static> Lease<K> {
         self.waited
     }
 
-    /// Ends the run and schedules what comes next for the key.
-    pub fn complete(mut self, outcome: Action) {
-        self.finish(outcome);
+    /// Ends the run and schedules what comes next for the key; a requeue
+    /// ([`Action::RequeueAfter`]) runs at [`Priority::High`].
+    pub fn complete(self, outcome: Action) {
+        self.complete_as(outcome, Priority::High);
     }
 
-    fn finish(&mut self, outcome: Action) {
+    /// Ends the run and schedules what comes next for the key; a requeue
+    /// ([`Action::RequeueAfter`]) runs at `priority` (a periodic resync: [`Priority::Low`]),
+    /// raised to that of an enqueue made during the run. A retry keeps the priority the key
+    /// ran at (rule 8 of the [module docs](super)).
+    pub fn complete_as(mut self, outcome: Action, priority: Priority) {
+        self.finish(outcome, priority);
+    }
+
+    fn finish(&mut self, outcome: Action, priority: Priority) {
         if let Some(key) = self.key.take() {
-            self.shared.complete(key, outcome);
+            self.shared.complete(key, outcome, priority);
         }
     }
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static> Drop for Lease<K> {
     fn drop(&mut self) {
-        self.finish(Action::Retry);
+        self.finish(Action::Retry, Priority::High);
     }
 }
 

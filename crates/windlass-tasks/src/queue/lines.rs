@@ -1,12 +1,14 @@
-//! Where pending keys wait: the ready line (FIFO, keys due now) and the timer heap (keys due
-//! later), both with lazy deletion: a slot whose `seq` no longer matches its entry is stale
-//! and skipped when it surfaces.
+//! Where pending keys wait: two ready lines (FIFO, keys due now), one per [`Priority`], and
+//! the timer heap (keys due later), all with lazy deletion: a slot whose `seq` no longer
+//! matches its entry is stale and skipped when it surfaces.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::Priority;
 
 /// Thirty years: far enough to mean "later than anything real", near enough for `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
@@ -45,13 +47,23 @@ impl Due {
     }
 }
 
-/// Where an entry is. `seq` identifies the one live slot in the ready line or timer heap;
-/// slots whose `seq` no longer matches their entry are stale and skipped.
+/// Where an entry is. `seq` identifies the one live slot in a ready line or the timer heap;
+/// slots whose `seq` no longer matches their entry are stale and skipped. A ready key
+/// knows its line and since when it is due (a key promoted to the other line keeps it).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Slot {
-    Ready { seq: u64 },
-    Delayed { due: Instant, seq: u64 },
-    Running { rerun: Option<Due> },
+    Ready {
+        seq: u64,
+        line: Priority,
+        since: Instant,
+    },
+    Delayed {
+        due: Instant,
+        seq: u64,
+    },
+    Running {
+        rerun: Option<(Due, Priority)>,
+    },
 }
 
 /// A key in the timer heap, due at `due`; `seq` tells whether it is still its key's slot.
@@ -79,14 +91,36 @@ impl<K> Ord for Timer<K> {
     }
 }
 
+/// One ready line: keys due now, in the order they became due, and how many of its slots
+/// are stale.
+pub(super) struct Line<K> {
+    pub(super) keys: VecDeque<(u64, K)>,
+    pub(super) stale: usize,
+}
+
+impl<K> Line<K> {
+    fn new() -> Self {
+        Line {
+            keys: VecDeque::new(),
+            stale: 0,
+        }
+    }
+
+    /// Live keys in the line.
+    pub(super) fn len(&self) -> usize {
+        self.keys.len() - self.stale
+    }
+}
+
 /// The queue's lines: where pending keys wait. Kept apart from the entry map so that both can
 /// be borrowed at once (one hash lookup per operation).
 pub(super) struct Lines<K> {
-    /// Ready keys with the instant each became due.
-    pub(super) ready: VecDeque<(u64, K, Instant)>,
+    /// Ready keys of high priority.
+    pub(super) high: Line<K>,
+    /// Ready keys of low priority.
+    pub(super) low: Line<K>,
     pub(super) timers: BinaryHeap<Timer<K>>,
     next_seq: u64,
-    pub(super) stale_ready: usize,
     pub(super) stale_timers: usize,
     pub(super) delayed: usize,
 }
@@ -95,29 +129,51 @@ impl<K> Lines<K> {
     /// Empty lines.
     pub(super) fn new() -> Self {
         Self {
-            ready: VecDeque::new(),
+            high: Line::new(),
+            low: Line::new(),
             timers: BinaryHeap::new(),
             next_seq: 0,
-            stale_ready: 0,
             stale_timers: 0,
             delayed: 0,
         }
     }
 
-    /// Puts a key into the ready line or the timer heap. Returns its slot and whether a
-    /// consumer should be woken (it is due now, or it is the new earliest timer).
-    pub(super) fn place(&mut self, key: K, due: Due) -> (Slot, bool) {
-        self.place_since(key, due, Instant::now())
+    /// The ready line of `priority`.
+    pub(super) fn line(&mut self, priority: Priority) -> &mut Line<K> {
+        match priority {
+            Priority::High => &mut self.high,
+            Priority::Low => &mut self.low,
+        }
     }
 
-    /// [`Lines::place`] for a key due since `since` (a timer that expired then).
-    pub(super) fn place_since(&mut self, key: K, due: Due, since: Instant) -> (Slot, bool) {
+    /// Puts a key into the ready line of `priority` or the timer heap. Returns its slot and
+    /// whether a consumer should be woken (it is due now, or it is the new earliest timer).
+    pub(super) fn place(&mut self, key: K, due: Due, priority: Priority) -> (Slot, bool) {
+        self.place_since(key, due, priority, Instant::now())
+    }
+
+    /// [`Lines::place`] for a key due since `since` (a timer that expired then, or a key
+    /// moved to another line).
+    pub(super) fn place_since(
+        &mut self,
+        key: K,
+        due: Due,
+        priority: Priority,
+        since: Instant,
+    ) -> (Slot, bool) {
         let seq = self.next_seq;
         self.next_seq += 1;
         match due {
             Due::Now => {
-                self.ready.push_back((seq, key, since));
-                (Slot::Ready { seq }, true)
+                self.line(priority).keys.push_back((seq, key));
+                (
+                    Slot::Ready {
+                        seq,
+                        line: priority,
+                        since,
+                    },
+                    true,
+                )
             }
             Due::At(due) => {
                 let earliest = self.timers.peek().is_none_or(|top| due < top.due);
@@ -131,7 +187,7 @@ impl<K> Lines<K> {
     /// Marks the slot an entry leaves as stale.
     pub(super) fn leave(&mut self, slot: Slot) {
         match slot {
-            Slot::Ready { .. } => self.stale_ready += 1,
+            Slot::Ready { line, .. } => self.line(line).stale += 1,
             Slot::Delayed { .. } => {
                 self.stale_timers += 1;
                 self.delayed -= 1;
@@ -141,6 +197,6 @@ impl<K> Lines<K> {
     }
 
     pub(super) fn ready_len(&self) -> usize {
-        self.ready.len() - self.stale_ready
+        self.high.len() + self.low.len()
     }
 }

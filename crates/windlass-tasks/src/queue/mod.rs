@@ -74,6 +74,23 @@
 //!    leaves behind is dropped when it surfaces or, if they pile up, once stale slots
 //!    outnumber live ones; and the tables shrink when they empty out.
 //!
+//! 8. **Two priorities, and the low one is never starved.** A key is pending at
+//!    [`Priority::High`] (the default: [`enqueue`](TaskQueue::enqueue) and every other call
+//!    without a priority) or [`Priority::Low`] ([`enqueue_as`](TaskQueue::enqueue_as),
+//!    [`Lease::complete_as`]): an operator puts the keys of an initial list, a relist or a
+//!    periodic resync low, so that a user's change is not queued behind ten thousand of
+//!    them. Due high keys are handed out before due low ones, each line first in, first
+//!    out; but while keys wait in both lines, after
+//!    [`low_share`](TaskQueueBuilder::low_share) high keys in a row (default 4) the next
+//!    one handed out is the oldest low key, so low keys get at least one run in
+//!    `low_share + 1` however many high keys keep coming (controller-runtime's priority
+//!    queue has no such share, and its low keys could wait forever:
+//!    kubernetes-sigs/controller-runtime#3496). Merging keeps the **higher priority**: a
+//!    high enqueue of a key pending low promotes it (it joins the back of the high line,
+//!    keeping its due time and the time it became due); a low enqueue never demotes a high
+//!    key. A rerun mark keeps the higher of its enqueues' priorities, and a failed run's
+//!    retry keeps the priority the key ran at (or its rerun mark's, if higher).
+//!
 //! Order is not a dependency mechanism: a failing key comes back later while others go ahead.
 //!
 //! # Why hand-written
@@ -98,7 +115,7 @@
 //! | `lease.rs` | [`Lease`]: the right to run one key, and the report of how the run ended |
 //! | `shared.rs` | what the handles and leases share: the locked state and the wake-ups of parked consumers |
 //! | `state.rs` | the state under the lock: one entry per key, the counts, and the rules of the module docs above |
-//! | `lines.rs` | where pending keys wait: the FIFO ready line and the timer heap, with lazy deletion |
+//! | `lines.rs` | where pending keys wait: the FIFO ready lines, one per priority, and the timer heap, with lazy deletion |
 //!
 //! [`BackOffPolicy`]: crate::backoff::BackOffPolicy
 
@@ -113,7 +130,7 @@ mod state;
 mod task_queue;
 
 pub use lease::Lease;
-pub use task_queue::{TaskQueue, TaskQueueBuilder};
+pub use task_queue::{DEFAULT_LOW_SHARE, TaskQueue, TaskQueueBuilder};
 
 /// What next for a key, as one run of it ends: the queue schedules the key's next run from
 /// it. windlass's reconciles, status hooks and workers all speak this one type.
@@ -145,12 +162,24 @@ impl<E> From<Result<Option<Duration>, E>> for Action {
     }
 }
 
+/// How urgent a key's next run is (rule 8 of the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Priority {
+    /// Background work: an initial list, a relist, a periodic resync. Runs after due high
+    /// keys, but gets a bounded share of the runs while high keys keep coming.
+    Low,
+    /// A change someone is waiting for. The default.
+    #[default]
+    High,
+}
+
 /// What an enqueue call did, for callers that count or log it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {
     /// The key was not in the queue; it now is.
     Added,
-    /// The key was pending with a later due time; it is now due earlier.
+    /// The key was pending with a later due time, or at low priority; it is now due
+    /// earlier, or at high priority.
     Advanced,
     /// The key was already pending with an earlier or equal due time; nothing changed.
     Unchanged,
@@ -169,6 +198,11 @@ pub enum QueueConfigError {
     /// `max_concurrent` was zero.
     #[error("max_concurrent must be at least 1 (got 0): a queue that may run nothing never drains")]
     ZeroConcurrency,
+    /// `low_share` was zero.
+    #[error(
+        "low_share must be at least 1 (got 0): it is how many high-priority runs may go before a waiting low-priority one"
+    )]
+    ZeroLowShare,
 }
 
 /// Where one key is in a [`TaskQueue`] ([`TaskQueue::inspect`]).
@@ -192,13 +226,18 @@ pub struct KeyState {
     pub place: KeyPlace,
     /// Its runs in a row that failed; 0 once one succeeds.
     pub failures: u32,
+    /// The priority of its pending run; of a running key, that of the run (or of its
+    /// rerun mark, if higher).
+    pub priority: Priority,
 }
 
 /// Counts for metrics and health checks: a snapshot taken under the queue's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QueueStats {
-    /// Keys due now, waiting for a free slot (client-go's "depth").
+    /// Keys due now, waiting for a free slot (client-go's "depth"), of both priorities.
     pub ready: usize,
+    /// Of [`ready`](Self::ready), the keys of [`Priority::Low`].
+    pub ready_low: usize,
     /// Keys waiting for a due time (back-off or requeue-after).
     pub delayed: usize,
     /// Keys currently leased to a worker.

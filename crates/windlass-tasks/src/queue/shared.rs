@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 use super::lines::Due;
 use super::state::State;
-use super::{Action, Enqueued};
+use super::{Action, Enqueued, Priority};
 use crate::backoff::BackOffPolicy;
 
 /// One queue: its state under the lock, how consumers parked in `acquire` are woken, and
@@ -19,16 +19,23 @@ pub(super) struct Shared<K> {
     pub(super) max_concurrent: usize,
     pub(super) backoff: BackOffPolicy,
     pub(super) preempt_backoff: bool,
+    pub(super) low_share: usize,
 }
 
 impl<K: Hash + Eq + Clone> Shared<K> {
-    pub(super) fn enqueue(&self, key: K, due: Due) -> Enqueued {
-        self.enqueue_with(key, due, self.preempt_backoff)
+    pub(super) fn enqueue(&self, key: K, due: Due, priority: Priority) -> Enqueued {
+        self.enqueue_with(key, due, priority, self.preempt_backoff)
     }
 
-    pub(super) fn enqueue_with(&self, key: K, due: Due, preempt: bool) -> Enqueued {
+    pub(super) fn enqueue_with(
+        &self,
+        key: K,
+        due: Due,
+        priority: Priority,
+        preempt: bool,
+    ) -> Enqueued {
         let mut state = self.state.lock();
-        let (result, wake) = state.enqueue(key, due, preempt);
+        let (result, wake) = state.enqueue(key, due, priority, preempt);
         let wake = wake && state.waiting > 0;
         drop(state);
         if wake {
@@ -41,9 +48,9 @@ impl<K: Hash + Eq + Clone> Shared<K> {
         self.state.lock().remove(key)
     }
 
-    pub(super) fn complete(&self, key: K, outcome: Action) {
+    pub(super) fn complete(&self, key: K, outcome: Action, next: Priority) {
         let mut state = self.state.lock();
-        state.complete(key, outcome, &self.backoff, self.preempt_backoff);
+        state.complete(key, outcome, next, &self.backoff, self.preempt_backoff);
         let wake = state.waiting > 0;
         drop(state);
         if wake {

@@ -14,7 +14,7 @@ use super::lease::Lease;
 use super::lines::{Due, Slot, deadline_after};
 use super::shared::{Parked, Shared};
 use super::state::State;
-use super::{Action, Enqueued, KeyPlace, KeyState, QueueConfigError, QueueStats};
+use super::{Action, Enqueued, KeyPlace, KeyState, Priority, QueueConfigError, QueueStats};
 use crate::backoff::BackOffPolicy;
 
 /// Builder for a [`TaskQueue`]; see [`TaskQueue::builder`].
@@ -23,7 +23,11 @@ pub struct TaskQueueBuilder {
     max_concurrent: usize,
     backoff: BackOffPolicy,
     preempt_backoff: bool,
+    low_share: usize,
 }
+
+/// The default of [`TaskQueueBuilder::low_share`].
+pub const DEFAULT_LOW_SHARE: usize = 4;
 
 impl Default for TaskQueueBuilder {
     fn default() -> Self {
@@ -31,6 +35,7 @@ impl Default for TaskQueueBuilder {
             max_concurrent: 1,
             backoff: BackOffPolicy::default(),
             preempt_backoff: false,
+            low_share: DEFAULT_LOW_SHARE,
         }
     }
 }
@@ -64,15 +69,29 @@ impl TaskQueueBuilder {
         self
     }
 
+    /// How many [`Priority::High`] keys may be handed out in a row while
+    /// [`Priority::Low`] keys wait: the next one is the oldest low key. Default
+    /// [`DEFAULT_LOW_SHARE`] (4): low keys get at least a fifth of the runs while both
+    /// lines hold keys, and all of them once the high line is empty (rule 8 of the
+    /// [module docs](super)).
+    pub const fn low_share(mut self, n: usize) -> Self {
+        self.low_share = n;
+        self
+    }
+
     /// Builds the queue.
     ///
     /// # Errors
-    /// [`QueueConfigError::ZeroConcurrency`] if `max_concurrent` is 0.
+    /// [`QueueConfigError::ZeroConcurrency`] if `max_concurrent` is 0,
+    /// [`QueueConfigError::ZeroLowShare`] if `low_share` is 0.
     pub fn build<K: Hash + Eq + Clone + Send + 'static>(
         self,
     ) -> Result<TaskQueue<K>, QueueConfigError> {
         if self.max_concurrent == 0 {
             return Err(QueueConfigError::ZeroConcurrency);
+        }
+        if self.low_share == 0 {
+            return Err(QueueConfigError::ZeroLowShare);
         }
         Ok(TaskQueue::from_parts(self))
     }
@@ -99,6 +118,7 @@ impl<K> std::fmt::Debug for TaskQueue<K> {
             .field("max_concurrent", &self.shared.max_concurrent)
             .field("backoff", &self.shared.backoff)
             .field("preempt_backoff", &self.shared.preempt_backoff)
+            .field("low_share", &self.shared.low_share)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +144,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 max_concurrent: config.max_concurrent.max(1),
                 backoff: config.backoff,
                 preempt_backoff: config.preempt_backoff,
+                low_share: config.low_share.max(1),
             }),
         }
     }
@@ -136,7 +157,13 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// Run `key` as soon as possible (see the merge rules in the [module docs](super)): now,
     /// or after its back-off if it is failing.
     pub fn enqueue(&self, key: K) -> Enqueued {
-        self.shared.enqueue(key, Due::Now)
+        self.shared.enqueue(key, Due::Now, Priority::High)
+    }
+
+    /// [`enqueue`](Self::enqueue) at `priority`: a key pending at a lower one is promoted,
+    /// one pending at a higher one keeps it (rule 8 of the [module docs](super)).
+    pub fn enqueue_as(&self, key: K, priority: Priority) -> Enqueued {
+        self.shared.enqueue(key, Due::Now, priority)
     }
 
     /// Run `key` as soon as possible, even if it is failing and waiting out its back-off:
@@ -145,18 +172,25 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
     /// failure waits longer still); only a success resets it. A running key is marked to
     /// run again as with [`enqueue`](Self::enqueue).
     pub fn enqueue_preempting(&self, key: K) -> Enqueued {
-        self.shared.enqueue_with(key, Due::Now, true)
+        self.shared
+            .enqueue_with(key, Due::Now, Priority::High, true)
     }
 
     /// Run `key` once `delay` has passed, or earlier if it is already due earlier (never
     /// before the back-off of a failing key ends).
     pub fn enqueue_after(&self, key: K, delay: Duration) -> Enqueued {
+        self.enqueue_after_as(key, delay, Priority::High)
+    }
+
+    /// [`enqueue_after`](Self::enqueue_after) at `priority` (see
+    /// [`enqueue_as`](Self::enqueue_as)).
+    pub fn enqueue_after_as(&self, key: K, delay: Duration, priority: Priority) -> Enqueued {
         if delay.is_zero() {
-            return self.enqueue(key);
+            return self.enqueue_as(key, priority);
         }
         let now = Instant::now();
         self.shared
-            .enqueue(key, Due::At(deadline_after(now, delay)))
+            .enqueue(key, Due::At(deadline_after(now, delay)), priority)
     }
 
     /// Run `key` at `when` (a [`tokio::time::Instant`]), or earlier if it is already due
@@ -165,7 +199,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         if when <= Instant::now() {
             return self.enqueue(key);
         }
-        self.shared.enqueue(key, Due::At(when))
+        self.shared.enqueue(key, Due::At(when), Priority::High)
     }
 
     /// Removes a pending key (and its back-off) so it does not run. Returns whether it was
@@ -191,9 +225,16 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 rerun: rerun.is_some(),
             },
         };
+        let priority = match entry.slot {
+            Slot::Running {
+                rerun: Some((_, marked)),
+            } => entry.priority.max(marked),
+            _ => entry.priority,
+        };
         Some(KeyState {
             place,
             failures: entry.backoff.attempts(),
+            priority,
         })
     }
 
@@ -232,11 +273,11 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                 }
                 let max = self.shared.max_concurrent;
                 let taken = if state.running < max {
-                    state.take_next(max)
+                    state.take_next(max, self.shared.low_share)
                 } else {
                     None
                 };
-                if let Some((key, retries, more, since)) = taken {
+                if let Some((key, retries, more, since, priority)) = taken {
                     // Pass the baton: another parked consumer should watch what is left.
                     let baton = more && state.waiting > usize::from(parked.is_some());
                     drop(state);
@@ -249,6 +290,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
                         key,
                         retries,
                         since.elapsed(),
+                        priority,
                     ));
                 }
                 if parked.is_none() {
@@ -284,7 +326,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
         if state.shutdown || state.running >= self.shared.max_concurrent {
             return None;
         }
-        let (key, retries, more, since) = state.take_next(self.shared.max_concurrent)?;
+        let (key, retries, more, since, priority) =
+            state.take_next(self.shared.max_concurrent, self.shared.low_share)?;
         let baton = more && state.waiting > 0;
         drop(state);
         if baton {
@@ -295,6 +338,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
             key,
             retries,
             since.elapsed(),
+            priority,
         ))
     }
 

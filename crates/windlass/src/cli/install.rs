@@ -233,7 +233,12 @@ pub(crate) fn lock_role(
         "" => name,
         id => id,
     };
-    let rules = rbac::lock_rules(config.lock_kind(), lock_name);
+    let rules = match config.lock_kind() {
+        crate::config::LockKind::Sharded => {
+            rbac::shard_lock_rules(lock_name, config.sharding.shards)
+        }
+        kind => rbac::lock_rules(kind, lock_name),
+    };
     if rules.is_empty() {
         return Ok(Vec::new());
     }
@@ -621,6 +626,34 @@ mod tests {
         config.leader_election.lock = LockStrategy::PerCrAnnotation;
         let env = env_of(&deployment(&options(3), &operator_config(&config, &options(3))).unwrap());
         assert_eq!(env["WINDLASS_LEADER_ELECTION_LOCK"], "per-cr-annotation");
+    }
+
+    #[test]
+    fn sharded_replicas_get_their_leases_by_name_in_the_operators_namespace() {
+        let mut config = OperatorConfig::default();
+        config.sharding.shards = 2;
+        let deployed = operator_config(&config, &options(3));
+        let env = env_of(&deployment(&options(3), &deployed).unwrap());
+        assert_eq!(env["WINDLASS_SHARDING_SHARDS"], "2");
+        let role = &lock_role("widget-op", "ops", &deployed).unwrap()[0];
+        assert_eq!(role["metadata"]["namespace"], "ops");
+        let named: Vec<&Value> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.get("resourceNames"))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                &json!([
+                    "widget-op-members",
+                    "widget-op-shard-0",
+                    "widget-op-shard-1"
+                ]),
+                &json!(["widget-op-members"])
+            ]
+        );
     }
 
     #[test]

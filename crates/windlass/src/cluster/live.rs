@@ -7,6 +7,7 @@
 //!   `Replace` a PUT carrying the live resourceVersion (creating if absent).
 //! - Status is replaced through the status subresource when the kind has one, else
 //!   through the main resource, as such kinds store status.
+//! - Objects read and written back are decoded once, into JSON ([`Parsed`]); and
 //! - `managedFields` are stripped from everything returned except the entries of windlass's
 //!   own field manager: the rollout reads those to tell whether a field it owns was changed
 //!   by someone else; the rest is a quarter of an object's bytes and never read.
@@ -29,6 +30,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{ApiResource, pinned_kind};
 use serde_json::Value;
 
+use super::parsed::Parsed;
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::error::{ClusterError, FieldCause};
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
@@ -85,6 +87,21 @@ impl LiveCluster {
     /// `managedFields`), as every other method of this cluster returns objects.
     pub fn object_value(&self, object: DynamicObject) -> Result<Value, ClusterError> {
         self.to_value(object)
+    }
+
+    /// Drop the `managedFields` entries of `object` (JSON as the API server sent it) that
+    /// are not windlass's own field manager's, as [`LiveCluster::object_value`] does.
+    pub(crate) fn keep_own_managed_fields(&self, object: &mut Value) {
+        let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let Some(Value::Array(entries)) = metadata.get_mut("managedFields") else {
+            return;
+        };
+        entries.retain(|e| e["manager"].as_str() == Some(self.field_manager.as_str()));
+        if entries.is_empty() {
+            metadata.remove("managedFields");
+        }
     }
 
     async fn kind(&self, type_ref: &TypeRef) -> Result<Kind, ClusterError> {
@@ -173,6 +190,29 @@ impl LiveCluster {
         self.api(&object.type_ref(), object.namespace.as_deref())
             .await
     }
+
+    /// [`LiveCluster::object_api`], its objects decoded once into JSON ([`Parsed`]).
+    async fn parsed_api(&self, object: &ObjectRef) -> Result<(Api<Parsed>, Kind), ClusterError> {
+        let kind = self.kind(&object.type_ref()).await?;
+        if kind.scope == Scope::Namespaced && object.namespace.is_none() {
+            return Err(ClusterError::invalid(
+                object.to_string(),
+                "metadata.namespace: required for a namespaced kind",
+            ));
+        }
+        let api = self
+            .api_as::<Parsed>(&object.type_ref(), object.namespace.as_deref())
+            .await?;
+        Ok((api, kind))
+    }
+
+    /// An object from the API decoded once, as windlass keeps it: only windlass's own
+    /// `managedFields`.
+    fn parsed_value(&self, object: Parsed) -> Value {
+        let mut value = object.into_value();
+        self.keep_own_managed_fields(&mut value);
+        value
+    }
 }
 
 #[async_trait]
@@ -182,9 +222,9 @@ impl Cluster for LiveCluster {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        let (api, _) = self.object_api(object).await?;
+        let (api, _) = self.parsed_api(object).await?;
         match api.get_opt(&object.name).await {
-            Ok(found) => found.map(|o| self.to_value(o)).transpose(),
+            Ok(found) => Ok(found.map(|o| self.parsed_value(o))),
             Err(e) => Err(api_error(e, object)),
         }
     }
@@ -224,18 +264,28 @@ impl Cluster for LiveCluster {
                 e.to_string(),
             )
         })?;
-        let (api, kind) = self.object_api(&reference).await?;
-        let desired = without_ignored_fields(manifest, &kind);
         let name = reference.name.as_str();
         let written = match method {
             WriteMethod::Apply => {
+                let (api, kind) = self.parsed_api(&reference).await?;
+                let desired = without_ignored_fields(manifest, &kind);
                 let params = PatchParams::apply(&self.field_manager).force();
-                api.patch(name, &params, &Patch::Apply(&desired))
+                let written = api
+                    .patch(name, &params, &Patch::Apply(&desired))
                     .await
-                    .map_err(|e| api_error(e, &reference))?
+                    .map_err(|e| api_error(e, &reference))?;
+                return Ok(self.parsed_value(written));
             }
-            WriteMethod::Update => merge_or_create(&api, &reference, &desired).await?,
-            WriteMethod::Replace => replace_or_create(&api, &reference, desired).await?,
+            WriteMethod::Update => {
+                let (api, kind) = self.object_api(&reference).await?;
+                let desired = without_ignored_fields(manifest, &kind);
+                merge_or_create(&api, &reference, &desired).await?
+            }
+            WriteMethod::Replace => {
+                let (api, kind) = self.object_api(&reference).await?;
+                let desired = without_ignored_fields(manifest, &kind);
+                replace_or_create(&api, &reference, desired).await?
+            }
         };
         self.to_value(written)
     }
@@ -271,7 +321,7 @@ impl Cluster for LiveCluster {
         status: &Value,
         resource_version: Option<&str>,
     ) -> Result<Option<Value>, ClusterError> {
-        let (api, kind) = self.object_api(object).await?;
+        let (api, kind) = self.parsed_api(object).await?;
         // Without a status subresource, status is part of the object and only a write of
         // the whole object keeps the rest of it; with one, the server takes nothing but the
         // status from the body, so name and version are all it needs.
@@ -292,7 +342,7 @@ impl Cluster for LiveCluster {
             else {
                 return Ok(None);
             };
-            let live = self.to_value(live)?;
+            let live = self.parsed_value(live);
             if let Some(rv) = resource_version
                 && live.resource_version() != Some(rv)
             {
@@ -311,7 +361,7 @@ impl Cluster for LiveCluster {
         }
         body.metadata_mut().remove("managedFields");
         body["status"] = status.clone();
-        let body = to_dynamic(&body)?;
+        let body = Parsed::from_value(body);
         let written = if kind.status_subresource {
             api.replace_status(&object.name, &PostParams::default(), &body)
                 .await
@@ -320,7 +370,7 @@ impl Cluster for LiveCluster {
                 .await
         };
         match written {
-            Ok(stored) => self.to_value(stored).map(Some),
+            Ok(stored) => Ok(Some(self.parsed_value(stored))),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(api_error(e, object)),
         }

@@ -13,6 +13,7 @@
 pub(crate) mod finalizer;
 mod live;
 mod memory;
+pub(crate) mod parsed;
 mod requests;
 pub(crate) mod selector;
 mod timeout;
@@ -141,8 +142,22 @@ pub trait Cluster: Send + Sync + 'static {
     /// object without windlass's ownership label would be overwritten all the same, so a
     /// cluster that sees every object carrying that label (the runtime's watch caches) may
     /// answer "absent" for one it does not have, without asking the server.
+    ///
+    /// The copy may hold only what a rollout reads of an object it applied, when
+    /// [`Cluster::get_own_is_partial`] says so: `apiVersion`, `kind`, `status`,
+    /// `spec.replicas`, and of `metadata` the name, namespace, uid, resourceVersion,
+    /// generation, deletionTimestamp, windlass's own (`windlass.dev/…`) labels and
+    /// annotations, and the `manager`, `operation`, `subresource` and `fieldsV1` of
+    /// windlass's `managedFields` entry.
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get(object).await
+    }
+
+    /// Whether [`Cluster::get_own`] may answer with a partial copy (see there): the
+    /// runtime's watch caches keep only that much of the objects windlass applied. A
+    /// reader that needs more reads with [`Cluster::get`]. Default `false`.
+    fn get_own_is_partial(&self) -> bool {
+        false
     }
 
     /// [`Cluster::get`], as a shared copy, for a reader that only looks at the object (a

@@ -504,8 +504,8 @@ mod tests {
         use super::*;
         use crate::config::{
             ColorChoice, ConfigDuration, EventFilter, HeartbeatConfig, LeaderElectionConfig,
-            LoggingConfig, MAX_DURATION, RolloutConfig, RuntimeConfig, ServerConfig, StatusConfig,
-            VersionsConfig,
+            LoggingConfig, MAX_DURATION, RolloutConfig, RuntimeConfig, ServerConfig,
+            ShardingConfig, StatusConfig, VersionsConfig, sharding::MAX_SHARDS,
         };
         use crate::strategies::{any_json, any_json_object, any_text};
         use proptest::prelude::*;
@@ -696,6 +696,12 @@ mod tests {
                     file: file.map(PathBuf::from),
                     period,
                 });
+            let sharding = (prop_oneof![Just(0u32), 1..=MAX_SHARDS], any::<bool>()).prop_map(
+                |(shards, server_side_selector)| ShardingConfig {
+                    shards,
+                    server_side_selector,
+                },
+            );
             (
                 runtime,
                 leader_election,
@@ -705,6 +711,7 @@ mod tests {
                 logging,
                 server,
                 heartbeat,
+                sharding,
             )
                 .prop_map(
                     |(
@@ -716,6 +723,7 @@ mod tests {
                         logging,
                         server,
                         heartbeat,
+                        sharding,
                     )| {
                         let mut config = OperatorConfig {
                             runtime,
@@ -726,8 +734,13 @@ mod tests {
                             logging,
                             server,
                             heartbeat,
+                            sharding,
                             ..OperatorConfig::default()
                         };
+                        // Shards are held by Leases: valid only with the lease lock.
+                        if config.leader_election.lock != LockStrategy::Lease {
+                            config.sharding.shards = 0;
+                        }
                         // Secure metrics need both servers: valid only with them.
                         let endpoints = config.endpoints();
                         if endpoints.metrics.is_none() || endpoints.probes.is_none() {
@@ -845,7 +858,7 @@ mod tests {
                     any_json_object(4, 5).prop_map(|v| serde_saphyr::to_string(&v).unwrap_or_default()),
                     any_json(4, 5).prop_map(|v| serde_saphyr::to_string(&v).unwrap_or_default()),
                     // Real sections with arbitrary content.
-                    (prop::sample::select(vec!["runtime", "leader-election", "rollout", "versions", "status", "logging", "server", "heartbeat"]), any_json(3, 4))
+                    (prop::sample::select(vec!["runtime", "leader-election", "rollout", "versions", "status", "logging", "server", "heartbeat", "sharding"]), any_json(3, 4))
                         .prop_map(|(section, v)| serde_saphyr::to_string(&serde_json::json!({section: v})).unwrap_or_default()),
                 ],
                 vars in prop::collection::vec(any_setting().prop_map(|(p, t)| (env_name(&p), t)), 0..6),

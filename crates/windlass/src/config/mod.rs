@@ -2,8 +2,8 @@
 //! for (that is [`Controller::Config`](crate::controller::Controller::Config)).
 //!
 //! One schema, [`OperatorConfig`], in sections — `runtime`, `leader-election`, `rollout`,
-//! `versions`, `status`, `logging`, `server`, `heartbeat`, `webhook` — with kebab-case keys. Each key
-//! can be set, later layers winning:
+//! `versions`, `status`, `logging`, `server`, `heartbeat`, `webhook`, `sharding` — with
+//! kebab-case keys. Each key can be set, later layers winning:
 //!
 //! 1. in a YAML file given with `--config FILE` (or `WINDLASS_CONFIG`);
 //! 2. by an environment variable named `WINDLASS_` and the key's path, upper-cased, with
@@ -37,6 +37,7 @@ mod backend;
 mod duration;
 pub(crate) mod layers;
 pub(crate) mod oper8;
+pub mod sharding;
 mod webhook;
 
 use std::path::PathBuf;
@@ -49,6 +50,7 @@ pub(crate) use backend::unknown_keys;
 pub use duration::{ConfigDuration, DurationError, MAX_DURATION};
 pub use layers::ConfigError;
 pub use layers::Layers;
+pub use sharding::ShardingConfig;
 pub use webhook::{CertificateConfig, DEFAULT_WEBHOOK_BIND_ADDRESS, WebhookConfig};
 
 /// The namespace of the Pod the operator runs in, from its mounted service account; `None`
@@ -100,6 +102,8 @@ pub struct OperatorConfig {
     pub heartbeat: HeartbeatConfig,
     /// The HTTPS server of CRD conversions, and its certificate.
     pub webhook: WebhookConfig,
+    /// Replicas that share the CRs by shard.
+    pub sharding: ShardingConfig,
     /// Reconcile against the in-memory cluster, with verification passing without looking.
     /// Not a configuration key (set by `run --dry-run` and the test environments), so no
     /// file or variable can turn a live operator into a pretend one.
@@ -163,7 +167,8 @@ pub enum EventFilter {
     /// A change of labels, or of an annotation a user sets (not Kubernetes' or windlass's).
     #[default]
     Default,
-    /// A change of labels or of any annotation.
+    /// A change of labels or of any annotation (but the per-CR lock's, which changes with
+    /// every reconcile under that lock).
     Annotation,
 }
 
@@ -230,6 +235,8 @@ pub enum LockKind {
     LeaderWithLease,
     /// A per-CR annotation lock.
     Annotation,
+    /// The CRs in shards, a Lease per shard (`sharding.shards`).
+    Sharded,
     /// No election: always leader.
     Dryrun,
 }
@@ -438,9 +445,17 @@ impl OperatorConfig {
         self.runtime.requeue_after.into()
     }
 
-    /// How leadership is decided: no election in a dry run or when it is not enabled.
+    /// How leadership is decided: no election in a dry run; shards when
+    /// `sharding.shards` is set, whether or not election is enabled; no election when it
+    /// is not enabled.
     pub fn lock_kind(&self) -> LockKind {
-        if self.dry_run || !self.leader_election.enabled {
+        if self.dry_run {
+            return LockKind::Dryrun;
+        }
+        if self.sharding.enabled() {
+            return LockKind::Sharded;
+        }
+        if !self.leader_election.enabled {
             return LockKind::Dryrun;
         }
         match self.leader_election.lock {
@@ -565,6 +580,14 @@ impl OperatorConfig {
             );
         }
         problems.extend(self.webhook.problems());
+        problems.extend(self.sharding.problems());
+        if self.sharding.enabled() && self.leader_election.lock != LockStrategy::Lease {
+            problems.push(
+                "sharding.shards: shards are held by Leases; leader-election.lock must be \
+                 `lease` (the default) when sharding is on"
+                    .to_string(),
+            );
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -581,7 +604,7 @@ fn address(text: &str) -> Option<std::net::SocketAddr> {
 /// files are relative to the repository. A test checks the list against the keys, so a new
 /// key cannot land without one, and that each named test exists.
 #[cfg(test)]
-const EFFECTS: [(&str, &str, &str); 49] = [
+const EFFECTS: [(&str, &str, &str); 51] = [
     (
         "runtime.watch-namespaces",
         "crates/windlass/tests/live/manifests.rs",
@@ -817,6 +840,16 @@ const EFFECTS: [(&str, &str, &str); 49] = [
         "crates/windlass/tests/live/conversion.rs",
         "a_rotation_under_a_stream_of_writes_refuses_none_of_them",
     ),
+    (
+        "sharding.shards",
+        "benches/fleet/tests/sharding.rs",
+        "three_replicas_share_the_crs_and_a_killed_ones_move_without_overlap",
+    ),
+    (
+        "sharding.server-side-selector",
+        "benches/fleet/tests/sharding.rs",
+        "the_api_server_selects_each_shards_crs_where_it_can",
+    ),
     // oper8 keys: each mapped, refused or warned about, in one test.
     (
         "--config (an oper8 file)",
@@ -880,6 +913,21 @@ mod tests {
         assert_eq!(c.lock_kind(), LockKind::LeaderWithLease);
         c.leader_election.lock = LockStrategy::PerCrAnnotation;
         assert_eq!(c.lock_kind(), LockKind::Annotation);
+        c.dry_run = true;
+        assert_eq!(c.lock_kind(), LockKind::Dryrun);
+    }
+
+    #[test]
+    fn shards_take_the_place_of_election_and_need_the_lease_lock() {
+        let mut c = OperatorConfig::default();
+        c.sharding.shards = 8;
+        assert_eq!(c.lock_kind(), LockKind::Sharded);
+        assert!(c.validate().is_ok());
+        c.leader_election.enabled = true;
+        assert_eq!(c.lock_kind(), LockKind::Sharded);
+        c.leader_election.lock = LockStrategy::PerCrAnnotation;
+        let problems = c.validate().unwrap_err();
+        assert!(problems[0].starts_with("sharding.shards: "), "{problems:?}");
         c.dry_run = true;
         assert_eq!(c.lock_kind(), LockKind::Dryrun);
     }

@@ -51,6 +51,7 @@ use crate::component::ManagedObject;
 use crate::controller::{Components, Controller, EdgeCondition};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
 use crate::error::{Error, Result};
+use crate::object::ManifestExt;
 use crate::progress::{Event, Phase, PhaseOutcome};
 use crate::session::Session;
 use crate::verify::Readiness;
@@ -61,10 +62,15 @@ pub async fn run<C: Controller>(
     session: &Session<C>,
     components: &Components<C>,
 ) -> CompletionState {
+    // The CR's shard, labelled on everything it owns when the CRs are sharded.
+    let shard = session
+        .manifest()
+        .uid()
+        .and_then(|uid| session.operator_config().sharding.shard_of(uid));
     let rollout = Rollout {
         session,
         components,
-        stamp: stamp::CrStamp::new(session.manifest()),
+        stamp: stamp::CrStamp::new(session.manifest(), shard),
         rendered: Mutex::new(HashMap::new()),
         waiting: Mutex::new(BTreeMap::new()),
     };

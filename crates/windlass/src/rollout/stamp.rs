@@ -32,6 +32,8 @@ pub(crate) struct CrStamp<'a> {
     owner: Option<Owner<'a>>,
     /// The [`annotations::OWNER_UID`] label, when the CR has a uid.
     uid: Option<Value>,
+    /// The CR's shard when the CRs are sharded, and its [`annotations::SHARD`] label.
+    shard: Option<(u32, Value)>,
     /// The values of [`labels::NAME`], [`labels::INSTANCE`] and [`labels::MANAGED_BY`].
     name: Value,
     instance: Value,
@@ -64,7 +66,8 @@ impl Owner<'_> {
 }
 
 impl<'a> CrStamp<'a> {
-    pub(crate) fn new(cr: &'a Value) -> Self {
+    /// What the objects of the CR `cr` get; `shard` is the CR's when the CRs are sharded.
+    pub(crate) fn new(cr: &'a Value, shard: Option<u32>) -> Self {
         let owner = match (cr.uid(), cr.name(), cr.kind(), cr.api_version()) {
             (Some(uid), Some(name), Some(kind), Some(api_version)) => Some(Owner {
                 uid,
@@ -80,6 +83,7 @@ impl<'a> CrStamp<'a> {
             cr,
             owner,
             uid: cr.uid().map(|uid| json!(uid)),
+            shard: shard.map(|shard| (shard, json!(shard.to_string()))),
             name: json!(label_value(
                 &cr.kind().unwrap_or_default().to_ascii_lowercase()
             )),
@@ -181,7 +185,8 @@ impl ObjectStamp<'_> {
             let mut manifest = self.rendered.clone();
             add_owner_reference(&mut manifest, self.stamp.cr.cr);
             if !self.itself {
-                stamp_labels(&mut manifest, self.stamp.cr.cr, self.stamp.name);
+                let shard = self.stamp.cr.shard.as_ref().map(|(shard, _)| *shard);
+                stamp_labels(&mut manifest, self.stamp.cr.cr, self.stamp.name, shard);
             }
             stamp(&mut manifest);
             manifest
@@ -245,7 +250,7 @@ impl ObjectStamp<'_> {
         };
         // What `stamp_labels` adds, in key order: the component's labels where it set none,
         // and windlass's own over its.
-        let mut label_layers = [unset; 6];
+        let mut label_layers = [unset; 7];
         let standard = [
             (labels::COMPONENT, &self.stamp.label),
             (labels::INSTANCE, &cr.instance),
@@ -273,6 +278,14 @@ impl ObjectStamp<'_> {
                 };
                 count += 1;
             }
+        }
+        if let Some((_, shard)) = &cr.shard {
+            label_layers[count] = Layer {
+                key: annotations::SHARD,
+                value: Node::Plain(shard),
+                keep_rendered: false,
+            };
+            count += 1;
         }
         debug_assert!(label_layers[..count].is_sorted_by_key(|l| l.key));
         let labels = match (self.itself, rendered("labels")) {
@@ -364,9 +377,10 @@ fn to_value(node: Node<'_>) -> Value {
     }
 }
 
-/// Label an object with the CR it was rendered for and the component that rendered it,
-/// and with the recommended `app.kubernetes.io/…` labels, where the component did not set them.
-pub(super) fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
+/// Label an object with the CR it was rendered for, the component that rendered it and,
+/// when the CRs are sharded, the CR's `shard`, and with the recommended
+/// `app.kubernetes.io/…` labels, where the component did not set them.
+pub(super) fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str, shard: Option<u32>) {
     let standard = annotations::labels::standard(
         cr.kind().unwrap_or_default(),
         cr.name().unwrap_or_default(),
@@ -383,6 +397,11 @@ pub(super) fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str) {
             annotations::COMPONENT.into(),
             json!(crate::object::label_value(component)),
         );
+    }
+    // The shard's watches see the object only with it: windlass's, whatever a component
+    // set.
+    if let Some(shard) = shard {
+        map.insert(annotations::SHARD.into(), json!(shard.to_string()));
     }
     for (key, value) in standard {
         map.entry(key).or_insert(Value::String(value));

@@ -31,6 +31,31 @@
 //! 1.5 kB of JSON, managedFields included, is 10 kB as a `Value`), and the stores hold
 //! every object of the fleet while a reconcile reads a handful.
 //!
+//! **What the owned kinds keep.** The objects windlass applied (the label-scoped watches of
+//! the kinds components deploy, [`Keep::Slim`]) are read by a reconcile for two things,
+//! and their stores keep only what those read:
+//!
+//! - deploying (`rollout::deploy`, `rollout::drift`) and pruning (`rollout::prune`) read
+//!   the applied-hash annotation, the `manager`, `operation`, `subresource` and `fieldsV1`
+//!   of windlass's own `managedFields` entry, the ownership label, the uid and the
+//!   deletionTimestamp; the cache reads the resourceVersion (read-your-writes), and
+//!   everyone the name and namespace;
+//! - the kinds' readiness rules (`verify::verify_object`, `verify::failure`,
+//!   `verify::verify_subsystem`) read `kind`, `metadata.generation`, `status` and
+//!   `spec.replicas`.
+//!
+//! So such a store keeps `apiVersion`, `kind`, `status`, `spec.replicas` and, of `metadata`,
+//! the name, namespace, uid, resourceVersion, generation, deletionTimestamp, the labels and
+//! annotations of windlass's own (`windlass.dev/…`) and those four fields of windlass's
+//! `managedFields` entry; it drops the rest: a ConfigMap's or Secret's data, a workload's
+//! pod template, the other labels and annotations (the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation is a copy of the whole
+//! object), the owner references, the timestamps. It answers [`Cluster::get_own`] only
+//! (whose callers read no more, and which says so: [`Cluster::get_own_is_partial`]); a
+//! [`Cluster::get`] of such an object, by a component or a verify check of its own that may
+//! read anything, goes to the API server. A kind whose objects CRs read for their data (a
+//! dependency hash) is watched whole from then on (see [`super::dispatch`]).
+//!
 //! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
 //! kube-runtime's `watcher` (see [`super::source`]).
@@ -58,7 +83,133 @@ struct KindStore {
     complete: bool,
     /// Whether the watch sees every object carrying windlass's ownership label.
     owned: bool,
+    /// What is kept of each object.
+    keep: Keep,
     objects: HashMap<ObjectRef, Packed>,
+    /// The bytes of the objects' texts, for `windlass_cache_bytes`.
+    bytes: usize,
+}
+
+/// What a store keeps of each object (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Keep {
+    /// The whole object.
+    #[default]
+    Whole,
+    /// What a rollout reads of an object windlass applied (see the module docs).
+    Slim,
+}
+
+/// The prefix of windlass's own labels and annotations.
+const OWN_PREFIX: &str = "windlass.dev/";
+
+/// The fields of `metadata` a slim copy keeps as they are.
+const SLIM_METADATA: [&str; 6] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "deletionTimestamp",
+];
+
+/// The fields of a `managedFields` entry a slim copy keeps (what
+/// [`crate::object::applied_fields`] reads).
+const SLIM_MANAGED: [&str; 4] = ["manager", "operation", "subresource", "fieldsV1"];
+
+/// An object as [`Keep::Slim`] keeps it, written without copying the parts kept.
+struct Slim<'a>(&'a Value);
+
+/// An object's metadata as [`Keep::Slim`] keeps it.
+struct SlimMetadata<'a>(&'a serde_json::Map<String, Value>);
+
+/// A map of which only the keys that its function accepts are written.
+struct Only<'a, F: Fn(&str) -> bool>(&'a serde_json::Map<String, Value>, F);
+
+impl<F: Fn(&str) -> bool> serde::Serialize for Only<'_, F> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.0.iter().filter(|(k, _)| (self.1)(k)) {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// A `managedFields` list of which each entry keeps [`SLIM_MANAGED`].
+struct SlimManaged<'a>(&'a [Value]);
+
+impl serde::Serialize for SlimManaged<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for entry in self.0 {
+            match entry {
+                Value::Object(entry) => {
+                    seq.serialize_element(&Only(entry, |k: &str| SLIM_MANAGED.contains(&k)))?;
+                }
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// A spec of which only `replicas` is kept.
+#[derive(serde::Serialize)]
+struct Replicas<'a> {
+    replicas: &'a Value,
+}
+
+impl serde::Serialize for Slim<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(object) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in object {
+            match (key.as_str(), value) {
+                ("apiVersion" | "kind" | "status", _) => map.serialize_entry(key, value)?,
+                ("metadata", Value::Object(metadata)) => {
+                    map.serialize_entry(key, &SlimMetadata(metadata))?;
+                }
+                ("spec", spec) => {
+                    if let Some(replicas) = spec.get("replicas") {
+                        map.serialize_entry(key, &Replicas { replicas })?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for SlimMetadata<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        let own = |k: &str| k.starts_with(OWN_PREFIX);
+        for (key, value) in self.0 {
+            match (key.as_str(), value) {
+                (name, value) if SLIM_METADATA.contains(&name) => {
+                    map.serialize_entry(key, value)?;
+                }
+                ("labels" | "annotations", Value::Object(entries))
+                    if entries.keys().any(|k| own(k)) =>
+                {
+                    map.serialize_entry(key, &Only(entries, own))?;
+                }
+                ("managedFields", Value::Array(entries)) => {
+                    map.serialize_entry(key, &SlimManaged(entries))?;
+                }
+                _ => {}
+            }
+        }
+        map.end()
+    }
 }
 
 /// An object as its compact JSON text (see the module docs).
@@ -66,8 +217,13 @@ struct KindStore {
 struct Packed(Arc<str>);
 
 impl Packed {
-    fn new(object: &Value) -> Self {
-        Packed(Arc::from(object.to_string()))
+    fn new(object: &Value, keep: Keep) -> Self {
+        let text = match keep {
+            Keep::Whole => object.to_string(),
+            // Serializing a `Value` cannot fail: its keys are strings.
+            Keep::Slim => serde_json::to_string(&Slim(object)).unwrap_or_default(),
+        };
+        Packed(Arc::from(text))
     }
 
     /// The object; `None` only if the text does not parse, which text written by
@@ -78,6 +234,25 @@ impl Packed {
 }
 
 impl KindStore {
+    /// Keep `packed` as `reference`; returns whether it replaces a copy.
+    fn insert(&mut self, reference: ObjectRef, packed: Packed) -> bool {
+        self.bytes += packed.0.len();
+        match self.objects.insert(reference, packed) {
+            Some(old) => {
+                self.bytes -= old.0.len();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drop the copy of `reference`, if any.
+    fn take(&mut self, reference: &ObjectRef) -> Option<Packed> {
+        let old = self.objects.remove(reference)?;
+        self.bytes -= old.0.len();
+        Some(old)
+    }
+
     /// Whether a watch sees every object of the kind in `namespace` (`None`: in every
     /// namespace) and has listed them.
     fn covers(&self, namespace: &Option<String>) -> bool {
@@ -109,24 +284,31 @@ impl Stores {
         Self::default()
     }
 
-    /// What the watches know of `object`.
+    /// What the watches know of `object`, whole: a store that keeps only part of its
+    /// objects ([`Keep::Slim`]) cannot tell.
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, false)
+        self.lookup_with(object, false, false)
     }
 
     /// What the watches know of `object` that windlass is about to write: a watch of
     /// every object carrying windlass's ownership label knows it is absent too (see
-    /// [`Cluster::get_own`]).
+    /// [`Cluster::get_own`]); and the copy may be the part a store of the kind keeps.
     pub fn lookup_own(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, true)
+        self.lookup_with(object, true, true)
     }
 
-    fn lookup_with(&self, object: &ObjectRef, own: bool) -> Cached {
+    /// What the watches know of `object`, for a reader of its metadata only: the copy may
+    /// be the part a store of the kind keeps.
+    pub(crate) fn lookup_metadata(&self, object: &ObjectRef) -> Cached {
+        self.lookup_with(object, false, true)
+    }
+
+    fn lookup_with(&self, object: &ObjectRef, own: bool, partial: bool) -> Cached {
         let kinds = read(&self.kinds);
         let Some(store) = kinds.get(&object.type_ref()) else {
             return Cached::Unknown;
         };
-        if !store.covers(&object.namespace) {
+        if !store.covers(&object.namespace) || (store.keep == Keep::Slim && !partial) {
             return Cached::Unknown;
         }
         match store.objects.get(object) {
@@ -173,8 +355,8 @@ impl Stores {
     }
 
     /// A watch of `type_ref` starts with the label selector `labels` (`None`: every
-    /// object).
-    pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>) {
+    /// object), its store keeping `keep` of each object.
+    pub(crate) fn declare(&self, type_ref: &TypeRef, labels: Option<&str>, keep: Keep) {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
         if labels.is_none() && !store.complete {
@@ -182,21 +364,46 @@ impl Stores {
             // store lacks may exist.
             store.synced.clear();
         }
+        if keep == Keep::Whole && store.keep == Keep::Slim {
+            // Its copies are partial: none may answer a whole read, so the watch that
+            // replaces the one that kept them lists the kind afresh.
+            store.objects.clear();
+            store.bytes = 0;
+            store.synced.clear();
+        }
+        store.keep = keep;
         store.complete = labels.is_none();
         store.owned = labels.is_none() || labels == Some(crate::annotations::OWNER_UID);
     }
 
     /// A (re)list of `type_ref` over `namespace` returned `objects`: they replace what the
     /// store held there. Returns the objects that were held and are gone.
+    #[cfg(test)]
     pub(crate) fn replace(
         &self,
         type_ref: &TypeRef,
         namespace: Option<&str>,
         objects: Vec<(ObjectRef, Arc<Value>)>,
     ) -> Vec<Arc<Value>> {
+        let listed = objects.iter().map(|(r, _)| r.clone()).collect();
+        for (reference, object) in objects {
+            self.upsert(reference, &object);
+        }
+        self.retain_listed(type_ref, namespace, &listed)
+    }
+
+    /// A (re)list of `type_ref` over `namespace` is complete; its objects, stored as they
+    /// came ([`Stores::upsert`]), are `listed`. What else the store held there is dropped
+    /// (returned: it went while the watch was down), and the store answers for the
+    /// namespace from now on.
+    pub(crate) fn retain_listed(
+        &self,
+        type_ref: &TypeRef,
+        namespace: Option<&str>,
+        listed: &HashSet<ObjectRef>,
+    ) -> Vec<Arc<Value>> {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
-        let listed: HashSet<&ObjectRef> = objects.iter().map(|(r, _)| r).collect();
         let gone: Vec<ObjectRef> = store
             .objects
             .keys()
@@ -206,29 +413,47 @@ impl Stores {
             .collect();
         let removed = gone
             .iter()
-            .filter_map(|r| store.objects.remove(r)?.unpack().map(Arc::new))
+            .filter_map(|r| store.take(r)?.unpack().map(Arc::new))
             .collect();
-        store
-            .objects
-            .extend(objects.into_iter().map(|(r, o)| (r, Packed::new(&o))));
         store.synced.insert(namespace.map(str::to_string));
         removed
     }
 
-    /// The watch saw `object` (added or modified). Returns whether it replaces a copy.
+    /// The watch saw `object` (added or modified, or listed). Returns whether it replaces
+    /// a copy.
     pub(crate) fn upsert(&self, reference: ObjectRef, object: &Value) -> bool {
-        let packed = Packed::new(object);
+        let type_ref = reference.type_ref();
+        let keep = read(&self.kinds)
+            .get(&type_ref)
+            .map_or(Keep::Whole, |store| store.keep);
+        // Packed outside the lock: readers wait for none of it.
+        let packed = Packed::new(object, keep);
         let mut kinds = write(&self.kinds);
-        let store = kinds.entry(reference.type_ref()).or_default();
-        store.objects.insert(reference, packed).is_some()
+        let store = kinds.entry(type_ref).or_default();
+        let packed = if store.keep == keep {
+            packed
+        } else {
+            // Declared otherwise meanwhile.
+            Packed::new(object, store.keep)
+        };
+        store.insert(reference, packed)
     }
 
     /// The watch saw `object` deleted.
     pub(crate) fn remove(&self, reference: &ObjectRef) {
         let mut kinds = write(&self.kinds);
         if let Some(store) = kinds.get_mut(&reference.type_ref()) {
-            store.objects.remove(reference);
+            store.take(reference);
         }
+    }
+
+    /// Per kind, how many objects the stores hold and the bytes of their texts (what
+    /// `windlass_cache_objects` and `windlass_cache_bytes` export).
+    pub(crate) fn sizes(&self) -> Vec<(TypeRef, usize, usize)> {
+        read(&self.kinds)
+            .iter()
+            .map(|(kind, store)| (kind.clone(), store.objects.len(), store.bytes))
+            .collect()
     }
 }
 
@@ -282,10 +507,11 @@ impl CachedCluster {
         &self.own
     }
 
-    /// What the watches know of `object` (not what this process wrote since).
+    /// What the watches hold of `object` (not what this process wrote since): for the
+    /// kinds components deploy, the part of it their stores keep (see the module docs).
     #[cfg(any(test, feature = "testing"))]
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
-        self.stores.lookup(object)
+        self.stores.lookup_metadata(object)
     }
 
     /// Every object of `type_ref` the watches have.
@@ -342,7 +568,7 @@ impl CachedCluster {
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
         if let Some(mine) = &object
-            && let Cached::Present(seen) = self.stores.lookup(&reference)
+            && let Cached::Present(seen) = self.stores.lookup_metadata(&reference)
             && !newer(mine, &seen)
         {
             written.remove(&reference);
@@ -422,6 +648,10 @@ impl Cluster for CachedCluster {
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get_with(object, true).await
+    }
+
+    fn get_own_is_partial(&self) -> bool {
+        true
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -554,7 +784,11 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let (b, _) = cm("b", "1");
         assert_eq!(stores.lookup(&a), Cached::Unknown, "no watch yet");
-        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
+        stores.declare(
+            &a.type_ref(),
+            Some(crate::annotations::OWNER_UID),
+            Keep::Whole,
+        );
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
         assert_eq!(
@@ -574,14 +808,14 @@ mod tests {
             Cached::Absent,
             "about to write it: no labelled object of that name exists"
         );
-        stores.declare(&a.type_ref(), Some("app=other"));
+        stores.declare(&a.type_ref(), Some("app=other"), Keep::Whole);
         assert_eq!(
             stores.lookup_own(&b),
             Cached::Unknown,
             "another selector cannot tell"
         );
         // A whole watch replaces the label-scoped one: it knows once it has listed.
-        stores.declare(&a.type_ref(), None);
+        stores.declare(&a.type_ref(), None, Keep::Whole);
         assert_eq!(stores.lookup(&b), Cached::Unknown, "not listed yet");
         assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
@@ -615,13 +849,17 @@ mod tests {
         let (a, a_obj) = cm("a", "1");
         let query = ListQuery::new(a.type_ref(), Some("ns"));
         assert!(stores.list(&query).is_none(), "no watch yet");
-        stores.declare(&a.type_ref(), Some(crate::annotations::OWNER_UID));
+        stores.declare(
+            &a.type_ref(),
+            Some(crate::annotations::OWNER_UID),
+            Keep::Whole,
+        );
         stores.replace(&a.type_ref(), Some("ns"), vec![(a.clone(), a_obj.clone())]);
         assert!(
             stores.list(&query).is_none(),
             "label-scoped: objects without the label exist too"
         );
-        stores.declare(&a.type_ref(), None);
+        stores.declare(&a.type_ref(), None, Keep::Whole);
         assert!(
             stores.list(&query).is_none(),
             "the whole watch has not listed"
@@ -639,6 +877,118 @@ mod tests {
         stores.replace(&a.type_ref(), None, vec![(a.clone(), a_obj)]);
         assert_eq!(stores.list(&other).map(|l| l.len()), Some(0));
         assert_eq!(stores.list(&everywhere).map(|l| l.len()), Some(1));
+    }
+
+    /// A Deployment as the API server returns it, with what a rollout does not read.
+    fn deployment(rv: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "resourceVersion": rv,
+                "generation": 2, "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {crate::annotations::OWNER_UID: "cr", "app": "web"},
+                "annotations": {crate::annotations::APPLIED_HASH: "h",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"huge\": 1}"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "cr", "uid": "cr"}],
+                "managedFields": [{"manager": crate::FIELD_MANAGER, "operation": "Apply",
+                    "time": "2026-01-01T00:00:00Z", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                "availableReplicas": 2, "conditions": [
+                    {"type": "Available", "status": "True"},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}})
+    }
+
+    #[test]
+    fn a_slim_store_keeps_what_a_rollout_reads_and_answers_only_own_reads() {
+        let stores = Stores::new();
+        let full = deployment("5");
+        let reference = ObjectRef::from_manifest(&full).unwrap();
+        let kind = reference.type_ref();
+        stores.declare(&kind, Some(crate::annotations::OWNER_UID), Keep::Slim);
+        stores.replace(
+            &kind,
+            Some("ns"),
+            vec![(reference.clone(), Arc::new(full.clone()))],
+        );
+        let Cached::Present(slim) = stores.lookup_own(&reference) else {
+            panic!("an own read is answered");
+        };
+        let mut expected = full.clone();
+        expected["spec"] = json!({"replicas": 2});
+        let metadata = expected["metadata"].as_object_mut().unwrap();
+        for dropped in ["creationTimestamp", "ownerReferences"] {
+            metadata.remove(dropped);
+        }
+        metadata["labels"].as_object_mut().unwrap().remove("app");
+        metadata["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove("kubectl.kubernetes.io/last-applied-configuration");
+        metadata["managedFields"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("time");
+        assert_eq!(slim, expected);
+        // What deploying and verifying read answers the same from the slim copy.
+        assert_eq!(
+            crate::verify::verify_object(&slim),
+            crate::verify::verify_object(&full)
+        );
+        assert!(crate::verify::verify_object(&slim));
+        assert_eq!(
+            crate::rollout::drift::drift(
+                &full,
+                Some(&slim),
+                crate::cluster::WriteMethod::Apply,
+                crate::FIELD_MANAGER
+            ),
+            crate::rollout::drift::drift(
+                &full,
+                Some(&full),
+                crate::cluster::WriteMethod::Apply,
+                crate::FIELD_MANAGER
+            ),
+        );
+        assert_eq!(
+            stores.lookup(&reference),
+            Cached::Unknown,
+            "a whole read asks the server"
+        );
+        assert_eq!(stores.lookup_metadata(&reference), Cached::Present(slim));
+        let sizes = stores.sizes();
+        assert_eq!(sizes.len(), 1);
+        assert_eq!((sizes[0].1, sizes[0].2), (1, expected.to_string().len()));
+
+        // Watched whole from now on: the partial copies go, and the store answers once listed.
+        stores.declare(&kind, None, Keep::Whole);
+        assert_eq!(stores.lookup_own(&reference), Cached::Unknown);
+        assert_eq!(stores.sizes()[0].2, 0);
+        stores.replace(
+            &kind,
+            Some("ns"),
+            vec![(reference.clone(), Arc::new(full.clone()))],
+        );
+        assert_eq!(stores.lookup(&reference), Cached::Present(full));
+    }
+
+    #[test]
+    fn a_list_stored_as_it_came_drops_what_it_no_longer_has_when_it_ends() {
+        let stores = Stores::new();
+        let (a, a_obj) = cm("a", "1");
+        let (b, b_obj) = cm("b", "1");
+        let kind = a.type_ref();
+        stores.declare(&kind, None, Keep::Whole);
+        stores.upsert(a.clone(), &a_obj);
+        assert_eq!(stores.lookup(&a), Cached::Unknown, "not listed yet");
+        let gone = stores.retain_listed(&kind, Some("ns"), &HashSet::from([a.clone()]));
+        assert!(gone.is_empty());
+        assert_eq!(stores.lookup(&a), Cached::Present((*a_obj).clone()));
+        // A relist that reports b only: a went while the watch was down.
+        stores.upsert(b.clone(), &b_obj);
+        let gone = stores.retain_listed(&kind, Some("ns"), &HashSet::from([b.clone()]));
+        assert_eq!(gone, vec![a_obj]);
+        assert_eq!(stores.lookup(&a), Cached::Absent);
+        assert_eq!(stores.sizes()[0].1, 1);
+        assert_eq!(stores.sizes()[0].2, b_obj.to_string().len());
     }
 
     #[test]

@@ -3,18 +3,24 @@
 //!
 //! The primary kind's watch and the controller's extra watches start at once. The kinds
 //! the controller deploys get a label-scoped watch (only objects carrying windlass's
-//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]); a kind whose
-//! objects CRs read without owning them ([`Learned::Reads`], for a dependency hash) is
-//! watched whole from then on, in place of its label-scoped watch.
+//! ownership label) as reconciles first deploy them ([`Learned::Deploys`]), and its store
+//! keeps what a rollout reads of them ([`Keep::Slim`]); a kind whose objects CRs read
+//! without owning them ([`Learned::Reads`], for a dependency hash) is watched whole from
+//! then on, in place of its label-scoped watch, and kept whole.
+//!
+//! A dispatcher of one shard of a sharded controller ([`ShardScope`], see
+//! `runtime::shard`) watches the primary kind and the deployed kinds within the shard, and
+//! starts with the deployed kinds the other shards have learned, so that a shard taken
+//! over starts with its whole cache.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::cache::Stores;
+use super::cache::{Keep, Stores};
 use super::route::Router;
 use super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
 use crate::cluster::{Cluster, LiveCluster, Scope};
@@ -29,6 +35,21 @@ pub(super) struct Sources {
     pub(super) namespaces: Vec<String>,
     pub(super) observer: Arc<dyn WatchObserver>,
     pub(super) initial_list: InitialList,
+    /// The shard these watches are for, when the controller is sharded.
+    pub(super) shard: Option<ShardScope>,
+}
+
+/// The watches of one shard of a sharded controller.
+pub(super) struct ShardScope {
+    /// The shard's label selector (`windlass.dev/shard=3`), ANDed into the watches of the
+    /// deployed kinds, and of the primary kind unless `primary_live` selects it.
+    pub(super) labels: String,
+    /// A cluster whose client has the API server select the shard's CRs (KEP-5866's
+    /// `shardSelector`), for the primary kind's watch; `None`: by the label.
+    pub(super) primary_live: Option<Arc<LiveCluster>>,
+    /// The kinds the controller's reconciles deployed so far, in any shard: watched from
+    /// the start, and added to as reconciles deploy more.
+    pub(super) deployed: Arc<Mutex<BTreeSet<TypeRef>>>,
 }
 
 /// Start the primary kind's and the controller's extra watches, then route every event;
@@ -41,7 +62,19 @@ pub(super) async fn route_events(
 ) {
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
     let mut watches = Watches::new(sources, events_tx);
-    watches.start_declared(declared_watches(&router)).await;
+    watches
+        .start_declared(router.primary(), declared_watches(&router))
+        .await;
+    let seeded: Vec<TypeRef> = watches
+        .shard
+        .as_ref()
+        .map(|s| s.deployed.lock().iter().cloned().collect())
+        .unwrap_or_default();
+    for kind in seeded {
+        if !router.watches_extra(&kind) {
+            watches.watch_deployed(kind).await;
+        }
+    }
     loop {
         tokio::select! {
             Some(event) = events.recv() => {
@@ -74,6 +107,8 @@ struct Watches {
     scoped: HashMap<TypeRef, Vec<(AbortHandle, Watch)>>,
     /// The kinds watched whole for that reason.
     whole: HashSet<TypeRef>,
+    /// The shard, when the controller is sharded.
+    shard: Option<ShardScope>,
 }
 
 impl Watches {
@@ -84,6 +119,7 @@ impl Watches {
             namespaces,
             observer,
             initial_list,
+            shard,
         } = sources;
         let namespaces: Vec<Option<String>> = if namespaces.is_empty() {
             vec![None]
@@ -100,16 +136,21 @@ impl Watches {
             tasks: JoinSet::new(),
             scoped: HashMap::new(),
             whole: HashSet::new(),
+            shard,
         }
     }
 
-    /// Start watching `type_ref` (the objects matching `labels`, or all), in every watched
-    /// namespace or, for a cluster-scoped kind, once. Returns the watches started.
+    /// Start watching `type_ref` (the objects matching `labels`, or all; within the shard
+    /// `shard` when given), in every watched namespace or, for a cluster-scoped kind, once,
+    /// through `live`, its store keeping `keep` of each object. Returns the watches started.
     fn start(
         &mut self,
         type_ref: &TypeRef,
         cluster_scoped: bool,
         labels: Option<String>,
+        keep: Keep,
+        shard: Option<String>,
+        live: Arc<LiveCluster>,
     ) -> Vec<(AbortHandle, Watch)> {
         let spread: Vec<Option<String>> = if cluster_scoped {
             vec![None]
@@ -117,17 +158,18 @@ impl Watches {
             self.namespaces.clone()
         };
         // Before the tasks start: from now on the store answers as the new watch's.
-        self.stores.declare(type_ref, labels.as_deref());
+        self.stores.declare(type_ref, labels.as_deref(), keep);
         let mut started = Vec::new();
         for namespace in spread {
             let watch = Watch {
                 type_ref: type_ref.clone(),
                 namespace,
                 labels: labels.clone(),
+                shard: shard.clone(),
             };
             self.observer.declare(&watch);
             let handle = self.tasks.spawn(source::run(
-                self.live.clone(),
+                live.clone(),
                 self.stores.clone(),
                 watch.clone(),
                 self.initial_list,
@@ -139,11 +181,23 @@ impl Watches {
         started
     }
 
-    /// Start the watches `declared`, each kind with its label selector (`None`: all).
-    async fn start_declared(&mut self, declared: Vec<(TypeRef, Option<String>)>) {
+    /// Start the watches `declared`, each kind with its label selector (`None`: all); the
+    /// `primary` kind's within the shard, when sharded.
+    async fn start_declared(
+        &mut self,
+        primary: &TypeRef,
+        declared: Vec<(TypeRef, Option<String>)>,
+    ) {
         for (kind, labels) in declared {
             let scoped = cluster_scoped(&self.live, &kind).await;
-            self.start(&kind, scoped, labels);
+            let (shard, live) = match &self.shard {
+                Some(shard) if kind == *primary => match &shard.primary_live {
+                    Some(selecting) => (None, selecting.clone()),
+                    None => (Some(shard.labels.clone()), self.live.clone()),
+                },
+                _ => (None, self.live.clone()),
+            };
+            self.start(&kind, scoped, labels, Keep::Whole, shard, live);
         }
     }
 
@@ -179,7 +233,18 @@ impl Watches {
         let cluster = cluster_scoped(&self.live, &kind).await;
         tracing::info!(%kind, "watching the kind the controller deploys");
         let owned = crate::annotations::OWNER_UID.to_string();
-        let started = self.start(&kind, cluster, Some(owned));
+        let shard = self.shard.as_ref().map(|shard| {
+            shard.deployed.lock().insert(kind.clone());
+            shard.labels.clone()
+        });
+        let started = self.start(
+            &kind,
+            cluster,
+            Some(owned),
+            Keep::Slim,
+            shard,
+            self.live.clone(),
+        );
         self.scoped.insert(kind, started);
     }
 
@@ -198,7 +263,7 @@ impl Watches {
             retire(&mut self.tasks, &old, self.observer.as_ref()).await;
         }
         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-        self.start(&kind, cluster, None);
+        self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
     }
 }
 

@@ -439,6 +439,7 @@ mod tests {
             type_ref: TypeRef::new("v1", kind),
             namespace: namespace.map(str::to_string),
             labels: None,
+            shard: None,
         }
     }
 
@@ -680,6 +681,7 @@ mod tests {
             type_ref: TypeRef::new("example.com/v1", "Widget"),
             namespace: None,
             labels: None,
+            shard: None,
         };
         health.declare_watch(&widgets);
         health.require_leadership();

@@ -23,6 +23,8 @@
 //! | `windlass_watch_restarts_total` | counter | `api_version`, `kind` |
 //! | `windlass_leader` | gauge: 1 while this replica leads | — |
 //! | `windlass_api_requests_total` | counter | `verb`, `resource`, `code` (0: no response) |
+//! | `windlass_cache_objects` | gauge: objects the watch caches hold | `api_version`, `kind` |
+//! | `windlass_cache_bytes` | gauge: bytes of those objects' JSON texts | `api_version`, `kind` |
 //!
 //! A series with labels appears once something was reported for those labels; the leader
 //! gauge is always there. Operator authors can add metrics of their own to the same
@@ -37,6 +39,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
@@ -45,6 +48,7 @@ use windlass_tasks::queue::QueueStats;
 use crate::Action;
 use crate::cluster::RequestCounter;
 use crate::object::TypeRef;
+use crate::runtime::cache::Stores;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -210,6 +214,13 @@ impl Metrics {
         }
     }
 
+    /// Export the size of the watch caches `stores` (`windlass_cache_objects`,
+    /// `windlass_cache_bytes`), read at every scrape.
+    pub(crate) fn watch_caches(&self, stores: std::sync::Arc<Stores>) {
+        self.registry()
+            .register_collector(Box::new(CacheSizes(stores)));
+    }
+
     /// The registry, to register an operator's own metrics next to windlass's (they are
     /// prefixed `windlass_` too). Do not hold the guard across an `.await`: scrapes wait
     /// for it.
@@ -337,6 +348,40 @@ impl Collector for ApiRequests {
                 code: key.code,
             };
             ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// `windlass_cache_objects` and `windlass_cache_bytes`, read from the stores at scrape time.
+#[derive(Debug)]
+struct CacheSizes(std::sync::Arc<Stores>);
+
+impl Collector for CacheSizes {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sizes = self.0.sizes();
+        let labels = |kind: &TypeRef| KindLabels {
+            api_version: kind.api_version.clone(),
+            kind: kind.kind.clone(),
+        };
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut family = encoder.encode_descriptor(
+            "cache_objects",
+            "Objects the watch caches hold, by kind",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (kind, objects, _) in &sizes {
+            ConstGauge::new(gauge(*objects)).encode(family.encode_family(&labels(kind))?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "cache_bytes",
+            "Bytes of the JSON texts of the objects the watch caches hold, by kind",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (kind, _, bytes) in &sizes {
+            ConstGauge::new(gauge(*bytes)).encode(family.encode_family(&labels(kind))?)?;
         }
         Ok(())
     }
@@ -582,6 +627,27 @@ mod tests {
         assert_eq!(
             sample(&metrics.encode(), "windlass_webapp_widgets_total"),
             Some(7.0)
+        );
+    }
+
+    #[test]
+    fn the_watch_caches_are_exported_by_kind() {
+        let metrics = Metrics::new();
+        let stores = std::sync::Arc::new(Stores::new());
+        metrics.watch_caches(stores.clone());
+        let object = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns"}});
+        let reference = crate::object::ObjectRef::from_manifest(&object).unwrap();
+        stores.upsert(reference, &object);
+        let text = metrics.encode();
+        let labels = r#"{api_version="v1",kind="ConfigMap"}"#;
+        assert_eq!(
+            sample(&text, &format!("windlass_cache_objects{labels}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, &format!("windlass_cache_bytes{labels}")),
+            Some(object.to_string().len() as f64)
         );
     }
 

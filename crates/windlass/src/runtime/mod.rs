@@ -21,7 +21,10 @@
 //!   they deploy and read, and their events routed (`route`) into its queue.
 //! - [`filter`](crate::watch::filter): which events start a reconcile.
 //! - `queue`: when each CR is reconciled.
-//! - `leader`: which replica may start reconciles.
+//! - `leader`: which replica may start reconciles; `fence`: no write of a reconcile once
+//!   its lock passed the renew deadline.
+//! - `shard`: replicas that share the CRs by shard (`sharding.shards`), a pipeline of
+//!   watches, caches, queue and worker per shard a replica holds.
 //! - `cache`: the cluster a reconcile reads through, answered from the watches.
 //! - `dependencies`: the Secrets and ConfigMaps CRs read without owning them, so that
 //!   their changes reconcile them (the runtime's half of `rollout::dependency_hash`).
@@ -39,6 +42,7 @@ pub(crate) mod debug;
 pub(crate) mod dependencies;
 mod dispatch;
 pub(crate) mod echo;
+mod fence;
 pub(crate) mod health;
 pub(crate) mod heartbeat;
 pub(crate) mod held;
@@ -54,6 +58,13 @@ pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod queue;
 pub(crate) mod route;
+// The shards' assignment is internal; windlass's live tests compute what to expect with it
+// through the `testing` feature.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod shard;
+#[cfg(not(feature = "testing"))]
+mod shard;
 pub(crate) mod source;
 pub(crate) mod worker;
 
@@ -160,6 +171,7 @@ impl Manager {
     fn with_metrics(client: kube::Client, operator: OperatorConfig, metrics: Metrics) -> Self {
         let live = Arc::new(LiveCluster::new(client.clone()));
         let cluster = Arc::new(CachedCluster::new(live.clone(), Arc::new(Stores::new())));
+        metrics.watch_caches(cluster.stores().clone());
         let metrics = Arc::new(metrics);
         Manager {
             client,
@@ -289,6 +301,14 @@ impl Manager {
             self.cluster.clone() as Arc<dyn Cluster>,
         )
         .await?;
+        let sharding = if settings.kind == LockKind::Sharded {
+            Some(
+                shard::Sharding::start(&settings, &self.operator.sharding, self.client.clone())
+                    .await?,
+            )
+        } else {
+            None
+        };
         self.report_leadership(&mut background, &settings, &leadership);
         let debug = self
             .operator
@@ -302,14 +322,19 @@ impl Manager {
             .file
             .clone()
             .map(|file| Heartbeat::spawn(file, self.operator.heartbeat.period.into()));
-        let context = self.context(leadership.clone(), global, debug.as_ref(), stop);
+        let mut context = self.context(leadership.clone(), global, debug.as_ref(), stop);
+        context.sharding = sharding.clone();
         let running = start_controllers(self.controllers, &context, debug.as_deref())?;
+        // The controllers have subscribed: shards may be handed out.
+        if let Some(sharding) = &sharding {
+            sharding.run();
+        }
         tracing::info!(controllers = running.len(), "running");
         shutdown.await;
         tracing::info!("shutting down: no new reconciles");
         self.health.set_shutting_down();
         let _ = stop_tx.send(true);
-        wind_down(running, leadership, heartbeat, background).await;
+        wind_down(running, leadership, sharding, heartbeat, background).await;
         Ok(())
     }
 
@@ -420,6 +445,8 @@ impl Manager {
             global,
             initial_list: self.initial_list,
             stop,
+            metrics: self.metrics.clone(),
+            sharding: None,
         }
     }
 }
@@ -433,8 +460,8 @@ fn start_controllers(
     let mut running = Vec::new();
     for controller in controllers {
         let started = controller.start(context)?;
-        if let Some(debug) = debug {
-            debug.register(started.kind.clone(), started.queue.clone());
+        if let (Some(debug), Some(queue)) = (debug, &started.queue) {
+            debug.register(started.kind.clone(), queue.clone());
         }
         running.push(started);
     }
@@ -442,22 +469,29 @@ fn start_controllers(
 }
 
 /// Stop after the shutdown signal, in order: the queues take no more work, the workers
-/// finish what is in flight (up to [`DRAIN`]) and the routers stop, the leadership is
-/// released, then the heartbeat and the servers stop.
+/// finish what is in flight (up to [`DRAIN`]) and the routers stop, the leadership (the
+/// shards' Leases and the membership, when sharded) is released, then the heartbeat and
+/// the servers stop.
 async fn wind_down(
     running: Vec<Running>,
     leadership: Leadership,
+    sharding: Option<Arc<shard::Sharding>>,
     heartbeat: Option<Heartbeat>,
     mut background: JoinSet<()>,
 ) {
     for controller in &running {
-        controller.queue.shutdown();
+        if let Some(queue) = &controller.queue {
+            queue.shutdown();
+        }
     }
     for controller in running {
         if let Err(e) = controller.worker.await {
             tracing::warn!(error = %e, "a worker ended abnormally");
         }
         controller.router.abort();
+    }
+    if let Some(sharding) = sharding {
+        sharding.shutdown().await;
     }
     if let Err(e) = leadership.shutdown().await {
         tracing::warn!(error = %e, "cannot release the leadership; it expires on its own");
@@ -480,12 +514,18 @@ struct Context {
     global: crate::watch::filter::FilterSpec,
     initial_list: source::InitialList,
     stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+    /// The shards, when the CRs are sharded.
+    sharding: Option<Arc<shard::Sharding>>,
 }
 
 /// A controller that runs.
 struct Running {
     kind: TypeRef,
-    queue: queue::ReconcileQueue,
+    /// Its queue; `None` when sharded (a queue per shard, stopped by `worker`).
+    queue: Option<queue::ReconcileQueue>,
+    /// The task that reconciles; it ends once the queue (or `stop`) shut it down and the
+    /// reconciles in flight ended.
     worker: JoinHandle<()>,
     router: JoinHandle<()>,
 }
@@ -501,6 +541,9 @@ struct Pending<C>(C);
 impl<C: Controller> Start for Pending<C> {
     fn start(self: Box<Self>, context: &Context) -> Result<Running> {
         let controller = self.0;
+        if let Some(sharding) = &context.sharding {
+            return shard::start_controller(controller, context, sharding);
+        }
         let primary = {
             use kube::Resource as _;
             TypeRef::new(C::Resource::api_version(&()), C::Resource::kind(&()))
@@ -511,13 +554,15 @@ impl<C: Controller> Start for Pending<C> {
             .map_err(|e| Error::config(format!("runtime.max-concurrent-reconciles: {e}")))?;
         let (controller_watches, filters) = controller.watches().into_parts();
         let (kinds_tx, kinds_rx) = mpsc::unbounded_channel();
-        let reconciler = Reconciler::new(
-            controller,
+        // The reconciles write only while this replica leads: a reconcile still running at
+        // the renew deadline writes nothing after it.
+        let fenced = fence::Fenced::new(
             context.cluster.clone() as Arc<dyn Cluster>,
-            (**operator).clone(),
-        )
-        .with_observer(KindsSeen::new(primary.clone(), kinds_tx))
-        .with_events(Arc::new(LiveEventSink::new(context.client.clone())));
+            context.leadership.clone(),
+        );
+        let reconciler = Reconciler::new(controller, Arc::new(fenced), (**operator).clone())
+            .with_observer(KindsSeen::new(primary.clone(), kinds_tx))
+            .with_events(Arc::new(LiveEventSink::new(context.client.clone())));
         let router = route::Router::new(
             primary.clone(),
             queue.clone(),
@@ -534,6 +579,7 @@ impl<C: Controller> Start for Pending<C> {
                 namespaces: operator.watch_namespaces(),
                 observer: context.watches.clone(),
                 initial_list: context.initial_list,
+                shard: None,
             },
             kinds_rx,
         ));
@@ -542,6 +588,7 @@ impl<C: Controller> Start for Pending<C> {
             period,
             lock_poll: operator.leader_election.retry_period.into(),
             drain: DRAIN,
+            permits: None,
         };
         let worker = tokio::spawn(worker::run(
             reconciler,
@@ -553,7 +600,7 @@ impl<C: Controller> Start for Pending<C> {
         ));
         Ok(Running {
             kind: primary,
-            queue,
+            queue: Some(queue),
             worker,
             router,
         })

@@ -5,12 +5,14 @@
 //! What a reconcile asks for next ([`Action`]) becomes the queue's [`Action`] here,
 //! with the `runtime.sync-period` folded in: a CR that is done is reconciled again after the
 //! period (and a failing one after its back-off, whatever the period), so the period
-//! survives failures and a requeue is never later than the period.
+//! survives failures and a requeue is never later than the period. The periodic
+//! re-reconcile runs at low priority ([`Priority::Low`], see [`next_run`]), behind every
+//! change someone waits for.
 
 use std::time::Duration;
 
 use windlass_tasks::backoff::BackOffPolicy;
-use windlass_tasks::queue::{QueueConfigError, TaskQueue};
+use windlass_tasks::queue::{Priority, QueueConfigError, TaskQueue};
 
 use crate::Action;
 
@@ -46,14 +48,18 @@ pub fn from_config(
 }
 
 /// What the queue does after a reconcile that ended in `outcome`, with the periodic
-/// re-reconcile `period` (`None`: off).
-pub fn next_run(outcome: Action, period: Option<Duration>) -> Action {
+/// re-reconcile `period` (`None`: off), and at which priority: the periodic re-reconcile
+/// is low, a requeue the reconcile asked for sooner than the period is high.
+pub fn next_run(outcome: Action, period: Option<Duration>) -> (Action, Priority) {
     match (outcome, period) {
-        (Action::Retry, _) => Action::Retry,
-        (Action::Done, None) => Action::Done,
-        (Action::Done, Some(period)) => Action::RequeueAfter(period),
-        (Action::RequeueAfter(delay), None) => Action::RequeueAfter(delay),
-        (Action::RequeueAfter(delay), Some(period)) => Action::RequeueAfter(delay.min(period)),
+        (Action::Retry, _) => (Action::Retry, Priority::High),
+        (Action::Done, None) => (Action::Done, Priority::High),
+        (Action::Done, Some(period)) => (Action::RequeueAfter(period), Priority::Low),
+        (Action::RequeueAfter(delay), None) => (Action::RequeueAfter(delay), Priority::High),
+        (Action::RequeueAfter(delay), Some(period)) if delay < period => {
+            (Action::RequeueAfter(delay), Priority::High)
+        }
+        (Action::RequeueAfter(_), Some(period)) => (Action::RequeueAfter(period), Priority::Low),
     }
 }
 
@@ -77,21 +83,27 @@ mod tests {
     }
 
     #[test]
-    fn the_period_bounds_every_success_and_never_a_failure() {
+    fn the_period_bounds_every_success_and_never_a_failure_and_runs_low() {
         let s = Duration::from_secs;
-        assert_eq!(next_run(Action::Done, None), Action::Done);
+        let (high, low) = (Priority::High, Priority::Low);
+        assert_eq!(next_run(Action::Done, None), (Action::Done, high));
         assert_eq!(
             next_run(Action::Done, Some(s(30))),
-            Action::RequeueAfter(s(30))
+            (Action::RequeueAfter(s(30)), low)
         );
         assert_eq!(
             next_run(Action::RequeueAfter(s(5)), Some(s(30))),
-            Action::RequeueAfter(s(5))
+            (Action::RequeueAfter(s(5)), high),
+            "asked for by the reconcile"
         );
         assert_eq!(
             next_run(Action::RequeueAfter(s(60)), Some(s(30))),
-            Action::RequeueAfter(s(30))
+            (Action::RequeueAfter(s(30)), low)
         );
-        assert_eq!(next_run(Action::Retry, Some(s(30))), Action::Retry);
+        assert_eq!(
+            next_run(Action::RequeueAfter(s(5)), None),
+            (Action::RequeueAfter(s(5)), high)
+        );
+        assert_eq!(next_run(Action::Retry, Some(s(30))), (Action::Retry, high));
     }
 }

@@ -7,6 +7,15 @@
 //!   them) starts nothing. A CR that passes is queued with
 //!   [`ReconcileQueue::enqueue_preempting`]: a user's change may be the fix a failing CR
 //!   waits for, so it does not wait out the back-off. A deleted CR leaves the queue.
+//! - **Priority.** A CR is queued at [`Priority::Low`] for an object that a list (the
+//!   watch's first, or a relist) reports and the router has not seen before: at start-up
+//!   every CR and every child is such an object, and a user's change made meanwhile must
+//!   not wait behind ten thousand of them. Everything else a filter passes is a real change
+//!   (a new generation, a child someone else changed or deleted, an object a relist finds
+//!   changed or gone) and is queued at [`Priority::High`], which promotes a CR already
+//!   waiting low. The queue keeps a share of its runs for the low line (see
+//!   [`windlass_tasks::queue`], rule 8), and the periodic resync queues low too
+//!   ([`super::queue::next_run`]).
 //! - An event of an **owned kind** concerns the CR named by its ownership label
 //!   ([`crate::annotations::OWNER_UID`]), looked up among the primary objects the watch
 //!   has seen. It passes a deletion or a version not seen before ([`ResourceVersion`]: no
@@ -57,6 +66,7 @@ use crate::watch::filter::{
     CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
     WatchFilters,
 };
+use windlass_tasks::queue::Priority;
 
 /// Routes the events of one controller's watches to its queue.
 pub struct Router {
@@ -136,7 +146,8 @@ impl Router {
         }
         let objects: Vec<(ObjectRef, Option<String>)> = objects.into_iter().collect();
         let changed = objects.iter().find(|(object, read)| {
-            let held = match self.cluster.stores().lookup(object) {
+            // Only its version is read: a partial copy tells it as well.
+            let held = match self.cluster.stores().lookup_metadata(object) {
                 Cached::Unknown => return false,
                 Cached::Absent => None,
                 Cached::Present(held) => Some(held.resource_version().map(str::to_string)),
@@ -258,10 +269,16 @@ impl Router {
             (kind != EventKind::Deleted).then_some(event.object.as_ref()),
         );
         let watch_event = WatchEvent::new(kind, &meta).with_body(&event.object);
-        if primary {
-            self.route_primary(event, &meta, watch_event)
+        // First seen in a list: start-up or relist work, not a change anyone waits for.
+        let priority = if event.listed && kind == EventKind::Added {
+            Priority::Low
         } else {
-            self.route_owned(event, &meta, watch_event, echo)
+            Priority::High
+        };
+        if primary {
+            self.route_primary(event, &meta, watch_event, priority)
+        } else {
+            self.route_owned(event, &meta, watch_event, echo, priority)
         }
     }
 
@@ -278,6 +295,7 @@ impl Router {
         event: &SourceEvent,
         meta: &ObjectMeta,
         watch_event: WatchEvent<'_>,
+        priority: Priority,
     ) -> Vec<ObjectRef> {
         let cr = event.reference.clone();
         let spec = self.spec(&self.primary.clone());
@@ -305,7 +323,10 @@ impl Router {
             self.uid_of.insert(cr.clone(), uid.clone());
         }
         for cr in &admitted {
-            self.queue.enqueue_preempting(cr.clone());
+            match priority {
+                Priority::High => self.queue.enqueue_preempting(cr.clone()),
+                Priority::Low => self.queue.enqueue_as(cr.clone(), Priority::Low),
+            };
         }
         admitted
     }
@@ -316,6 +337,7 @@ impl Router {
         meta: &ObjectMeta,
         watch_event: WatchEvent<'_>,
         echo: bool,
+        priority: Priority,
     ) -> Vec<ObjectRef> {
         // The CR whose label the object carries (whose reconcile writes it), and the CRs
         // whose pods read it without owning it.
@@ -366,7 +388,7 @@ impl Router {
             admitted
         };
         for cr in &admitted {
-            self.queue.enqueue(cr.clone());
+            self.queue.enqueue_as(cr.clone(), priority);
         }
         admitted
     }
@@ -410,6 +432,7 @@ mod tests {
             kind: EventKind::Modified,
             reference: ObjectRef::from_manifest(&object).unwrap(),
             object: Arc::new(object),
+            listed: false,
         }
     }
 
@@ -563,7 +586,9 @@ mod tests {
             Arc::new(json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}))
         };
-        cluster.stores().declare(&kind, None);
+        cluster
+            .stores()
+            .declare(&kind, None, crate::runtime::cache::Keep::Whole);
         cluster.stores().replace(
             &kind,
             None,
@@ -595,6 +620,53 @@ mod tests {
         router.depend(&cr, "web", [(reference("missing"), Some("3".into()))]);
         assert!(router.queue.contains(&cr));
         assert!(newer_version(Some("b"), Some("a")) && !newer_version(Some("9"), Some("10")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_list_reports_first_is_queued_low_and_a_real_change_high() {
+        let (mut router, _, w) = router();
+        let priority =
+            |router: &Router, cr: &ObjectRef| router.queue.inspect(cr).map(|state| state.priority);
+        assert_eq!(priority(&router, &w), Some(Priority::High), "a watch event");
+        let listed = SourceEvent {
+            kind: EventKind::Added,
+            listed: true,
+            ..widget("v")
+        };
+        let v = router.route(&listed)[0].clone();
+        assert_eq!(priority(&router, &v), Some(Priority::Low), "start-up work");
+        assert!(
+            router.route(&listed).is_empty(),
+            "a relist of the same: nothing"
+        );
+        let changed = event(
+            json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": "v", "namespace": "ns", "uid": "v-uid",
+                "resourceVersion": "2", "generation": 2}}),
+        );
+        assert_eq!(router.route(&changed), vec![v.clone()]);
+        assert_eq!(priority(&router, &v), Some(Priority::High), "promoted");
+
+        // A child first reported by a list, then changed by someone else.
+        assert!(router.queue.remove(&w));
+        let listed_child = SourceEvent {
+            kind: EventKind::Added,
+            listed: true,
+            ..child("a", "10")
+        };
+        assert_eq!(router.route(&listed_child), vec![w.clone()]);
+        assert_eq!(priority(&router, &w), Some(Priority::Low));
+        assert_eq!(router.route(&child("a", "11")), vec![w.clone()]);
+        assert_eq!(priority(&router, &w), Some(Priority::High));
+        // A relist that finds a child gone: someone deleted it.
+        assert!(router.queue.remove(&w));
+        let gone = SourceEvent {
+            kind: EventKind::Deleted,
+            listed: true,
+            ..child("a", "12")
+        };
+        assert_eq!(router.route(&gone), vec![w.clone()]);
+        assert_eq!(priority(&router, &w), Some(Priority::High));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,23 +5,26 @@
 //! list where the API server offers one (the `WatchList` feature, on by default from
 //! Kubernetes 1.34): a single watch that sends the current objects one by one and then a
 //! bookmark, served from the API server's watch cache, instead of pages of a LIST that the
-//! server must assemble in memory. A server that refuses it gets paged lists from then on;
+//! server must assemble in memory. Each object is decoded once, into the JSON the stores
+//! and the router use (see [`super::tolerant`]). A server that refuses it gets paged lists from then on;
 //! `KUBE_FEATURE_WatchListClient=false`, client-go's switch for the same feature, turns it
 //! off. A watch that fails (the API server or etcd is down, the connection broke) is
 //! reported unsynced — `/readyz` answers 503 — and started afresh after a back-off; its
 //! relist makes it synced again and resets the back-off. It retries forever: a watch that
 //! stopped after some number of failures would leave the operator dead or deaf. Every
 //! object seen goes into the [`Stores`], and every change becomes a [`SourceEvent`] on a
-//! channel for the controller's dispatcher. A relist reports what changed while the watch
-//! was down: objects that are gone as deletions.
+//! channel for the controller's dispatcher. A (re)list goes into the store object by object
+//! as it arrives, each sent on at once, so that what a list holds at a time is one object,
+//! not the whole list; when it is complete, what the store held and the list no longer has
+//! went while the watch was down, and is reported deleted.
 //!
 //! The primary kind is watched whole; the kinds components own are watched
 //! label-scoped, only objects that carry windlass's ownership label
-//! ([`crate::annotations::OWNER_UID`]), and kept whole too (windlass's own
-//! `managedFields` only), so that a reconcile reads them from the store instead of the
-//! API server — a metadata-only watch would save memory but cost a GET per object per
-//! reconcile.
+//! ([`crate::annotations::OWNER_UID`]). Every event carries the whole object (windlass's
+//! own `managedFields` only), for the filters; what the store keeps of it is the store's
+//! choice (see [`super::cache`]: the owned kinds keep what a rollout reads of them).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -30,7 +33,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::cache::Stores;
-use super::tolerant::Tolerant;
+use super::tolerant::{Parsed, Tolerant, Watched, too_deep};
 use crate::cluster::LiveCluster;
 use crate::object::{ObjectRef, TypeRef};
 use crate::watch::filter::EventKind;
@@ -44,6 +47,10 @@ pub struct Watch {
     pub namespace: Option<String>,
     /// A label selector, or `None` for every object (the store is then complete).
     pub labels: Option<String>,
+    /// The label selector of one shard (`windlass.dev/shard=3`), ANDed with `labels` by the
+    /// watch: the store of a shard's watches is the shard's own (see `runtime::shard`), so
+    /// it counts as complete, or as seeing every owned object, within the shard.
+    pub shard: Option<String>,
 }
 
 /// One change a watch saw.
@@ -55,6 +62,10 @@ pub struct SourceEvent {
     pub object: Arc<Value>,
     /// Its reference.
     pub reference: ObjectRef,
+    /// Whether a list (at the watch's start, or a relist) reported it rather than the
+    /// watch: the router queues a CR for an object it first learns of this way at low
+    /// priority.
+    pub listed: bool,
 }
 
 /// What a watch tells about itself (readiness, metrics).
@@ -86,12 +97,18 @@ pub async fn run(
 ) {
     // Discovery itself may fail (the CRD is not installed yet): retry like the watch.
     let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
-    let api = loop {
-        match live
-            .api_as::<Tolerant>(&watch.type_ref, watch.namespace.as_deref())
-            .await
-        {
-            Ok(api) => break api,
+    let (api, tolerant_api) = loop {
+        let namespace = watch.namespace.as_deref();
+        let apis = match live.api_as::<Parsed>(&watch.type_ref, namespace).await {
+            // The kind is resolved now: the second is answered from discovery's cache.
+            Ok(api) => live
+                .api_as::<Tolerant>(&watch.type_ref, namespace)
+                .await
+                .map(|tolerant| (api, tolerant)),
+            Err(e) => Err(e),
+        };
+        match apis {
+            Ok(apis) => break apis,
             Err(e) => {
                 let delay = backoff.next_jittered();
                 tracing::warn!(kind = %watch.type_ref, error = %e, ?delay, "cannot watch yet");
@@ -105,20 +122,41 @@ pub async fn run(
     // afresh after a back-off: its relist (Init … InitDone) reports what changed meanwhile
     // and marks it synced again. The back-off resets once a list has completed.
     backoff.reset();
+    // Decoded in one pass until an object too deep for it turns up; then one by one.
+    let mut tolerant: Option<kube::Api<Tolerant>> = None;
     loop {
-        let stream = watcher::watcher(api.clone(), initial_list.config(&watch));
-        match follow(
-            &live,
-            &stores,
-            &watch,
-            initial_list,
-            stream,
-            &events,
-            &*observer,
-            &mut backoff,
-        )
-        .await
-        {
+        let config = initial_list.config(&watch);
+        let ended = match &tolerant {
+            None => {
+                let stream = watcher::watcher(api.clone(), config);
+                follow(
+                    &live,
+                    &stores,
+                    &watch,
+                    initial_list,
+                    stream,
+                    &events,
+                    &*observer,
+                    &mut backoff,
+                )
+                .await
+            }
+            Some(api) => {
+                let stream = watcher::watcher(api.clone(), config);
+                follow(
+                    &live,
+                    &stores,
+                    &watch,
+                    initial_list,
+                    stream,
+                    &events,
+                    &*observer,
+                    &mut backoff,
+                )
+                .await
+            }
+        };
+        match ended {
             Ended::ReceiverGone => return,
             Ended::StreamingRefused => {
                 tracing::warn!(
@@ -127,6 +165,14 @@ pub async fn run(
                      listing in pages instead"
                 );
                 initial_list = InitialList::Paged;
+            }
+            Ended::TooDeep => {
+                tracing::warn!(
+                    kind = %watch.type_ref,
+                    "an object is nested too deep to decode with the others; decoding this \
+                     kind's objects one by one from now on"
+                );
+                tolerant = Some(tolerant_api.clone());
             }
             Ended::Failed => {
                 let delay = backoff.next_jittered();
@@ -184,8 +230,10 @@ impl InitialList {
         if self == InitialList::Streaming {
             config = config.streaming_lists();
         }
-        if let Some(labels) = &watch.labels {
-            config = config.labels(labels);
+        match (&watch.labels, &watch.shard) {
+            (Some(labels), Some(shard)) => config = config.labels(&format!("{labels},{shard}")),
+            (Some(labels), None) | (None, Some(labels)) => config = config.labels(labels),
+            (None, None) => {}
         }
         config
     }
@@ -223,28 +271,36 @@ enum Ended {
     StreamingRefused,
     /// The watch failed (or its stream ended): start a new one.
     Failed,
+    /// An object is nested too deep to decode with the others: decode one by one.
+    TooDeep,
 }
 
 /// Follow one watcher stream, listing with `initial_list`, until it fails or the receiver
 /// of `events` is gone.
 #[allow(clippy::too_many_arguments)] // one watch's whole context; a struct would only rename it
-async fn follow(
+async fn follow<W: Watched>(
     live: &LiveCluster,
     stores: &Stores,
     watch: &Watch,
     initial_list: InitialList,
-    stream: impl futures::Stream<Item = watcher::Result<Event<Tolerant>>>,
+    stream: impl futures::Stream<Item = watcher::Result<Event<W>>>,
     events: &mpsc::Sender<SourceEvent>,
     observer: &dyn WatchObserver,
     backoff: &mut windlass_tasks::backoff::ExponentialBackOff,
 ) -> Ended {
     let mut stream = std::pin::pin!(stream);
-    let mut relist: Vec<(ObjectRef, Arc<Value>)> = Vec::new();
+    // What the list in progress has reported: at its end, what the store holds besides
+    // went while the watch was down.
+    let mut listed: HashSet<ObjectRef> = HashSet::new();
     while let Some(item) = stream.next().await {
         let event = match item {
             Ok(event) => event,
             Err(e) if initial_list == InitialList::Streaming && refuses_streaming(&e) => {
                 return Ended::StreamingRefused;
+            }
+            Err(e) if too_deep(&e) => {
+                observer.synced(watch, false);
+                return Ended::TooDeep;
             }
             Err(e) => {
                 tracing::warn!(kind = %watch.type_ref, error = %e, "watch failed; restarting it");
@@ -255,20 +311,23 @@ async fn follow(
         };
         let sent = match event {
             Event::Init => {
-                relist.clear();
+                listed.clear();
                 observer.synced(watch, false);
                 Vec::new()
             }
-            Event::InitApply(object) => {
-                if let Some(pair) =
-                    readable(watch, object).and_then(|o| entry(live, &watch.type_ref, o))
-                {
-                    relist.push(pair);
-                }
-                Vec::new()
-            }
+            Event::InitApply(object) => readable(watch, object)
+                .and_then(|o| applied(live, stores, watch, o))
+                .map(|mut event| {
+                    listed.insert(event.reference.clone());
+                    // A list reports what exists, added or not.
+                    event.kind = EventKind::Added;
+                    event.listed = true;
+                    event
+                })
+                .into_iter()
+                .collect(),
             Event::InitDone => {
-                let changes = relisted(stores, watch, std::mem::take(&mut relist));
+                let changes = relisted(stores, watch, &std::mem::take(&mut listed));
                 observer.synced(watch, true);
                 backoff.reset();
                 changes
@@ -294,8 +353,8 @@ async fn follow(
 
 /// The object of a watch event, or `None` (logged) when it could not be read: it is left
 /// out of the store and of the events, and every other object goes on.
-fn readable(watch: &Watch, object: Tolerant) -> Option<kube::core::DynamicObject> {
-    match object.0 {
+fn readable(watch: &Watch, object: impl Watched) -> Option<Value> {
+    match object.into_value() {
         Ok(object) => Some(object),
         Err(invalid) => {
             tracing::warn!(
@@ -310,31 +369,21 @@ fn readable(watch: &Watch, object: Tolerant) -> Option<kube::core::DynamicObject
     }
 }
 
-/// A relist is complete: `listed` replaces what the store held of the watch. Every listed
-/// object is reported added, and every object the store held that the list no longer has
-/// is reported deleted: it went while the watch was down.
-fn relisted(
-    stores: &Stores,
-    watch: &Watch,
-    listed: Vec<(ObjectRef, Arc<Value>)>,
-) -> Vec<SourceEvent> {
-    let mut changes: Vec<SourceEvent> = listed
-        .iter()
-        .map(|(reference, object)| SourceEvent {
-            kind: EventKind::Added,
-            object: object.clone(),
-            reference: reference.clone(),
+/// A (re)list is complete: its objects, each stored and reported as it came, are `listed`.
+/// Every object the store held of the watch that the list no longer has is dropped and
+/// reported deleted: it went while the watch was down.
+fn relisted(stores: &Stores, watch: &Watch, listed: &HashSet<ObjectRef>) -> Vec<SourceEvent> {
+    let gone = stores.retain_listed(&watch.type_ref, watch.namespace.as_deref(), listed);
+    gone.into_iter()
+        .filter_map(|object| {
+            Some(SourceEvent {
+                kind: EventKind::Deleted,
+                reference: ObjectRef::from_manifest(&object).ok()?,
+                object,
+                listed: true,
+            })
         })
-        .collect();
-    let gone = stores.replace(&watch.type_ref, watch.namespace.as_deref(), listed);
-    changes.extend(gone.into_iter().filter_map(|object| {
-        Some(SourceEvent {
-            kind: EventKind::Deleted,
-            reference: ObjectRef::from_manifest(&object).ok()?,
-            object,
-        })
-    }));
-    changes
+        .collect()
 }
 
 /// An object was created or changed: store it, and report it added or modified as the
@@ -343,7 +392,7 @@ fn applied(
     live: &LiveCluster,
     stores: &Stores,
     watch: &Watch,
-    object: kube::core::DynamicObject,
+    object: Value,
 ) -> Option<SourceEvent> {
     let (reference, object) = entry(live, &watch.type_ref, object)?;
     let replaced = stores.upsert(reference.clone(), &object);
@@ -355,6 +404,7 @@ fn applied(
         },
         object,
         reference,
+        listed: false,
     })
 }
 
@@ -363,7 +413,7 @@ fn deleted(
     live: &LiveCluster,
     stores: &Stores,
     watch: &Watch,
-    object: kube::core::DynamicObject,
+    object: Value,
 ) -> Option<SourceEvent> {
     let (reference, object) = entry(live, &watch.type_ref, object)?;
     stores.remove(&reference);
@@ -371,31 +421,32 @@ fn deleted(
         kind: EventKind::Deleted,
         object,
         reference,
+        listed: false,
     })
 }
 
-/// The object as the store keeps it. Items of a list carry no apiVersion and kind: they
-/// are the watch's.
+/// The object as windlass keeps it: only windlass's own `managedFields`, and its
+/// apiVersion and kind (items of a list carry none: they are the watch's).
 fn entry(
     live: &LiveCluster,
     type_ref: &TypeRef,
-    mut object: kube::core::DynamicObject,
+    mut object: Value,
 ) -> Option<(ObjectRef, Arc<Value>)> {
-    if object.types.is_none() {
-        object.types = Some(kube::core::TypeMeta {
-            api_version: type_ref.api_version.clone(),
-            kind: type_ref.kind.clone(),
-        });
-    }
-    let value = match live.object_value(object) {
-        Ok(value) => value,
-        Err(e) => {
-            tracing::warn!(error = %e, "dropping an object the watch delivered");
-            return None;
-        }
+    let Some(map) = object.as_object_mut() else {
+        tracing::warn!(kind = %type_ref, "dropping a watched object that is not a JSON object");
+        return None;
     };
-    let reference = ObjectRef::from_manifest(&value).ok()?;
-    Some((reference, Arc::new(value)))
+    for (key, value) in [
+        ("apiVersion", &type_ref.api_version),
+        ("kind", &type_ref.kind),
+    ] {
+        if !map.get(key).is_some_and(Value::is_string) {
+            map.insert(key.to_string(), Value::String(value.clone()));
+        }
+    }
+    live.keep_own_managed_fields(&mut object);
+    let reference = ObjectRef::from_manifest(&object).ok()?;
+    Some((reference, Arc::new(object)))
 }
 
 #[cfg(test)]
@@ -431,10 +482,11 @@ mod tests {
                 "{on}"
             );
         }
-        let watch = Watch {
+        let mut watch = Watch {
             type_ref: TypeRef::new("v1", "ConfigMap"),
             namespace: None,
             labels: Some("a=b".to_string()),
+            shard: None,
         };
         let streaming = InitialList::Streaming.config(&watch);
         assert_eq!(
@@ -445,6 +497,19 @@ mod tests {
         assert_eq!(
             InitialList::Paged.config(&watch).initial_list_strategy,
             watcher::InitialListStrategy::ListWatch
+        );
+        // A shard's watch selects within the shard.
+        watch.shard = Some("windlass.dev/shard=3".to_string());
+        let sharded = InitialList::Paged.config(&watch);
+        assert_eq!(
+            sharded.label_selector.as_deref(),
+            Some("a=b,windlass.dev/shard=3")
+        );
+        watch.labels = None;
+        let sharded = InitialList::Paged.config(&watch);
+        assert_eq!(
+            sharded.label_selector.as_deref(),
+            Some("windlass.dev/shard=3")
         );
     }
 
@@ -530,11 +595,12 @@ mod follow_tests {
             type_ref: TypeRef::new("v1", "ConfigMap"),
             namespace: None,
             labels: None,
+            shard: None,
         };
         let (events, _receiver) = mpsc::channel(1);
         let reports = Reports::default();
         let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
-        let stream = futures::stream::iter([Err(error)]);
+        let stream = futures::stream::iter([Err::<Event<Parsed>, _>(error)]);
         let ended = follow(
             &live,
             &Stores::new(),
@@ -561,5 +627,76 @@ mod follow_tests {
         let (ended, reports) = follow_failing(InitialList::Paged, refusal()).await;
         assert_eq!(ended, Ended::Failed);
         assert_eq!(reports, ["failed", "synced false"]);
+    }
+
+    /// A ConfigMap `name` as the watch decodes it.
+    fn parsed(name: &str) -> Parsed {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+                "managedFields": [{"manager": "kubectl"}, {"manager": crate::FIELD_MANAGER}]}}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_list_is_stored_and_sent_object_by_object_and_a_relist_reports_what_went() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = LiveCluster::new(kube::Client::try_from(config).unwrap());
+        let watch = Watch {
+            type_ref: TypeRef::new("v1", "ConfigMap"),
+            namespace: None,
+            labels: None,
+            shard: None,
+        };
+        let stores = Stores::new();
+        let (events, mut received) = mpsc::channel(16);
+        let reports = Reports::default();
+        let mut backoff = windlass_tasks::backoff::ExponentialBackOff::new(watch_backoff());
+        let stream = futures::stream::iter([
+            Ok(Event::Init),
+            Ok(Event::InitApply(parsed("a"))),
+            Ok(Event::InitApply(parsed("b"))),
+            Ok(Event::InitDone),
+            Ok(Event::Init),
+            Ok(Event::InitApply(parsed("b"))),
+            Ok(Event::InitDone),
+        ]);
+        let ended = follow(
+            &live,
+            &stores,
+            &watch,
+            InitialList::Streaming,
+            stream,
+            &events,
+            &reports,
+            &mut backoff,
+        )
+        .await;
+        assert_eq!(ended, Ended::Failed, "the stream ended");
+        let mut seen = Vec::new();
+        while let Ok(event) = received.try_recv() {
+            seen.push((event.kind, event.reference.name.clone(), event.listed));
+            // Only windlass's own managedFields are kept.
+            if event.kind != EventKind::Deleted {
+                assert_eq!(
+                    event.object["metadata"]["managedFields"],
+                    serde_json::json!([{"manager": crate::FIELD_MANAGER}])
+                );
+            }
+        }
+        let added = |name: &str| (EventKind::Added, name.to_string(), true);
+        assert_eq!(
+            seen,
+            [
+                added("a"),
+                added("b"),
+                added("b"),
+                (EventKind::Deleted, "a".to_string(), true)
+            ]
+        );
+        assert_eq!(
+            reports.0.into_inner(),
+            ["synced false", "synced true", "synced false", "synced true"]
+        );
+        assert_eq!(stores.sizes()[0].1, 1, "b only");
     }
 }

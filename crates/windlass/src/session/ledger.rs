@@ -20,11 +20,15 @@ use crate::error::ClusterError;
 use crate::object::{ObjectRef, TypeRef};
 use crate::status::inventory::Inventory;
 
+/// A copy the ledger keeps (`None`: found absent), and whether it is partial.
+type Seen = (Option<Arc<Value>>, bool);
+
 /// What one reconcile has seen and applied.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    /// The freshest copy of each object read or written; `None` when it was found absent.
-    objects: Mutex<HashMap<ObjectRef, Option<Arc<Value>>>>,
+    /// The freshest copy of each object read or written; `None` when it was found absent;
+    /// and whether the copy is partial (read with a [`Cluster::get_own`] that says so).
+    objects: Mutex<HashMap<ObjectRef, Seen>>,
     /// What windlass applied for the CR, as the rollout updates it; shared with the
     /// snapshots [`Ledger::inventory`] hands out, copied only when changed after one.
     inventory: Mutex<Arc<Inventory>>,
@@ -84,14 +88,30 @@ impl Ledger {
         self.dependencies.lock().1
     }
 
-    /// The copy seen last, if the object was read or written in this reconcile.
+    /// The copy seen last, if the object was read whole or written in this reconcile.
     pub(crate) fn seen(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
-        self.objects.lock().get(object).cloned()
+        match self.objects.lock().get(object) {
+            Some((value, false)) => Some(value.clone()),
+            _ => None,
+        }
+    }
+
+    /// The copy seen last, whole or partial (see [`Cluster::get_own`]).
+    fn seen_own(&self, object: &ObjectRef) -> Option<Option<Arc<Value>>> {
+        self.objects
+            .lock()
+            .get(object)
+            .map(|(value, _)| value.clone())
     }
 
     /// Remember the freshest copy of `object` (`None`: it is absent).
     pub(crate) fn remember(&self, object: ObjectRef, value: Option<Arc<Value>>) {
-        self.objects.lock().insert(object, value);
+        self.objects.lock().insert(object, (value, false));
+    }
+
+    /// Remember a partial copy of `object`, or that a partial read found it absent.
+    fn remember_partial(&self, object: ObjectRef, value: Option<Arc<Value>>) {
+        self.objects.lock().insert(object, (value, true));
     }
 
     /// Forget `object`, so the next look reads it (after a delete, whose outcome the
@@ -149,13 +169,19 @@ impl Recorded {
     }
 
     /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
-    /// [`Cluster::get_own`]) of the inner cluster, remembered.
+    /// [`Cluster::get_own`]) of the inner cluster, remembered. A whole read is not
+    /// answered with a partial copy an own read left.
     async fn read(
         &self,
         object: &ObjectRef,
         own: bool,
     ) -> Result<Option<Arc<Value>>, ClusterError> {
-        if let Some(seen) = self.ledger.seen(object) {
+        let seen = if own {
+            self.ledger.seen_own(object)
+        } else {
+            self.ledger.seen(object)
+        };
+        if let Some(seen) = seen {
             return Ok(seen);
         }
         let found = if own {
@@ -163,7 +189,11 @@ impl Recorded {
         } else {
             self.inner.get_shared(object).await?
         };
-        self.ledger.remember(object.clone(), found.clone());
+        if own && self.inner.get_own_is_partial() {
+            self.ledger.remember_partial(object.clone(), found.clone());
+        } else {
+            self.ledger.remember(object.clone(), found.clone());
+        }
         Ok(found)
     }
 
@@ -199,6 +229,10 @@ impl Cluster for Recorded {
 
     async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         self.read(object, true).await
+    }
+
+    fn get_own_is_partial(&self) -> bool {
+        self.inner.get_own_is_partial()
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -246,8 +280,114 @@ impl Cluster for Recorded {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
     use super::*;
+    use crate::cluster::MemoryCluster;
+
+    /// A cluster whose own reads drop `data`, as the runtime's watch caches do, counting
+    /// its whole reads.
+    pub(crate) struct Partial {
+        inner: MemoryCluster,
+        whole_reads: AtomicUsize,
+    }
+
+    impl Partial {
+        pub(crate) fn new() -> Self {
+            Partial {
+                inner: MemoryCluster::new(),
+                whole_reads: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Cluster for Partial {
+        async fn scope(&self, type_ref: &TypeRef) -> Result<Scope, ClusterError> {
+            self.inner.scope(type_ref).await
+        }
+        async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+            self.whole_reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.get(object).await
+        }
+        async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+            let mut found = self.inner.get(object).await?;
+            if let Some(Value::Object(map)) = &mut found {
+                map.remove("data");
+            }
+            Ok(found)
+        }
+        fn get_own_is_partial(&self) -> bool {
+            true
+        }
+        async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
+            self.inner.list(query).await
+        }
+        async fn apply(
+            &self,
+            manifest: &Value,
+            method: WriteMethod,
+        ) -> Result<Value, ClusterError> {
+            self.inner.apply(manifest, method).await
+        }
+        async fn delete(
+            &self,
+            object: &ObjectRef,
+            uid: Option<&str>,
+        ) -> Result<Deletion, ClusterError> {
+            self.inner.delete(object, uid).await
+        }
+        async fn write_status(
+            &self,
+            object: &ObjectRef,
+            status: &Value,
+            resource_version: Option<&str>,
+        ) -> Result<Option<Value>, ClusterError> {
+            self.inner
+                .write_status(object, status, resource_version)
+                .await
+        }
+        async fn patch(
+            &self,
+            object: &ObjectRef,
+            patch: &json_patch::Patch,
+        ) -> Result<Value, ClusterError> {
+            self.inner.patch(object, patch).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_whole_read_is_not_answered_with_the_partial_copy_of_an_own_read() {
+        let cluster = Arc::new(Partial::new());
+        whole_and_own_reads_through(cluster.clone(), cluster).await;
+    }
+
+    /// Reads through a [`Recorded`] over `over` (which is, or wraps, `cluster`): an own
+    /// read gets the partial copy, a whole read after it asks `cluster`, then both are
+    /// answered from the ledger.
+    pub(crate) async fn whole_and_own_reads_through(over: Arc<dyn Cluster>, cluster: Arc<Partial>) {
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}});
+        cluster.inner.apply(&map, WriteMethod::Apply).await.unwrap();
+        let reference = ObjectRef::from_manifest(&map).unwrap();
+        let recorded = Recorded::shared(over, Arc::new(Ledger::default()));
+        let own = recorded.get_own(&reference).await.unwrap().unwrap();
+        assert!(own.get("data").is_none(), "partial");
+        assert!(recorded.get_own_is_partial());
+        let again = recorded.get_own(&reference).await.unwrap().unwrap();
+        assert_eq!(again, own, "from the ledger");
+        assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 0);
+        let whole = recorded.get(&reference).await.unwrap().unwrap();
+        assert_eq!(whole["data"]["k"], "v", "a whole read is whole");
+        assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
+        // Now whole in the ledger: both reads are answered from it.
+        recorded.get(&reference).await.unwrap();
+        assert_eq!(recorded.get_own(&reference).await.unwrap().unwrap(), whole);
+        assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn scopes_are_remembered_per_api_version_and_kind() {

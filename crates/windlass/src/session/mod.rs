@@ -24,6 +24,9 @@ use crate::resource::ControllerTypes;
 use crate::values::parse_with_path;
 use crate::version::Versions;
 mod ledger;
+/// The ledger's test cluster, for tests of the layers a reconcile's cluster passes through.
+#[cfg(test)]
+pub(crate) use ledger::tests as ledger_tests;
 
 pub(crate) use ledger::{Ledger, Recorded};
 

@@ -79,6 +79,38 @@ async fn without_the_internal_name_annotation_applied_objects_carry_none() {
 }
 
 #[tokio::test]
+async fn with_shards_every_applied_object_carries_its_crs_shard() {
+    let mut config = OperatorConfig::default();
+    config.sharding.shards = 8;
+    let sharding = config.sharding.clone();
+    let env = Harness::with_config(one_configmap(), config).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        let cr = env.apply_cr(name, json!({})).await;
+        env.reconcile(&cr).await;
+        let uid = env.get(&cr).await.unwrap().uid().unwrap().to_string();
+        let shard = sharding.shard_of(&uid).unwrap();
+        let cm = env.get(&cm_ref(&format!("{name}-web"))).await.unwrap();
+        assert_eq!(
+            cm.label(windlass::annotations::SHARD),
+            Some(shard.to_string().as_str()),
+            "{cm}"
+        );
+        seen.insert(shard);
+    }
+    assert!(
+        seen.len() > 1,
+        "six uids, all in one of eight shards: {seen:?}"
+    );
+    // Off, nothing carries a shard.
+    let env = Harness::new(one_configmap()).await;
+    let cr = env.apply_cr("a", json!({})).await;
+    env.reconcile(&cr).await;
+    let cm = env.get(&cm_ref("a-web")).await.unwrap();
+    assert_eq!(cm.label(windlass::annotations::SHARD), None, "{cm}");
+}
+
+#[tokio::test]
 async fn conflict_retries_wait_the_backoff_times_the_attempt() {
     let memory = Arc::new(MemoryCluster::new());
     let faulty = Arc::new(FaultyCluster::new(memory.clone()));

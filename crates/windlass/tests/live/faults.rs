@@ -204,6 +204,33 @@ async fn dropped_and_expired_watches_list_again_and_a_deletion_they_missed_is_re
         },
     )
     .await;
+    // The relists cost no write: every object listed is as windlass left it. Once a
+    // ConfigMap watch is open again after the 410, the relist's events are routed within
+    // milliseconds and a reconcile they started would write within a second.
+    let gone_at = proxy
+        .seen()
+        .iter()
+        .filter(|s| s.injected == Some(Fault::Gone))
+        .map(|s| s.at)
+        .max()
+        .unwrap();
+    eventually("a ConfigMap watch is open again after the 410", || async {
+        proxy.seen().iter().any(|s| {
+            s.watch && s.path.contains("/configmaps") && s.injected.is_none() && s.at > gone_at
+        })
+    })
+    .await;
+    windlass_testenv::quiet_window(
+        "no write after the relists",
+        Duration::from_secs(3),
+        || async {
+            !proxy
+                .seen()
+                .iter()
+                .any(|s| s.at > gone_at && s.method != "GET")
+        },
+    )
+    .await;
 
     // Down: the ConfigMap watch cannot be resumed, and a child is deleted meanwhile.
     proxy.inject(Rule {

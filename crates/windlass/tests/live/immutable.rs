@@ -178,8 +178,9 @@ async fn a_refused_apply_is_never_retried_as_a_put() {
     assert_eq!(requests.of(Verb::Update, "jobs"), 0, "no PUT:\n{requests}");
 
     // What apply alone refuses and a PUT would store (a field the schema does not know;
-    // a PUT drops it) is not a 422 but a 5xx ("failed to create typed patch object"): a
-    // fallback on 422 would never see it; the reconcile is retried as for any server error.
+    // a PUT drops it) is not a 422 but a 500 ("failed to create typed patch object"): a
+    // fallback on 422 would never see it. Sending it again cannot help either, so it is a
+    // config error, as a 422 is: no PUT, no retry, the CR waits for a change.
     let bogus = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{cr}-bogus"},
         "data": {"k": "v"}, "bogus": true});
     let controller = DummyController::new().component(
@@ -190,9 +191,9 @@ async fn a_refused_apply_is_never_retried_as_a_put() {
     counter.take();
     let report = reconciler.reconcile(&cr).await;
     let requests = counter.take();
-    assert_eq!(report.outcome, Action::Retry, "{report:?}");
+    assert_eq!(report.outcome, Action::Done, "{report:?}");
     assert!(
-        matches!(&report.error, Some(Error::Cluster(ClusterError::Api { message, .. }))
+        matches!(&report.error, Some(Error::Cluster(ClusterError::Invalid { message, .. }))
             if message.contains("field not declared in schema")),
         "{report:?}"
     );

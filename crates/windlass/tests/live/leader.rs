@@ -46,7 +46,7 @@ fn settings(
     election.lock = match kind {
         LockKind::LeaderForLife => LockStrategy::ForLife,
         LockKind::Annotation => LockStrategy::PerCrAnnotation,
-        LockKind::LeaderWithLease | LockKind::Dryrun => LockStrategy::Lease,
+        LockKind::LeaderWithLease | LockKind::Dryrun | LockKind::Sharded => LockStrategy::Lease,
     };
     election.lease_duration = ConfigDuration(duration);
     election.retry_period = ConfigDuration(poll);
@@ -492,4 +492,146 @@ async fn a_replica_shutting_down_gives_up_its_annotation_locks_at_once() {
             "pod-b takes {object} at once"
         );
     }
+}
+
+/// A controller of Widgets whose one component takes `Slow::0` to render a ConfigMap:
+/// long enough to see the CR's lock while its reconcile runs.
+struct Slow(Duration);
+
+struct SlowPart(Duration);
+
+#[windlass::async_trait]
+impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
+    windlass::component::Component<C> for SlowPart
+{
+    fn name(&self) -> &str {
+        "slow"
+    }
+    async fn render(
+        &self,
+        session: &windlass::session::Session<C>,
+        out: &mut windlass::component::Resources,
+    ) -> windlass::Result<()> {
+        tokio::time::sleep(self.0).await;
+        out.add_value(
+            "config",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{}-slow", session.name())}, "data": {}}),
+        )?;
+        Ok(())
+    }
+}
+
+#[windlass::async_trait]
+impl windlass::controller::Controller for Slow {
+    type Resource = windlass::testing::Widget;
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(
+        &self,
+        _: &windlass::session::Session<Self>,
+    ) -> windlass::Result<windlass::controller::Components<Self>> {
+        let mut graph = windlass::controller::Components::new();
+        graph.add(SlowPart(self.0))?;
+        Ok(graph)
+    }
+}
+
+/// A replica of the runtime with the annotation lock, `identity`, locks valid for `lease`.
+fn annotation_replica(
+    env: &TestEnv,
+    ns: &TestNamespace,
+    identity: &str,
+    lease: Duration,
+) -> (oneshot::Sender<()>, JoinHandle<windlass::Result<()>>) {
+    let mut config = OperatorConfig::default();
+    config.runtime.watch_namespaces = vec![ns.name().to_string()];
+    config.server.metrics_bind_address = "127.0.0.1:0".into();
+    config.leader_election.enabled = true;
+    config.leader_election.lock = LockStrategy::PerCrAnnotation;
+    config.leader_election.identity = identity.into();
+    config.leader_election.lease_duration = ConfigDuration(lease);
+    config.leader_election.retry_period = ConfigDuration(Duration::from_millis(300));
+    let manager = windlass::runtime::Manager::new(env.client().unwrap(), config)
+        .controller(Slow(Duration::from_millis(1500)));
+    let (stop, stopped) = oneshot::channel();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+#[tokio::test]
+async fn the_runtime_takes_a_crs_annotation_lock_for_each_reconcile_and_gives_it_up_after() {
+    let (cluster, env) = live().await;
+    let ns = env.namespace("annotation-release").await.unwrap();
+    // Locks that would outlast the test: only their release lets the other replica in.
+    let lease = Duration::from_secs(600);
+    let (stop_a, task_a) = annotation_replica(env, &ns, "pod-a", lease);
+    let widget = |n: i64| {
+        json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": ns.name()}, "spec": {"n": n}})
+    };
+    cluster.apply(&widget(1), WriteMethod::Apply).await.unwrap();
+    let object = ObjectRef::from_manifest(&widget(1)).unwrap();
+    let holder = || async {
+        cluster.get(&object).await.unwrap().unwrap()["metadata"]["annotations"][LEASE_NAME]
+            .as_str()
+            .map(str::to_string)
+    };
+    let (cluster, object) = (&cluster, &object);
+    let ready = |generation: i64| async move {
+        let cr = cluster.get(object).await.unwrap().unwrap();
+        cr["status"]["conditions"]
+            .as_array()
+            .is_some_and(|conditions| {
+                conditions.iter().any(|c| {
+                    c["type"] == "Ready"
+                        && c["status"] == "True"
+                        && c["observedGeneration"] == generation
+                })
+            })
+    };
+    // While the reconcile runs (its component takes 1.5 s), pod-a holds the CR's lock...
+    eventually("pod-a holds the lock while it reconciles", || async {
+        holder().await.as_deref() == Some("pod-a")
+    })
+    .await;
+    // ...and gives it up when the reconcile ends.
+    eventually("the CR is Ready", || ready(1)).await;
+    eventually("pod-a gave the lock up", || async {
+        holder().await.is_none()
+    })
+    .await;
+    // Taking and giving up the lock changes the CR, which must not start the next
+    // reconcile: the CR stays as it is. (A reconcile would take the lock again at once,
+    // and takes 1.5 s; 3 s shows it even on a loaded machine.)
+    let version =
+        cluster.get(object).await.unwrap().unwrap()["metadata"]["resourceVersion"].clone();
+    windlass_testenv::quiet_window(
+        "no reconcile after the lock's release",
+        Duration::from_secs(3),
+        || async {
+            cluster.get(object).await.unwrap().unwrap()["metadata"]["resourceVersion"] == version
+        },
+    )
+    .await;
+
+    // Another replica takes the next change at once, though pod-a still runs and its lock
+    // would have lasted ten minutes.
+    let (stop_b, task_b) = annotation_replica(env, &ns, "pod-b", lease);
+    stop_a.send(()).unwrap();
+    task_a.await.unwrap().unwrap();
+    cluster.apply(&widget(2), WriteMethod::Apply).await.unwrap();
+    eventually("pod-b holds the lock while it reconciles", || async {
+        holder().await.as_deref() == Some("pod-b")
+    })
+    .await;
+    eventually("the change is rolled out", || ready(2)).await;
+    eventually("pod-b gave the lock up", || async {
+        holder().await.is_none()
+    })
+    .await;
+    stop_b.send(()).unwrap();
+    task_b.await.unwrap().unwrap();
 }

@@ -17,6 +17,17 @@
 //! - `WINDLASS_FLEET_DEADLINE_SECS`: how long to wait for all CRs to be Ready (default 900).
 //! - `WINDLASS_FLEET_LOG_LEVEL`: the operator's `--log-level` (default `info`); its log goes
 //!   to `$TMPDIR/fleet-operator-<N>.log`.
+//! - `WINDLASS_FLEET_REPLICAS`: after the single replica, the same fleet on this many sharded
+//!   replicas (default 1: none); `WINDLASS_FLEET_SHARDS` (16), `WINDLASS_FLEET_LEASE_SECS`
+//!   (10) and `WINDLASS_FLEET_SHARD_SELECTOR` (`label`, or `server` for the API server's
+//!   shard selector: the control plane then starts with the `ShardedListAndWatch` gate). See
+//!   `sharded.rs`.
+//! - `WINDLASS_FLEET_SKIP`: phases to leave out, comma-separated: `ceiling` (the N × 6
+//!   ConfigMap applies), `restarts`, `replay` (the same-writes ceiling); their figures then
+//!   print as not measured (`inf×`). For sizes whose full run takes too long.
+//! - `WINDLASS_FLEET_OPERATOR_WRAPPER`: a command the operator process runs under, split at
+//!   spaces (e.g. `heaptrack -o /tmp/fleet-operator` for a heap profile); the RSS and CPU
+//!   figures are then the wrapper's, not the operator's.
 //!
 //! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
 //! client (in another namespace), then the operator starts (this binary again, as
@@ -34,6 +45,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod replay;
+mod sharded;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -89,6 +101,10 @@ struct Settings {
     period: String,
     ceiling_in_flight: Vec<usize>,
     deadline: Duration,
+    /// The sharded run after the single replica's, if any.
+    sharded: Option<sharded::ShardSettings>,
+    /// The phases left out.
+    skip: Vec<String>,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -121,7 +137,18 @@ impl Settings {
             period: env_or("WINDLASS_FLEET_PERIOD", "30s"),
             ceiling_in_flight: list("WINDLASS_FLEET_CEILING_IN_FLIGHT", "16,64"),
             deadline: secs("WINDLASS_FLEET_DEADLINE_SECS", "900"),
+            sharded: sharded::ShardSettings::from_env(),
+            skip: env_or("WINDLASS_FLEET_SKIP", "")
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
         }
+    }
+
+    /// Whether the phase `phase` is left out.
+    fn skips(&self, phase: &str) -> bool {
+        self.skip.iter().any(|p| p == phase)
     }
 }
 
@@ -133,6 +160,12 @@ struct Run {
     ready: Duration,
     rss_peak_kib: u64,
     rss_at_ready_kib: u64,
+    /// The operator's resident set before the first create (its baseline).
+    rss_baseline_kib: u64,
+    /// The operator's resident set at the end of the steady window.
+    rss_steady_kib: u64,
+    /// The objects and bytes of JSON text the watch caches held then.
+    cache_steady: (f64, f64),
     /// From the operator start to all Ready.
     rollout: Scrape,
     /// The steady window.
@@ -153,6 +186,8 @@ struct Run {
     cpu_replay: Cpu,
     /// The operator started again over the fleet, once per way of listing.
     restarts: Vec<Restart>,
+    /// The same fleet on sharded replicas, when asked for.
+    sharded: Option<sharded::Sharded>,
 }
 
 /// The operator started over a fleet that is already there and Ready.
@@ -167,6 +202,10 @@ struct Restart {
     requests: Scrape,
     /// CPU time of each process by then.
     cpu: Cpu,
+    /// One CR's spec changed while the operator works through the relist: how long until
+    /// it was Ready for its new generation, and how many reconciles had ended when the
+    /// change was made.
+    spec_change: (Duration, f64),
 }
 
 impl Run {
@@ -189,10 +228,18 @@ impl Run {
 async fn bench() {
     let settings = Settings::from_env();
     let started = Instant::now();
-    let env =
-        TestEnv::builder().without_simulator().start().await.expect(
-            "the control plane starts (provision it with scripts/provision-control-plane.sh)",
-        );
+    let mut builder = TestEnv::builder().without_simulator();
+    if settings
+        .sharded
+        .as_ref()
+        .is_some_and(|s| s.selector == "server")
+    {
+        builder = builder.apiserver_flag("--feature-gates=ShardedListAndWatch=true");
+    }
+    let env = builder
+        .start()
+        .await
+        .expect("the control plane starts (provision it with scripts/provision-control-plane.sh)");
     eprintln!(
         "control plane up in {:.1} s",
         env.startup_time().as_secs_f64()
@@ -215,7 +262,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     eprintln!("── N = {n} ──");
     let mut ceilings = Vec::new();
     let mut cpu_ceiling = Cpu::default();
-    {
+    if !settings.skips("ceiling") {
         let ns = env
             .namespace(&format!("ceiling-{n}"))
             .await
@@ -244,6 +291,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     let operator = Operator::start(env, ns.name(), &settings.period, &n.to_string(), &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
     let at_start = operator.scrape().await;
+    let rss_baseline_kib = operator.rss_kib();
 
     let fleets: Api<Fleet> = Api::namespaced(client.clone(), ns.name());
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -290,6 +338,8 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     tokio::time::sleep(settings.steady).await;
     let after_steady = operator.scrape().await;
     let rss_peak_kib = operator.peak_rss_kib();
+    let rss_steady_kib = operator.rss_kib();
+    let cache_steady = after_steady.cache();
     drop(operator);
     let mut restarts = Vec::new();
     // Each way twice, in turns, so that neither gains from coming second.
@@ -299,14 +349,23 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         ("paged", "false"),
         ("streaming", "true"),
     ] {
-        restarts.push(restart(env, ns.name(), settings, n, how, switch).await);
+        if !settings.skips("restarts") {
+            restarts.push(restart(env, ns.name(), settings, n, how, switch).await);
+        }
     }
 
     let capture = replay::capture(client, ns.name()).await;
     clear(client, ns).await;
     let mut replayed = (0, Duration::MAX);
     let mut cpu_replay = Cpu::default();
-    for &in_flight in &settings.ceiling_in_flight {
+    if settings.skips("replay") {
+        replayed = (0, Duration::ZERO);
+    }
+    for &in_flight in settings
+        .ceiling_in_flight
+        .iter()
+        .filter(|_| !settings.skips("replay"))
+    {
         let target = env
             .namespace(&format!("replay-{n}-{in_flight}"))
             .await
@@ -327,6 +386,10 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         clear(client, target).await;
     }
 
+    let sharded = match &settings.sharded {
+        Some(shards) => Some(sharded::run(env, client, settings, shards, n).await),
+        None => None,
+    };
     let rollout = at_ready.since(&at_start);
     let steady = after_steady.since(&before_steady);
     let (p50, p99) = (rollout.queue_wait(0.5), rollout.queue_wait(0.99));
@@ -336,6 +399,9 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         ready,
         rss_peak_kib,
         rss_at_ready_kib,
+        rss_baseline_kib,
+        rss_steady_kib,
+        cache_steady,
         rollout,
         steady,
         steady_window: settings.steady,
@@ -347,6 +413,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         replayed_writes: capture.describe(),
         cpu_replay,
         restarts,
+        sharded,
     }
 }
 
@@ -368,6 +435,32 @@ async fn restart(
         &settings.period,
         &format!("{n}-restart-{how}"),
         &[("KUBE_FEATURE_WatchListClient", switch)],
+    );
+    // The spec change during the relist: once the operator's cache holds every CR (its
+    // list is in) and its reconciles of them are under way.
+    let fleets: Api<Fleet> = Api::namespaced(env.client().expect("a client"), ns);
+    let listed = format!("the operator restarted with {how} lists has listed the {n} CRs");
+    let reconciled_at_change = {
+        let deadline = Instant::now() + settings.deadline;
+        loop {
+            if let Some(s) = operator.scrape_opt().await
+                && s.cached("Fleet") >= n as f64
+            {
+                break s.reconciles();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{listed}: not within {:?}",
+                settings.deadline
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let spec_change = change_spec(&fleets, &format!("f{:04}", n - 1), how).await;
+    eprintln!(
+        "restart with {how} lists: a spec change made after {reconciled_at_change:.0} of {n} \
+         reconciles was Ready after {:.2} s",
+        spec_change.as_secs_f64()
     );
     let what =
         format!("the operator restarted with {how} lists has listed and reconciled all {n} CRs");
@@ -399,7 +492,39 @@ async fn restart(
         rss_peak_kib,
         requests,
         cpu,
+        spec_change: (spec_change, reconciled_at_change),
     }
+}
+
+/// Change the spec of the CR `name` (a message naming `tag`) and wait until it is Ready
+/// for the new generation; returns how long that took from the change's response.
+async fn change_spec(fleets: &Api<Fleet>, name: &str, tag: &str) -> Duration {
+    let patch = json!({"spec": {"message": format!("changed during a {tag} relist at {:?}", Instant::now())}});
+    let changed = fleets
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("the spec change is written");
+    let clock = Instant::now();
+    let generation = changed.metadata.generation;
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(fleets.clone(), config).applied_objects());
+    let deadline = Duration::from_secs(1800);
+    let ready = tokio::time::timeout(deadline, async {
+        while let Some(event) = events.next().await {
+            if let Ok(cr) = event
+                && cr.metadata.generation >= generation
+                && is_ready(&cr)
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        ready.is_ok(),
+        "{name} was not Ready for its changed spec within {deadline:?}"
+    );
+    clock.elapsed()
 }
 
 /// Deletes `namespace` and waits until it is gone. Left to the background, a namespace's
@@ -503,13 +628,36 @@ impl Operator {
         label: &str,
         vars: &[(&str, &str)],
     ) -> Operator {
+        Operator::start_with(env, namespace, period, label, vars, &[])
+    }
+
+    /// [`Operator::start`] with `extra` arguments after the others.
+    fn start_with(
+        env: &TestEnv,
+        namespace: &str,
+        period: &str,
+        label: &str,
+        vars: &[(&str, &str)],
+        extra: &[String],
+    ) -> Operator {
         let address = {
             let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
             free.local_addr().expect("its address").to_string()
         };
         let log = std::env::temp_dir().join(format!("fleet-operator-{label}.log"));
         let file = std::fs::File::create(&log).expect("the operator's log file");
-        let child = Command::new(std::env::current_exe().expect("this binary's path"))
+        let exe = std::env::current_exe().expect("this binary's path");
+        let wrapper = env_or("WINDLASS_FLEET_OPERATOR_WRAPPER", "");
+        let mut wrapper = wrapper.split_whitespace();
+        let mut command = match wrapper.next() {
+            Some(program) => {
+                let mut command = Command::new(program);
+                command.args(wrapper).arg(exe);
+                command
+            }
+            None => Command::new(exe),
+        };
+        let child = command
             .args([
                 "operator",
                 "run",
@@ -522,6 +670,7 @@ impl Operator {
                 "--log-level",
                 &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
             ])
+            .args(extra)
             // The benchmark's own settings are not the operator's configuration, which
             // refuses WINDLASS_ variables it does not know.
             .env_clear()
@@ -594,13 +743,23 @@ impl Operator {
 
     /// `VmHWM` of the operator process: its peak resident set, in KiB.
     fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    /// `VmRSS` of the operator process: its resident set now, in KiB.
+    fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The field `field` of `/proc/<pid>/status` of the operator, in KiB.
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("/proc/<pid>/status of the operator");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status")
+            .unwrap_or_else(|| panic!("{field} in /proc/<pid>/status"))
     }
 }
 
@@ -659,6 +818,15 @@ impl Scrape {
         )
     }
 
+    /// These samples and `other`'s added up (the requests of several replicas).
+    fn plus(&self, other: &Scrape) -> Scrape {
+        let mut sum = self.0.clone();
+        for (key, value) in &other.0 {
+            *sum.entry(key.clone()).or_insert(0.0) += value;
+        }
+        Scrape(sum)
+    }
+
     /// The sum of `name` over the samples whose labels pass `pick`.
     fn sum(&self, name: &str, pick: impl Fn(&BTreeMap<String, String>) -> bool) -> f64 {
         self.0
@@ -710,6 +878,21 @@ impl Scrape {
 
     fn reconciles(&self) -> f64 {
         self.sum("windlass_reconciles_total", |_| true)
+    }
+
+    /// The objects of `kind` the operator's watch caches hold.
+    fn cached(&self, kind: &str) -> f64 {
+        self.sum("windlass_cache_objects", |l| {
+            l.get("kind").is_some_and(|k| k == kind)
+        })
+    }
+
+    /// The objects and bytes of every kind the operator's watch caches hold.
+    fn cache(&self) -> (f64, f64) {
+        (
+            self.sum("windlass_cache_objects", |_| true),
+            self.sum("windlass_cache_bytes", |_| true),
+        )
     }
 
     fn reconciles_by_outcome(&self) -> String {
@@ -769,8 +952,61 @@ fn bound(le: Option<f64>) -> String {
     }
 }
 
+/// The issue-21 figures of each run: one row per N.
+fn print_scale(out: &mut String, runs: &[Run]) {
+    let _ = writeln!(
+        out,
+        "\nScale (issue 21), 1 replica:\n\
+         | N | ceiling | all Ready | Ready / ceiling | peak RSS | cached objects | bytes / cached object: text, RSS at steady, peak RSS | operator CPU / CR | requests / CR | steady: writes, reads | spec change during a relist (reconciles done of N at the change) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in runs {
+        let n = r.n as f64;
+        let (objects, bytes) = r.cache_steady;
+        let per_object =
+            |kib: u64| (kib.saturating_sub(r.rss_baseline_kib) * 1024) as f64 / objects.max(1.0);
+        let changes = r
+            .restarts
+            .iter()
+            .map(|x| {
+                format!(
+                    "{} {} ({:.0})",
+                    x.how,
+                    seconds(x.spec_change.0),
+                    x.spec_change.1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms | {:.2} | {:.0}, {:.0} | {changes} |",
+            r.n,
+            seconds(r.ceiling()),
+            seconds(r.ready),
+            r.ready.as_secs_f64() / r.ceiling().as_secs_f64(),
+            r.rss_peak_kib as f64 / 1024.0,
+            r.rss_baseline_kib as f64 / 1024.0,
+            bytes / objects.max(1.0),
+            per_object(r.rss_steady_kib),
+            per_object(r.rss_peak_kib),
+            r.cpu_rollout.of("operator").as_secs_f64() * 1e3 / n,
+            r.rollout.sum("windlass_api_requests_total", |_| true) / n,
+            r.steady.writes(),
+            r.steady.requests(&["get", "list"]),
+        );
+    }
+}
+
 fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
     let mut out = String::new();
+    if !settings.skip.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nLeft out (WINDLASS_FLEET_SKIP): {}; their figures print as inf×.",
+            settings.skip.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "\nwindlass fleet benchmark: {OBJECTS} objects per CR (3 ConfigMaps, a Secret, a Service; 3-level DAG), \
@@ -917,19 +1153,20 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
         let _ = writeln!(
             out,
             "\nThe operator restarted over the {} Ready CRs, until every watch had listed and every CR was reconciled once:\n\
-             | lists | ready after | peak RSS | LIST requests | watch requests | CPU: operator | kube-apiserver | etcd |\n\
-             |---|---|---|---|---|---|---|---|",
+             | lists | ready after | peak RSS | LIST requests | watch requests | writes (the one spec change's: 6) | CPU: operator | kube-apiserver | etcd |\n\
+             |---|---|---|---|---|---|---|---|---|",
             r.n
         );
         for restart in &r.restarts {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
+                "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
                 restart.how,
                 seconds(restart.started),
                 restart.rss_peak_kib as f64 / 1024.0,
                 restart.requests.requests(&["list"]),
                 restart.requests.requests(&["watch"]),
+                restart.requests.writes(),
                 restart.cpu.of("operator").as_secs_f64(),
                 restart.cpu.of("kube-apiserver").as_secs_f64(),
                 restart.cpu.of("etcd").as_secs_f64(),
@@ -944,6 +1181,10 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
             r.steady
                 .breakdown(&[&["get", "list"][..], &write_verbs()].concat()),
         );
+        if let Some(sharded) = &r.sharded {
+            sharded::report(&mut out, r, sharded);
+        }
     }
+    print_scale(&mut out, runs);
     println!("{out}");
 }

@@ -25,7 +25,10 @@
 //! ([`lock_rules`], a Role beside the ClusterRole): a Lease may be created, and read and
 //! updated only under its name; the `leader-for-life` ConfigMap likewise (created, read and
 //! deleted by name), with `pods` get (the ConfigMap is owned by the operator's own Pod). The
-//! annotation lock needs nothing beyond the table (it patches the CR).
+//! annotation lock needs nothing beyond the table (it patches the CR). Sharded replicas
+//! (`sharding.shards`, [`shard_lock_rules`]) may create Leases, and read and update only the
+//! members Lease and the shard Leases, by name; list only the members Lease (the start-up
+//! check whether the API server selects shards lists it by name).
 //!
 //! Rules are grouped by API group, resources with the same verbs share a rule, and
 //! everything is sorted, so the output is the same for the same input. Resource names
@@ -324,6 +327,30 @@ pub fn lock_rules(kind: crate::config::LockKind, name: &str) -> Vec<PolicyRule> 
         ],
         _ => Vec::new(),
     }
+}
+
+/// The rules sharded replicas (`sharding.shards` = `shards`) need beyond [`rules`], for a
+/// Role in the Leases' namespace, the operator named `name` (`leader-election.id`): creating
+/// Leases, and reading and updating its members Lease and its `shards` shard Leases, by
+/// name; listing the members Lease, by name. An empty `name` names none: any Lease.
+pub fn shard_lock_rules(name: &str, shards: u32) -> Vec<PolicyRule> {
+    let lease_rule = |names: Option<Vec<String>>, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec!["coordination.k8s.io".to_string()]),
+        resources: Some(vec!["leases".to_string()]),
+        resource_names: names,
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    let named = |names: Vec<String>| (!name.is_empty()).then_some(names);
+    let members = crate::config::sharding::members_lease_name(name);
+    let mut leases = vec![members.clone()];
+    leases.extend((0..shards).map(|k| crate::config::sharding::shard_lease_name(name, k)));
+    vec![
+        // A create names no object yet: RBAC cannot restrict it by name.
+        lease_rule(None, &["create"]),
+        lease_rule(named(leases), &["get", "update"]),
+        lease_rule(named(vec![members]), &["list"]),
+    ]
 }
 
 /// Names and placement of the RBAC objects.

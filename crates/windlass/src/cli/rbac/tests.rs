@@ -447,6 +447,39 @@ fn the_locks_are_granted_by_name_and_the_annotation_lock_needs_nothing() {
 }
 
 #[test]
+fn shards_are_granted_their_leases_by_name_and_nothing_else() {
+    let rules = shard_lock_rules("op", 3);
+    let table: Vec<(Vec<String>, Option<Vec<String>>)> = rules
+        .iter()
+        .map(|r| (r.verbs.clone(), r.resource_names.clone()))
+        .collect();
+    assert_eq!(
+        table,
+        [
+            (strings(&["create"]), None),
+            (
+                strings(&["get", "update"]),
+                Some(strings(&[
+                    "op-members",
+                    "op-shard-0",
+                    "op-shard-1",
+                    "op-shard-2"
+                ]))
+            ),
+            (strings(&["list"]), Some(strings(&["op-members"]))),
+        ]
+    );
+    assert!(
+        rules
+            .iter()
+            .all(|r| r.resources == Some(strings(&["leases"])))
+    );
+    // No name known: the kind, unnamed.
+    assert!(shard_lock_rules("", 3)[1].resource_names.is_none());
+    assert!(lock_rules(crate::config::LockKind::Sharded, "op").is_empty());
+}
+
+#[test]
 fn the_yaml_is_multi_document_and_parses_back() {
     let access = widget_access(vec![kind(
         "apps/v1",

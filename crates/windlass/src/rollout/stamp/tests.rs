@@ -12,11 +12,17 @@ const MANAGER: &str = "windlass";
 
 /// The stamped manifest as the rollout made it before the laid-over view: a copy, its owner
 /// reference, labels and hash stamped in place.
-fn stamped_copy(rendered: &Value, cr: &Value, component: &str, itself: bool) -> Value {
+fn stamped_copy(
+    rendered: &Value,
+    cr: &Value,
+    component: &str,
+    itself: bool,
+    shard: Option<u32>,
+) -> Value {
     let mut manifest = rendered.clone();
     add_owner_reference(&mut manifest, cr);
     if !itself {
-        stamp_labels(&mut manifest, cr, component);
+        stamp_labels(&mut manifest, cr, component, shard);
     }
     stamp(&mut manifest);
     manifest
@@ -204,6 +210,7 @@ proptest! {
         cr in cr(),
         component in prop_oneof![key(), Just("web/Ü x".to_string())],
         itself in any::<bool>(),
+        shard in prop::option::of(0u32..20),
         live in prop::option::of((
             prop::option::of(prop::option::of(any::<usize>())),
             any::<bool>(),
@@ -212,8 +219,8 @@ proptest! {
         other_live in prop::option::of(any_json(3, 3)),
         method in method(),
     ) {
-        let copy = stamped_copy(&rendered, &cr, &component, itself);
-        let crs = CrStamp::new(&cr);
+        let copy = stamped_copy(&rendered, &cr, &component, itself, shard);
+        let crs = CrStamp::new(&cr, shard);
         let stamp = crs.component(&component);
         // Every live object: none, the copy as applied (taken in part or not), another one.
         let lives = [
@@ -244,6 +251,7 @@ fn windlass_labels_and_metadata_keys_are_in_key_order() {
         labels::NAME,
         annotations::COMPONENT,
         annotations::OWNER_UID,
+        annotations::SHARD,
     ];
     assert!(keys.is_sorted());
     assert!(["annotations", "labels", "ownerReferences"].is_sorted());
@@ -261,8 +269,8 @@ fn an_applied_object_is_in_sync_until_a_label_is_taken() {
         "metadata": {"name": "bench", "namespace": "ns", "uid": "cr-uid"}});
     let rendered = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "bench-c", "namespace": "ns"}, "data": {"a": "1"}});
-    let copy = stamped_copy(&rendered, &cr, "c", false);
-    let crs = CrStamp::new(&cr);
+    let copy = stamped_copy(&rendered, &cr, "c", false, None);
+    let crs = CrStamp::new(&cr, None);
     let stamp = crs.component("c");
     let live = live_of(&copy, (Some(None), false, false));
     let object = stamp.object(&rendered, false);

@@ -13,8 +13,14 @@
 //!   time zones agree; a value that does not parse counts as expired, so a mangled
 //!   annotation cannot lock a CR forever.
 //!
-//! A lock held with more than half its duration left is not rewritten, so reconciles that
-//! follow each other closely cost no write each.
+//! The runtime takes a CR's lock when a reconcile of it starts and gives it up when the
+//! reconcile ends (and every lock left at shutdown), as oper8 does: the lock says who is
+//! reconciling the CR now, not who owns it, so a change of the CR is taken up at once by
+//! whichever replica sees it next instead of waiting for the holder's lock to expire. That
+//! costs two writes to the CR per reconcile; sharding (`sharding.shards`) shares the CRs
+//! without any. A lock held with more than half its duration left is not rewritten, so a
+//! replica that keeps a lock (a caller of [`AnnotationLock::acquire`] that does not
+//! release) renews it at most every half duration.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

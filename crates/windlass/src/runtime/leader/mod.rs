@@ -14,7 +14,8 @@
 //! |------|-------------|-----------------|--------|
 //! | `lease` | a `coordination.k8s.io/v1` Lease | the holder stops renewing for the lease duration | [`LeaseLock`] |
 //! | `for-life` | a ConfigMap owned by the leader's Pod | the Pod is deleted (garbage collection removes the ConfigMap) | [`LifeLock`] |
-//! | `per-cr-annotation` | two annotations on each CR | the holder stops renewing that CR's lock for the lease duration | [`AnnotationLock`] |
+//! | `per-cr-annotation` | two annotations on each CR | the holder's reconcile of the CR ends (it gives the lock up), or it stops renewing the lock for the lease duration | [`AnnotationLock`] |
+//! | sharded (`sharding.shards`) | a Lease per shard | as `lease`, shard by shard | `runtime::shard` |
 //! | election off | none | never: every replica leads | — |
 //!
 //! The two replica-wide locks are [`RenewedLock`]s driven by one renew loop
@@ -110,7 +111,7 @@ pub enum LockError {
 }
 
 impl LockError {
-    fn api(what: impl Into<String>, source: kube::Error) -> Self {
+    pub(crate) fn api(what: impl Into<String>, source: kube::Error) -> Self {
         LockError::Api {
             what: what.into(),
             source: Box::new(source),
@@ -181,7 +182,8 @@ impl Leadership {
         cluster: Arc<dyn Cluster>,
     ) -> Result<Leadership, Error> {
         Ok(match settings.kind {
-            LockKind::Dryrun => Leadership::always(),
+            // Every replica runs; the shards' Leases are held by `runtime::shard`.
+            LockKind::Dryrun | LockKind::Sharded => Leadership::always(),
             LockKind::LeaderWithLease => Leadership::elect(
                 LeaseLock::new(
                     client,
@@ -293,13 +295,11 @@ impl Leadership {
     }
 
     /// Give up this replica's lock on one object, if it holds it; a no-op for the other
-    /// locks.
+    /// locks. The runtime does it when each reconcile ends, and for every lock still held
+    /// at shutdown ([`Leadership::shutdown`]).
     ///
     /// # Errors
     /// [`LockError`] if the object could not be read or its annotations removed.
-    // The runtime gives up every lock at shutdown ([`Leadership::shutdown`]); one at a time
-    // is for windlass's live tests (feature `testing`).
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn release(&self, object: &ObjectRef) -> Result<(), LockError> {
         match &*self.inner {
             Inner::PerObject { lock, .. } => lock.release(object).await,

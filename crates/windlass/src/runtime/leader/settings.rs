@@ -199,7 +199,7 @@ fn timing_of(kind: LockKind, duration: Duration, poll: Duration) -> Result<Timin
             poll,
             retry_after_error: poll,
         }),
-        LockKind::LeaderWithLease => Timing::for_lease(duration, poll),
+        LockKind::LeaderWithLease | LockKind::Sharded => Timing::for_lease(duration, poll),
         LockKind::LeaderForLife => Timing::until_released(poll),
         LockKind::Annotation => {
             if duration.is_zero() {
@@ -232,7 +232,11 @@ fn check_required_settings(
             kind_name(kind)
         ))
     };
-    if matches!(kind, LockKind::LeaderWithLease | LockKind::LeaderForLife) && name.is_empty() {
+    if matches!(
+        kind,
+        LockKind::LeaderWithLease | LockKind::LeaderForLife | LockKind::Sharded
+    ) && name.is_empty()
+    {
         return Err(needs(
             "a lock object name",
             "leader-election.id (--leader-election-id)",
@@ -244,7 +248,11 @@ fn check_required_settings(
             "POD_NAME (e.g. from the downward API's metadata.name) or leader-election.identity",
         ));
     }
-    if matches!(kind, LockKind::LeaderWithLease | LockKind::Annotation) && identity.is_empty() {
+    if matches!(
+        kind,
+        LockKind::LeaderWithLease | LockKind::Annotation | LockKind::Sharded
+    ) && identity.is_empty()
+    {
         return Err(needs(
             "an identity unique among the replicas",
             "POD_NAME or leader-election.identity; there is no hostname to fall back on",
@@ -259,6 +267,7 @@ fn kind_name(kind: LockKind) -> &'static str {
         LockKind::LeaderForLife => "for-life",
         LockKind::LeaderWithLease => "lease",
         LockKind::Annotation => "per-cr-annotation",
+        LockKind::Sharded => "sharded (sharding.shards)",
         LockKind::Dryrun => "no",
     }
 }
@@ -286,8 +295,11 @@ mod tests {
         config.leader_election.lock = match kind {
             LockKind::LeaderForLife => LockStrategy::ForLife,
             LockKind::Annotation => LockStrategy::PerCrAnnotation,
-            LockKind::LeaderWithLease | LockKind::Dryrun => LockStrategy::Lease,
+            LockKind::LeaderWithLease | LockKind::Dryrun | LockKind::Sharded => LockStrategy::Lease,
         };
+        if kind == LockKind::Sharded {
+            config.sharding.shards = 4;
+        }
         config
     }
 
@@ -345,6 +357,20 @@ mod tests {
         anonymous.leader_election.id = "op".into();
         let err = resolve(&anonymous, None, None, None).unwrap_err();
         assert!(err.to_string().contains("identity"), "{err}");
+
+        // Shards are Leases named after the lock, held by a replica of its own name.
+        let sharded = config(LockKind::Sharded);
+        let err = resolve(&sharded, None, Some("pod-1"), None).unwrap_err();
+        assert!(err.to_string().contains("leader-election.id"), "{err}");
+        let mut sharded = sharded;
+        sharded.leader_election.id = "op".into();
+        let err = resolve(&sharded, None, None, None).unwrap_err();
+        assert!(err.to_string().contains("identity"), "{err}");
+        let s = resolve(&sharded, None, Some("pod-1"), None).unwrap();
+        assert_eq!(
+            (s.kind, s.timing.renew_deadline),
+            (LockKind::Sharded, Some(Duration::from_secs(12)))
+        );
     }
 
     #[test]
@@ -373,6 +399,7 @@ mod tests {
             LockKind::LeaderWithLease,
             LockKind::LeaderForLife,
             LockKind::Annotation,
+            LockKind::Sharded,
             LockKind::Dryrun,
         ] {
             let mut c = config(kind);

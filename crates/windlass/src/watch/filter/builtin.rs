@@ -27,6 +27,15 @@ fn is_added_or_deleted(event: WatchEvent<'_>) -> bool {
 }
 
 /// The hash of the `(key, value)` pairs of a string map, optionally only some of them.
+/// The annotations of the per-CR lock ([`annotations::LEASE_NAME`],
+/// [`annotations::LEASE_TIME`]): they say which replica reconciles the CR right now, and
+/// change with every reconcile under that lock (taken at its start, given up at its end),
+/// so no annotation filter counts them: a change of them starting a reconcile would start
+/// the next one, for ever.
+fn is_lock_key(key: &str) -> bool {
+    key == annotations::LEASE_NAME || key == annotations::LEASE_TIME
+}
+
 fn hash_entries(map: Option<&BTreeMap<String, String>>, keep: impl Fn(&str) -> bool) -> u64 {
     let mut hasher = DefaultHasher::new();
     for (key, value) in map.into_iter().flatten() {
@@ -210,9 +219,9 @@ impl Filter for ResourceVersion {
     }
 }
 
-/// Yes when the annotations changed since the last event; abstains on
-/// [`EventKind::Added`] and [`EventKind::Deleted`]. A filter that has seen nothing yet
-/// counts any annotations as a change.
+/// Yes when the annotations changed since the last event (the per-CR lock's aside);
+/// abstains on [`EventKind::Added`] and [`EventKind::Deleted`]. A filter that has seen
+/// nothing yet counts any annotations as a change.
 #[derive(Debug, Clone, Default)]
 pub struct Annotations {
     hash: Option<u64>,
@@ -223,17 +232,18 @@ impl Filter for Annotations {
         if is_added_or_deleted(event) {
             return None;
         }
-        Some(self.hash != Some(hash_entries(event.annotations(), |_| true)))
+        Some(self.hash != Some(hash_entries(event.annotations(), |k| !is_lock_key(k))))
     }
 
     fn update(&mut self, event: WatchEvent<'_>) {
-        self.hash = Some(hash_entries(event.annotations(), |_| true));
+        self.hash = Some(hash_entries(event.annotations(), |k| !is_lock_key(k)));
     }
 }
 
 /// [`Annotations`], ignoring the keys that contain one of the platform's domains
 /// (`k8s.io`, `kubernetes.io`, `openshift.io`):
-/// `deployment.kubernetes.io/revision` changes when a controller writes it, not a user.
+/// `deployment.kubernetes.io/revision` changes when a controller writes it, not a user;
+/// and the per-CR lock's.
 #[derive(Debug, Clone, Default)]
 pub struct UserAnnotations {
     hash: Option<u64>,
@@ -241,9 +251,10 @@ pub struct UserAnnotations {
 
 impl UserAnnotations {
     fn is_user_key(key: &str) -> bool {
-        !PLATFORM_ANNOTATION_DOMAINS
-            .iter()
-            .any(|domain| key.contains(domain))
+        !is_lock_key(key)
+            && !PLATFORM_ANNOTATION_DOMAINS
+                .iter()
+                .any(|domain| key.contains(domain))
     }
 }
 

@@ -323,6 +323,15 @@ fn annotations_pass_any_annotation_change_and_user_annotations_ignore_the_platfo
     let openshift = platform.next(|o| o.annotate("openshift.io/scc", "restricted"));
     let user = openshift.next(|o| o.annotate("team", "shop"));
     let removed = user.next(|o| o.unannotate("team"));
+    // The per-CR lock taken and given up, as with every reconcile under it.
+    let locked = removed.next(|o| {
+        o.annotate(crate::annotations::LEASE_NAME, "pod-a");
+        o.annotate(crate::annotations::LEASE_TIME, "2026-01-01T00:00:00Z");
+    });
+    let released = locked.next(|o| {
+        o.unannotate(crate::annotations::LEASE_NAME);
+        o.unannotate(crate::annotations::LEASE_TIME);
+    });
     let steps = [
         (Added, &v1),
         (Modified, &same),
@@ -330,15 +339,17 @@ fn annotations_pass_any_annotation_change_and_user_annotations_ignore_the_platfo
         (Modified, &openshift),
         (Modified, &user),
         (Modified, &removed),
-        (Deleted, &removed),
+        (Modified, &locked),
+        (Modified, &released),
+        (Deleted, &released),
     ];
     assert_eq!(
         votes(&FilterSpec::new(Annotations::default()), &steps),
-        [A, N, Y, Y, Y, Y, A]
+        [A, N, Y, Y, Y, Y, N, N, A]
     );
     assert_eq!(
         votes(&FilterSpec::new(UserAnnotations::default()), &steps),
-        [A, N, N, N, Y, Y, A]
+        [A, N, N, N, Y, Y, N, N, A]
     );
     // Nothing recorded yet: any annotations count as a change.
     for spec in [
