@@ -40,6 +40,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
@@ -235,21 +236,27 @@ pub struct ResourceId(NodeId);
 /// ```
 pub struct Resources {
     component: String,
-    namespace: String,
-    /// The primary's kind and the CR's name, for the standard labels.
-    kind: String,
-    instance: String,
+    cr: Arc<CrNames>,
     graph: Graph<(Value, ResourceOptions)>,
 }
 
+/// What every component's [`Resources`] take from the CR, made once per reconcile and
+/// shared, not copied for each component.
+#[derive(Debug)]
+pub(crate) struct CrNames {
+    /// The namespace objects default to.
+    pub(crate) namespace: String,
+    /// The primary's kind and the CR's name, for the standard labels.
+    pub(crate) kind: String,
+    pub(crate) instance: String,
+}
+
 impl Resources {
-    /// The resources of `component` of the CR `instance` of kind `kind`, in `namespace`.
-    pub(crate) fn new(component: &str, namespace: &str, kind: &str, instance: &str) -> Self {
+    /// The resources of `component` of the CR `cr`.
+    pub(crate) fn new(component: &str, cr: Arc<CrNames>) -> Self {
         Resources {
             component: component.to_string(),
-            namespace: namespace.to_string(),
-            kind: kind.to_string(),
-            instance: instance.to_string(),
+            cr,
             graph: Graph::new(),
         }
     }
@@ -257,7 +264,7 @@ impl Resources {
     /// The labels of this component's pods: `app.kubernetes.io/name`, `instance` and
     /// `component` (see [`crate::annotations::labels`]). A Service selects with them.
     pub fn pod_labels(&self) -> BTreeMap<String, String> {
-        crate::annotations::labels::selector(&self.kind, &self.instance, &self.component)
+        crate::annotations::labels::selector(&self.cr.kind, &self.cr.instance, &self.component)
     }
 
     /// The label selector of this component's pods, for a Deployment, StatefulSet or
@@ -348,7 +355,7 @@ impl Resources {
         if manifest.namespace().is_none() {
             manifest
                 .metadata_mut()
-                .insert("namespace".into(), Value::String(self.namespace.clone()));
+                .insert("namespace".into(), Value::String(self.cr.namespace.clone()));
         }
         self.graph
             .add_node(name, (manifest, options))
@@ -449,6 +456,14 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use serde_json::json;
 
+    fn names(namespace: &str, kind: &str, instance: &str) -> Arc<CrNames> {
+        Arc::new(CrNames {
+            namespace: namespace.into(),
+            kind: kind.into(),
+            instance: instance.into(),
+        })
+    }
+
     #[test]
     fn restricted_pod_sets_what_the_test_namespaces_enforce() {
         // windlass-testenv spells the same contexts out for fixtures; the two must agree.
@@ -526,7 +541,7 @@ mod tests {
 
     #[test]
     fn resources_default_the_namespace_and_drop_nulls() {
-        let mut r = Resources::new("web", "shop", "app", "a");
+        let mut r = Resources::new("web", names("shop", "app", "a"));
         r.add_value(
             "config",
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": null}}),
@@ -542,7 +557,7 @@ mod tests {
 
     #[test]
     fn typed_objects_get_their_type_meta() {
-        let mut r = Resources::new("web", "shop", "app", "a");
+        let mut r = Resources::new("web", names("shop", "app", "a"));
         let cm = ConfigMap {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some("a".into()),
@@ -558,7 +573,7 @@ mod tests {
 
     #[test]
     fn bad_resources_are_config_errors_naming_the_component() {
-        let mut r = Resources::new("web", "shop", "app", "a");
+        let mut r = Resources::new("web", names("shop", "app", "a"));
         let err = r.add_value("x", &json!({"kind": "ConfigMap"})).unwrap_err();
         assert!(matches!(err, Error::Config(_)));
         assert!(
@@ -579,7 +594,7 @@ mod tests {
 
     #[test]
     fn resource_order_follows_dependencies_then_names() {
-        let mut r = Resources::new("db", "ns", "app", "a");
+        let mut r = Resources::new("db", names("ns", "app", "a"));
         let cm =
             |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
         let a = r.add_value("a", &cm("a")).unwrap();

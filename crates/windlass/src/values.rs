@@ -107,60 +107,97 @@ pub(crate) fn prune_nulls(value: &mut Value) {
 /// A rollout hashes every object it renders on every reconcile, so the JSON is streamed
 /// into the hash through a small buffer rather than built in memory first.
 pub(crate) fn canonical_hash(value: &Value) -> String {
-    use sha2::{Digest, Sha256};
-    fn write(value: &Value, out: &mut HashWriter) {
-        match value {
-            Value::Object(map) => {
-                out.byte(b'{');
-                // serde_json's map is ordered by key unless a crate in the build turns on
-                // its `preserve_order` feature; sort only then.
-                if map.keys().is_sorted() {
-                    write_entries(map.iter(), out);
-                } else {
-                    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                    entries.sort_by_key(|(key, _)| *key);
-                    write_entries(entries.into_iter(), out);
-                }
-                out.byte(b'}');
-            }
-            Value::Array(items) => {
-                out.byte(b'[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.byte(b',');
+    let mut hash = CanonicalHash::new();
+    hash.value(value);
+    hash.finish()
+}
+
+/// [`canonical_hash`] written a piece at a time, for a value the caller does not hold
+/// whole: the rollout hashes each rendered manifest with windlass's labels and owner
+/// reference laid over it, without making that copy (`rollout::stamp`). The caller writes
+/// the JSON punctuation of what it lays over itself, keys in sorted order.
+pub(crate) struct CanonicalHash {
+    out: HashWriter,
+}
+
+impl CanonicalHash {
+    pub(crate) fn new() -> Self {
+        use sha2::{Digest, Sha256};
+        CanonicalHash {
+            out: HashWriter {
+                hash: Sha256::new(),
+                buffer: [0; 256],
+                len: 0,
+            },
+        }
+    }
+
+    /// JSON punctuation: `{`, `}`, `[`, `]`, `,` or `:`.
+    pub(crate) fn punct(&mut self, byte: u8) {
+        self.out.byte(byte);
+    }
+
+    /// A string (a map key, say), as serde_json writes it.
+    pub(crate) fn string(&mut self, text: &str) {
+        self.out.string(text);
+    }
+
+    /// A whole value, its maps' keys sorted.
+    pub(crate) fn value(&mut self, value: &Value) {
+        fn write(value: &Value, out: &mut HashWriter) {
+            match value {
+                Value::Object(map) => {
+                    out.byte(b'{');
+                    // serde_json's map is ordered by key unless a crate in the build turns on
+                    // its `preserve_order` feature; sort only then.
+                    if maps_are_sorted() {
+                        write_entries(map.iter(), out);
+                    } else {
+                        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                        entries.sort_by_key(|(key, _)| *key);
+                        write_entries(entries.into_iter(), out);
                     }
-                    write(item, out);
+                    out.byte(b'}');
                 }
-                out.byte(b']');
-            }
-            Value::String(text) => out.string(text),
-            scalar => {
-                // Writing into the hash cannot fail.
-                let _ = serde_json::to_writer(&mut *out, scalar);
+                Value::Array(items) => {
+                    out.byte(b'[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.byte(b',');
+                        }
+                        write(item, out);
+                    }
+                    out.byte(b']');
+                }
+                Value::String(text) => out.string(text),
+                scalar => {
+                    // Writing into the hash cannot fail.
+                    let _ = serde_json::to_writer(&mut *out, scalar);
+                }
             }
         }
-    }
-    fn write_entries<'a>(
-        entries: impl Iterator<Item = (&'a String, &'a Value)>,
-        out: &mut HashWriter,
-    ) {
-        for (i, (key, value)) in entries.enumerate() {
-            if i > 0 {
-                out.byte(b',');
+        fn write_entries<'a>(
+            entries: impl Iterator<Item = (&'a String, &'a Value)>,
+            out: &mut HashWriter,
+        ) {
+            for (i, (key, value)) in entries.enumerate() {
+                if i > 0 {
+                    out.byte(b',');
+                }
+                out.string(key);
+                out.byte(b':');
+                write(value, out);
             }
-            out.string(key);
-            out.byte(b':');
-            write(value, out);
         }
+        write(value, &mut self.out);
     }
-    let mut out = HashWriter {
-        hash: Sha256::new(),
-        buffer: [0; 256],
-        len: 0,
-    };
-    write(value, &mut out);
-    out.flush_buffer();
-    hex(&out.hash.finalize())
+
+    /// The hash of everything written, in lower-case hexadecimal.
+    pub(crate) fn finish(mut self) -> String {
+        use sha2::Digest;
+        self.out.flush_buffer();
+        hex(&self.out.hash.finalize())
+    }
 }
 
 /// The bytes of [`canonical_hash`]'s JSON, gathered in a buffer and fed to the hash a
@@ -184,7 +221,7 @@ impl HashWriter {
     /// escapes `"`, `\\` and control characters only) and are copied as they are.
     fn string(&mut self, text: &str) {
         use std::io::Write;
-        if text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        if needs_escape(text.as_bytes()) {
             // A string always serializes; writing into the hash cannot fail.
             let _ = serde_json::to_writer(&mut *self, text);
         } else {
@@ -219,6 +256,49 @@ impl std::io::Write for HashWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Whether serde_json escapes anything in `text`: a control character, `"` or `\\`.
+/// Eight bytes at a time, as the text of every object a rollout renders goes through it:
+/// in each word, a byte below 0x20 leaves a borrow under its high bit when 0x20 is taken
+/// from every byte, and a byte equal to `"` or `\\` is zero after an exclusive or with
+/// it (the zero-byte test of "Bit Twiddling Hacks"). A borrow from one byte can mark the
+/// next one as well, but only after a byte that is a match itself, so the answer for
+/// the word is exact.
+fn needs_escape(text: &[u8]) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH_BITS: u64 = u64::from_le_bytes([0x80; 8]);
+    let below =
+        |word: u64, limit: u8| word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGH_BITS;
+    let mut words = text.chunks_exact(8);
+    for word in &mut words {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(word);
+        let word = u64::from_le_bytes(bytes);
+        let control = below(word, 0x20);
+        let quote = below(word ^ (ONES * u64::from(b'"')), 1);
+        let backslash = below(word ^ (ONES * u64::from(b'\\')), 1);
+        if control | quote | backslash != 0 {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+/// Whether serde_json's maps keep their keys sorted: they do unless a crate in the build
+/// turns on its `preserve_order` feature. Asked once.
+pub(crate) fn maps_are_sorted() -> bool {
+    static SORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SORTED.get_or_init(|| {
+        let map: serde_json::Map<String, Value> = [("b", 1), ("a", 2)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::from(v)))
+            .collect();
+        map.keys().is_sorted()
+    })
 }
 
 /// `T` parsed from `value`; on failure, the path of the field that does not parse.
@@ -293,6 +373,18 @@ mod tests {
             let value = json!({"b": text, "a": [1, 2.5, null, true, text]});
             let expected = hex(&Sha256::digest(serde_json::to_vec(&value).unwrap()));
             assert_eq!(canonical_hash(&value), expected, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The escape test eight bytes at a time answers as the test of each byte.
+        #[test]
+        fn needs_escape_answers_as_each_byte(text in crate::strategies::any_text(40), at in 0usize..40, byte in 0u8..0x80) {
+            let mut bytes = text.into_bytes();
+            // A byte of any ASCII value somewhere, often near a word boundary.
+            bytes.insert(at.min(bytes.len()), byte);
+            let each = bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            proptest::prop_assert_eq!(needs_escape(&bytes), each);
         }
     }
 

@@ -27,7 +27,12 @@ pub(crate) use crate::annotations::CLEANUP_FINALIZER;
 /// cluster-scoped) when `owner` goes: whether an owner reference is allowed there (a
 /// cluster-scoped owner, or the owner's own namespace).
 pub(crate) fn collected_with(namespace: Option<&str>, owner: &Value) -> bool {
-    match owner.namespace() {
+    collected_in(namespace, owner.namespace())
+}
+
+/// [`collected_with`] an owner in `owner_namespace` (`None`: cluster-scoped).
+pub(crate) fn collected_in(namespace: Option<&str>, owner_namespace: Option<&str>) -> bool {
+    match owner_namespace {
         None => true,
         Some(owner_namespace) => namespace == Some(owner_namespace),
     }

@@ -2,7 +2,9 @@
 //! and typed; the backend config, layered; the temporary patches; and the session made of
 //! them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -11,6 +13,7 @@ use crate::config::OperatorConfig;
 use crate::controller::Controller;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
+use crate::resource::ControllerTypes;
 use crate::rollout::patch::DEFAULT_PATCH_KIND;
 use crate::session::{Ledger, Parts, Session, manifest_version};
 use crate::status::inventory::Inventory;
@@ -34,7 +37,7 @@ impl<C: Controller> Reconciler<C> {
         // skipped, with a warning, when it fails.
         let finalizing = manifest.is_terminating();
         let merged = merged_over(self.controller.cr_defaults(), manifest);
-        let typed = typed_cr::<C>(cr, &merged)?;
+        let typed = self.typed.get_or_parse(cr, &merged)?;
         let version = manifest_version(&merged, operator);
         if !finalizing {
             check_version(operator, &self.versions, version.as_deref())?;
@@ -51,6 +54,8 @@ impl<C: Controller> Reconciler<C> {
         Ok(Session::new(Parts {
             id: id.to_string(),
             cr: typed,
+            reference: Parts::<C>::reference_of(&merged),
+            cr_names: std::sync::OnceLock::new(),
             manifest: merged,
             config,
             config_value,
@@ -221,6 +226,114 @@ fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Re
 
 /// The CR `cr` (merged over the controller's defaults) as its type; a spec that does not
 /// parse is a config error naming the field.
+/// The typed CR of each CR's last reconcile, with the manifest (merged over the CR
+/// defaults) it was parsed from. A steady reconcile reads the same manifest again (for the
+/// in-memory cluster, the very same shared copy), and parsing it, status and inventory
+/// included, was a tenth of such a reconcile's allocations. Parsing is a function of the
+/// manifest, so an equal manifest gets the same typed CR.
+///
+/// A deleted CR is usually not reconciled again (the runtime drops it from the queue), so
+/// what is kept is kept in two generations: every `period` (the sync period, after which
+/// every CR is reconciled anyway) the older one is dropped, and an entry used since moves
+/// to the newer. An entry of a CR that is gone lasts two periods at most; a CR not
+/// reconciled for that long is parsed again, as before. A CR found gone is forgotten at
+/// once.
+pub(super) struct TypedCrs<C: Controller> {
+    kept: parking_lot::Mutex<Generations<C>>,
+    period: Duration,
+}
+
+/// The entries used in this period, those of the last one, and when this one began.
+struct Generations<C: Controller> {
+    current: HashMap<ObjectRef, TypedCr<C>>,
+    previous: HashMap<ObjectRef, TypedCr<C>>,
+    since: Instant,
+}
+
+/// A CR's manifest and the typed CR parsed from it.
+type TypedCr<C> = (Arc<Value>, Arc<<C as ControllerTypes>::Resource>);
+
+/// The period of [`TypedCrs`] when the sync period is off (`0s`).
+const TYPED_CR_PERIOD: Duration = Duration::from_secs(600);
+
+impl<C: Controller> TypedCrs<C> {
+    /// Kept for `sync_period` to twice that (ten minutes when it is zero, i.e. off).
+    pub(super) fn new(sync_period: Duration) -> Self {
+        TypedCrs {
+            kept: parking_lot::Mutex::new(Generations {
+                current: HashMap::new(),
+                previous: HashMap::new(),
+                since: Instant::now(),
+            }),
+            period: match sync_period.is_zero() {
+                true => TYPED_CR_PERIOD,
+                false => sync_period,
+            },
+        }
+    }
+
+    /// The CR `cr` typed from `merged`: the last reconcile's when it was parsed from an
+    /// equal manifest, else parsed now (and kept, if it parses).
+    pub(super) fn get_or_parse(
+        &self,
+        cr: &ObjectRef,
+        merged: &Arc<Value>,
+    ) -> Result<Arc<C::Resource>> {
+        // Compared outside the lock: other CRs' reconciles need it too.
+        let last = self.last(cr);
+        if let Some((from, typed)) = last
+            && (Arc::ptr_eq(&from, merged) || *from == **merged)
+        {
+            return Ok(typed);
+        }
+        let typed = Arc::new(typed_cr::<C>(cr, merged)?);
+        let mut kept = self.kept.lock();
+        kept.previous.remove(cr);
+        kept.current
+            .insert(cr.clone(), (merged.clone(), typed.clone()));
+        Ok(typed)
+    }
+
+    /// What is kept for `cr`, moved to the current generation; the older one dropped first
+    /// if its period is over.
+    fn last(&self, cr: &ObjectRef) -> Option<TypedCr<C>> {
+        let mut kept = self.kept.lock();
+        if kept.since.elapsed() >= self.period {
+            kept.previous = std::mem::take(&mut kept.current);
+            kept.since = Instant::now();
+        }
+        if let Some(entry) = kept.current.get(cr) {
+            return Some(entry.clone());
+        }
+        let entry = kept.previous.remove(cr)?;
+        kept.current.insert(cr.clone(), entry.clone());
+        Some(entry)
+    }
+
+    /// Forget the CR `cr` (it is gone).
+    pub(super) fn forget(&self, cr: &ObjectRef) {
+        let mut kept = self.kept.lock();
+        kept.current.remove(cr);
+        kept.previous.remove(cr);
+    }
+
+    /// End the current period now.
+    #[cfg(test)]
+    fn end_period(&self) {
+        let mut kept = self.kept.lock();
+        kept.since = Instant::now()
+            .checked_sub(self.period)
+            .unwrap_or(kept.since);
+    }
+
+    /// How many CRs are kept, in both generations.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let kept = self.kept.lock();
+        kept.current.len() + kept.previous.len()
+    }
+}
+
 fn typed_cr<C: Controller>(cr: &ObjectRef, merged: &Value) -> Result<C::Resource> {
     parse_with_path(merged).map_err(|e| {
         Error::config(format!(
@@ -302,4 +415,87 @@ pub(super) fn reconcile_id() -> String {
         .iter()
         .map(|b| ALPHABET[usize::from(b % 32)] as char)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::{DummyController, Widget, cr_manifest};
+
+    type Typed = TypedCrs<DummyController>;
+
+    #[test]
+    fn an_equal_manifest_gets_the_last_typed_cr_and_another_is_parsed() {
+        let typed = Typed::new(Duration::from_secs(3600));
+        let manifest = Arc::new(cr_manifest::<Widget>("w", json!({"version": "1.0"})));
+        let cr = ObjectRef::from_manifest(&manifest).unwrap();
+        let first = typed.get_or_parse(&cr, &manifest).unwrap();
+        assert_eq!(first.spec.version.as_deref(), Some("1.0"));
+        // The same copy, and an equal one read again: parsed once.
+        assert!(Arc::ptr_eq(
+            &typed.get_or_parse(&cr, &manifest).unwrap(),
+            &first
+        ));
+        let equal = Arc::new((*manifest).clone());
+        assert!(Arc::ptr_eq(
+            &typed.get_or_parse(&cr, &equal).unwrap(),
+            &first
+        ));
+        // A changed one is parsed, and kept in its place.
+        let mut changed = (*manifest).clone();
+        changed["spec"]["version"] = json!("2.0");
+        let changed = Arc::new(changed);
+        let second = typed.get_or_parse(&cr, &changed).unwrap();
+        assert_eq!(second.spec.version.as_deref(), Some("2.0"));
+        assert!(Arc::ptr_eq(
+            &typed.get_or_parse(&cr, &changed).unwrap(),
+            &second
+        ));
+        // One that does not parse is an error every time, and the last parsed one stays.
+        let mut broken = (*manifest).clone();
+        broken["spec"]["version"] = json!(3);
+        let broken = Arc::new(broken);
+        assert!(typed.get_or_parse(&cr, &broken).is_err());
+        assert!(typed.get_or_parse(&cr, &broken).is_err());
+        assert!(Arc::ptr_eq(
+            &typed.get_or_parse(&cr, &changed).unwrap(),
+            &second
+        ));
+        // Another CR is another entry; a forgotten CR is parsed again.
+        let other = ObjectRef::new(&cr.api_version, &cr.kind, cr.namespace.as_deref(), "v");
+        assert!(!Arc::ptr_eq(
+            &typed.get_or_parse(&other, &changed).unwrap(),
+            &second
+        ));
+        typed.forget(&cr);
+        assert!(!Arc::ptr_eq(
+            &typed.get_or_parse(&cr, &changed).unwrap(),
+            &second
+        ));
+    }
+
+    #[test]
+    fn what_is_not_used_for_two_periods_is_dropped() {
+        assert_eq!(
+            Typed::new(Duration::ZERO).period,
+            TYPED_CR_PERIOD,
+            "a sync period of 0s is off"
+        );
+        let typed = Typed::new(Duration::from_secs(3600));
+        let manifest = |name: &str| Arc::new(cr_manifest::<Widget>(name, json!({})));
+        let (used, gone) = (manifest("used"), manifest("gone"));
+        let reference = |m: &Value| ObjectRef::from_manifest(m).unwrap();
+        let first = typed.get_or_parse(&reference(&used), &used).unwrap();
+        typed.get_or_parse(&reference(&gone), &gone).unwrap();
+        assert_eq!(typed.len(), 2);
+        // `used` is reconciled every period, `gone` no more: it lasts two periods.
+        for expected in [2, 1, 1] {
+            typed.end_period();
+            let again = typed.get_or_parse(&reference(&used), &used).unwrap();
+            assert!(Arc::ptr_eq(&again, &first), "kept while used");
+            assert_eq!(typed.len(), expected);
+        }
+    }
 }

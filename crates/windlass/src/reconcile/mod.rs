@@ -133,6 +133,8 @@ pub struct Reconciler<C: Controller> {
     operator: Arc<OperatorConfig>,
     observer: Arc<dyn Observer>,
     events: Option<Arc<dyn EventSink>>,
+    /// The typed CR of each CR's last reconcile (see [`input::TypedCrs`]).
+    typed: Arc<input::TypedCrs<C>>,
 }
 
 impl<C: Controller> Clone for Reconciler<C> {
@@ -144,6 +146,7 @@ impl<C: Controller> Clone for Reconciler<C> {
             operator: self.operator.clone(),
             observer: self.observer.clone(),
             events: self.events.clone(),
+            typed: self.typed.clone(),
         }
     }
 }
@@ -152,6 +155,9 @@ impl<C: Controller> Reconciler<C> {
     /// A reconciler of `controller`'s CRs on `cluster`.
     pub fn new(controller: C, cluster: Arc<dyn Cluster>, operator: OperatorConfig) -> Self {
         let versions = Versions::effective(controller.versions(), &operator.versions);
+        let typed = Arc::new(input::TypedCrs::new(Duration::from(
+            operator.runtime.sync_period,
+        )));
         Reconciler {
             versions: Arc::new(versions),
             controller: Arc::new(controller),
@@ -159,6 +165,7 @@ impl<C: Controller> Reconciler<C> {
             operator: Arc::new(operator),
             observer: Arc::new(Quiet),
             events: None,
+            typed,
         }
     }
 
@@ -223,7 +230,10 @@ impl<C: Controller> Reconciler<C> {
         };
         let manifest = match self.read_cr(cr).await {
             Ok(Some(manifest)) => manifest,
-            Ok(None) => return report(Action::Done, None, None),
+            Ok(None) => {
+                self.typed.forget(cr);
+                return report(Action::Done, None, None);
+            }
             Err(e) => return report(Action::Retry, None, Some(e.into())),
         };
         // The CR's own log level, if it asks for one, for the rest of this reconcile.

@@ -6,10 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Rollout;
 use super::prune::delete_recorded;
+use super::stamp::ComponentStamp;
 use crate::annotations;
 use crate::component::ManagedObject;
 use crate::controller::Controller;
@@ -24,9 +25,10 @@ impl<C: Controller> Rollout<'_, C> {
     /// deleted.
     pub(super) async fn deploy(&self, id: NodeId, objects: &[ManagedObject]) -> Result<()> {
         let component = self.name(id);
+        let stamp = self.stamp.component(component);
         let mut written = Vec::with_capacity(objects.len());
         for object in objects {
-            let changed = self.deploy_object(component, object).await?;
+            let changed = self.deploy_object(&stamp, object).await?;
             let reference = &object.reference;
             if changed && self.session.ledger().dependency_written(reference) {
                 tracing::debug!(object = %reference, component, "written after a dependency hash was computed from its old data: the CR is requeued");
@@ -72,38 +74,32 @@ impl<C: Controller> Rollout<'_, C> {
 
     /// Apply one object unless windlass already applied exactly this and still owns every
     /// field of it (see [`crate::rollout::drift`]). Returns whether a write happened.
-    async fn deploy_object(&self, component: &str, object: &ManagedObject) -> Result<bool> {
+    async fn deploy_object(
+        &self,
+        stamp: &ComponentStamp<'_>,
+        object: &ManagedObject,
+    ) -> Result<bool> {
         let session = self.session;
         let cr = session.manifest();
-        let mut manifest = object.manifest.clone();
+        let component = stamp.name();
         let reference = &object.reference;
         // A component may render the CR itself (to rewrite its own spec): it is not its
         // own child.
         let itself = session.is_cr(reference);
-        add_owner_reference(&mut manifest, cr);
-        if !itself {
-            let shard = cr
-                .uid()
-                .and_then(|uid| session.operator_config().sharding.shard_of(uid));
-            stamp_labels(&mut manifest, cr, component, shard);
-        }
-        crate::rollout::drift::stamp(&mut manifest);
         // About to write it: a watch of windlass's own objects may answer for it.
         let live = session.cluster().get_own_shared(reference).await?;
         if let Some(live) = &live
             && !itself
         {
-            refuse_foreign(reference, live, cr)?;
+            refuse_foreign(reference, live, cr, stamp.cr_uid())?;
         }
+        // The owner reference, windlass's labels and the applied hash: laid over the
+        // rendered manifest to decide, stamped on a copy only to write.
+        let stamped = stamp.object(&object.manifest, itself);
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
             (Some(_), true) => crate::rollout::drift::Drift::InSync,
-            _ => crate::rollout::drift::drift(
-                &manifest,
-                live.as_deref(),
-                object.method,
-                crate::FIELD_MANAGER,
-            ),
+            _ => stamped.drift(live.as_deref(), object.method, crate::FIELD_MANAGER),
         };
         let stored = match live {
             Some(live) if !drift.needs_write() => live,
@@ -117,7 +113,7 @@ impl<C: Controller> Rollout<'_, C> {
                 {
                     Box::pin(session.hold_for_cleanup(component, reference)).await?;
                 }
-                Box::pin(self.write(object, &manifest)).await?
+                Box::pin(self.write(object, stamped.manifest())).await?
             }
         };
         if let Some(uid) = stored.uid() {
@@ -188,81 +184,18 @@ impl<C: Controller> Rollout<'_, C> {
 
 /// Refuse to write an object another CR's rollout applied: two CRs rendering the same
 /// object would overwrite each other on every reconcile.
-fn refuse_foreign(reference: &ObjectRef, live: &Value, cr: &Value) -> Result<()> {
-    match (live.label(annotations::OWNER_UID), cr.uid()) {
+fn refuse_foreign(
+    reference: &ObjectRef,
+    live: &Value,
+    cr: &Value,
+    cr_uid: Option<&str>,
+) -> Result<()> {
+    match (live.label(annotations::OWNER_UID), cr_uid) {
         (Some(owner), Some(uid)) if owner != uid => Err(Error::config(format!(
             "{reference} belongs to another {} (uid {owner}, label {}); two resources cannot render the same object: give this one another name",
             cr.kind().unwrap_or("resource"),
             annotations::OWNER_UID
         ))),
         _ => Ok(()),
-    }
-}
-
-/// Label an object with the CR it was rendered for, the component that rendered it and,
-/// when the CRs are sharded, the CR's `shard`, and with the recommended
-/// `app.kubernetes.io/…` labels, where the component did not set them.
-fn stamp_labels(manifest: &mut Value, cr: &Value, component: &str, shard: Option<u32>) {
-    let standard = annotations::labels::standard(
-        cr.kind().unwrap_or_default(),
-        cr.name().unwrap_or_default(),
-        component,
-    );
-    let metadata = manifest.metadata_mut();
-    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
-    let Some(map) = labels.as_object_mut() else {
-        return;
-    };
-    if let Some(uid) = cr.uid() {
-        map.insert(annotations::OWNER_UID.into(), json!(uid));
-        map.insert(
-            annotations::COMPONENT.into(),
-            json!(crate::object::label_value(component)),
-        );
-    }
-    // The shard's watches see the object only with it: windlass's, whatever a component
-    // set.
-    if let Some(shard) = shard {
-        map.insert(annotations::SHARD.into(), json!(shard.to_string()));
-    }
-    for (key, value) in standard {
-        map.entry(key).or_insert(Value::String(value));
-    }
-}
-
-/// Make the CR an owner of the object, so deleting the CR garbage-collects it.
-/// A namespaced CR owns objects in its own namespace only (Kubernetes forbids owners in
-/// another namespace and cluster-scoped dependents of namespaced owners); a cluster-scoped
-/// CR owns everything it renders. Never the CR itself; `blockOwnerDeletion`, and the
-/// controller reference unless the component set one.
-pub(super) fn add_owner_reference(manifest: &mut Value, owner: &Value) {
-    let (Some(uid), Some(name), Some(kind), Some(api_version)) =
-        (owner.uid(), owner.name(), owner.kind(), owner.api_version())
-    else {
-        return;
-    };
-    let same_object = manifest.kind() == Some(kind)
-        && manifest.api_version() == Some(api_version)
-        && manifest.name() == Some(name);
-    if same_object || !crate::cluster::finalizer::collected_with(manifest.namespace(), owner) {
-        return;
-    }
-    // The CR is the object's controller, as `kubectl` and other controllers expect,
-    // unless the component named another one (there can be only one).
-    let controlled = manifest["metadata"]["ownerReferences"]
-        .as_array()
-        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true));
-    let reference = json!({
-        "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-        "blockOwnerDeletion": true, "controller": !controlled,
-    });
-    let metadata = manifest.metadata_mut();
-    let refs = metadata
-        .entry("ownerReferences")
-        .or_insert_with(|| json!([]));
-    if let Some(list) = refs.as_array_mut()
-        && !list.iter().any(|r| r["uid"] == uid)
-    {
-        list.push(reference);
     }
 }

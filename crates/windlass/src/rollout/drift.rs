@@ -77,15 +77,32 @@ pub fn drift(
     method: WriteMethod,
     field_manager: &str,
 ) -> Drift {
+    drift_of(
+        Node::Plain(desired),
+        || desired.annotation(APPLIED_HASH),
+        live,
+        method,
+        field_manager,
+    )
+}
+
+/// [`drift`] of the manifest `desired` stands for, whose [`APPLIED_HASH`] annotation
+/// `applied_hash` gives (asked only when there is a live object to compare it with).
+pub(crate) fn drift_of<'d>(
+    desired: Node<'d>,
+    applied_hash: impl FnOnce() -> Option<&'d str>,
+    live: Option<&Value>,
+    method: WriteMethod,
+    field_manager: &str,
+) -> Drift {
     let Some(live) = live else {
         return Drift::Absent;
     };
     if live.is_terminating() {
         return Drift::Terminating;
     }
-    if desired.annotation(APPLIED_HASH).is_none()
-        || desired.annotation(APPLIED_HASH) != live.annotation(APPLIED_HASH)
-    {
+    let hash = applied_hash();
+    if hash.is_none() || hash != live.annotation(APPLIED_HASH) {
         return Drift::Changed;
     }
     if method != WriteMethod::Apply {
@@ -95,28 +112,132 @@ pub fn drift(
         // Nothing of it is windlass's any more (or it was written another way).
         return Drift::Taken("metadata".into());
     };
-    let Some(desired) = desired.as_object() else {
+    let Some(desired) = desired.entries() else {
         return Drift::Changed;
     };
+    let mut owned = Fields::of(owned);
     for (key, value) in desired {
-        if matches!(key.as_str(), "apiVersion" | "kind" | "status") {
+        if matches!(key, "apiVersion" | "kind" | "status") {
             continue;
         }
-        let fields = field(owned, key);
-        let result = match value {
+        let fields = owned.get(key);
+        let result = match value.entries() {
             // Name and namespace identify the object and are in no manager's field set.
-            Value::Object(metadata) if key == "metadata" => {
+            Some(metadata) if key == "metadata" => {
                 covered_map(metadata, &["name", "namespace"], fields)
             }
-            value => covered(value, fields),
+            _ => covered(value, fields),
         };
         if let Err(Uncovered(mut path)) = result {
-            path.push(key.clone());
+            path.push(key.to_string());
             path.reverse();
             return Drift::Taken(path.join("."));
         }
     }
     Drift::InSync
+}
+
+/// A value of a desired manifest as the drift check walks it: a plain JSON value, or a map
+/// or list of the rendered manifest with windlass's additions laid over it, which is what
+/// the rollout checks without making the stamped copy (`rollout::stamp`). Items of lists
+/// are always plain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Node<'a> {
+    /// A JSON value as it is.
+    Plain(&'a Value),
+    /// A map with entries laid over it.
+    Map(Layered<'a>),
+    /// A list (the rendered items) with one more item at its end.
+    Appended(&'a [Value], &'a Value),
+}
+
+/// A map: the rendered one, if there is one, with `over` laid over it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layered<'a> {
+    pub(crate) base: Option<&'a Map<String, Value>>,
+    /// Sorted by key.
+    pub(crate) over: &'a [Layer<'a>],
+}
+
+/// One entry laid over a map.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layer<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) value: Node<'a>,
+    /// Whether a value the map has already stays (otherwise this one replaces it).
+    pub(crate) keep_rendered: bool,
+}
+
+impl<'a> Node<'a> {
+    /// The entries of a map, in key order; `None` for anything else.
+    pub(crate) fn entries(self) -> Option<Entries<'a>> {
+        match self {
+            Node::Plain(Value::Object(map)) => Some(Entries::new(Some(map), &[])),
+            Node::Map(Layered { base, over }) => Some(Entries::new(base, over)),
+            _ => None,
+        }
+    }
+
+    /// Whether it is null or made only of empty maps and lists.
+    fn vacuous(self) -> bool {
+        match self {
+            Node::Plain(value) => vacuous(value),
+            Node::Map(_) => self
+                .entries()
+                .into_iter()
+                .flatten()
+                .all(|(_, v)| v.vacuous()),
+            Node::Appended(..) => false,
+        }
+    }
+}
+
+type MapEntries<'a> = std::iter::Flatten<std::option::IntoIter<serde_json::map::Iter<'a>>>;
+
+/// The entries of a map [`Node`], the rendered ones merged with the laid-over ones in key
+/// order (serde_json's map is ordered by key; `rollout::stamp` lays nothing over a map
+/// that is not).
+#[derive(Clone)]
+pub(crate) struct Entries<'a> {
+    base: std::iter::Peekable<MapEntries<'a>>,
+    over: &'a [Layer<'a>],
+}
+
+impl<'a> Entries<'a> {
+    fn new(base: Option<&'a Map<String, Value>>, over: &'a [Layer<'a>]) -> Self {
+        Entries {
+            base: base.map(|m| m.iter()).into_iter().flatten().peekable(),
+            over,
+        }
+    }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a str, Node<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::cmp::Ordering;
+        let order = match (self.base.peek(), self.over.first()) {
+            (None, None) => return None,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((key, _)), Some(layer)) => key.as_str().cmp(layer.key),
+        };
+        if order == Ordering::Less {
+            let (key, value) = self.base.next()?;
+            return Some((key.as_str(), Node::Plain(value)));
+        }
+        let (layer, rest) = self.over.split_first()?;
+        self.over = rest;
+        if order == Ordering::Greater {
+            return Some((layer.key, layer.value));
+        }
+        let (key, value) = self.base.next()?;
+        Some(match layer.keep_rendered {
+            true => (key.as_str(), Node::Plain(value)),
+            false => (key.as_str(), layer.value),
+        })
+    }
 }
 
 /// The path of a desired field that the field set does not cover, innermost segment first
@@ -128,6 +249,54 @@ impl Uncovered {
     fn under(mut self, segment: String) -> Self {
         self.0.push(segment);
         self
+    }
+}
+
+/// The fields of a field set's map (its `f:<key>` entries), asked for in key order, as a
+/// walk of the desired map's entries asks: both maps are ordered by key (and so are the
+/// `f:` keys without their common prefix), so one pass over the field set answers every
+/// lookup, without searching it for each key. Where serde_json's maps are not ordered
+/// (its `preserve_order` feature), each is looked up.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    /// The `f:` entries not passed yet, their keys without `f:`; `None`: look up each.
+    ordered: Option<std::iter::Peekable<FieldEntries<'a>>>,
+}
+
+type FieldEntries<'a> = std::iter::FilterMap<serde_json::map::Iter<'a>, StripField<'a>>;
+
+/// A field set's entry as its `f:` key without `f:`, or `None` for other entries.
+type StripField<'a> = fn((&'a String, &'a Value)) -> Option<(&'a str, &'a Value)>;
+
+impl<'a> Fields<'a> {
+    fn of(map: &'a Map<String, Value>) -> Self {
+        let strip: StripField<'a> = |(key, value)| Some((key.strip_prefix("f:")?, value));
+        Fields {
+            map,
+            ordered: crate::values::maps_are_sorted()
+                .then(|| map.iter().filter_map(strip).peekable()),
+        }
+    }
+
+    /// `fields["f:<key>"]`, for keys asked in increasing order.
+    fn get(&mut self, key: &str) -> Option<&'a Value> {
+        let Some(ordered) = &mut self.ordered else {
+            return field(self.map, key);
+        };
+        while let Some((owned, value)) = ordered.peek() {
+            match (*owned).cmp(key) {
+                std::cmp::Ordering::Less => {
+                    ordered.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    let value = *value;
+                    ordered.next();
+                    return Some(value);
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
     }
 }
 
@@ -148,49 +317,63 @@ fn field<'a>(fields: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 }
 
 /// Whether the field set `fields` covers everything `value` sets; if not, where not.
-fn covered(value: &Value, fields: Option<&Value>) -> Result<(), Uncovered> {
+fn covered(value: Node<'_>, fields: Option<&Value>) -> Result<(), Uncovered> {
     let missing = || Err(Uncovered(Vec::new()));
-    match value {
-        Value::Object(map) => covered_map(map, &[], fields),
+    if let Some(entries) = value.entries() {
+        return covered_map(entries, &[], fields);
+    }
+    if value.vacuous() {
         // Nothing to own: the server records no field for it.
-        _ if vacuous(value) => Ok(()),
-        _ if fields.is_none() => missing(),
-        Value::Array(items) => {
-            let Some(children) = fields.and_then(Value::as_object) else {
-                return missing();
-            };
-            let mut elements = children.iter().filter(|(k, _)| k.as_str() != ".");
-            // An atomic list is owned as a whole.
-            if elements.next().is_none() {
-                return Ok(());
-            }
-            for (index, item) in items.iter().enumerate() {
-                let owned = children
-                    .iter()
-                    .filter(|(k, _)| k.as_str() != ".")
-                    .find(|(key, _)| element_matches(key, item, index));
-                let result = match owned {
-                    None => missing(),
-                    Some((_, child)) if item.is_object() => covered(item, Some(child)),
-                    Some(_) => Ok(()),
-                };
-                result.map_err(|u| u.under(format!("[{index}]")))?;
-            }
-            Ok(())
-        }
+        return Ok(());
+    }
+    if fields.is_none() {
+        return missing();
+    }
+    match value {
+        Node::Plain(Value::Array(items)) => covered_list(items.iter(), fields),
+        Node::Appended(items, last) => covered_list(items.iter().chain([last]), fields),
         // A scalar: present in the set is owned.
         _ => Ok(()),
     }
 }
 
-/// [`covered`] for a map, leaving out the keys `skip`.
+/// [`covered`] for a list that is not empty.
+fn covered_list<'v>(
+    items: impl Iterator<Item = &'v Value>,
+    fields: Option<&Value>,
+) -> Result<(), Uncovered> {
+    let missing = || Err(Uncovered(Vec::new()));
+    let Some(children) = fields.and_then(Value::as_object) else {
+        return missing();
+    };
+    let mut elements = children.iter().filter(|(k, _)| k.as_str() != ".");
+    // An atomic list is owned as a whole.
+    if elements.next().is_none() {
+        return Ok(());
+    }
+    for (index, item) in items.enumerate() {
+        let owned = children
+            .iter()
+            .filter(|(k, _)| k.as_str() != ".")
+            .find(|(key, _)| element_matches(key, item, index));
+        let result = match owned {
+            None => missing(),
+            Some((_, child)) if item.is_object() => covered(Node::Plain(item), Some(child)),
+            Some(_) => Ok(()),
+        };
+        result.map_err(|u| u.under(format!("[{index}]")))?;
+    }
+    Ok(())
+}
+
+/// [`covered`] for the entries of a map, leaving out the keys `skip`.
 fn covered_map(
-    map: &Map<String, Value>,
+    entries: Entries<'_>,
     skip: &[&str],
     fields: Option<&Value>,
 ) -> Result<(), Uncovered> {
-    let mut entries = map.iter().filter(|(k, _)| !skip.contains(&k.as_str()));
-    if entries.clone().all(|(_, v)| vacuous(v)) {
+    let mut entries = entries.filter(|(k, _)| !skip.contains(k));
+    if entries.clone().all(|(_, v)| v.vacuous()) {
         // Nothing to own: the server records no field for it.
         return Ok(());
     }
@@ -201,8 +384,9 @@ fn covered_map(
         // An atomic map, owned as a whole.
         return Ok(());
     }
+    let mut fields = Fields::of(fields);
     entries.try_for_each(|(key, child)| {
-        covered(child, field(fields, key)).map_err(|u| u.under(key.clone()))
+        covered(child, fields.get(key)).map_err(|u| u.under(key.to_string()))
     })
 }
 
@@ -367,6 +551,26 @@ mod tests {
             drift(&desired, Some(&live), WriteMethod::Apply, M),
             Drift::Taken("spec.template.spec.restartPolicy".into())
         );
+    }
+
+    proptest::proptest! {
+        /// The field set walked in key order answers as looking up each key.
+        #[test]
+        fn fields_in_key_order_answer_as_lookups(
+            owned in proptest::collection::btree_set(
+                (proptest::sample::select(vec!["f:", "k:", "v:", "", "."]), crate::strategies::key()), 0..8),
+            asked in proptest::collection::btree_set(crate::strategies::key(), 0..8),
+        ) {
+            let map: Map<String, Value> = owned
+                .into_iter()
+                .enumerate()
+                .map(|(i, (prefix, key))| (format!("{prefix}{key}"), json!(i)))
+                .collect();
+            let mut fields = Fields::of(&map);
+            for key in &asked {
+                proptest::prop_assert_eq!(fields.get(key), field(&map, key), "{}", key);
+            }
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod dump;
 pub(crate) mod patch;
 mod prune;
 mod render;
+mod stamp;
 
 pub(crate) use prune::prune_removed_components;
 pub(crate) use render::render_component;
@@ -50,6 +51,7 @@ use crate::component::ManagedObject;
 use crate::controller::{Components, Controller, EdgeCondition};
 use crate::dag::{CompletionState, Halt, NodeId, Runner};
 use crate::error::{Error, Result};
+use crate::object::ManifestExt;
 use crate::progress::{Event, Phase, PhaseOutcome};
 use crate::session::Session;
 use crate::verify::Readiness;
@@ -60,9 +62,15 @@ pub async fn run<C: Controller>(
     session: &Session<C>,
     components: &Components<C>,
 ) -> CompletionState {
+    // The CR's shard, labelled on everything it owns when the CRs are sharded.
+    let shard = session
+        .manifest()
+        .uid()
+        .and_then(|uid| session.operator_config().sharding.shard_of(uid));
     let rollout = Rollout {
         session,
         components,
+        stamp: stamp::CrStamp::new(session.manifest(), shard),
         rendered: Mutex::new(HashMap::new()),
         waiting: Mutex::new(BTreeMap::new()),
     };
@@ -193,6 +201,8 @@ async fn after_phase<C: Controller>(
 struct Rollout<'a, C: Controller> {
     session: &'a Session<C>,
     components: &'a Components<C>,
+    /// What every object the rollout applies gets from the CR.
+    stamp: stamp::CrStamp<'a>,
     /// Rendering happens once per component per rollout; the verify phase reuses it.
     rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
     /// Why each component that is not ready (or not started) yet waits, by component.
@@ -414,7 +424,7 @@ impl<C: Controller> Rollout<'_, C> {
 
 #[cfg(test)]
 mod tests {
-    use super::deploy::add_owner_reference;
+    use super::stamp::add_owner_reference;
     use super::*;
     use serde_json::json;
 

@@ -40,7 +40,7 @@ impl<C: Controller> Rollout<'_, C> {
                 ))
             })?;
             // Resolve the kind's scope once: cluster-scoped objects have no namespace.
-            match session.cluster().scope(&reference.type_ref()).await {
+            match session.scope_of(&reference).await {
                 Ok(Scope::Namespaced) => {}
                 Ok(Scope::Cluster) => {
                     manifest.metadata_mut().remove("namespace");
@@ -198,7 +198,7 @@ pub(crate) async fn render_component<C: Controller>(
     entry: &ComponentEntry<C>,
     name: &str,
 ) -> Result<Vec<(String, Value, ResourceOptions)>> {
-    let mut resources = Resources::new(name, session.namespace(), session.kind(), session.name());
+    let mut resources = Resources::new(name, session.cr_names());
     entry.component.render(session, &mut resources).await?;
     let mut rendered = Vec::with_capacity(resources.len());
     for (internal_name, manifest, options) in resources.into_ordered() {

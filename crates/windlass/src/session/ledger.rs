@@ -38,6 +38,8 @@ pub(crate) struct Ledger {
     /// them (see [`crate::rollout::dependency_hash`]), and whether the rollout wrote one of them
     /// after that.
     dependencies: Mutex<(HashSet<ObjectRef>, bool)>,
+    /// The scope of each kind asked about (a few per reconcile, so a list).
+    scopes: Mutex<Vec<(TypeRef, Scope)>>,
 }
 
 impl Ledger {
@@ -47,7 +49,22 @@ impl Ledger {
             inventory: Mutex::new(Arc::new(inventory)),
             finalizers: tokio::sync::Mutex::new(()),
             dependencies: Mutex::default(),
+            scopes: Mutex::default(),
         }
+    }
+
+    /// The scope of the kind `api_version`/`kind`, if it was asked about before.
+    pub(crate) fn scope(&self, api_version: &str, kind: &str) -> Option<Scope> {
+        self.scopes
+            .lock()
+            .iter()
+            .find(|(t, _)| t.kind == kind && t.api_version == api_version)
+            .map(|(_, scope)| *scope)
+    }
+
+    /// Remember the scope of a kind.
+    pub(crate) fn remember_scope(&self, type_ref: TypeRef, scope: Scope) {
+        self.scopes.lock().push((type_ref, scope));
     }
 
     /// A dependency hash is about to be computed from `object` as the cluster holds it.
@@ -370,5 +387,17 @@ pub(crate) mod tests {
         recorded.get(&reference).await.unwrap();
         assert_eq!(recorded.get_own(&reference).await.unwrap().unwrap(), whole);
         assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn scopes_are_remembered_per_api_version_and_kind() {
+        let ledger = Ledger::new(Inventory::default());
+        assert_eq!(ledger.scope("v1", "ConfigMap"), None);
+        ledger.remember_scope(TypeRef::new("v1", "ConfigMap"), Scope::Namespaced);
+        ledger.remember_scope(TypeRef::new("v1", "Namespace"), Scope::Cluster);
+        assert_eq!(ledger.scope("v1", "ConfigMap"), Some(Scope::Namespaced));
+        assert_eq!(ledger.scope("v1", "Namespace"), Some(Scope::Cluster));
+        // The same kind in another group is another kind.
+        assert_eq!(ledger.scope("example.com/v1", "ConfigMap"), None);
     }
 }

@@ -133,9 +133,16 @@ impl<C: ControllerTypes> Clone for Session<C> {
 /// What a session is made of; [`crate::reconcile`] builds it.
 pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) id: String,
-    pub(crate) cr: C::Resource,
+    /// Shared with the reconciler, which keeps it for the next reconcile of the same CR.
+    pub(crate) cr: Arc<C::Resource>,
     /// The CR merged over the controller's CR defaults (`read` itself when there are none).
     pub(crate) manifest: Arc<Value>,
+    /// The CR's reference, from `manifest` (see [`Parts::reference_of`]): read once, as
+    /// every object a component renders asks for the CR's name or compares itself with it.
+    pub(crate) reference: ObjectRef,
+    /// What every component's resources take from the CR (see [`Session::cr_names`]),
+    /// made when first needed.
+    pub(crate) cr_names: std::sync::OnceLock<Arc<crate::component::CrNames>>,
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
     pub(crate) operator: Arc<OperatorConfig>,
@@ -158,6 +165,19 @@ pub(crate) struct Parts<C: ControllerTypes> {
     /// published by the reconcile once the rollout is over.
     pub(crate) component_events: Mutex<Vec<CrEvent>>,
     pub(crate) ledger: Arc<Ledger>,
+}
+
+impl<C: ControllerTypes> Parts<C> {
+    /// The reference of the CR `manifest`: its apiVersion, kind and name (empty where
+    /// missing) and its namespace (none where missing or empty).
+    pub(crate) fn reference_of(manifest: &Value) -> ObjectRef {
+        ObjectRef::new(
+            manifest.api_version().unwrap_or_default(),
+            manifest.kind().unwrap_or_default(),
+            manifest.namespace(),
+            manifest.name().unwrap_or_default(),
+        )
+    }
 }
 
 impl<C: ControllerTypes> Session<C> {
@@ -250,36 +270,46 @@ impl<C: ControllerTypes> Session<C> {
     }
     /// The CR's name.
     pub fn name(&self) -> &str {
-        self.inner.manifest.name().unwrap_or_default()
+        &self.inner.reference.name
     }
     /// The CR's namespace; rendered objects of namespaced kinds default to it. For a
     /// cluster-scoped CR this is `default`, so its components should name namespaces.
     pub fn namespace(&self) -> &str {
-        self.inner.manifest.namespace().unwrap_or("default")
+        self.inner
+            .reference
+            .namespace
+            .as_deref()
+            .unwrap_or("default")
     }
     /// The CR's kind.
     pub fn kind(&self) -> &str {
-        self.inner.manifest.kind().unwrap_or_default()
+        &self.inner.reference.kind
     }
     /// The CR's apiVersion.
     pub fn api_version(&self) -> &str {
-        self.inner.manifest.api_version().unwrap_or_default()
+        &self.inner.reference.api_version
     }
     /// A reference to the CR.
     pub fn cr_ref(&self) -> ObjectRef {
-        ObjectRef::new(
-            self.api_version(),
-            self.kind(),
-            self.inner.manifest.namespace(),
-            self.name(),
-        )
+        self.inner.reference.clone()
+    }
+    /// The CR's namespace (as [`Session::namespace`]), kind and name for a component's
+    /// [`Resources`](crate::component::Resources): made once, shared by every component.
+    pub(crate) fn cr_names(&self) -> Arc<crate::component::CrNames> {
+        self.inner
+            .cr_names
+            .get_or_init(|| {
+                Arc::new(crate::component::CrNames {
+                    namespace: self.namespace().to_string(),
+                    kind: self.kind().to_string(),
+                    instance: self.name().to_string(),
+                })
+            })
+            .clone()
     }
     /// Whether `object` is the CR ([`Session::cr_ref`], compared without making it).
     pub(crate) fn is_cr(&self, object: &ObjectRef) -> bool {
-        object.name == self.name()
-            && object.kind == self.kind()
-            && object.api_version == self.api_version()
-            && object.namespace.as_deref() == self.inner.manifest.namespace()
+        *object == self.inner.reference
     }
     /// The backend config: [`Controller::Config`](crate::controller::Controller::Config)'s defaults ← the config-defaults
     /// ConfigMap ← the CR's `spec.configOverrides`, parsed once per reconcile.
@@ -468,6 +498,23 @@ impl<C: ControllerTypes> Session<C> {
             .into_iter()
             .map(|v| typed(v, T::KIND))
             .collect()
+    }
+
+    /// The scope of `object`'s kind, asked of the cluster once per kind per reconcile: every
+    /// object a component renders needs it, and a kind's scope cannot change (a CRD's
+    /// `scope` is immutable).
+    pub(crate) async fn scope_of(
+        &self,
+        object: &ObjectRef,
+    ) -> std::result::Result<crate::cluster::Scope, crate::error::ClusterError> {
+        let ledger = &self.inner.ledger;
+        if let Some(scope) = ledger.scope(&object.api_version, &object.kind) {
+            return Ok(scope);
+        }
+        let type_ref = object.type_ref();
+        let scope = self.inner.cluster.scope(&type_ref).await?;
+        ledger.remember_scope(type_ref, scope);
+        Ok(scope)
     }
 
     async fn namespace_for<T: k8s_openapi::Resource>(&self) -> Result<Option<String>> {

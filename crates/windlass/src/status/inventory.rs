@@ -47,18 +47,35 @@ impl Inventory {
     pub(crate) fn from_status(status: &Value) -> Self {
         let mut inventory = Inventory::default();
         for entry in status[FIELD].as_array().into_iter().flatten() {
-            let text = |key: &str| entry[key].as_str();
-            let (Some(component), Some(api_version), Some(kind), Some(name)) = (
-                text("component"),
-                text("apiVersion"),
-                text("kind"),
-                text("name"),
-            ) else {
+            // The entry's fields, read in one pass over it rather than looked up one by
+            // one: every reconcile reads every entry.
+            let mut text = [None; 6];
+            for (key, value) in entry.as_object().into_iter().flatten() {
+                let at = match key.as_str() {
+                    "component" => 0,
+                    "apiVersion" => 1,
+                    "kind" => 2,
+                    "name" => 3,
+                    "namespace" => 4,
+                    "uid" => 5,
+                    _ => continue,
+                };
+                text[at] = value.as_str();
+            }
+            let [
+                Some(component),
+                Some(api_version),
+                Some(kind),
+                Some(name),
+                namespace,
+                uid,
+            ] = text
+            else {
                 continue;
             };
-            let reference = ObjectRef::new(api_version, kind, text("namespace"), name);
+            let reference = ObjectRef::new(api_version, kind, namespace, name);
             // No uid: recorded before it was applied (pending).
-            let object = (reference, text("uid").unwrap_or_default().to_string());
+            let object = (reference, uid.unwrap_or_default().to_string());
             match inventory.0.get_mut(component) {
                 Some(objects) => objects.push(object),
                 None => {
@@ -210,6 +227,79 @@ impl Inventory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Inventory::from_status`] as it was, looking each field of an entry up.
+    fn from_status_by_lookup(status: &Value) -> Inventory {
+        let mut inventory = Inventory::default();
+        for entry in status[FIELD].as_array().into_iter().flatten() {
+            let text = |key: &str| entry[key].as_str();
+            let (Some(component), Some(api_version), Some(kind), Some(name)) = (
+                text("component"),
+                text("apiVersion"),
+                text("kind"),
+                text("name"),
+            ) else {
+                continue;
+            };
+            let reference = ObjectRef::new(api_version, kind, text("namespace"), name);
+            let uid = text("uid").unwrap_or_default().to_string();
+            inventory
+                .0
+                .entry(component.to_string())
+                .or_default()
+                .push((reference, uid));
+        }
+        for objects in inventory.0.values_mut() {
+            objects.sort_by(|(a, _), (b, _)| a.cmp(b));
+            objects.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(&mut later.1, &mut kept.1);
+                }
+                same
+            });
+        }
+        inventory
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// Reading an entry's fields in one pass finds what looking each up finds, for
+        /// entries with fields missing, of other types, or unknown, and for non-maps.
+        #[test]
+        fn from_status_reads_entries_as_lookups_do(
+            entries in proptest::collection::vec(
+                proptest::collection::vec(
+                    (
+                        proptest::sample::select(vec![
+                            "component", "apiVersion", "kind", "name", "namespace", "uid", "other",
+                        ]),
+                        proptest::prop_oneof![
+                            proptest::sample::select(vec!["a", "b", ""]).prop_map(Value::from),
+                            proptest::strategy::Just(Value::from(3)),
+                            proptest::strategy::Just(Value::Null),
+                        ],
+                    ),
+                    0..8,
+                ),
+                0..6,
+            ),
+            not_a_map in proptest::bool::ANY,
+        ) {
+            let mut list: Vec<Value> = entries
+                .into_iter()
+                .map(|fields| {
+                    Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                })
+                .collect();
+            if not_a_map {
+                list.push(json!(["component", "a"]));
+            }
+            let status = json!({FIELD: list});
+            proptest::prop_assert_eq!(Inventory::from_status(&status), from_status_by_lookup(&status));
+        }
+    }
 
     #[test]
     fn round_trips_through_the_status_and_drops_malformed_entries() {

@@ -282,7 +282,7 @@ impl MemoryCluster {
 
     /// The store key of `object`, and its kind's scope.
     fn key_of(state: &State, object: &ObjectRef) -> Result<(Key, Scope), ClusterError> {
-        let scope = state.scope(&object.type_ref())?;
+        let scope = state.kind_of(&object.api_version, &object.kind)?.scope;
         let namespace = match scope {
             Scope::Cluster => "",
             Scope::Namespaced => object.namespace.as_deref().ok_or_else(|| {

@@ -186,10 +186,68 @@ pub(super) struct KindInfo {
     pub(super) generation: bool,
 }
 
+/// The kinds the cluster serves. Every read and write looks its object's kind up; a map
+/// keyed by [`TypeRef`] could only be asked with one made for the purpose (two strings
+/// copied), so it is asked with the object's apiVersion and kind as they are
+/// ([`KindKey`]).
+#[derive(Debug, Default)]
+pub(super) struct Kinds(HashMap<TypeRef, KindInfo>);
+
+impl Kinds {
+    pub(super) fn insert(&mut self, type_ref: TypeRef, info: KindInfo) {
+        self.0.insert(type_ref, info);
+    }
+
+    pub(super) fn get(&self, api_version: &str, kind: &str) -> Option<KindInfo> {
+        self.0.get(&(api_version, kind) as &dyn KindKey).copied()
+    }
+}
+
+/// An apiVersion and a kind, as a [`TypeRef`] or borrowed: hashed and compared as
+/// `TypeRef`'s derived `Hash` and `Eq` do (its fields in order), so that either finds
+/// the other in a map.
+trait KindKey {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl KindKey for TypeRef {
+    fn parts(&self) -> (&str, &str) {
+        (&self.api_version, &self.kind)
+    }
+}
+
+impl KindKey for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KindKey + 'a> for TypeRef {
+    fn borrow(&self) -> &(dyn KindKey + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn KindKey + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (api_version, kind) = self.parts();
+        api_version.hash(state);
+        kind.hash(state);
+    }
+}
+
+impl PartialEq for dyn KindKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KindKey + '_ {}
+
 #[derive(Debug, Default)]
 pub(super) struct State {
     pub(super) objects: BTreeMap<Key, Entry>,
-    pub(super) kinds: HashMap<TypeRef, KindInfo>,
+    pub(super) kinds: Kinds,
     /// The CEL validation rules of the custom kinds that declare some.
     pub(super) rules: super::rules::Rules,
     resource_version: u64,
@@ -199,12 +257,16 @@ pub(super) struct State {
 
 impl State {
     pub(super) fn kind(&self, type_ref: &TypeRef) -> Result<KindInfo, ClusterError> {
+        self.kind_of(&type_ref.api_version, &type_ref.kind)
+    }
+
+    /// [`State::kind`] of the kind `api_version`/`kind`, without making a [`TypeRef`].
+    pub(super) fn kind_of(&self, api_version: &str, kind: &str) -> Result<KindInfo, ClusterError> {
         self.kinds
-            .get(type_ref)
-            .copied()
+            .get(api_version, kind)
             .ok_or_else(|| ClusterError::UnknownKind {
-                api_version: type_ref.api_version.clone(),
-                kind: type_ref.kind.clone(),
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
             })
     }
 
@@ -265,5 +327,33 @@ pub(super) fn register_crd_kinds(state: &mut State, object: &Value) {
                 .register(type_ref.clone(), &version["schema"]["openAPIV3Schema"]);
             state.kinds.insert(type_ref, info);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_found_by_borrowed_api_version_and_kind() {
+        let mut kinds = Kinds::default();
+        let info = |scope| KindInfo {
+            scope,
+            status_subresource: true,
+            generation: false,
+        };
+        kinds.insert(TypeRef::new("v1", "ConfigMap"), info(Scope::Namespaced));
+        kinds.insert(TypeRef::new("v1", "Namespace"), info(Scope::Cluster));
+        kinds.insert(
+            TypeRef::new("apps/v1", "Deployment"),
+            info(Scope::Namespaced),
+        );
+        let scope = |api_version, kind| kinds.get(api_version, kind).map(|k| k.scope);
+        assert_eq!(scope("v1", "ConfigMap"), Some(Scope::Namespaced));
+        assert_eq!(scope("v1", "Namespace"), Some(Scope::Cluster));
+        assert_eq!(scope("apps/v1", "Deployment"), Some(Scope::Namespaced));
+        // The parts are told apart, not joined.
+        assert_eq!(scope("v1C", "onfigMap"), None);
+        assert_eq!(scope("apps/v1", "ConfigMap"), None);
     }
 }

@@ -301,7 +301,10 @@ pub(super) fn patch_locked(
     // are not the patch's to change.
     restore_system_metadata(&mut next, &stored);
     // The main resource endpoint does not write a status subresource.
-    if state.kind(&object.type_ref())?.status_subresource {
+    if state
+        .kind_of(&object.api_version, &object.kind)?
+        .status_subresource
+    {
         keep_status(&mut next, &stored);
     }
     commit(state, key, next, None)
