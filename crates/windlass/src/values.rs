@@ -323,6 +323,19 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// Apply a JSON patch to `doc`, which the caller drops if this fails: every caller patches
+/// a copy, so a failed patch leaves nothing to undo.
+///
+/// Not `json_patch::patch`: that one undoes a failed patch in place, and panics when the
+/// undo itself fails (json-patch 4.2, e.g. `add` then a `move` to a missing parent), which
+/// a temporary patch or a patch from a component could trigger.
+pub(crate) fn apply_json_patch(
+    doc: &mut Value,
+    patch: &[json_patch::PatchOperation],
+) -> Result<(), json_patch::PatchError> {
+    json_patch::patch_unsafe(doc, patch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +406,17 @@ mod tests {
         let mut v = json!({"a": null, "b": {"c": null, "d": []}, "e": [{"f": null}], "g": {}});
         prune_nulls(&mut v);
         assert_eq!(v, json!({"b": {"d": []}, "e": [{}], "g": {}}));
+    }
+
+    /// A patch whose `move` fails after an `add` succeeded is an error, not a panic.
+    #[test]
+    fn a_json_patch_that_fails_half_way_is_an_error() {
+        let mut doc = serde_json::json!({"kind": "ConfigMap", "data": {}});
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "add", "path": "/data/a", "value": null},
+            {"op": "move", "from": "/data", "path": "/x/0"}
+        ]))
+        .unwrap();
+        assert!(super::apply_json_patch(&mut doc, &patch).is_err());
     }
 }

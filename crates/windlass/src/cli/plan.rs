@@ -113,7 +113,7 @@ impl Cluster for Plan {
             .get(object)
             .await?
             .ok_or_else(|| ClusterError::NotFound(object.to_string()))?;
-        json_patch::patch(&mut live, patch)
+        crate::values::apply_json_patch(&mut live, patch)
             .map_err(|e| ClusterError::invalid(object.to_string(), e.to_string()))?;
         Ok(live)
     }

@@ -288,7 +288,7 @@ pub(super) fn patch_locked(
         .clone();
     let mut next = stored.clone();
     let patch = without_null_tests_of_missing_paths(patch, &next);
-    if let Err(e) = json_patch::patch(&mut next, &patch) {
+    if let Err(e) = crate::values::apply_json_patch(&mut next, &patch) {
         return Err(ClusterError::invalid(
             object.to_string(),
             format!("patch does not apply: {e}"),

@@ -57,7 +57,7 @@ pub fn apply_patches(internal_name: &str, manifest: Value, patches: &[Value]) ->
                     ))
                 })?;
                 let mut patched = current;
-                json_patch::patch(&mut patched, &ops).map_err(|e| {
+                crate::values::apply_json_patch(&mut patched, &ops).map_err(|e| {
                     Error::config(format!(
                         "temporary patch \"{name}\" on {internal_name}: {e}"
                     ))
