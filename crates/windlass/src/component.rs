@@ -251,6 +251,18 @@ pub(crate) struct CrNames {
     pub(crate) instance: String,
 }
 
+impl CrNames {
+    /// The session's CR's namespace (as [`Session::namespace`]), kind and name: made once
+    /// per rollout, shared by every component's [`Resources`].
+    pub(crate) fn of<C: crate::resource::ControllerTypes>(session: &Session<C>) -> Arc<Self> {
+        Arc::new(CrNames {
+            namespace: session.namespace().to_string(),
+            kind: session.kind().to_string(),
+            instance: session.name().to_string(),
+        })
+    }
+}
+
 impl Resources {
     /// The resources of `component` of the CR `cr`.
     pub(crate) fn new(component: &str, cr: Arc<CrNames>) -> Self {

@@ -55,7 +55,6 @@ impl<C: Controller> Reconciler<C> {
             id: id.to_string(),
             cr: typed,
             reference: Parts::<C>::reference_of(&merged),
-            cr_names: std::sync::OnceLock::new(),
             manifest: merged,
             config,
             config_value,

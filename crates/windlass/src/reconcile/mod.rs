@@ -337,7 +337,13 @@ impl<C: Controller> Reconciler<C> {
             )));
         };
         let entry = components.graph.data(id.0);
-        let rendered = crate::rollout::render_component(&session, entry, component).await?;
+        let rendered = crate::rollout::render_component(
+            &session,
+            entry,
+            component,
+            &crate::component::CrNames::of(&session),
+        )
+        .await?;
         Ok(rendered
             .into_iter()
             .map(|(_, manifest, _)| manifest)

@@ -71,6 +71,7 @@ pub async fn run<C: Controller>(
         session,
         components,
         stamp: stamp::CrStamp::new(session.manifest(), shard),
+        cr_names: crate::component::CrNames::of(session),
         rendered: Mutex::new(HashMap::new()),
         waiting: Mutex::new(BTreeMap::new()),
     };
@@ -203,6 +204,8 @@ struct Rollout<'a, C: Controller> {
     components: &'a Components<C>,
     /// What every object the rollout applies gets from the CR.
     stamp: stamp::CrStamp<'a>,
+    /// What every component's resources take from the CR.
+    cr_names: Arc<crate::component::CrNames>,
     /// Rendering happens once per component per rollout; the verify phase reuses it.
     rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
     /// Why each component that is not ready (or not started) yet waits, by component.

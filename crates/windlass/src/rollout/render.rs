@@ -13,7 +13,7 @@ use super::Rollout;
 use super::dependency_hash::{self, Rendered};
 use crate::annotations;
 use crate::cluster::Scope;
-use crate::component::{ManagedObject, ResourceOptions, Resources};
+use crate::component::{CrNames, ManagedObject, ResourceOptions, Resources};
 use crate::controller::{ComponentEntry, Controller};
 use crate::dag::NodeId;
 use crate::error::{ClusterError, Error, Result};
@@ -29,7 +29,7 @@ impl<C: Controller> Rollout<'_, C> {
         let session = self.session;
         let entry = self.components.graph.data(id);
         let name = self.name(id);
-        let rendered = render_component(session, entry, name).await?;
+        let rendered = render_component(session, entry, name, &self.cr_names).await?;
         let mut objects = Vec::with_capacity(rendered.len());
         let mut restart_on_change = Vec::with_capacity(rendered.len());
         for (internal_name, mut manifest, options) in rendered {
@@ -197,8 +197,9 @@ pub(crate) async fn render_component<C: Controller>(
     session: &Session<C>,
     entry: &ComponentEntry<C>,
     name: &str,
+    cr: &Arc<CrNames>,
 ) -> Result<Vec<(String, Value, ResourceOptions)>> {
-    let mut resources = Resources::new(name, session.cr_names());
+    let mut resources = Resources::new(name, cr.clone());
     entry.component.render(session, &mut resources).await?;
     let mut rendered = Vec::with_capacity(resources.len());
     for (internal_name, manifest, options) in resources.into_ordered() {

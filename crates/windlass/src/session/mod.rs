@@ -140,9 +140,6 @@ pub(crate) struct Parts<C: ControllerTypes> {
     /// The CR's reference, from `manifest` (see [`Parts::reference_of`]): read once, as
     /// every object a component renders asks for the CR's name or compares itself with it.
     pub(crate) reference: ObjectRef,
-    /// What every component's resources take from the CR (see [`Session::cr_names`]),
-    /// made when first needed.
-    pub(crate) cr_names: std::sync::OnceLock<Arc<crate::component::CrNames>>,
     pub(crate) config: C::Config,
     pub(crate) config_value: Value,
     pub(crate) operator: Arc<OperatorConfig>,
@@ -292,20 +289,6 @@ impl<C: ControllerTypes> Session<C> {
     /// A reference to the CR.
     pub fn cr_ref(&self) -> ObjectRef {
         self.inner.reference.clone()
-    }
-    /// The CR's namespace (as [`Session::namespace`]), kind and name for a component's
-    /// [`Resources`](crate::component::Resources): made once, shared by every component.
-    pub(crate) fn cr_names(&self) -> Arc<crate::component::CrNames> {
-        self.inner
-            .cr_names
-            .get_or_init(|| {
-                Arc::new(crate::component::CrNames {
-                    namespace: self.namespace().to_string(),
-                    kind: self.kind().to_string(),
-                    instance: self.name().to_string(),
-                })
-            })
-            .clone()
     }
     /// Whether `object` is the CR ([`Session::cr_ref`], compared without making it).
     pub(crate) fn is_cr(&self, object: &ObjectRef) -> bool {
