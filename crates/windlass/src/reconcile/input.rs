@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -229,48 +228,19 @@ fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Re
 /// defaults) it was parsed from. A steady reconcile reads the same manifest again (for the
 /// in-memory cluster, the very same shared copy), and parsing it, status and inventory
 /// included, was a tenth of such a reconcile's allocations. Parsing is a function of the
-/// manifest, so an equal manifest gets the same typed CR.
-///
-/// A deleted CR is usually not reconciled again (the runtime drops it from the queue), so
-/// what is kept is kept in two generations: every `period` (the sync period, after which
-/// every CR is reconciled anyway) the older one is dropped, and an entry used since moves
-/// to the newer. An entry of a CR that is gone lasts two periods at most; a CR not
-/// reconciled for that long is parsed again, as before. A CR found gone is forgotten at
-/// once.
-pub(super) struct TypedCrs<C: Controller> {
-    kept: parking_lot::Mutex<Generations<C>>,
-    period: Duration,
-}
-
-/// The entries used in this period, those of the last one, and when this one began.
-struct Generations<C: Controller> {
-    current: HashMap<ObjectRef, TypedCr<C>>,
-    previous: HashMap<ObjectRef, TypedCr<C>>,
-    since: Instant,
-}
+/// manifest, so an equal manifest gets the same typed CR; a CR found gone is forgotten.
+pub(super) struct TypedCrs<C: Controller>(parking_lot::Mutex<HashMap<ObjectRef, TypedCr<C>>>);
 
 /// A CR's manifest and the typed CR parsed from it.
 type TypedCr<C> = (Arc<Value>, Arc<<C as ControllerTypes>::Resource>);
 
-/// The period of [`TypedCrs`] when the sync period is off (`0s`).
-const TYPED_CR_PERIOD: Duration = Duration::from_secs(600);
+impl<C: Controller> Default for TypedCrs<C> {
+    fn default() -> Self {
+        TypedCrs(parking_lot::Mutex::default())
+    }
+}
 
 impl<C: Controller> TypedCrs<C> {
-    /// Kept for `sync_period` to twice that (ten minutes when it is zero, i.e. off).
-    pub(super) fn new(sync_period: Duration) -> Self {
-        TypedCrs {
-            kept: parking_lot::Mutex::new(Generations {
-                current: HashMap::new(),
-                previous: HashMap::new(),
-                since: Instant::now(),
-            }),
-            period: match sync_period.is_zero() {
-                true => TYPED_CR_PERIOD,
-                false => sync_period,
-            },
-        }
-    }
-
     /// The CR `cr` typed from `merged`: the last reconcile's when it was parsed from an
     /// equal manifest, else parsed now (and kept, if it parses).
     pub(super) fn get_or_parse(
@@ -279,57 +249,22 @@ impl<C: Controller> TypedCrs<C> {
         merged: &Arc<Value>,
     ) -> Result<Arc<C::Resource>> {
         // Compared outside the lock: other CRs' reconciles need it too.
-        let last = self.last(cr);
+        let last = self.0.lock().get(cr).cloned();
         if let Some((from, typed)) = last
             && (Arc::ptr_eq(&from, merged) || *from == **merged)
         {
             return Ok(typed);
         }
         let typed = Arc::new(typed_cr::<C>(cr, merged)?);
-        let mut kept = self.kept.lock();
-        kept.previous.remove(cr);
-        kept.current
+        self.0
+            .lock()
             .insert(cr.clone(), (merged.clone(), typed.clone()));
         Ok(typed)
     }
 
-    /// What is kept for `cr`, moved to the current generation; the older one dropped first
-    /// if its period is over.
-    fn last(&self, cr: &ObjectRef) -> Option<TypedCr<C>> {
-        let mut kept = self.kept.lock();
-        if kept.since.elapsed() >= self.period {
-            kept.previous = std::mem::take(&mut kept.current);
-            kept.since = Instant::now();
-        }
-        if let Some(entry) = kept.current.get(cr) {
-            return Some(entry.clone());
-        }
-        let entry = kept.previous.remove(cr)?;
-        kept.current.insert(cr.clone(), entry.clone());
-        Some(entry)
-    }
-
     /// Forget the CR `cr` (it is gone).
     pub(super) fn forget(&self, cr: &ObjectRef) {
-        let mut kept = self.kept.lock();
-        kept.current.remove(cr);
-        kept.previous.remove(cr);
-    }
-
-    /// End the current period now.
-    #[cfg(test)]
-    fn end_period(&self) {
-        let mut kept = self.kept.lock();
-        kept.since = Instant::now()
-            .checked_sub(self.period)
-            .unwrap_or(kept.since);
-    }
-
-    /// How many CRs are kept, in both generations.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        let kept = self.kept.lock();
-        kept.current.len() + kept.previous.len()
+        self.0.lock().remove(cr);
     }
 }
 
@@ -427,7 +362,7 @@ mod tests {
 
     #[test]
     fn an_equal_manifest_gets_the_last_typed_cr_and_another_is_parsed() {
-        let typed = Typed::new(Duration::from_secs(3600));
+        let typed = Typed::default();
         let manifest = Arc::new(cr_manifest::<Widget>("w", json!({"version": "1.0"})));
         let cr = ObjectRef::from_manifest(&manifest).unwrap();
         let first = typed.get_or_parse(&cr, &manifest).unwrap();
@@ -473,28 +408,5 @@ mod tests {
             &typed.get_or_parse(&cr, &changed).unwrap(),
             &second
         ));
-    }
-
-    #[test]
-    fn what_is_not_used_for_two_periods_is_dropped() {
-        assert_eq!(
-            Typed::new(Duration::ZERO).period,
-            TYPED_CR_PERIOD,
-            "a sync period of 0s is off"
-        );
-        let typed = Typed::new(Duration::from_secs(3600));
-        let manifest = |name: &str| Arc::new(cr_manifest::<Widget>(name, json!({})));
-        let (used, gone) = (manifest("used"), manifest("gone"));
-        let reference = |m: &Value| ObjectRef::from_manifest(m).unwrap();
-        let first = typed.get_or_parse(&reference(&used), &used).unwrap();
-        typed.get_or_parse(&reference(&gone), &gone).unwrap();
-        assert_eq!(typed.len(), 2);
-        // `used` is reconciled every period, `gone` no more: it lasts two periods.
-        for expected in [2, 1, 1] {
-            typed.end_period();
-            let again = typed.get_or_parse(&reference(&used), &used).unwrap();
-            assert!(Arc::ptr_eq(&again, &first), "kept while used");
-            assert_eq!(typed.len(), expected);
-        }
     }
 }

@@ -155,9 +155,6 @@ impl<C: Controller> Reconciler<C> {
     /// A reconciler of `controller`'s CRs on `cluster`.
     pub fn new(controller: C, cluster: Arc<dyn Cluster>, operator: OperatorConfig) -> Self {
         let versions = Versions::effective(controller.versions(), &operator.versions);
-        let typed = Arc::new(input::TypedCrs::new(Duration::from(
-            operator.runtime.sync_period,
-        )));
         Reconciler {
             versions: Arc::new(versions),
             controller: Arc::new(controller),
@@ -165,7 +162,7 @@ impl<C: Controller> Reconciler<C> {
             operator: Arc::new(operator),
             observer: Arc::new(Quiet),
             events: None,
-            typed,
+            typed: Arc::default(),
         }
     }
 
