@@ -2,7 +2,6 @@
 //! and typed; the backend config, layered; the temporary patches; and the session made of
 //! them.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -12,7 +11,6 @@ use crate::config::OperatorConfig;
 use crate::controller::Controller;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
-use crate::resource::ControllerTypes;
 use crate::rollout::patch::DEFAULT_PATCH_KIND;
 use crate::session::{Ledger, Parts, Session, manifest_version};
 use crate::status::inventory::Inventory;
@@ -36,7 +34,7 @@ impl<C: Controller> Reconciler<C> {
         // skipped, with a warning, when it fails.
         let finalizing = manifest.is_terminating();
         let merged = merged_over(self.controller.cr_defaults(), manifest);
-        let typed = self.typed.get_or_parse(cr, &merged)?;
+        let typed = typed_cr::<C>(cr, &merged)?;
         let version = manifest_version(&merged, operator);
         if !finalizing {
             check_version(operator, &self.versions, version.as_deref())?;
@@ -224,50 +222,6 @@ fn lenient<T>(finalizing: bool, result: Result<T>, what: &str, default: T) -> Re
 
 /// The CR `cr` (merged over the controller's defaults) as its type; a spec that does not
 /// parse is a config error naming the field.
-/// The typed CR of each CR's last reconcile, with the manifest (merged over the CR
-/// defaults) it was parsed from. A steady reconcile reads the same manifest again (for the
-/// in-memory cluster, the very same shared copy), and parsing it, status and inventory
-/// included, was a tenth of such a reconcile's allocations. Parsing is a function of the
-/// manifest, so an equal manifest gets the same typed CR; a CR found gone is forgotten.
-pub(super) struct TypedCrs<C: Controller>(parking_lot::Mutex<HashMap<ObjectRef, TypedCr<C>>>);
-
-/// A CR's manifest and the typed CR parsed from it.
-type TypedCr<C> = (Arc<Value>, Arc<<C as ControllerTypes>::Resource>);
-
-impl<C: Controller> Default for TypedCrs<C> {
-    fn default() -> Self {
-        TypedCrs(parking_lot::Mutex::default())
-    }
-}
-
-impl<C: Controller> TypedCrs<C> {
-    /// The CR `cr` typed from `merged`: the last reconcile's when it was parsed from an
-    /// equal manifest, else parsed now (and kept, if it parses).
-    pub(super) fn get_or_parse(
-        &self,
-        cr: &ObjectRef,
-        merged: &Arc<Value>,
-    ) -> Result<Arc<C::Resource>> {
-        // Compared outside the lock: other CRs' reconciles need it too.
-        let last = self.0.lock().get(cr).cloned();
-        if let Some((from, typed)) = last
-            && (Arc::ptr_eq(&from, merged) || *from == **merged)
-        {
-            return Ok(typed);
-        }
-        let typed = Arc::new(typed_cr::<C>(cr, merged)?);
-        self.0
-            .lock()
-            .insert(cr.clone(), (merged.clone(), typed.clone()));
-        Ok(typed)
-    }
-
-    /// Forget the CR `cr` (it is gone).
-    pub(super) fn forget(&self, cr: &ObjectRef) {
-        self.0.lock().remove(cr);
-    }
-}
-
 fn typed_cr<C: Controller>(cr: &ObjectRef, merged: &Value) -> Result<C::Resource> {
     parse_with_path(merged).map_err(|e| {
         Error::config(format!(
@@ -349,64 +303,4 @@ pub(super) fn reconcile_id() -> String {
         .iter()
         .map(|b| ALPHABET[usize::from(b % 32)] as char)
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::testing::{DummyController, Widget, cr_manifest};
-
-    type Typed = TypedCrs<DummyController>;
-
-    #[test]
-    fn an_equal_manifest_gets_the_last_typed_cr_and_another_is_parsed() {
-        let typed = Typed::default();
-        let manifest = Arc::new(cr_manifest::<Widget>("w", json!({"version": "1.0"})));
-        let cr = ObjectRef::from_manifest(&manifest).unwrap();
-        let first = typed.get_or_parse(&cr, &manifest).unwrap();
-        assert_eq!(first.spec.version.as_deref(), Some("1.0"));
-        // The same copy, and an equal one read again: parsed once.
-        assert!(Arc::ptr_eq(
-            &typed.get_or_parse(&cr, &manifest).unwrap(),
-            &first
-        ));
-        let equal = Arc::new((*manifest).clone());
-        assert!(Arc::ptr_eq(
-            &typed.get_or_parse(&cr, &equal).unwrap(),
-            &first
-        ));
-        // A changed one is parsed, and kept in its place.
-        let mut changed = (*manifest).clone();
-        changed["spec"]["version"] = json!("2.0");
-        let changed = Arc::new(changed);
-        let second = typed.get_or_parse(&cr, &changed).unwrap();
-        assert_eq!(second.spec.version.as_deref(), Some("2.0"));
-        assert!(Arc::ptr_eq(
-            &typed.get_or_parse(&cr, &changed).unwrap(),
-            &second
-        ));
-        // One that does not parse is an error every time, and the last parsed one stays.
-        let mut broken = (*manifest).clone();
-        broken["spec"]["version"] = json!(3);
-        let broken = Arc::new(broken);
-        assert!(typed.get_or_parse(&cr, &broken).is_err());
-        assert!(typed.get_or_parse(&cr, &broken).is_err());
-        assert!(Arc::ptr_eq(
-            &typed.get_or_parse(&cr, &changed).unwrap(),
-            &second
-        ));
-        // Another CR is another entry; a forgotten CR is parsed again.
-        let other = ObjectRef::new(&cr.api_version, &cr.kind, cr.namespace.as_deref(), "v");
-        assert!(!Arc::ptr_eq(
-            &typed.get_or_parse(&other, &changed).unwrap(),
-            &second
-        ));
-        typed.forget(&cr);
-        assert!(!Arc::ptr_eq(
-            &typed.get_or_parse(&cr, &changed).unwrap(),
-            &second
-        ));
-    }
 }

@@ -133,8 +133,6 @@ pub struct Reconciler<C: Controller> {
     operator: Arc<OperatorConfig>,
     observer: Arc<dyn Observer>,
     events: Option<Arc<dyn EventSink>>,
-    /// The typed CR of each CR's last reconcile (see [`input::TypedCrs`]).
-    typed: Arc<input::TypedCrs<C>>,
 }
 
 impl<C: Controller> Clone for Reconciler<C> {
@@ -146,7 +144,6 @@ impl<C: Controller> Clone for Reconciler<C> {
             operator: self.operator.clone(),
             observer: self.observer.clone(),
             events: self.events.clone(),
-            typed: self.typed.clone(),
         }
     }
 }
@@ -162,7 +159,6 @@ impl<C: Controller> Reconciler<C> {
             operator: Arc::new(operator),
             observer: Arc::new(Quiet),
             events: None,
-            typed: Arc::default(),
         }
     }
 
@@ -227,10 +223,7 @@ impl<C: Controller> Reconciler<C> {
         };
         let manifest = match self.read_cr(cr).await {
             Ok(Some(manifest)) => manifest,
-            Ok(None) => {
-                self.typed.forget(cr);
-                return report(Action::Done, None, None);
-            }
+            Ok(None) => return report(Action::Done, None, None),
             Err(e) => return report(Action::Retry, None, Some(e.into())),
         };
         // The CR's own log level, if it asks for one, for the rest of this reconcile.

@@ -133,8 +133,7 @@ impl<C: ControllerTypes> Clone for Session<C> {
 /// What a session is made of; [`crate::reconcile`] builds it.
 pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) id: String,
-    /// Shared with the reconciler, which keeps it for the next reconcile of the same CR.
-    pub(crate) cr: Arc<C::Resource>,
+    pub(crate) cr: C::Resource,
     /// The CR merged over the controller's CR defaults (`read` itself when there are none).
     pub(crate) manifest: Arc<Value>,
     /// The CR's reference, from `manifest` (see [`Parts::reference_of`]): read once, as
