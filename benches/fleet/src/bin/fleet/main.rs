@@ -27,7 +27,8 @@
 //!   print as not measured (`inf×`). For sizes whose full run takes too long.
 //! - `WINDLASS_FLEET_OPERATOR_WRAPPER`: a command the operator process runs under, split at
 //!   spaces (e.g. `heaptrack -o /tmp/fleet-operator` for a heap profile); the RSS and CPU
-//!   figures are then the wrapper's, not the operator's.
+//!   figures are then the wrapper's, not the operator's, and a wrapper that does not pass
+//!   on SIGKILL (heaptrack does not) leaves the operator running: stop it by hand.
 //!
 //! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
 //! client (in another namespace), then the operator starts (this binary again, as
