@@ -108,6 +108,28 @@ struct Settings {
     skip: Vec<String>,
 }
 
+/// Create the N Fleet CRs `f00000`… in `fleets`' namespace, 16 creates in flight.
+async fn create_fleet(fleets: &Api<Fleet>, n: usize) {
+    stream::iter(0..n)
+        .map(|i| {
+            let fleets = fleets.clone();
+            async move {
+                let mut cr = Fleet::new(
+                    &format!("f{i:05}"),
+                    FleetSpec {
+                        message: format!("member {i} of {n}"),
+                    },
+                );
+                cr.metadata.namespace = None;
+                fleets.create(&PostParams::default(), &cr).await
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("the CRs are created");
+}
+
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
@@ -299,24 +321,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     let watch = tokio::spawn(wait_all_ready(fleets.clone(), n, ready_tx));
     let cpu_before = Cpu::now(env, Some(operator.child.id()));
     let clock = Instant::now();
-    stream::iter(0..n)
-        .map(|i| {
-            let fleets = fleets.clone();
-            async move {
-                let mut cr = Fleet::new(
-                    &format!("f{i:04}"),
-                    FleetSpec {
-                        message: format!("member {i} of {n}"),
-                    },
-                );
-                cr.metadata.namespace = None;
-                fleets.create(&PostParams::default(), &cr).await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("the CRs are created");
+    create_fleet(&fleets, n).await;
     eprintln!("created {n} CRs in {:.2} s", clock.elapsed().as_secs_f64());
     let ready = match tokio::time::timeout(settings.deadline, ready_rx).await {
         Ok(Ok(at)) => at.duration_since(clock),

@@ -20,14 +20,14 @@ use fleet_bench::cpu::Cpu;
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use windlass::config::ShardingConfig;
 use windlass::runtime::shard::assign::assign;
 use windlass_testenv::TestEnv;
 
-use super::{Operator, Run, Scrape, Settings, clear, is_ready, wait_all_ready};
+use super::{Operator, Run, Scrape, Settings, clear, create_fleet, is_ready, wait_all_ready};
 
 /// The name of the replicas' Leases: `fleet-members`, `fleet-shard-<k>`.
 const ID: &str = "fleet";
@@ -219,24 +219,7 @@ pub(crate) async fn run(
         .map(|r| Cpu::now(env, Some(r.child.id())))
         .collect();
     let clock = Instant::now();
-    stream::iter(0..n)
-        .map(|i| {
-            let fleets = fleets.clone();
-            async move {
-                let mut cr = Fleet::new(
-                    &format!("f{i:05}"),
-                    fleet_bench::FleetSpec {
-                        message: format!("member {i} of {n}"),
-                    },
-                );
-                cr.metadata.namespace = None;
-                fleets.create(&PostParams::default(), &cr).await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("the CRs are created");
+    create_fleet(&fleets, n).await;
     let ready = match tokio::time::timeout(settings.deadline, ready_rx).await {
         Ok(Ok(at)) => at.duration_since(clock),
         _ => panic!(
