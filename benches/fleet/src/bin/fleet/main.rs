@@ -462,7 +462,7 @@ async fn restart(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    let spec_change = change_spec(&fleets, &format!("f{:04}", n - 1), how).await;
+    let spec_change = change_spec(&fleets, &format!("f{:05}", n - 1), how).await;
     eprintln!(
         "restart with {how} lists: a spec change made after {reconciled_at_change:.0} of {n} \
          reconciles was Ready after {:.2} s",
