@@ -207,6 +207,23 @@ fn is_ready(cr: &Fleet) -> bool {
         .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
 }
 
+/// Create the CRs `f000`… `f{n-1}`, each with the message "one".
+async fn create_all(fleets: &Api<Fleet>, n: usize) {
+    stream::iter(0..n)
+        .map(|i| {
+            let fleets = fleets.clone();
+            async move {
+                fleets
+                    .create(&PostParams::default(), &fleet(i, "one"))
+                    .await
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+}
+
 /// Set every CR's message to `message`.
 async fn change_all(fleets: &Api<Fleet>, n: usize, message: &str) {
     stream::iter(0..n)
@@ -390,19 +407,7 @@ async fn three_replicas_share_the_crs_and_a_killed_ones_move_without_overlap() {
 
     // 1. The CRs spread over the three, each labelled with its shard, as its objects are.
     let n = 48;
-    stream::iter(0..n)
-        .map(|i| {
-            let fleets = fleets.clone();
-            async move {
-                fleets
-                    .create(&PostParams::default(), &fleet(i, "one"))
-                    .await
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
+    create_all(&fleets, n).await;
     eventually_within("every CR is Ready", LONG, || all_ready(&fleets, n)).await;
     let crs = fleets.list(&ListParams::default()).await.unwrap().items;
     let mut shard_of_cr: BTreeMap<String, u32> = BTreeMap::new();
@@ -536,19 +541,7 @@ async fn the_api_server_selects_each_shards_crs_where_it_can() {
         .collect();
     settled(&leases, &["s0", "s1"]).await;
     let n = 24;
-    stream::iter(0..n)
-        .map(|i| {
-            let fleets = fleets.clone();
-            async move {
-                fleets
-                    .create(&PostParams::default(), &fleet(i, "one"))
-                    .await
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await
-        .unwrap();
+    create_all(&fleets, n).await;
     eventually_within("every CR is Ready", LONG, || all_ready(&fleets, n)).await;
     // Selected by the server: no replica put a label on a CR, and each reconciled only its
     // own shards' CRs.
