@@ -63,8 +63,7 @@ use crate::object::newer_version;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::watch::ExtraWatch;
 use crate::watch::filter::{
-    CreationDeletion, EventKind, FilterSpec, FilterTracker, ResourceVersion, WatchEvent,
-    WatchFilters,
+    EventKind, FilterSpec, FilterTracker, WatchEvent, WatchFilters, new_version,
 };
 use windlass_tasks::queue::Priority;
 
@@ -75,14 +74,16 @@ pub struct Router {
     cluster: Arc<CachedCluster>,
     filters: WatchFilters,
     /// The primary kind's filter state.
-    crs: FilterTracker<ObjectRef>,
-    /// The owned kinds' filter state.
-    owned: FilterTracker<ObjectRef>,
-    /// The CR of each uid seen, to map an owned object's label to its CR.
-    by_uid: HashMap<String, ObjectRef>,
+    crs: FilterTracker<Arc<ObjectRef>>,
+    /// The owned kinds' filter state, each object's under the CRs it concerns.
+    owned: FilterTracker<Arc<ObjectRef>>,
+    /// The CR of each uid seen, to map an owned object's label to its CR. The filter state
+    /// of the CR and of every object it owns names the CR by this one shared reference
+    /// (see [`Router::interned`]): a copy each would cost more than the state itself.
+    by_uid: HashMap<String, Arc<ObjectRef>>,
     /// The uid last seen of each CR: whether a CR is known, without a scan of `by_uid`
     /// (a rollout asks once per component).
-    uid_of: HashMap<ObjectRef, String>,
+    uid_of: HashMap<Arc<ObjectRef>, String>,
     /// Filter specs built once per kind.
     specs: HashMap<TypeRef, FilterSpec>,
     /// The controller's extra watches, by kind.
@@ -111,10 +112,7 @@ impl Router {
             filters,
             crs: FilterTracker::new(global),
             // Deletions pass (a child deleted by hand is put back); replays do not.
-            owned: FilterTracker::new(FilterSpec::any([
-                CreationDeletion.into(),
-                ResourceVersion::default().into(),
-            ])),
+            owned: FilterTracker::new(new_version()),
             by_uid: HashMap::new(),
             uid_of: HashMap::new(),
             specs: HashMap::new(),
@@ -282,6 +280,14 @@ impl Router {
         }
     }
 
+    /// The shared reference of `cr` when it is known, else a new one.
+    fn interned(&self, cr: &ObjectRef) -> Arc<ObjectRef> {
+        match self.uid_of.get_key_value(cr) {
+            Some((known, _)) => known.clone(),
+            None => Arc::new(cr.clone()),
+        }
+    }
+
     fn spec(&mut self, kind: &TypeRef) -> FilterSpec {
         let filters = &self.filters;
         self.specs
@@ -297,9 +303,10 @@ impl Router {
         watch_event: WatchEvent<'_>,
         priority: Priority,
     ) -> Vec<ObjectRef> {
-        let cr = event.reference.clone();
+        let cr = self.interned(&event.reference);
         let spec = self.spec(&self.primary.clone());
         let admitted = self.crs.admit(watch_event, [(cr.clone(), &spec)]);
+        let admitted: Vec<ObjectRef> = admitted.iter().map(|cr| ObjectRef::clone(cr)).collect();
         if watch_event.kind == EventKind::Deleted {
             if let Some(uid) = &meta.uid {
                 self.by_uid.remove(uid);
@@ -311,8 +318,8 @@ impl Router {
                 self.uid_of.remove(&cr);
             }
             // Gone: nothing left to reconcile, whatever the filters said.
-            self.queue.remove(&cr);
-            self.dependents.forget(&cr);
+            self.queue.remove(&event.reference);
+            self.dependents.forget(&event.reference);
             // The state kept for it of the objects it only read: their events do not say
             // it is gone.
             self.owned.forget_requester(&cr);
@@ -347,13 +354,14 @@ impl Router {
             .and_then(|uid| self.by_uid.get(uid))
             .cloned();
         let readers = self.dependents.concerned(&event.reference);
-        let mut concerned: Vec<ObjectRef> = writer.iter().cloned().collect();
+        let mut concerned: Vec<Arc<ObjectRef>> = writer.iter().cloned().collect();
         if let Some(extra) = self.extra.get(&event.reference.type_ref()) {
-            concerned.extend((extra.map)(&event.object).unwrap_or_default());
+            let mapped = (extra.map)(&event.object).unwrap_or_default();
+            concerned.extend(mapped.iter().map(|cr| self.interned(cr)));
         }
         for cr in &readers {
-            if !concerned.contains(cr) {
-                concerned.push(cr.clone());
+            if !concerned.iter().any(|known| **known == *cr) {
+                concerned.push(self.interned(cr));
             }
         }
         if concerned.is_empty() {
@@ -377,16 +385,13 @@ impl Router {
             echo,
             "owned object changed"
         );
-        let admitted = if echo {
+        let admitted: Vec<ObjectRef> = admitted
+            .iter()
             // windlass's own write: the writer needs nothing, but the readers do: their
             // hash is now stale.
-            admitted
-                .into_iter()
-                .filter(|cr| Some(cr) != writer.as_ref() && readers.contains(cr))
-                .collect()
-        } else {
-            admitted
-        };
+            .filter(|cr| !echo || (Some(*cr) != writer.as_ref() && readers.contains(cr)))
+            .map(|cr| ObjectRef::clone(cr))
+            .collect();
         for cr in &admitted {
             self.queue.enqueue_as(cr.clone(), priority);
         }

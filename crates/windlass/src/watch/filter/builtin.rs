@@ -46,12 +46,6 @@ fn hash_entries(map: Option<&BTreeMap<String, String>>, keep: impl Fn(&str) -> b
     hasher.finish()
 }
 
-fn hash_value(value: &Value) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
-}
-
 /// Yes on [`EventKind::Added`] and [`EventKind::Deleted`]; abstains otherwise.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CreationDeletion;
@@ -142,35 +136,52 @@ impl Filter for Generation {
 ///
 /// A field that appears or disappears counts as a change, and a field that disappeared is
 /// forgotten: keeping its last hash would make every later event look like a change.
+///
+/// The fields are remembered as one hash of them all: a comparison of the whole set is all
+/// the filter makes, and one word per object is what the router can afford to keep for
+/// every ConfigMap it watches.
 #[derive(Debug, Clone, Default)]
 pub struct NoGeneration {
     supports_generation: Option<bool>,
-    hashes: BTreeMap<String, u64>,
+    /// The fields' hash; `None` until a body with fields was seen (and when it had none).
+    hash: Option<u64>,
 }
 
 impl NoGeneration {
     const IGNORED: [&'static str; 4] = ["metadata", "status", "kind", "apiVersion"];
 
-    fn hashes_of(body: &Value) -> BTreeMap<String, u64> {
-        body.as_object()
+    /// The hash of the fields compared, in key order (a map's order is not part of it).
+    fn hash_of(body: &Value) -> Option<u64> {
+        let mut fields: Vec<(&String, &Value)> = body
+            .as_object()
             .into_iter()
             .flatten()
             .filter(|(key, _)| !Self::IGNORED.contains(&key.as_str()))
-            .map(|(key, value)| (key.clone(), hash_value(value)))
-            .collect()
+            .collect();
+        if fields.is_empty() {
+            return None;
+        }
+        fields.sort_unstable_by_key(|(key, _)| *key);
+        let mut hasher = DefaultHasher::new();
+        for (key, value) in fields {
+            key.hash(&mut hasher);
+            value.hash(&mut hasher);
+        }
+        Some(hasher.finish())
     }
 }
 
 impl Filter for NoGeneration {
     fn test(&self, event: WatchEvent<'_>) -> Option<bool> {
-        if self.supports_generation != Some(false) || self.hashes.is_empty() {
+        if self.supports_generation != Some(false) {
             return None;
         }
+        let seen = self.hash?;
         if is_added_or_deleted(event) {
             return None;
         }
         let body = event.body?;
-        Some(Self::hashes_of(body) != self.hashes)
+        Some(Self::hash_of(body) != Some(seen))
     }
 
     fn update(&mut self, event: WatchEvent<'_>) {
@@ -181,7 +192,7 @@ impl Filter for NoGeneration {
             return;
         }
         if let Some(body) = event.body {
-            self.hashes = Self::hashes_of(body);
+            self.hash = Self::hash_of(body);
         }
     }
 }
@@ -189,9 +200,21 @@ impl Filter for NoGeneration {
 /// No when the event's resourceVersion is one of the last 20 seen
 /// for the object, yes otherwise: drops the replays a watch sends when it
 /// reconnects. Abstains on [`EventKind::Deleted`].
+///
+/// The versions are kept as 64-bit hashes: a version is an opaque string of the server's,
+/// only ever compared for equality, and a hash is one word where the string was three
+/// and an allocation.
 #[derive(Debug, Clone, Default)]
 pub struct ResourceVersion {
-    seen: VecDeque<String>,
+    seen: VecDeque<u64>,
+}
+
+impl ResourceVersion {
+    fn hash_of(version: &str) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        version.hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 impl Filter for ResourceVersion {
@@ -202,20 +225,21 @@ impl Filter for ResourceVersion {
         let Some(version) = event.resource_version() else {
             return Some(true);
         };
-        Some(!self.seen.iter().any(|seen| seen == version))
+        Some(!self.seen.contains(&Self::hash_of(version)))
     }
 
     fn update(&mut self, event: WatchEvent<'_>) {
         let Some(version) = event.resource_version() else {
             return;
         };
-        if self.seen.iter().any(|seen| seen == version) {
+        let version = Self::hash_of(version);
+        if self.seen.contains(&version) {
             return;
         }
         if self.seen.len() == RESOURCE_VERSIONS_KEPT {
             self.seen.pop_front();
         }
-        self.seen.push_back(version.to_string());
+        self.seen.push_back(version);
     }
 }
 

@@ -55,17 +55,24 @@ impl Any {
 }
 
 /// The vote of a group: `decisive` is the vote that settles it (no for All, yes for Any).
-fn group_vote(members: &[Box<dyn Filter>], event: WatchEvent<'_>, decisive: bool) -> Option<bool> {
-    if members.is_empty() {
-        return Some(true);
-    }
+/// How a group decides from its members' votes, asked in order and only as far as needed:
+/// the first vote equal to `decisive` decides; past that, a group in which somebody voted
+/// gives the other answer, and one in which everybody abstained says no. An empty group
+/// says yes. [`All`] decides on a no, [`Any`] on a yes; the fused filters of
+/// [`policy`](super::policy) use it too, so they vote as the groups they stand for.
+pub(super) fn combine(decisive: bool, votes: impl IntoIterator<Item = Option<bool>>) -> Option<bool> {
+    let mut members = false;
     let mut voted = false;
-    for member in members {
-        match member.test(event) {
+    for vote in votes {
+        members = true;
+        match vote {
             Some(vote) if vote == decisive => return Some(decisive),
             Some(_) => voted = true,
             None => {}
         }
+    }
+    if !members {
+        return Some(true);
     }
     // Everyone who voted agreed with the non-decisive vote; nobody voted at all → no.
     Some(voted && !decisive)
@@ -73,7 +80,7 @@ fn group_vote(members: &[Box<dyn Filter>], event: WatchEvent<'_>, decisive: bool
 
 impl Filter for All {
     fn test(&self, event: WatchEvent<'_>) -> Option<bool> {
-        group_vote(&self.members, event, false)
+        combine(false, self.members.iter().map(|m| m.test(event)))
     }
 
     fn update(&mut self, event: WatchEvent<'_>) {
@@ -85,7 +92,7 @@ impl Filter for All {
 
 impl Filter for Any {
     fn test(&self, event: WatchEvent<'_>) -> Option<bool> {
-        group_vote(&self.members, event, true)
+        combine(true, self.members.iter().map(|m| m.test(event)))
     }
 
     fn update(&mut self, event: WatchEvent<'_>) {

@@ -89,6 +89,7 @@
 
 mod builtin;
 mod compose;
+mod fused;
 mod policy;
 mod tracker;
 
@@ -102,7 +103,7 @@ pub use builtin::{
     LabelSelector, Labels, NoGeneration, Pause, ResourceVersion, SubsystemStatus, UserAnnotations,
 };
 pub use compose::{All, Any, FilterSpec};
-pub(crate) use policy::{GlobalFilter, WatchFilters};
+pub(crate) use policy::{GlobalFilter, WatchFilters, new_version};
 pub use policy::{changed, generation_only};
 pub(crate) use tracker::FilterTracker;
 

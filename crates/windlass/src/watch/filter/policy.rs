@@ -2,10 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{
-    Annotations, CreationDeletion, DeletionRequested, Enable, FilterSpec, Generation, Labels,
-    NoGeneration, Pause, ResourceVersion, UserAnnotations,
-};
+use super::fused::{Changed, Global, NewVersion};
+use super::{Annotations, Enable, FilterSpec, UserAnnotations};
 use crate::config::{EventFilter, OperatorConfig};
 use crate::object::TypeRef;
 
@@ -16,13 +14,10 @@ use crate::object::TypeRef;
 /// `metadata` and `status` when the event carries them. A metadata-only event of a kind
 /// without a generation cannot tell, so every new resourceVersion passes.
 pub fn changed() -> FilterSpec {
-    FilterSpec::all([
-        CreationDeletion.into(),
-        Generation::default().into(),
-        NoGeneration::default().into(),
-        ResourceVersion::default().into(),
-    ])
+    FilterSpec::from_fn(CHANGED, || Box::new(Changed::new(false)))
 }
+
+const CHANGED: &str = "All[CreationDeletion, Generation, NoGeneration, ResourceVersion]";
 
 /// The generation-only filter:
 /// `All[CreationDeletion, Generation, NoGeneration, ResourceVersion, Pause]`. It ignores
@@ -31,13 +26,19 @@ pub fn changed() -> FilterSpec {
 /// controller that wants exactly that, through
 /// [`Watches::filter`](crate::watch::Watches::filter).
 pub fn generation_only() -> FilterSpec {
-    FilterSpec::all([
-        CreationDeletion.into(),
-        Generation::default().into(),
-        NoGeneration::default().into(),
-        ResourceVersion::default().into(),
-        Pause.into(),
-    ])
+    FilterSpec::from_fn(
+        "All[CreationDeletion, Generation, NoGeneration, ResourceVersion, Pause]",
+        || Box::new(Changed::new(true)),
+    )
+}
+
+/// What every object a CR owns passes, whoever its CR: its creation, its deletion (a
+/// child deleted by hand is put back), or a version not seen before (a replay is not):
+/// `Any[CreationDeletion, ResourceVersion]`.
+pub(crate) fn new_version() -> FilterSpec {
+    FilterSpec::from_fn("Any[CreationDeletion, ResourceVersion]", || {
+        Box::new(NewVersion::default())
+    })
 }
 
 /// The filter every watched object passes, chosen by `runtime.event-filter`.
@@ -74,19 +75,17 @@ impl GlobalFilter {
 
     /// The filter itself.
     pub fn spec(self) -> FilterSpec {
-        let annotations = match self {
-            GlobalFilter::Default => FilterSpec::new(UserAnnotations::default()),
-            GlobalFilter::Annotation => FilterSpec::new(Annotations::default()),
+        let describe = |annotations: &str| {
+            format!("All[Pause, Any[{CHANGED}, {annotations}, Labels, DeletionRequested]]")
         };
-        FilterSpec::all([
-            Pause.into(),
-            FilterSpec::any([
-                changed(),
-                annotations,
-                Labels::default().into(),
-                DeletionRequested::default().into(),
-            ]),
-        ])
+        match self {
+            GlobalFilter::Default => FilterSpec::from_fn(&describe("UserAnnotations"), || {
+                Box::new(Global::<UserAnnotations>::default())
+            }),
+            GlobalFilter::Annotation => FilterSpec::from_fn(&describe("Annotations"), || {
+                Box::new(Global::<Annotations>::default())
+            }),
+        }
     }
 }
 

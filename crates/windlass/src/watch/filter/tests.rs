@@ -1128,3 +1128,139 @@ fn the_tracker_starts_a_reconcile_on_creation_but_not_on_a_status_write() {
     );
     assert!(start.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------
+// The fused filters vote as the trees they stand for
+
+/// One change to the object between two events.
+#[derive(Debug, Clone)]
+enum Step {
+    Generation,
+    Data(u8),
+    UserAnnotation(u8),
+    PlatformAnnotation(u8),
+    Pause(bool),
+    Label(u8),
+    Status(u8),
+    RequestDeletion,
+    /// An older version again, as a watch replays it after a reconnect.
+    Replay(usize),
+    MetadataOnly,
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Step::Generation),
+        (0..3u8).prop_map(Step::Data),
+        (0..3u8).prop_map(Step::UserAnnotation),
+        (0..3u8).prop_map(Step::PlatformAnnotation),
+        any::<bool>().prop_map(Step::Pause),
+        (0..3u8).prop_map(Step::Label),
+        (0..3u8).prop_map(Step::Status),
+        Just(Step::RequestDeletion),
+        (0..30usize).prop_map(Step::Replay),
+        Just(Step::MetadataOnly),
+    ]
+}
+
+fn event_kind() -> impl proptest::strategy::Strategy<Value = EventKind> {
+    use proptest::prelude::*;
+    prop_oneof![6 => Just(Modified), 2 => Just(Added), 1 => Just(Deleted)]
+}
+
+/// The objects of a history: `start`, then each step applied to the last one.
+fn history(start: Obj, steps: &[(Step, EventKind)]) -> Vec<(EventKind, Obj)> {
+    let mut seen = vec![start.clone()];
+    let mut out = vec![(Added, start)];
+    for (step, kind) in steps {
+        let last = &seen[seen.len() - 1];
+        let next = match step {
+            Step::Generation => last.next(Obj::bump_generation),
+            Step::Data(v) => last.next(|o| {
+                if let Some(body) = o.body.as_mut() {
+                    body["data"] = json!({"a": v.to_string()});
+                }
+            }),
+            Step::UserAnnotation(v) => last.next(|o| o.annotate("note", &v.to_string())),
+            Step::PlatformAnnotation(v) => {
+                last.next(|o| o.annotate("kubectl.kubernetes.io/restartedAt", &v.to_string()))
+            }
+            Step::Pause(true) => last.next(|o| o.annotate(PAUSE_EXECUTION, "true")),
+            Step::Pause(false) => last.next(|o| o.unannotate(PAUSE_EXECUTION)),
+            Step::Label(v) => last.next(|o| o.label("tier", &v.to_string())),
+            Step::Status(v) => last.next(|o| o.set_status(json!({"seen": v}))),
+            Step::RequestDeletion => last.next(Obj::request_deletion),
+            Step::Replay(back) => seen[seen.len().saturating_sub(1 + back)].clone(),
+            Step::MetadataOnly => last.clone().metadata_only(),
+        };
+        seen.push(next.clone());
+        out.push((*kind, next));
+    }
+    out
+}
+
+fn changed_tree(pause: bool) -> FilterSpec {
+    let mut members = vec![
+        CreationDeletion.into(),
+        Generation::default().into(),
+        NoGeneration::default().into(),
+        ResourceVersion::default().into(),
+    ];
+    if pause {
+        members.push(Pause.into());
+    }
+    FilterSpec::all(members)
+}
+
+fn global_tree(annotations: FilterSpec) -> FilterSpec {
+    FilterSpec::all([
+        Pause.into(),
+        FilterSpec::any([
+            changed_tree(false),
+            annotations,
+            Labels::default().into(),
+            DeletionRequested::default().into(),
+        ]),
+    ])
+}
+
+proptest::proptest! {
+    #[test]
+    fn fused_filters_vote_as_their_trees(
+        config_map in proptest::bool::ANY,
+        steps in proptest::collection::vec((step(), event_kind()), 0..40),
+    ) {
+        let start = if config_map { Obj::config_map() } else { Obj::cr() };
+        let history = history(start, &steps);
+        let steps: Vec<(EventKind, &Obj)> = history.iter().map(|(k, o)| (*k, o)).collect();
+        let pairs = [
+            ("changed", changed(), changed_tree(false)),
+            ("generation_only", generation_only(), changed_tree(true)),
+            (
+                "default",
+                GlobalFilter::Default.spec(),
+                global_tree(UserAnnotations::default().into()),
+            ),
+            (
+                "annotation",
+                GlobalFilter::Annotation.spec(),
+                global_tree(Annotations::default().into()),
+            ),
+            (
+                "new_version",
+                new_version(),
+                FilterSpec::any([CreationDeletion.into(), ResourceVersion::default().into()]),
+            ),
+        ];
+        for (name, fused, tree) in pairs {
+            proptest::prop_assert_eq!(
+                format!("{fused:?}"),
+                format!("{tree:?}"),
+                "{} describes itself as its tree",
+                name
+            );
+            proptest::prop_assert_eq!(votes(&fused, &steps), votes(&tree, &steps), "{}", name);
+        }
+    }
+}
