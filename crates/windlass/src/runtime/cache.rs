@@ -85,7 +85,7 @@ struct KindStore {
     owned: bool,
     /// What is kept of each object.
     keep: Keep,
-    objects: HashMap<ObjectRef, Packed>,
+    objects: HashMap<Key, Packed>,
     /// The bytes of the objects' texts, for `windlass_cache_bytes`.
     bytes: usize,
 }
@@ -212,6 +212,39 @@ impl serde::Serialize for SlimMetadata<'_> {
     }
 }
 
+/// An object's key in its kind's store: `namespace/name`, or `name` when cluster-scoped
+/// (a name never holds a `/`). One string where an [`ObjectRef`] is four: the kind is
+/// the store's, and at 60 000 objects the difference is 13 MiB.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key(Box<str>);
+
+impl Key {
+    fn of(reference: &ObjectRef) -> Self {
+        Key(match &reference.namespace {
+            Some(namespace) => format!("{namespace}/{}", reference.name).into(),
+            None => reference.name.as_str().into(),
+        })
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.0.split_once('/').map(|(namespace, _)| namespace)
+    }
+
+    /// The reference of the object of `type_ref` so keyed.
+    fn reference(&self, type_ref: &TypeRef) -> ObjectRef {
+        let (namespace, name) = match self.0.split_once('/') {
+            Some((namespace, name)) => (Some(namespace.to_string()), name),
+            None => (None, &*self.0),
+        };
+        ObjectRef {
+            api_version: type_ref.api_version.clone(),
+            kind: type_ref.kind.clone(),
+            namespace,
+            name: name.to_string(),
+        }
+    }
+}
+
 /// An object as its compact JSON text (see the module docs).
 #[derive(Debug, Clone)]
 struct Packed(Arc<str>);
@@ -235,9 +268,9 @@ impl Packed {
 
 impl KindStore {
     /// Keep `packed` as `reference`; returns whether it replaces a copy.
-    fn insert(&mut self, reference: ObjectRef, packed: Packed) -> bool {
+    fn insert(&mut self, reference: &ObjectRef, packed: Packed) -> bool {
         self.bytes += packed.0.len();
-        match self.objects.insert(reference, packed) {
+        match self.objects.insert(Key::of(reference), packed) {
             Some(old) => {
                 self.bytes -= old.0.len();
                 true
@@ -247,8 +280,8 @@ impl KindStore {
     }
 
     /// Drop the copy of `reference`, if any.
-    fn take(&mut self, reference: &ObjectRef) -> Option<Packed> {
-        let old = self.objects.remove(reference)?;
+    fn take(&mut self, key: &Key) -> Option<Packed> {
+        let old = self.objects.remove(key)?;
         self.bytes -= old.0.len();
         Some(old)
     }
@@ -311,7 +344,7 @@ impl Stores {
         if !store.covers(&object.namespace) || (store.keep == Keep::Slim && !partial) {
             return Cached::Unknown;
         }
-        match store.objects.get(object) {
+        match store.objects.get(&Key::of(object)) {
             Some(found) => found.unpack().map_or(Cached::Unknown, Cached::Present),
             None if store.complete || (own && store.owned) => Cached::Absent,
             None => Cached::Unknown,
@@ -340,8 +373,8 @@ impl Stores {
             store
                 .objects
                 .iter()
-                .filter(|(r, _)| in_namespace(r, query.namespace.as_deref()))
-                .filter_map(|(r, o)| Some((r.clone(), o.unpack()?)))
+                .filter(|(key, _)| in_namespace(key.namespace(), query.namespace.as_deref()))
+                .filter_map(|(key, o)| Some((key.reference(&query.type_ref), o.unpack()?)))
                 .collect(),
         )
     }
@@ -404,11 +437,12 @@ impl Stores {
     ) -> Vec<Arc<Value>> {
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref.clone()).or_default();
-        let gone: Vec<ObjectRef> = store
+        let listed: HashSet<Key> = listed.iter().map(Key::of).collect();
+        let gone: Vec<Key> = store
             .objects
             .keys()
-            .filter(|r| namespace.is_none() || r.namespace.as_deref() == namespace)
-            .filter(|r| !listed.contains(r))
+            .filter(|key| namespace.is_none() || key.namespace() == namespace)
+            .filter(|key| !listed.contains(key))
             .cloned()
             .collect();
         let removed = gone
@@ -436,14 +470,14 @@ impl Stores {
             // Declared otherwise meanwhile.
             Packed::new(object, store.keep)
         };
-        store.insert(reference, packed)
+        store.insert(&reference, packed)
     }
 
     /// The watch saw `object` deleted.
     pub(crate) fn remove(&self, reference: &ObjectRef) {
         let mut kinds = write(&self.kinds);
         if let Some(store) = kinds.get_mut(&reference.type_ref()) {
-            store.take(reference);
+            store.take(&Key::of(reference));
         }
     }
 
@@ -670,7 +704,7 @@ impl Cluster for CachedCluster {
             cached.into_iter().collect();
         for (reference, written) in self.written.lock().iter() {
             if reference.type_ref() != query.type_ref
-                || !in_namespace(reference, query.namespace.as_deref())
+                || !in_namespace(reference.namespace.as_deref(), query.namespace.as_deref())
                 || written.at.elapsed() > WRITTEN_TTL
             {
                 continue;
@@ -753,10 +787,11 @@ impl Cluster for CachedCluster {
     }
 }
 
-/// Whether `object` is in `namespace` (`None`: any); a cluster-scoped object is in every
-/// namespace a query names, as the API server ignores the namespace for such kinds.
-fn in_namespace(object: &ObjectRef, namespace: Option<&str>) -> bool {
-    namespace.is_none() || object.namespace.is_none() || object.namespace.as_deref() == namespace
+/// Whether an object of the namespace `object` (`None`: cluster-scoped) is in `namespace`
+/// (`None`: any); a cluster-scoped object is in every namespace a query names, as the API
+/// server ignores the namespace for such kinds.
+fn in_namespace(object: Option<&str>, namespace: Option<&str>) -> bool {
+    namespace.is_none() || object.is_none() || object == namespace
 }
 
 fn read<T>(lock: &RwLock<T>) -> parking_lot::RwLockReadGuard<'_, T> {
@@ -989,6 +1024,23 @@ mod tests {
         assert_eq!(stores.lookup(&a), Cached::Absent);
         assert_eq!(stores.sizes()[0].1, 1);
         assert_eq!(stores.sizes()[0].2, b_obj.to_string().len());
+    }
+
+    #[test]
+    fn a_key_gives_back_the_reference_it_was_made_of() {
+        let kind = TypeRef::new("v1", "ConfigMap");
+        let namespaced = ObjectRef::new("v1", "ConfigMap", Some("ns"), "a");
+        let key = Key::of(&namespaced);
+        assert_eq!(key.namespace(), Some("ns"));
+        assert_eq!(key.reference(&kind), namespaced);
+        let cluster = ObjectRef::new("v1", "Namespace", None, "ns");
+        let key = Key::of(&cluster);
+        assert_eq!(key.namespace(), None);
+        assert_eq!(key.reference(&TypeRef::new("v1", "Namespace")), cluster);
+        assert_ne!(
+            Key::of(&namespaced),
+            Key::of(&ObjectRef::new("v1", "ConfigMap", Some("n"), "sa"))
+        );
     }
 
     #[test]
