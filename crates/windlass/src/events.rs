@@ -4,9 +4,8 @@
 //! An [`EventSink`] publishes a [`CrEvent`] about the CR whose manifest it is given. Two
 //! sinks share the trait:
 //!
-//! - [`LiveEventSink`] publishes through kube-runtime's event [`Recorder`], which turns a
-//!   repeated event into a series on the first Event object (`series.count`) instead of a
-//!   new object;
+//! - [`LiveEventSink`] publishes to the API server, and turns a repeated event into a
+//!   series on the first Event object (`series.count`) instead of a new object;
 //! - [`MemoryEventSink`] keeps the events in memory, for dry runs and tests, and counts
 //!   repeats the same way.
 //!
@@ -42,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event as KubeEvent, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::Value;
 
 pub use kube::runtime::events::EventType;
@@ -325,32 +326,52 @@ impl EventSink for MemoryEventSink {
     }
 }
 
-/// How long a series is continued; kube-runtime's recorder starts a new Event object for
-/// a repeat after the same time.
+/// How long a series is continued; after that a repeat is a new Event object (as
+/// kube-runtime's recorder does).
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 /// Series remembered at most; the least recently continued ones are forgotten first.
 const MAX_SERIES: usize = 1024;
 
-/// Publishes events to the API server with kube-runtime's event recorder.
+/// Publishes events to the API server (`events.k8s.io/v1`): the first of a series is
+/// created, each repeat patches its `series` (count and last time seen).
 ///
-/// kube-runtime 5's recorder continues a series for events of the same type, reason and
-/// action about the same object, whatever their note, and only when the object reference
-/// is equal, resourceVersion included. So that a different note is a different Event and
-/// a repeat is a series even after the CR changed, this sink keeps one recorder and the
-/// first reference per series (at most 1024 series, each for 6 minutes).
+/// It writes the Events itself rather than through kube-runtime's `Recorder`, which
+/// continues a series for events of the same type, reason and action about the same
+/// object whatever their note, and only while the object reference is equal,
+/// resourceVersion included. windlass wants a different note to be a different Event, and
+/// a repeat to continue its series after the CR changed; with the recorder that took one
+/// recorder per series, each with a map of whole Events (about 6.6 kB a series, 6.8 MiB
+/// at the bound below, in every replica). A series here is its Event's name and count.
 ///
-/// Needs `create`, `patch` (and `update`) on `events` in the `events.k8s.io` group, which
-/// the `rbac` and `manifests` commands grant.
+/// Series are remembered for 6 minutes, at most 1024 of them. Needs `create` and `patch`
+/// on `events` in the `events.k8s.io` group, which the `rbac` and `manifests` commands
+/// grant.
 pub struct LiveEventSink {
     client: kube::Client,
-    reporter: Reporter,
+    controller: String,
+    instance: String,
     series: Mutex<HashMap<SeriesKey, Series>>,
 }
 
+/// One series: the Event that holds it.
 struct Series {
-    recorder: Recorder,
-    regarding: ObjectReference,
+    namespace: String,
+    name: String,
+    /// Occurrences published, the first included.
+    count: i32,
     used: Instant,
+}
+
+/// What [`LiveEventSink::publish`] does for an event.
+enum Write {
+    /// The first of its series: create this Event.
+    Create(Box<KubeEvent>),
+    /// A repeat: patch the Event `name` to count `count`.
+    Continue {
+        namespace: String,
+        name: String,
+        count: i32,
+    },
 }
 
 impl LiveEventSink {
@@ -371,22 +392,70 @@ impl LiveEventSink {
         controller: impl Into<String>,
         instance: Option<String>,
     ) -> Self {
+        let controller = controller.into();
         LiveEventSink {
             client,
-            reporter: Reporter {
-                controller: controller.into(),
-                instance,
-            },
+            instance: instance.unwrap_or_else(|| controller.clone()),
+            controller,
             series: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The recorder and reference of the event's series, a new one if it has none.
-    fn series(&self, regarding: ObjectReference, event: &CrEvent) -> (Recorder, ObjectReference) {
-        let key = SeriesKey::new(&regarding, event);
+    /// What to write for `event` about `regarding`: a repeat of a series continues it.
+    fn next_write(&self, key: &SeriesKey, regarding: ObjectReference, event: &CrEvent) -> Write {
         let now = Instant::now();
         let mut series = self.series.lock();
         series.retain(|_, s| now.duration_since(s.used) < SERIES_TTL);
+        if let Some(known) = series.get_mut(key) {
+            known.count += 1;
+            known.used = now;
+            return Write::Continue {
+                namespace: known.namespace.clone(),
+                name: known.name.clone(),
+                count: known.count,
+            };
+        }
+        Write::Create(Box::new(self.first_event(regarding, event)))
+    }
+
+    /// The Event object of the first occurrence of `event`.
+    fn first_event(&self, regarding: ObjectReference, event: &CrEvent) -> KubeEvent {
+        let now = jiff::Timestamp::now();
+        let object = regarding.name.as_deref().unwrap_or(&self.controller);
+        KubeEvent {
+            metadata: ObjectMeta {
+                // As kube-runtime names them: the object, then the time in hex.
+                name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+                namespace: Some(
+                    regarding
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                ),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some(event.action.to_string()),
+            reason: Some(event.reason.as_str().to_string()),
+            note: Some(event.note.clone()),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_string(),
+            ),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            regarding: Some(regarding),
+            ..Default::default()
+        }
+    }
+
+    /// Remember the series `key` whose first Event was `created`, forgetting the least
+    /// recently continued one when full.
+    fn remember(&self, key: SeriesKey, created: &KubeEvent) {
+        let mut series = self.series.lock();
         if !series.contains_key(&key)
             && series.len() >= MAX_SERIES
             && let Some(oldest) = series
@@ -396,44 +465,75 @@ impl LiveEventSink {
         {
             series.remove(&oldest);
         }
-        let entry = series.entry(key).or_insert_with(|| Series {
-            recorder: Recorder::new(self.client.clone(), self.reporter.clone()),
-            regarding,
-            used: now,
-        });
-        entry.used = now;
-        (entry.recorder.clone(), entry.regarding.clone())
+        series.insert(
+            key,
+            Series {
+                namespace: created.metadata.namespace.clone().unwrap_or_default(),
+                name: created.metadata.name.clone().unwrap_or_default(),
+                count: 1,
+                used: Instant::now(),
+            },
+        );
     }
 }
 
 #[async_trait]
 impl EventSink for LiveEventSink {
     async fn publish(&self, cr: &Value, event: CrEvent) -> Result<(), ClusterError> {
-        let (recorder, regarding) = self.series(object_reference(cr)?, &event);
-        let kube_event = KubeEvent {
-            type_: event.type_,
-            reason: event.reason.as_str().to_string(),
-            note: Some(event.note.clone()),
-            action: event.action.to_string(),
-            secondary: None,
+        let regarding = object_reference(cr)?;
+        let key = SeriesKey::new(&regarding, &event);
+        let what = || {
+            format!(
+                "event {} about {}/{}",
+                event.reason,
+                regarding.kind.as_deref().unwrap_or_default(),
+                regarding.name.as_deref().unwrap_or_default()
+            )
         };
-        recorder
-            .publish(&kube_event, &regarding)
-            .await
-            .map_err(|e| {
-                let what = format!(
-                    "event {} about {}/{}",
-                    event.reason,
-                    regarding.kind.as_deref().unwrap_or_default(),
-                    regarding.name.as_deref().unwrap_or_default()
-                );
-                match e {
-                    kube::Error::Api(status) if status.code == 403 => {
-                        ClusterError::Forbidden(format!("{what}: {}", status.message))
+        let error = |e: kube::Error| match e {
+            kube::Error::Api(status) if status.code == 403 => {
+                ClusterError::Forbidden(format!("{}: {}", what(), status.message))
+            }
+            e => ClusterError::api(format!("{}: {e}", what())),
+        };
+        match self.next_write(&key, regarding.clone(), &event) {
+            Write::Continue {
+                namespace,
+                name,
+                count,
+            } => {
+                let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+                let series = serde_json::json!({"series": {
+                    "count": count,
+                    "lastObservedTime": MicroTime(jiff::Timestamp::now()),
+                }});
+                match events
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    // The Event is gone (expired, or deleted by hand): start the series
+                    // afresh.
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        self.series.lock().remove(&key);
+                        let created = self.first_event(regarding.clone(), &event);
+                        self.create(key, created).await.map_err(error)
                     }
-                    e => ClusterError::api(format!("{what}: {e}")),
+                    Err(e) => Err(error(e)),
                 }
-            })
+            }
+            Write::Create(created) => self.create(key, *created).await.map_err(error),
+        }
+    }
+}
+
+impl LiveEventSink {
+    async fn create(&self, key: SeriesKey, event: KubeEvent) -> Result<(), kube::Error> {
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let created = events.create(&PostParams::default(), &event).await?;
+        self.remember(key, &created);
+        Ok(())
     }
 }
 

@@ -1,6 +1,6 @@
-//! Events about a CR through kube-runtime's recorder, on the real API server: a repeat
-//! continues the first Event's series, a different note is an Event of its own, and both
-//! point at the CR.
+//! Events about a CR through the [`LiveEventSink`], on the real API server: a repeat
+//! continues the first Event's series, a different note is an Event of its own, both
+//! point at the CR, and a series whose Event went starts afresh.
 
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::Api;
@@ -34,6 +34,7 @@ async fn repeated_events_become_a_series_on_one_event_regarding_the_cr() {
     let changed = cluster.apply(&newer, WriteMethod::Update).await.unwrap();
     assert_ne!(changed.resource_version(), stored.resource_version());
     sink.publish(&changed, failed.clone()).await.unwrap();
+    sink.publish(&changed, failed.clone()).await.unwrap();
     let other = CrEvent::rollout_failed(&Error::config("spec.image: required"));
     sink.publish(&changed, other.clone()).await.unwrap();
 
@@ -65,7 +66,7 @@ async fn repeated_events_become_a_series_on_one_event_regarding_the_cr() {
         .series
         .as_ref()
         .unwrap_or_else(|| panic!("the repeat continued a series: {repeated:#?}"));
-    assert!(series.count >= 2, "{series:?}");
+    assert_eq!(series.count, 3, "{series:?}");
     assert!(by_note(other.note()).series.is_none());
     for event in &found {
         let regarding = event.regarding.as_ref().unwrap();
@@ -92,4 +93,23 @@ async fn repeated_events_become_a_series_on_one_event_regarding_the_cr() {
         stored.resource_version(),
         "the series points at the CR as of its first occurrence"
     );
+
+    // The Event of the series is deleted (by hand, or expired): the next repeat starts a
+    // new one rather than failing.
+    let name = repeated.metadata.name.clone().unwrap();
+    events.delete(&name, &Default::default()).await.unwrap();
+    sink.publish(&changed, failed.clone()).await.unwrap();
+    eventually("a new Event for the note", || async {
+        list().await.iter().any(|e| {
+            e.note.as_deref() == Some(failed.note()) && e.metadata.name != Some(name.clone())
+        })
+    })
+    .await;
+    let fresh: Vec<_> = list()
+        .await
+        .into_iter()
+        .filter(|e| e.note.as_deref() == Some(failed.note()))
+        .collect();
+    assert_eq!(fresh.len(), 1, "{fresh:#?}");
+    assert!(fresh[0].series.is_none(), "{fresh:#?}");
 }

@@ -60,7 +60,10 @@ impl Any {
 /// gives the other answer, and one in which everybody abstained says no. An empty group
 /// says yes. [`All`] decides on a no, [`Any`] on a yes; the fused filters of
 /// [`policy`](super::policy) use it too, so they vote as the groups they stand for.
-pub(super) fn combine(decisive: bool, votes: impl IntoIterator<Item = Option<bool>>) -> Option<bool> {
+pub(super) fn combine(
+    decisive: bool,
+    votes: impl IntoIterator<Item = Option<bool>>,
+) -> Option<bool> {
     let mut members = false;
     let mut voted = false;
     for vote in votes {
