@@ -44,7 +44,11 @@ impl<K: Hash + Eq + Clone> Shared<K> {
         result
     }
 
-    pub(super) fn remove(&self, key: &K) -> bool {
+    pub(super) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.state.lock().remove(key)
     }
 

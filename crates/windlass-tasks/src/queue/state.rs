@@ -162,7 +162,11 @@ impl<K: Hash + Eq + Clone> State<K> {
         result
     }
 
-    pub(super) fn remove(&mut self, key: &K) -> bool {
+    pub(super) fn remove<Q>(&mut self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         match self.entries.get(key) {
             None
             | Some(Entry {

@@ -1,5 +1,6 @@
 //! The queue's handle, [`TaskQueue`], and its builder: what producers and consumers call.
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -204,18 +205,32 @@ impl<K: Hash + Eq + Clone + Send + 'static> TaskQueue<K> {
 
     /// Removes a pending key (and its back-off) so it does not run. Returns whether it was
     /// pending. A running key is not affected: end its run with [`Action::Done`] instead.
-    pub fn remove(&self, key: &K) -> bool {
+    /// The key may be given in any form it borrows as (`&str` for `String` keys, `&T`
+    /// for `Arc<T>` keys).
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.shared.remove(key)
     }
 
     /// Whether `key` is pending or running.
-    pub fn contains(&self, key: &K) -> bool {
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.shared.state.lock().entries.contains_key(key)
     }
 
     /// Where `key` is, if the queue holds it (pending or running), and how many of its runs
     /// in a row failed: what an operator's "why is this one not done" needs.
-    pub fn inspect(&self, key: &K) -> Option<KeyState> {
+    pub fn inspect<Q>(&self, key: &Q) -> Option<KeyState>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let state = self.shared.state.lock();
         let entry = state.entries.get(key)?;
         let place = match entry.slot {

@@ -73,3 +73,16 @@ async fn stale_slots_are_compacted() {
         state.lines.timers.len()
     );
 }
+
+#[tokio::test]
+async fn shared_keys_are_found_by_what_they_point_at() {
+    let a = || "a".to_string();
+    let queue: TaskQueue<std::sync::Arc<String>> = TaskQueue::builder().build().unwrap();
+    queue.enqueue(std::sync::Arc::new(a()));
+    assert!(queue.contains(&a()));
+    assert!(queue.inspect(&a()).is_some());
+    assert!(!queue.contains(&"b".to_string()));
+    assert!(queue.remove(&a()), "pending, so removed");
+    assert!(!queue.contains(&a()));
+    assert!(!queue.remove(&a()), "gone");
+}

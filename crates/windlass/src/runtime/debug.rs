@@ -110,7 +110,7 @@ mod tests {
         assert_eq!(view["queue"], Value::Null);
         assert_eq!(view["lastReconcile"], Value::Null);
 
-        queue.enqueue(cr.clone());
+        queue.enqueue(std::sync::Arc::new(cr.clone()));
         let lease = queue.try_acquire().unwrap();
         assert_eq!(
             debug.view("Widget", Some("shop"), "w").unwrap()["queue"]["state"],

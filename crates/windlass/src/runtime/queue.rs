@@ -9,6 +9,7 @@
 //! re-reconcile runs at low priority ([`Priority::Low`], see [`next_run`]), behind every
 //! change someone waits for.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use windlass_tasks::backoff::BackOffPolicy;
@@ -19,8 +20,10 @@ use crate::Action;
 use crate::config::OperatorConfig;
 use crate::object::ObjectRef;
 
-/// The queue of CRs to reconcile.
-pub type ReconcileQueue = TaskQueue<ObjectRef>;
+/// The queue of CRs to reconcile. A CR is named by a shared reference: the queue keeps a
+/// key in its table and one in its line or timer for every CR, all the time (the periodic
+/// re-reconcile), and the router already holds one per CR.
+pub type ReconcileQueue = TaskQueue<Arc<ObjectRef>>;
 
 /// A queue running `concurrency` reconciles at once (at least one), backing off failing
 /// CRs by `backoff`.

@@ -161,7 +161,7 @@ impl Router {
         });
         if let Some((object, _)) = changed {
             tracing::debug!(%cr, %object, "a dependency changed before its reader was known: queued");
-            self.queue.enqueue(cr.clone());
+            self.queue.enqueue(self.interned(cr));
         }
         self.dependents
             .record(cr, component, objects.into_iter().map(|(object, _)| object))
@@ -306,7 +306,6 @@ impl Router {
         let cr = self.interned(&event.reference);
         let spec = self.spec(&self.primary.clone());
         let admitted = self.crs.admit(watch_event, [(cr.clone(), &spec)]);
-        let admitted: Vec<ObjectRef> = admitted.iter().map(|cr| ObjectRef::clone(cr)).collect();
         if watch_event.kind == EventKind::Deleted {
             if let Some(uid) = &meta.uid {
                 self.by_uid.remove(uid);
@@ -335,7 +334,7 @@ impl Router {
                 Priority::Low => self.queue.enqueue_as(cr.clone(), Priority::Low),
             };
         }
-        admitted
+        admitted.iter().map(|cr| ObjectRef::clone(cr)).collect()
     }
 
     fn route_owned(
@@ -385,17 +384,16 @@ impl Router {
             echo,
             "owned object changed"
         );
-        let admitted: Vec<ObjectRef> = admitted
-            .iter()
+        let admitted: Vec<Arc<ObjectRef>> = admitted
+            .into_iter()
             // windlass's own write: the writer needs nothing, but the readers do: their
             // hash is now stale.
-            .filter(|cr| !echo || (Some(*cr) != writer.as_ref() && readers.contains(cr)))
-            .map(|cr| ObjectRef::clone(cr))
+            .filter(|cr| !echo || (Some(cr) != writer.as_ref() && readers.contains(cr)))
             .collect();
         for cr in &admitted {
             self.queue.enqueue_as(cr.clone(), priority);
         }
-        admitted
+        admitted.iter().map(|cr| ObjectRef::clone(cr)).collect()
     }
 }
 

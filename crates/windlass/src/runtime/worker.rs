@@ -113,7 +113,7 @@ pub async fn run<C: Controller>(
 /// is this reconcile's share of [`WorkerSettings::permits`], held until it ends.
 async fn reconcile_one<C: Controller>(
     _permit: Option<OwnedSemaphorePermit>,
-    lease: Lease<ObjectRef>,
+    lease: Lease<Arc<ObjectRef>>,
     reconciler: Reconciler<C>,
     leadership: Leadership,
     settings: WorkerSettings,
