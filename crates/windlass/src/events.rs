@@ -36,8 +36,9 @@
 //! 1024 bytes.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -344,13 +345,78 @@ const MAX_SERIES: usize = 1024;
 pub struct LiveEventSink {
     client: kube::Client,
     reporter: Reporter,
-    series: Mutex<HashMap<SeriesKey, Series>>,
+    series: Mutex<SeriesTable>,
 }
 
 struct Series {
     recorder: Recorder,
     regarding: ObjectReference,
     used: Instant,
+    /// Its place in [`SeriesTable::by_use`].
+    turn: u64,
+}
+
+/// The series remembered, and the order they were last continued in, so that the expired
+/// and the least recently continued ones are found without a walk over all of them: a CR's
+/// rollout publishes at least one event, and a fleet of more CRs than [`MAX_SERIES`] keeps
+/// the table full.
+#[derive(Default)]
+struct SeriesTable {
+    series: HashMap<Arc<SeriesKey>, Series>,
+    /// The series by when they were last continued, oldest first (a counter, not the
+    /// `Instant`, which two publishes may share).
+    by_use: BTreeMap<u64, Arc<SeriesKey>>,
+    next_turn: u64,
+}
+
+impl SeriesTable {
+    /// The series of `key`, continued now, or a new one made by `new`: first the series
+    /// unused for [`SERIES_TTL`] are forgotten and, when [`MAX_SERIES`] are left, the
+    /// least recently continued one.
+    fn continue_or(
+        &mut self,
+        key: SeriesKey,
+        now: Instant,
+        new: impl FnOnce() -> Series,
+    ) -> &Series {
+        while let Some((_, oldest)) = self.by_use.first_key_value()
+            && self
+                .series
+                .get(oldest)
+                .is_none_or(|s| now.duration_since(s.used) >= SERIES_TTL)
+        {
+            let oldest = Arc::clone(oldest);
+            self.forget(&oldest);
+        }
+        if !self.series.contains_key(&key)
+            && self.series.len() >= MAX_SERIES
+            && let Some((_, oldest)) = self.by_use.first_key_value()
+        {
+            let oldest = Arc::clone(oldest);
+            self.forget(&oldest);
+        }
+        let turn = self.next_turn;
+        self.next_turn += 1;
+        let key = match self.series.get_key_value(&key) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::new(key),
+        };
+        let series = self
+            .series
+            .entry(Arc::clone(&key))
+            .or_insert_with(|| Series { turn, ..new() });
+        self.by_use.remove(&series.turn);
+        series.used = now;
+        series.turn = turn;
+        self.by_use.insert(turn, key);
+        series
+    }
+
+    fn forget(&mut self, key: &SeriesKey) {
+        if let Some(series) = self.series.remove(key) {
+            self.by_use.remove(&series.turn);
+        }
+    }
 }
 
 impl LiveEventSink {
@@ -377,7 +443,7 @@ impl LiveEventSink {
                 controller: controller.into(),
                 instance,
             },
-            series: Mutex::new(HashMap::new()),
+            series: Mutex::new(SeriesTable::default()),
         }
     }
 
@@ -386,22 +452,12 @@ impl LiveEventSink {
         let key = SeriesKey::new(&regarding, event);
         let now = Instant::now();
         let mut series = self.series.lock();
-        series.retain(|_, s| now.duration_since(s.used) < SERIES_TTL);
-        if !series.contains_key(&key)
-            && series.len() >= MAX_SERIES
-            && let Some(oldest) = series
-                .iter()
-                .min_by_key(|(_, s)| s.used)
-                .map(|(k, _)| k.clone())
-        {
-            series.remove(&oldest);
-        }
-        let entry = series.entry(key).or_insert_with(|| Series {
+        let entry = series.continue_or(key, now, || Series {
             recorder: Recorder::new(self.client.clone(), self.reporter.clone()),
             regarding,
             used: now,
+            turn: 0,
         });
-        entry.used = now;
         (entry.recorder.clone(), entry.regarding.clone())
     }
 }
@@ -585,5 +641,81 @@ mod tests {
         assert_eq!(reference.uid.as_deref(), Some("uid-a"));
         assert_eq!(reference.namespace.as_deref(), Some("prod"));
         assert_eq!(reference.resource_version.as_deref(), Some("5"));
+    }
+
+    /// A series about the CR `name` (its first reference naming it), for a table's test.
+    fn series_about(client: &kube::Client, name: &str, now: Instant) -> Series {
+        Series {
+            recorder: Recorder::new(client.clone(), Reporter::from("test")),
+            regarding: object_reference(&cr(name, "1")).unwrap(),
+            used: now,
+            turn: 0,
+        }
+    }
+
+    fn key(name: &str) -> SeriesKey {
+        SeriesKey::new(
+            &object_reference(&cr(name, "1")).unwrap(),
+            &CrEvent::rollout_completed(None),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_full_table_forgets_the_series_least_recently_continued() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let mut table = SeriesTable::default();
+        let start = Instant::now();
+        for i in 0..MAX_SERIES {
+            let name = format!("cr-{i}");
+            table.continue_or(key(&name), start, || series_about(&client, &name, start));
+        }
+        assert_eq!(table.series.len(), MAX_SERIES);
+        // The first series made is continued: the second is now the least recent.
+        let later = start + Duration::from_secs(1);
+        let first = table.continue_or(key("cr-0"), later, || panic!("cr-0 has a series"));
+        assert_eq!(first.regarding.name.as_deref(), Some("cr-0"));
+        table.continue_or(key("new"), later, || series_about(&client, "new", later));
+        assert_eq!(table.series.len(), MAX_SERIES);
+        assert!(table.series.contains_key(&key("cr-0")), "continued: kept");
+        assert!(
+            !table.series.contains_key(&key("cr-1")),
+            "least recent: forgotten"
+        );
+        assert!(table.series.contains_key(&key("cr-2")));
+        assert_eq!(
+            table.by_use.len(),
+            table.series.len(),
+            "one place in the order each"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_series_unused_for_its_ttl_is_forgotten_and_starts_anew() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let mut table = SeriesTable::default();
+        let start = Instant::now();
+        table.continue_or(key("a"), start, || series_about(&client, "a", start));
+        table.continue_or(key("b"), start, || series_about(&client, "b", start));
+        // b is continued just before a's TTL ends; a is not.
+        let before = start + SERIES_TTL - Duration::from_secs(1);
+        table.continue_or(key("b"), before, || panic!("b has a series"));
+        let after = start + SERIES_TTL;
+        let mut made = false;
+        table.continue_or(key("c"), after, || {
+            made = true;
+            series_about(&client, "c", after)
+        });
+        assert!(made);
+        assert!(!table.series.contains_key(&key("a")), "unused for its TTL");
+        assert!(table.series.contains_key(&key("b")), "continued within it");
+        let mut anew = false;
+        table.continue_or(key("a"), after, || {
+            anew = true;
+            series_about(&client, "a", after)
+        });
+        assert!(anew, "a forgotten series starts anew");
+        assert_eq!((table.series.len(), table.by_use.len()), (3, 3));
     }
 }
