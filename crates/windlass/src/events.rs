@@ -35,8 +35,9 @@
 //! 1024 bytes.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -350,7 +351,7 @@ pub struct LiveEventSink {
     client: kube::Client,
     controller: String,
     instance: String,
-    series: Mutex<HashMap<SeriesKey, Series>>,
+    series: Mutex<SeriesTable>,
 }
 
 /// One series: the Event that holds it.
@@ -360,6 +361,77 @@ struct Series {
     /// Occurrences published, the first included.
     count: i32,
     used: Instant,
+    /// Its place in [`SeriesTable::by_use`].
+    turn: u64,
+}
+
+/// The series remembered, and the order they were last continued in, so that the expired
+/// and the least recently continued ones are found without a walk over all of them: a CR's
+/// rollout publishes at least one event, and a fleet of more CRs than [`MAX_SERIES`] keeps
+/// the table full.
+#[derive(Default)]
+struct SeriesTable {
+    series: HashMap<Arc<SeriesKey>, Series>,
+    /// The series by when they were last continued, oldest first (a counter, not the
+    /// `Instant`, which two publishes may share).
+    by_use: BTreeMap<u64, Arc<SeriesKey>>,
+    next_turn: u64,
+}
+
+impl SeriesTable {
+    /// The series of `key` continued now (its count one more), or `None` when it has none;
+    /// the series unused for [`SERIES_TTL`] are forgotten first.
+    fn continue_series(&mut self, key: &SeriesKey, now: Instant) -> Option<&Series> {
+        self.expire(now);
+        let turn = self.turn();
+        let series = self.series.get_mut(key)?;
+        let shared = self.by_use.remove(&series.turn)?;
+        series.count += 1;
+        series.used = now;
+        series.turn = turn;
+        self.by_use.insert(turn, shared);
+        Some(series)
+    }
+
+    /// Remember the new series `key`, forgetting the least recently continued one when
+    /// [`MAX_SERIES`] are remembered.
+    fn insert(&mut self, key: SeriesKey, mut series: Series) {
+        self.expire(series.used);
+        self.forget(&key);
+        if self.series.len() >= MAX_SERIES
+            && let Some((_, oldest)) = self.by_use.first_key_value()
+        {
+            let oldest = Arc::clone(oldest);
+            self.forget(&oldest);
+        }
+        series.turn = self.turn();
+        let key = Arc::new(key);
+        self.by_use.insert(series.turn, Arc::clone(&key));
+        self.series.insert(key, series);
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some((_, oldest)) = self.by_use.first_key_value()
+            && self
+                .series
+                .get(oldest)
+                .is_none_or(|s| now.duration_since(s.used) >= SERIES_TTL)
+        {
+            let oldest = Arc::clone(oldest);
+            self.forget(&oldest);
+        }
+    }
+
+    fn turn(&mut self) -> u64 {
+        self.next_turn += 1;
+        self.next_turn
+    }
+
+    fn forget(&mut self, key: &SeriesKey) {
+        if let Some(series) = self.series.remove(key) {
+            self.by_use.remove(&series.turn);
+        }
+    }
 }
 
 /// What [`LiveEventSink::publish`] does for an event.
@@ -397,18 +469,13 @@ impl LiveEventSink {
             client,
             instance: instance.unwrap_or_else(|| controller.clone()),
             controller,
-            series: Mutex::new(HashMap::new()),
+            series: Mutex::new(SeriesTable::default()),
         }
     }
 
     /// What to write for `event` about `regarding`: a repeat of a series continues it.
     fn next_write(&self, key: &SeriesKey, regarding: ObjectReference, event: &CrEvent) -> Write {
-        let now = Instant::now();
-        let mut series = self.series.lock();
-        series.retain(|_, s| now.duration_since(s.used) < SERIES_TTL);
-        if let Some(known) = series.get_mut(key) {
-            known.count += 1;
-            known.used = now;
+        if let Some(known) = self.series.lock().continue_series(key, Instant::now()) {
             return Write::Continue {
                 namespace: known.namespace.clone(),
                 name: known.name.clone(),
@@ -452,28 +519,16 @@ impl LiveEventSink {
         }
     }
 
-    /// Remember the series `key` whose first Event was `created`, forgetting the least
-    /// recently continued one when full.
+    /// Remember the series `key` whose first Event was `created`.
     fn remember(&self, key: SeriesKey, created: &KubeEvent) {
-        let mut series = self.series.lock();
-        if !series.contains_key(&key)
-            && series.len() >= MAX_SERIES
-            && let Some(oldest) = series
-                .iter()
-                .min_by_key(|(_, s)| s.used)
-                .map(|(k, _)| k.clone())
-        {
-            series.remove(&oldest);
-        }
-        series.insert(
-            key,
-            Series {
-                namespace: created.metadata.namespace.clone().unwrap_or_default(),
-                name: created.metadata.name.clone().unwrap_or_default(),
-                count: 1,
-                used: Instant::now(),
-            },
-        );
+        let series = Series {
+            namespace: created.metadata.namespace.clone().unwrap_or_default(),
+            name: created.metadata.name.clone().unwrap_or_default(),
+            count: 1,
+            used: Instant::now(),
+            turn: 0,
+        };
+        self.series.lock().insert(key, series);
     }
 }
 
@@ -515,7 +570,7 @@ impl EventSink for LiveEventSink {
                     // The Event is gone (expired, or deleted by hand): start the series
                     // afresh.
                     Err(kube::Error::Api(status)) if status.code == 404 => {
-                        self.series.lock().remove(&key);
+                        self.series.lock().forget(&key);
                         let created = self.first_event(regarding.clone(), &event);
                         self.create(key, created).await.map_err(error)
                     }
@@ -685,5 +740,74 @@ mod tests {
         assert_eq!(reference.uid.as_deref(), Some("uid-a"));
         assert_eq!(reference.namespace.as_deref(), Some("prod"));
         assert_eq!(reference.resource_version.as_deref(), Some("5"));
+    }
+
+    /// A series about the CR `name`, first published at `now`, for a table's test.
+    fn series_about(name: &str, now: Instant) -> Series {
+        Series {
+            namespace: "prod".into(),
+            name: format!("{name}.1"),
+            count: 1,
+            used: now,
+            turn: 0,
+        }
+    }
+
+    fn key(name: &str) -> SeriesKey {
+        SeriesKey::new(
+            &object_reference(&cr(name, "1")).unwrap(),
+            &CrEvent::rollout_completed(None),
+        )
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_series_least_recently_continued() {
+        let mut table = SeriesTable::default();
+        let start = Instant::now();
+        for i in 0..MAX_SERIES {
+            let name = format!("cr-{i}");
+            table.insert(key(&name), series_about(&name, start));
+        }
+        assert_eq!(table.series.len(), MAX_SERIES);
+        // The first series made is continued: the second is now the least recent.
+        let later = start + Duration::from_secs(1);
+        let first = table.continue_series(&key("cr-0"), later).unwrap();
+        assert_eq!((first.name.as_str(), first.count), ("cr-0.1", 2));
+        table.insert(key("new"), series_about("new", later));
+        assert_eq!(table.series.len(), MAX_SERIES);
+        assert!(table.series.contains_key(&key("cr-0")), "continued: kept");
+        assert!(
+            !table.series.contains_key(&key("cr-1")),
+            "least recent: forgotten"
+        );
+        assert!(table.series.contains_key(&key("cr-2")));
+        assert_eq!(
+            table.by_use.len(),
+            table.series.len(),
+            "one place in the order each"
+        );
+    }
+
+    #[test]
+    fn a_series_unused_for_its_ttl_is_forgotten_and_starts_anew() {
+        let mut table = SeriesTable::default();
+        let start = Instant::now();
+        table.insert(key("a"), series_about("a", start));
+        table.insert(key("b"), series_about("b", start));
+        // b is continued just before a's TTL ends; a is not.
+        let before = start + SERIES_TTL - Duration::from_secs(1);
+        assert!(table.continue_series(&key("b"), before).is_some());
+        let after = start + SERIES_TTL;
+        assert!(table.continue_series(&key("c"), after).is_none());
+        assert!(!table.series.contains_key(&key("a")), "unused for its TTL");
+        assert!(table.series.contains_key(&key("b")), "continued within it");
+        assert!(
+            table.continue_series(&key("a"), after).is_none(),
+            "a forgotten series is not continued"
+        );
+        table.insert(key("a"), series_about("a", after));
+        table.insert(key("c"), series_about("c", after));
+        assert_eq!((table.series.len(), table.by_use.len()), (3, 3));
+        assert_eq!(table.continue_series(&key("a"), after).unwrap().count, 2);
     }
 }

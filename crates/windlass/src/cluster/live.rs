@@ -21,6 +21,7 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use kube::api::{
@@ -54,7 +55,9 @@ struct Kind {
 /// ```
 pub struct LiveCluster {
     client: kube::Client,
-    kinds: Mutex<HashMap<TypeRef, Kind>>,
+    /// Shared, so that a request takes a reference to its kind instead of copying the
+    /// resource's names (every write asks for its kind).
+    kinds: Mutex<HashMap<TypeRef, Arc<Kind>>>,
     field_manager: String,
 }
 
@@ -104,9 +107,9 @@ impl LiveCluster {
         }
     }
 
-    async fn kind(&self, type_ref: &TypeRef) -> Result<Kind, ClusterError> {
+    async fn kind(&self, type_ref: &TypeRef) -> Result<Arc<Kind>, ClusterError> {
         if let Some(kind) = self.kinds.lock().get(type_ref) {
-            return Ok(kind.clone());
+            return Ok(Arc::clone(kind));
         }
         let (group, version) = match type_ref.api_version.split_once('/') {
             Some((g, v)) => (g, v),
@@ -123,7 +126,7 @@ impl LiveCluster {
             Err(kube::Error::Discovery(_)) => return Err(unknown()),
             Err(e) => return Err(api_error(e, &format!("discovery of {type_ref}"))),
         };
-        let kind = Kind {
+        let kind = Arc::new(Kind {
             status_subresource: capabilities
                 .subresources
                 .iter()
@@ -133,8 +136,10 @@ impl LiveCluster {
                 kube::discovery::Scope::Namespaced => Scope::Namespaced,
             },
             resource,
-        };
-        self.kinds.lock().insert(type_ref.clone(), kind.clone());
+        });
+        self.kinds
+            .lock()
+            .insert(type_ref.clone(), Arc::clone(&kind));
         Ok(kind)
     }
 
@@ -163,7 +168,7 @@ impl LiveCluster {
         &self,
         type_ref: &TypeRef,
         namespace: Option<&str>,
-    ) -> Result<(Api<DynamicObject>, Kind), ClusterError> {
+    ) -> Result<(Api<DynamicObject>, Arc<Kind>), ClusterError> {
         let kind = self.kind(type_ref).await?;
         let api = match (kind.scope, namespace) {
             (Scope::Namespaced, Some(ns)) => {
@@ -179,7 +184,7 @@ impl LiveCluster {
     async fn object_api(
         &self,
         object: &ObjectRef,
-    ) -> Result<(Api<DynamicObject>, Kind), ClusterError> {
+    ) -> Result<(Api<DynamicObject>, Arc<Kind>), ClusterError> {
         let kind = self.kind(&object.type_ref()).await?;
         if kind.scope == Scope::Namespaced && object.namespace.is_none() {
             return Err(ClusterError::invalid(
@@ -192,7 +197,10 @@ impl LiveCluster {
     }
 
     /// [`LiveCluster::object_api`], its objects decoded once into JSON ([`Parsed`]).
-    async fn parsed_api(&self, object: &ObjectRef) -> Result<(Api<Parsed>, Kind), ClusterError> {
+    async fn parsed_api(
+        &self,
+        object: &ObjectRef,
+    ) -> Result<(Api<Parsed>, Arc<Kind>), ClusterError> {
         let kind = self.kind(&object.type_ref()).await?;
         if kind.scope == Scope::Namespaced && object.namespace.is_none() {
             return Err(ClusterError::invalid(

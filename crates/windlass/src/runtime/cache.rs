@@ -264,6 +264,26 @@ impl Packed {
     fn unpack(&self) -> Option<Value> {
         serde_json::from_str(&self.0).ok()
     }
+
+    /// The object's resourceVersion, read from the text without building the object: the
+    /// parser skips every other field without allocating.
+    fn resource_version(&self) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Object<'a> {
+            #[serde(borrow, default)]
+            metadata: Option<Metadata<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Metadata<'a> {
+            #[serde(borrow, default, rename = "resourceVersion")]
+            resource_version: Option<std::borrow::Cow<'a, str>>,
+        }
+        serde_json::from_str::<Object<'_>>(&self.0)
+            .ok()?
+            .metadata?
+            .resource_version
+            .map(std::borrow::Cow::into_owned)
+    }
 }
 
 impl KindStore {
@@ -334,6 +354,18 @@ impl Stores {
     /// be the part a store of the kind keeps.
     pub(crate) fn lookup_metadata(&self, object: &ObjectRef) -> Cached {
         self.lookup_with(object, false, true)
+    }
+
+    /// The resourceVersion of the copy the watches hold of `object` (`Some(None)`: a copy
+    /// without one), or `None` when no store that covers it holds it: what
+    /// [`Stores::lookup_metadata`] would answer `Present` with, without parsing the copy.
+    fn held_version(&self, object: &ObjectRef) -> Option<Option<String>> {
+        let kinds = read(&self.kinds);
+        let store = kinds.get(&object.type_ref())?;
+        if !store.covers(&object.namespace) {
+            return None;
+        }
+        store.objects.get(object).map(Packed::resource_version)
     }
 
     fn lookup_with(&self, object: &ObjectRef, own: bool, partial: bool) -> Cached {
@@ -492,10 +524,37 @@ impl Stores {
 }
 
 /// A copy this process wrote (or deleted: `None`), newer than the watch until it catches up.
+///
+/// The copy is kept as its compact text, with its resourceVersion beside it: almost every
+/// written copy is only compared by version with the watch's echo and then dropped, and
+/// packing the object costs one buffer where a clone of the `Value` (and later its drop)
+/// costs an allocation per field. It is parsed only for a read that comes before the echo.
 #[derive(Debug, Clone)]
 struct Written {
-    object: Option<Value>,
+    object: Option<WrittenCopy>,
     at: Instant,
+}
+
+/// The text and the resourceVersion of a written copy.
+#[derive(Debug, Clone)]
+struct WrittenCopy {
+    packed: Packed,
+    resource_version: Option<String>,
+}
+
+impl WrittenCopy {
+    fn new(object: &Value) -> Self {
+        WrittenCopy {
+            packed: Packed::new(object, Keep::Whole),
+            resource_version: object.resource_version().map(str::to_string),
+        }
+    }
+
+    /// Whether this copy is newer than a copy at `seen` by resourceVersion; unknown (not
+    /// integers, or missing) counts as newer, so the written copy wins until the TTL.
+    fn newer_than(&self, seen: Option<&str>) -> bool {
+        newer_version(self.resource_version.as_deref(), seen)
+    }
 }
 
 impl Written {
@@ -504,9 +563,45 @@ impl Written {
     fn over(&self, seen: Option<Value>) -> Option<Value> {
         match (&self.object, seen) {
             (None, _) => None,
-            (Some(mine), Some(seen)) if !newer(mine, &seen) => Some(seen),
-            (Some(mine), _) => Some(mine.clone()),
+            (Some(mine), Some(seen)) if !mine.newer_than(seen.resource_version()) => Some(seen),
+            // Text packed from a `Value` always parses; were it not to, the store's copy (or
+            // none, which makes the reconcile read or write again) is the safe answer.
+            (Some(mine), seen) => mine.packed.unpack().or(seen),
         }
+    }
+}
+
+/// How often at most a write sweeps the written copies whose TTL has passed. Reads ignore
+/// such a copy on their own; the sweep only gives the memory back, so a write need not walk
+/// every copy the watch has not echoed yet.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The written copies by object, and when they were last swept.
+#[derive(Debug)]
+struct WrittenCopies {
+    copies: HashMap<ObjectRef, Written>,
+    swept: Instant,
+}
+
+impl Default for WrittenCopies {
+    fn default() -> Self {
+        WrittenCopies {
+            copies: HashMap::new(),
+            swept: Instant::now(),
+        }
+    }
+}
+
+impl std::ops::Deref for WrittenCopies {
+    type Target = HashMap<ObjectRef, Written>;
+    fn deref(&self) -> &Self::Target {
+        &self.copies
+    }
+}
+
+impl std::ops::DerefMut for WrittenCopies {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.copies
     }
 }
 
@@ -514,7 +609,7 @@ impl Written {
 pub struct CachedCluster {
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
-    written: Mutex<HashMap<ObjectRef, Written>>,
+    written: Mutex<WrittenCopies>,
     stale: Mutex<HashSet<ObjectRef>>,
     own: OwnWrites,
 }
@@ -589,32 +684,34 @@ impl CachedCluster {
         let obsolete = match (&entry.object, object) {
             (_, None) => true,
             (None, Some(_)) => false,
-            (Some(mine), Some(seen)) => !newer(mine, seen),
+            (Some(mine), Some(seen)) => !mine.newer_than(seen.resource_version()),
         };
         if obsolete || entry.at.elapsed() > WRITTEN_TTL {
             written.remove(reference);
         }
     }
 
-    fn remember(&self, reference: ObjectRef, object: Option<Value>) {
+    fn remember(&self, reference: ObjectRef, object: Option<&Value>) {
+        // Packed before the lock is taken: the reconciles' reads wait for none of it.
+        let object = object.map(WrittenCopy::new);
         let mut written = self.written.lock();
-        written.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
+        let now = Instant::now();
+        if now.duration_since(written.swept) >= SWEEP_EVERY {
+            written.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
+            written.swept = now;
+        }
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
+        // Asked under the lock: the router tells `observed` about an echo after the store
+        // has it, so an echo the store does not have yet finds the copy kept here.
         if let Some(mine) = &object
-            && let Cached::Present(seen) = self.stores.lookup_metadata(&reference)
-            && !newer(mine, &seen)
+            && let Some(seen) = self.stores.held_version(&reference)
+            && !mine.newer_than(seen.as_deref())
         {
             written.remove(&reference);
             return;
         }
-        written.insert(
-            reference,
-            Written {
-                object,
-                at: Instant::now(),
-            },
-        );
+        written.insert(reference, Written { object, at: now });
     }
 
     /// [`Cluster::get`] or, with `own`, [`Cluster::get_own`] (see the module docs).
@@ -647,7 +744,7 @@ impl CachedCluster {
         }
         let found = self.live.get(object).await?;
         if read_through {
-            self.remember(object.clone(), found.clone());
+            self.remember(object.clone(), found.as_ref());
         }
         Ok(found)
     }
@@ -662,12 +759,6 @@ impl CachedCluster {
         }
         result
     }
-}
-
-/// Whether `mine` is newer than `seen` by resourceVersion; unknown (not integers, or
-/// missing) counts as newer, so the written copy wins until the TTL.
-fn newer(mine: &Value, seen: &Value) -> bool {
-    newer_version(mine.resource_version(), seen.resource_version())
 }
 
 #[async_trait]
@@ -725,7 +816,7 @@ impl Cluster for CachedCluster {
             .map_err(|e| ClusterError::invalid("manifest", e.to_string()))?;
         let write = self.own.begin(&reference);
         let stored = self.on_error(&reference, self.live.apply(manifest, method).await)?;
-        self.remember(reference, Some(stored.clone()));
+        self.remember(reference, Some(&stored));
         write.landed(stored.resource_version());
         Ok(stored)
     }
@@ -764,7 +855,7 @@ impl Cluster for CachedCluster {
                 .write_status(object, status, resource_version)
                 .await,
         )?;
-        self.remember(object.clone(), stored.clone());
+        self.remember(object.clone(), stored.as_ref());
         write.landed(stored.as_ref().and_then(|s| s.resource_version()));
         Ok(stored)
     }
@@ -781,7 +872,7 @@ impl Cluster for CachedCluster {
             self.stale.lock().insert(object.clone());
         }
         let stored = self.on_error(object, result)?;
-        self.remember(object.clone(), Some(stored.clone()));
+        self.remember(object.clone(), Some(&stored));
         write.landed(stored.resource_version());
         Ok(stored)
     }
@@ -1026,6 +1117,140 @@ mod tests {
         assert_eq!(stores.sizes()[0].2, b_obj.to_string().len());
     }
 
+    /// A cluster over `stores` whose API server is never asked (nothing listens there).
+    fn cached(stores: Arc<Stores>) -> CachedCluster {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = LiveCluster::new(kube::Client::try_from(config).unwrap());
+        CachedCluster::new(Arc::new(live), stores)
+    }
+
+    /// The ConfigMap `a` at `rv` with `data`.
+    fn cm_with(rv: &str, data: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                "managedFields": [{"manager": crate::FIELD_MANAGER, "operation": "Apply",
+                    "fieldsV1": {"f:data": {"f:k": {}}}}]},
+            "data": {"k": data}})
+    }
+
+    #[tokio::test]
+    async fn a_written_copy_answers_whole_until_the_watch_delivers_its_version() {
+        let stores = Arc::new(Stores::new());
+        let v1 = cm_with("1", "old");
+        let a = ObjectRef::from_manifest(&v1).unwrap();
+        stores.declare(&a.type_ref(), None, Keep::Whole);
+        stores.replace(
+            &a.type_ref(),
+            Some("ns"),
+            vec![(a.clone(), Arc::new(v1.clone()))],
+        );
+        let cluster = cached(stores.clone());
+
+        let v2 = cm_with("2", "new");
+        cluster.remember(a.clone(), Some(&v2));
+        assert_eq!(
+            cluster.get(&a).await.unwrap(),
+            Some(v2.clone()),
+            "read your write"
+        );
+        assert_eq!(cluster.get_own(&a).await.unwrap(), Some(v2.clone()));
+        let listed = cluster
+            .list(&ListQuery::new(a.type_ref(), Some("ns")))
+            .await;
+        assert_eq!(listed.unwrap(), vec![v2.clone()], "lists read it too");
+
+        // An older version delivered: the copy stays.
+        cluster.observed(&a, Some(&v1));
+        assert_eq!(cluster.get(&a).await.unwrap(), Some(v2.clone()));
+        // Its echo: the store answers, and the copy is gone.
+        stores.upsert(a.clone(), &v2);
+        cluster.observed(&a, Some(&v2));
+        assert!(cluster.written.lock().is_empty());
+        assert_eq!(cluster.get(&a).await.unwrap(), Some(v2.clone()));
+
+        // A write whose echo came before its response: nothing is kept.
+        let v3 = cm_with("3", "newer");
+        stores.upsert(a.clone(), &v3);
+        cluster.remember(a.clone(), Some(&v3));
+        assert!(
+            cluster.written.lock().is_empty(),
+            "the store has it already"
+        );
+
+        // A delete: gone for this process until the watch says so.
+        cluster.remember(a.clone(), None);
+        assert_eq!(cluster.get(&a).await.unwrap(), None);
+        cluster.observed(&a, None);
+        assert!(cluster.written.lock().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_written_copy_past_its_ttl_gives_way_and_is_swept_by_a_later_write() {
+        let stores = Arc::new(Stores::new());
+        let v1 = cm_with("1", "old");
+        let a = ObjectRef::from_manifest(&v1).unwrap();
+        let b = ObjectRef::new("v1", "ConfigMap", Some("ns"), "b");
+        stores.declare(&a.type_ref(), None, Keep::Whole);
+        stores.replace(
+            &a.type_ref(),
+            Some("ns"),
+            vec![(a.clone(), Arc::new(v1.clone()))],
+        );
+        let cluster = cached(stores);
+        // A version the watch never delivers.
+        cluster.remember(a.clone(), Some(&cm_with("2", "new")));
+        tokio::time::advance(WRITTEN_TTL + std::time::Duration::from_millis(1)).await;
+        let listed = cluster
+            .list(&ListQuery::new(a.type_ref(), Some("ns")))
+            .await;
+        assert_eq!(
+            listed.unwrap(),
+            vec![v1.clone()],
+            "past its TTL: the store's"
+        );
+        assert!(
+            cluster.written.lock().contains_key(&a),
+            "not swept by a read"
+        );
+        let mut b_object = cm_with("1", "b");
+        b_object["metadata"]["name"] = json!("b");
+        cluster.remember(b.clone(), Some(&b_object));
+        let written = cluster.written.lock();
+        assert!(!written.contains_key(&a), "swept by the next write");
+        assert!(written.contains_key(&b));
+    }
+
+    #[test]
+    fn a_packed_copy_tells_its_resource_version_without_being_unpacked() {
+        let whole = Packed::new(&deployment("7"), Keep::Whole);
+        let slim = Packed::new(&deployment("8"), Keep::Slim);
+        assert_eq!(whole.resource_version().as_deref(), Some("7"));
+        assert_eq!(slim.resource_version().as_deref(), Some("8"));
+        let without = Packed::new(&json!({"metadata": {"name": "x"}}), Keep::Whole);
+        assert_eq!(without.resource_version(), None);
+        assert_eq!(
+            Packed::new(&json!({}), Keep::Whole).resource_version(),
+            None
+        );
+
+        let stores = Stores::new();
+        let reference = ObjectRef::from_manifest(&deployment("9")).unwrap();
+        assert_eq!(stores.held_version(&reference), None, "no watch");
+        stores.declare(
+            &reference.type_ref(),
+            Some(crate::annotations::OWNER_UID),
+            Keep::Slim,
+        );
+        stores.upsert(reference.clone(), &deployment("9"));
+        assert_eq!(stores.held_version(&reference), None, "not listed yet");
+        stores.retain_listed(
+            &reference.type_ref(),
+            Some("ns"),
+            &HashSet::from([reference.clone()]),
+        );
+        assert_eq!(stores.held_version(&reference), Some(Some("9".to_string())));
+    }
+
     #[test]
     fn a_key_gives_back_the_reference_it_was_made_of() {
         let kind = TypeRef::new("v1", "ConfigMap");
@@ -1047,8 +1272,11 @@ mod tests {
     fn resource_versions_compare_as_integers() {
         let (_, v9) = cm("a", "9");
         let (_, v10) = cm("a", "10");
-        assert!(newer(&v10, &v9));
-        assert!(!newer(&v9, &v10));
-        assert!(!newer(&v10, &v10));
+        let (v9, v10) = (WrittenCopy::new(&v9), WrittenCopy::new(&v10));
+        assert!(v10.newer_than(Some("9")));
+        assert!(!v9.newer_than(Some("10")));
+        assert!(!v10.newer_than(Some("10")));
+        assert!(v10.newer_than(None), "unknown counts as newer");
+        assert!(v10.newer_than(Some("abc")), "not an integer: newer");
     }
 }

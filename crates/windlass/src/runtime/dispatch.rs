@@ -365,7 +365,10 @@ impl Observer for KindsSeen {
         let mut seen = self.seen.lock();
         for object in objects {
             let kind = object.type_ref();
-            if kind != self.primary && seen.insert(kind.clone()) {
+            // Asked before inserting: after the first reconciles every kind is known, and
+            // a reconcile renders each of its objects.
+            if kind != self.primary && !seen.contains(&kind) {
+                seen.insert(kind.clone());
                 let _ = self.tx.send(Learned::Deploys(kind));
             }
         }
