@@ -251,12 +251,15 @@ struct Packed(Arc<str>);
 
 impl Packed {
     fn new(object: &Value, keep: Keep) -> Self {
+        // Written with `serde_json::to_string`, not `Value`'s `Display` (`to_string()`),
+        // which passes every token through a `fmt::Formatter`; every watched object and
+        // every written copy is packed here. Serializing a `Value` cannot fail: its keys
+        // are strings.
         let text = match keep {
-            Keep::Whole => object.to_string(),
-            // Serializing a `Value` cannot fail: its keys are strings.
-            Keep::Slim => serde_json::to_string(&Slim(object)).unwrap_or_default(),
+            Keep::Whole => serde_json::to_string(object),
+            Keep::Slim => serde_json::to_string(&Slim(object)),
         };
-        Packed(Arc::from(text))
+        Packed(Arc::from(text.unwrap_or_default()))
     }
 
     /// The object; `None` only if the text does not parse, which text written by
