@@ -368,7 +368,10 @@ impl Stores {
         if !store.covers(&object.namespace) {
             return None;
         }
-        store.objects.get(&Key::of(object)).map(Packed::resource_version)
+        store
+            .objects
+            .get(&Key::of(object))
+            .map(Packed::resource_version)
     }
 
     fn lookup_with(&self, object: &ObjectRef, own: bool, partial: bool) -> Cached {
