@@ -434,18 +434,6 @@ impl SeriesTable {
     }
 }
 
-/// What [`LiveEventSink::publish`] does for an event.
-enum Write {
-    /// The first of its series: create this Event.
-    Create(Box<KubeEvent>),
-    /// A repeat: patch the Event `name` to count `count`.
-    Continue {
-        namespace: String,
-        name: String,
-        count: i32,
-    },
-}
-
 impl LiveEventSink {
     /// A sink reporting as `windlass`, with the instance from `$POD_NAME` or
     /// `$HOSTNAME` when set.
@@ -471,18 +459,6 @@ impl LiveEventSink {
             controller,
             series: Mutex::new(SeriesTable::default()),
         }
-    }
-
-    /// What to write for `event` about `regarding`: a repeat of a series continues it.
-    fn next_write(&self, key: &SeriesKey, regarding: ObjectReference, event: &CrEvent) -> Write {
-        if let Some(known) = self.series.lock().continue_series(key, Instant::now()) {
-            return Write::Continue {
-                namespace: known.namespace.clone(),
-                name: known.name.clone(),
-                count: known.count,
-            };
-        }
-        Write::Create(Box::new(self.first_event(regarding, event)))
     }
 
     /// The Event object of the first occurrence of `event`.
@@ -519,16 +495,20 @@ impl LiveEventSink {
         }
     }
 
-    /// Remember the series `key` whose first Event was `created`.
-    fn remember(&self, key: SeriesKey, created: &KubeEvent) {
+    /// Create the first Event of the series `key`, and remember the series.
+    async fn create(&self, key: SeriesKey, event: KubeEvent) -> Result<(), kube::Error> {
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let created = events.create(&PostParams::default(), &event).await?;
         let series = Series {
-            namespace: created.metadata.namespace.clone().unwrap_or_default(),
-            name: created.metadata.name.clone().unwrap_or_default(),
+            namespace,
+            name: created.metadata.name.unwrap_or_default(),
             count: 1,
             used: Instant::now(),
             turn: 0,
         };
         self.series.lock().insert(key, series);
+        Ok(())
     }
 }
 
@@ -551,44 +531,31 @@ impl EventSink for LiveEventSink {
             }
             e => ClusterError::api(format!("{}: {e}", what())),
         };
-        match self.next_write(&key, regarding.clone(), &event) {
-            Write::Continue {
-                namespace,
-                name,
-                count,
-            } => {
-                let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
-                let series = serde_json::json!({"series": {
-                    "count": count,
-                    "lastObservedTime": MicroTime(jiff::Timestamp::now()),
-                }});
-                match events
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
-                    .await
-                {
-                    Ok(_) => Ok(()),
-                    // The Event is gone (expired, or deleted by hand): start the series
-                    // afresh.
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        self.series.lock().forget(&key);
-                        let created = self.first_event(regarding.clone(), &event);
-                        self.create(key, created).await.map_err(error)
-                    }
-                    Err(e) => Err(error(e)),
+        let continued = self
+            .series
+            .lock()
+            .continue_series(&key, Instant::now())
+            .map(|s| (s.namespace.clone(), s.name.clone(), s.count));
+        if let Some((namespace, name, count)) = continued {
+            let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+            let series = serde_json::json!({"series": {
+                "count": count,
+                "lastObservedTime": MicroTime(jiff::Timestamp::now()),
+            }});
+            match events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // The Event is gone (expired, or deleted by hand): the series starts afresh.
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    self.series.lock().forget(&key);
                 }
+                Err(e) => return Err(error(e)),
             }
-            Write::Create(created) => self.create(key, *created).await.map_err(error),
         }
-    }
-}
-
-impl LiveEventSink {
-    async fn create(&self, key: SeriesKey, event: KubeEvent) -> Result<(), kube::Error> {
-        let namespace = event.metadata.namespace.clone().unwrap_or_default();
-        let events: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
-        let created = events.create(&PostParams::default(), &event).await?;
-        self.remember(key, &created);
-        Ok(())
+        let first = self.first_event(regarding.clone(), &event);
+        self.create(key, first).await.map_err(error)
     }
 }
 

@@ -54,12 +54,11 @@ impl Any {
     }
 }
 
-/// The vote of a group: `decisive` is the vote that settles it (no for All, yes for Any).
-/// How a group decides from its members' votes, asked in order and only as far as needed:
-/// the first vote equal to `decisive` decides; past that, a group in which somebody voted
-/// gives the other answer, and one in which everybody abstained says no. An empty group
-/// says yes. [`All`] decides on a no, [`Any`] on a yes; the fused filters of
-/// [`policy`](super::policy) use it too, so they vote as the groups they stand for.
+/// The vote of a group from its members' votes, asked in order and only as far as needed:
+/// the first vote equal to `decisive` settles it (no for [`All`], yes for [`Any`]); past
+/// that, a group in which somebody voted gives the other answer, and one in which everybody
+/// abstained says no. An empty group says yes. The fused filters
+/// ([`fused`](super::fused)) use it too, so they vote as the groups they stand for.
 pub(super) fn combine(
     decisive: bool,
     votes: impl IntoIterator<Item = Option<bool>>,
