@@ -46,6 +46,13 @@ fn hash_entries(map: Option<&BTreeMap<String, String>>, keep: impl Fn(&str) -> b
     hasher.finish()
 }
 
+/// The 64-bit hash of one value, as the filters keep what they compare.
+fn hash_one<T: Hash + ?Sized>(value: &T) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Yes on [`EventKind::Added`] and [`EventKind::Deleted`]; abstains otherwise.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CreationDeletion;
@@ -209,14 +216,6 @@ pub struct ResourceVersion {
     seen: VecDeque<u64>,
 }
 
-impl ResourceVersion {
-    fn hash_of(version: &str) -> u64 {
-        let mut hasher = DefaultHasher::new();
-        version.hash(&mut hasher);
-        hasher.finish()
-    }
-}
-
 impl Filter for ResourceVersion {
     fn test(&self, event: WatchEvent<'_>) -> Option<bool> {
         if event.kind == EventKind::Deleted {
@@ -225,14 +224,14 @@ impl Filter for ResourceVersion {
         let Some(version) = event.resource_version() else {
             return Some(true);
         };
-        Some(!self.seen.contains(&Self::hash_of(version)))
+        Some(!self.seen.contains(&hash_one(version)))
     }
 
     fn update(&mut self, event: WatchEvent<'_>) {
         let Some(version) = event.resource_version() else {
             return;
         };
-        let version = Self::hash_of(version);
+        let version = hash_one(version);
         if self.seen.contains(&version) {
             return;
         }
