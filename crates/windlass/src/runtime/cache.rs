@@ -598,16 +598,61 @@ impl Default for WrittenCopies {
     }
 }
 
-impl std::ops::Deref for WrittenCopies {
-    type Target = HashMap<ObjectRef, Written>;
-    fn deref(&self) -> &Self::Target {
-        &self.copies
+impl WrittenCopies {
+    /// The copy of `reference`, unless its TTL has passed (it is dropped then: the store
+    /// answers again).
+    fn fresh(&mut self, reference: &ObjectRef) -> Option<Written> {
+        match self.copies.get(reference) {
+            Some(w) if w.at.elapsed() > WRITTEN_TTL => {
+                self.copies.remove(reference);
+                None
+            }
+            w => w.cloned(),
+        }
     }
-}
 
-impl std::ops::DerefMut for WrittenCopies {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.copies
+    /// The copies of `type_ref` in `namespace` (`None`: all) whose TTL has not passed.
+    fn fresh_of<'a>(
+        &'a self,
+        type_ref: &'a TypeRef,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a ObjectRef, &'a Written)> + 'a {
+        self.copies.iter().filter(move |(reference, written)| {
+            reference.type_ref() == *type_ref
+                && in_namespace(reference.namespace.as_deref(), namespace)
+                && written.at.elapsed() <= WRITTEN_TTL
+        })
+    }
+
+    /// The watch delivered `seen` of `reference` (`None`: its deletion): drop the copy it
+    /// makes obsolete, or that has outlived its TTL.
+    fn observed(&mut self, reference: &ObjectRef, seen: Option<&Value>) {
+        let Some(entry) = self.copies.get(reference) else {
+            return;
+        };
+        let obsolete = match (&entry.object, seen) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(mine), Some(seen)) => !mine.newer_than(seen.resource_version()),
+        };
+        if obsolete || entry.at.elapsed() > WRITTEN_TTL {
+            self.copies.remove(reference);
+        }
+    }
+
+    /// Keep `written` for `reference`, first sweeping the copies past their TTL if the
+    /// last sweep is [`SWEEP_EVERY`] old.
+    fn keep(&mut self, reference: ObjectRef, written: Written) {
+        if written.at.duration_since(self.swept) >= SWEEP_EVERY {
+            self.copies.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
+            self.swept = written.at;
+        }
+        self.copies.insert(reference, written);
+    }
+
+    /// Forget the copy of `reference`.
+    fn forget(&mut self, reference: &ObjectRef) {
+        self.copies.remove(reference);
     }
 }
 
@@ -683,29 +728,13 @@ impl CachedCluster {
             reference,
             object.map(|o| o.resource_version().unwrap_or_default()),
         );
-        let mut written = self.written.lock();
-        let Some(entry) = written.get(reference) else {
-            return;
-        };
-        let obsolete = match (&entry.object, object) {
-            (_, None) => true,
-            (None, Some(_)) => false,
-            (Some(mine), Some(seen)) => !mine.newer_than(seen.resource_version()),
-        };
-        if obsolete || entry.at.elapsed() > WRITTEN_TTL {
-            written.remove(reference);
-        }
+        self.written.lock().observed(reference, object);
     }
 
     fn remember(&self, reference: ObjectRef, object: Option<&Value>) {
         // Packed before the lock is taken: the reconciles' reads wait for none of it.
         let object = object.map(WrittenCopy::new);
         let mut written = self.written.lock();
-        let now = Instant::now();
-        if now.duration_since(written.swept) >= SWEEP_EVERY {
-            written.retain(|_, w| w.at.elapsed() <= WRITTEN_TTL);
-            written.swept = now;
-        }
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
         // Asked under the lock: the router tells `observed` about an echo after the store
@@ -714,10 +743,11 @@ impl CachedCluster {
             && let Some(seen) = self.stores.held_version(&reference)
             && !mine.newer_than(seen.as_deref())
         {
-            written.remove(&reference);
+            written.forget(&reference);
             return;
         }
-        written.insert(reference, Written { object, at: now });
+        let at = Instant::now();
+        written.keep(reference, Written { object, at });
     }
 
     /// [`Cluster::get`] or, with `own`, [`Cluster::get_own`] (see the module docs).
@@ -725,16 +755,7 @@ impl CachedCluster {
         let read_through = self.stale.lock().remove(object);
         if !read_through {
             // A written copy past its TTL is dropped: the store answers again.
-            let written = {
-                let mut written = self.written.lock();
-                match written.get(object) {
-                    Some(w) if w.at.elapsed() > WRITTEN_TTL => {
-                        written.remove(object);
-                        None
-                    }
-                    w => w.cloned(),
-                }
-            };
+            let written = self.written.lock().fresh(object);
             let cached = if own {
                 self.stores.lookup_own(object)
             } else {
@@ -799,15 +820,13 @@ impl Cluster for CachedCluster {
         // Read your writes (rule 2): a written copy or a tombstone newer than the store's.
         let mut objects: std::collections::BTreeMap<ObjectRef, Value> =
             cached.into_iter().collect();
-        for (reference, written) in self.written.lock().iter() {
-            if reference.type_ref() != query.type_ref
-                || !in_namespace(reference.namespace.as_deref(), query.namespace.as_deref())
-                || written.at.elapsed() > WRITTEN_TTL
-            {
-                continue;
-            }
-            if let Some(current) = written.over(objects.remove(reference)) {
-                objects.insert(reference.clone(), current);
+        {
+            let copies = self.written.lock();
+            let namespace = query.namespace.as_deref();
+            for (reference, written) in copies.fresh_of(&query.type_ref, namespace) {
+                if let Some(current) = written.over(objects.remove(reference)) {
+                    objects.insert(reference.clone(), current);
+                }
             }
         }
         // In the API server's order: by namespace, then name.
@@ -841,7 +860,7 @@ impl Cluster for CachedCluster {
             }
             // Still there, with a deletionTimestamp: the watch tells.
             Deletion::Terminating => {
-                self.written.lock().remove(object);
+                self.written.lock().forget(object);
                 self.stale.lock().insert(object.clone());
             }
         }
@@ -1171,7 +1190,7 @@ mod tests {
         // Its echo: the store answers, and the copy is gone.
         stores.upsert(a.clone(), &v2);
         cluster.observed(&a, Some(&v2));
-        assert!(cluster.written.lock().is_empty());
+        assert!(cluster.written.lock().copies.is_empty());
         assert_eq!(cluster.get(&a).await.unwrap(), Some(v2.clone()));
 
         // A write whose echo came before its response: nothing is kept.
@@ -1179,7 +1198,7 @@ mod tests {
         stores.upsert(a.clone(), &v3);
         cluster.remember(a.clone(), Some(&v3));
         assert!(
-            cluster.written.lock().is_empty(),
+            cluster.written.lock().copies.is_empty(),
             "the store has it already"
         );
 
@@ -1187,7 +1206,7 @@ mod tests {
         cluster.remember(a.clone(), None);
         assert_eq!(cluster.get(&a).await.unwrap(), None);
         cluster.observed(&a, None);
-        assert!(cluster.written.lock().is_empty());
+        assert!(cluster.written.lock().copies.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -1215,15 +1234,15 @@ mod tests {
             "past its TTL: the store's"
         );
         assert!(
-            cluster.written.lock().contains_key(&a),
+            cluster.written.lock().copies.contains_key(&a),
             "not swept by a read"
         );
         let mut b_object = cm_with("1", "b");
         b_object["metadata"]["name"] = json!("b");
         cluster.remember(b.clone(), Some(&b_object));
         let written = cluster.written.lock();
-        assert!(!written.contains_key(&a), "swept by the next write");
-        assert!(written.contains_key(&b));
+        assert!(!written.copies.contains_key(&a), "swept by the next write");
+        assert!(written.copies.contains_key(&b));
     }
 
     #[test]
