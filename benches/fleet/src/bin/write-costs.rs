@@ -285,9 +285,9 @@ fn print_report(n: usize, server_version: &str, costs: &[Cost]) {
     );
     let _ = writeln!(
         out,
-        "| write | wall | kube-apiserver CPU | etcd CPU | kube-controller-manager CPU | control plane CPU, × a plain ConfigMap apply |"
+        "| write | wall | kube-apiserver CPU | etcd CPU | kube-controller-manager CPU | control plane CPU, × a plain ConfigMap apply | the client's CPU (kube-rs) |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     let control_plane = |c: &Cost| {
         c.per_write(
             c.cpu.of("kube-apiserver") + c.cpu.of("etcd") + c.cpu.of("kube-controller-manager"),
@@ -297,13 +297,14 @@ fn print_report(n: usize, server_version: &str, costs: &[Cost]) {
     for c in costs {
         let _ = writeln!(
             out,
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1}× |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1}× | {:.3} |",
             c.what,
             c.per_write(c.wall),
             c.per_write(c.cpu.of("kube-apiserver")),
             c.per_write(c.cpu.of("etcd")),
             c.per_write(c.cpu.of("kube-controller-manager")),
             control_plane(c) / base,
+            c.per_write(c.cpu.of("bench client")),
         );
     }
     println!("{out}");

@@ -236,7 +236,9 @@ impl Operator {
     }
 
     /// Parse the process's arguments and run the subcommand on a new tokio runtime: the
-    /// whole of an operator's `main`.
+    /// whole of an operator's `main`. The runtime has one worker thread per core unless
+    /// tokio's own `TOKIO_WORKER_THREADS` says otherwise (docs/06-running.md, "What a
+    /// replica costs", says when fewer are cheaper).
     pub fn main(self) -> ExitCode {
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
