@@ -399,10 +399,9 @@ impl SeriesTable {
         self.expire(series.used);
         self.forget(&key);
         if self.series.len() >= MAX_SERIES
-            && let Some((_, oldest)) = self.by_use.first_key_value()
+            && let Some((_, oldest)) = self.by_use.pop_first()
         {
-            let oldest = Arc::clone(oldest);
-            self.forget(&oldest);
+            self.series.remove(&oldest);
         }
         series.turn = self.turn();
         let key = Arc::new(key);
@@ -410,15 +409,17 @@ impl SeriesTable {
         self.series.insert(key, series);
     }
 
+    /// Forget the series unused for [`SERIES_TTL`]: the oldest first, until one is not.
     fn expire(&mut self, now: Instant) {
-        while let Some((_, oldest)) = self.by_use.first_key_value()
-            && self
+        while let Some(oldest) = self.by_use.first_entry() {
+            let expired = self
                 .series
-                .get(oldest)
-                .is_none_or(|s| now.duration_since(s.used) >= SERIES_TTL)
-        {
-            let oldest = Arc::clone(oldest);
-            self.forget(&oldest);
+                .get(oldest.get())
+                .is_none_or(|s| now.duration_since(s.used) >= SERIES_TTL);
+            if !expired {
+                break;
+            }
+            self.series.remove(&oldest.remove());
         }
     }
 
