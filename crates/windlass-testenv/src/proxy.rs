@@ -7,8 +7,9 @@
 //! (500, or 429 with `Retry-After`), a stall that never answers, a watch that ends at once,
 //! or a watch refused with 410 Gone; or it may forward the request and keep the answer
 //! from the client ([`Fault::Swallow`]), the moment an operator killed right after its
-//! request landed would be in. Every request is logged with when it came and what was
-//! injected, so a test can check what the client did about it.
+//! request landed would be in. Every request is logged with when it came, what was
+//! injected and the code it was answered with, so a test can check what the client did
+//! about it (a client that retries a 429 or a 503 by itself shows here as two requests).
 //!
 //! Written for tests: a failure to bind or to build a response panics, with the reason.
 
@@ -73,6 +74,10 @@ pub struct Seen {
     pub watch: bool,
     /// The fault injected instead of (or, for a swallow, after) forwarding it.
     pub injected: Option<Fault>,
+    /// The status code of the answer, whoever gave it (the server, or a rule in its
+    /// place); for a watch, the code it opened with. `None` while none came, and for a
+    /// stall. A swallowed request has the server's code although the client never saw it.
+    pub code: Option<u16>,
 }
 
 #[derive(Default)]
@@ -184,8 +189,9 @@ impl Proxy {
         path
     }
 
-    /// The fault for `request`, if a rule matches it (and is used up by it); logged.
-    fn fault_for(&self, method: &str, path: &str, watch: bool) -> Option<Fault> {
+    /// The fault for `request`, if a rule matches it (and is used up by it), and where it
+    /// is logged (for [`answered`](Self::answered)).
+    fn fault_for(&self, method: &str, path: &str, watch: bool) -> (Option<Fault>, usize) {
         let mut state = self.state.lock().unwrap();
         let fault = state
             .rules
@@ -206,8 +212,17 @@ impl Proxy {
             path: path.to_string(),
             watch,
             injected: fault,
+            code: None,
         });
-        fault
+        (fault, state.seen.len() - 1)
+    }
+
+    /// Log the code `answer` carries on the request logged at `index`.
+    fn answered(&self, index: usize, answer: Answer) -> Answer {
+        if let Some(seen) = self.state.lock().unwrap().seen.get_mut(index) {
+            seen.code = Some(answer.status().as_u16());
+        }
+        answer
     }
 
     async fn answer(&self, upstream: &kube::Client, request: http::Request<Incoming>) -> Answer {
@@ -219,7 +234,8 @@ impl Proxy {
             .unwrap_or("")
             .split('&')
             .any(|p| p == "watch=true" || p == "watch=1");
-        match self.fault_for(&method, &path, watch) {
+        let (fault, index) = self.fault_for(&method, &path, watch);
+        let answer = match fault {
             Some(Fault::Status(code, retry_after)) => {
                 let mut response = http::Response::builder()
                     .status(code)
@@ -244,7 +260,7 @@ impl Proxy {
                 .unwrap(),
             Some(Fault::Gone) => gone(),
             Some(Fault::Swallow) => {
-                let answer = self.forward(upstream, request, watch).await;
+                let answer = self.answered(index, self.forward(upstream, request, watch).await);
                 self.state
                     .lock()
                     .unwrap()
@@ -253,7 +269,8 @@ impl Proxy {
                 std::future::pending().await
             }
             None => self.forward(upstream, request, watch).await,
-        }
+        };
+        self.answered(index, answer)
     }
 
     async fn forward(

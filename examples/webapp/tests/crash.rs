@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::api::{Api, DynamicObject};
 use windlass::cluster::{Cluster, WriteMethod};
 use windlass::object::ObjectRef;
-use windlass_testenv::proxy::{Fault, Proxy, Rule, upstream};
+use windlass_testenv::proxy::{Fault, Proxy, Rule, Seen, upstream};
 
 mod support;
 use support::{
@@ -37,17 +37,37 @@ const NAMES: [&str; 8] = [
     "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
 ];
 
-/// The writes the proxy forwarded from request `from` on: (method, path) → how many.
+/// The answers kube's client retries by itself (after a pause), beneath the operator: a
+/// request answered so is tried again, and that is one write of the operator's, not two.
+const RETRIED_BY_THE_CLIENT: [u16; 3] = [429, 503, 504];
+
+/// The writes the proxy forwarded from request `from` on: (method, path) → how many, an
+/// attempt the client retried by itself not counted (see [`RETRIED_BY_THE_CLIENT`]).
 fn writes_since(proxy: &Proxy, from: usize) -> BTreeMap<(String, String), usize> {
     let mut writes = BTreeMap::new();
-    for seen in proxy.seen().into_iter().skip(from) {
-        let mutating = matches!(seen.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE");
-        // Leases are the lock, Events are reports: neither is the rollout's work.
-        if mutating && !seen.path.contains("/leases/") && !seen.path.contains("/events") {
+    for seen in write_log(proxy, from) {
+        if !seen
+            .code
+            .is_some_and(|c| RETRIED_BY_THE_CLIENT.contains(&c))
+        {
             *writes.entry((seen.method, seen.path)).or_insert(0) += 1;
         }
     }
     writes
+}
+
+/// Every write the proxy forwarded from request `from` on, in order, with its answer.
+fn write_log(proxy: &Proxy, from: usize) -> Vec<Seen> {
+    proxy
+        .seen()
+        .into_iter()
+        .skip(from)
+        .filter(|seen| {
+            let mutating = matches!(seen.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE");
+            // Leases are the lock, Events are reports: neither is the rollout's work.
+            mutating && !seen.path.contains("/leases/") && !seen.path.contains("/events")
+        })
+        .collect()
 }
 
 /// The name a WebApp's path names (`…/webapps/<name>` or one of its objects `<name>-…`).
@@ -216,7 +236,13 @@ async fn sigkilled_mid_rollout_the_operator_converges_and_writes_nothing_twice()
             .collect();
         assert!(
             twice.is_empty(),
-            "round {round}: written more than once after the restart: {twice:?}\n{}",
+            "round {round}: written more than once after the restart: {twice:?}\n\
+             every write after the restart (method, path, answer):\n{}\n{}",
+            write_log(&proxy, mark)
+                .iter()
+                .map(|s| format!("  {} {} {:?}", s.method, s.path, s.code))
+                .collect::<Vec<_>>()
+                .join("\n"),
             operator.dump()
         );
         if !landed.1.ends_with("/status") {
