@@ -153,7 +153,14 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
     let (admin, env) = live().await;
     let ns = env.namespace("runtime-reads").await.unwrap();
     let counter = RequestCounter::new();
-    let client = counter.client(env.kube_config()).unwrap();
+    // kube's client retries a 429, 503 or 504 by itself, beneath the counter, and a 504 may
+    // come after the write landed: the retry then conflicts with it and the runtime reads
+    // the CR, which the counter would show as a read with no cause. Without those retries
+    // every answer reaches the runtime and the counter, and the claims below are checked
+    // only on a CR whose requests the server answered in full.
+    let mut config = env.kube_config();
+    config.default_retry = false;
+    let client = counter.client(config).unwrap();
     let finished = Finished::default();
     let (stop, task, cache) = start(client, ns.name(), finished.clone());
 
@@ -196,20 +203,33 @@ async fn once_the_watches_have_synced_a_reconcile_reads_nothing_and_a_steady_one
     assert_eq!(counts.verb(Verb::List), 0, "{counts}");
     assert_eq!(counts.mutating(), 0, "a steady reconcile writes:\n{counts}");
 
-    // A new CR, once the watches are warm: its objects + 1 writes and no read at all.
-    admin
-        .apply(&widget(ns.name(), "w2", json!({})), WriteMethod::Update)
-        .await
-        .unwrap();
-    eventually("the new CR is reconciled to Done", || async {
-        finished.of("w2").iter().any(|(_, o)| *o == Action::Done)
-    })
-    .await;
-    let counts = counter.take();
-    println!("a new CR under warm watches:\n{counts}");
+    // A new CR, once the watches are warm: its objects + 1 writes and no read at all. A
+    // server too loaded to answer (429, 5xx, no answer) voids the claim for that CR: the next is
+    // tried, three at most.
+    let mut tried = Vec::new();
+    let counts = loop {
+        let name = format!("w{}", tried.len() + 2);
+        admin
+            .apply(&widget(ns.name(), &name, json!({})), WriteMethod::Update)
+            .await
+            .unwrap();
+        eventually("the new CR is reconciled to Done", || async {
+            finished.of(&name).iter().any(|(_, o)| *o == Action::Done)
+        })
+        .await;
+        let counts = counter.take();
+        println!("a new CR under warm watches ({name}):\n{counts}");
+        if counts.count(|k| k.code == 0 || k.code == 429 || k.code >= 500) == 0 {
+            break counts;
+        }
+        tried.push(counts);
+        assert!(
+            tried.len() < 3,
+            "the server refused or timed out a request for each of three new CRs:\n{tried:#?}"
+        );
+    };
     // A get of the CR after its status write answered 409 means the CR the reconcile
-    // started from was stale, or (seen once, on a heavily loaded machine, not proven) that
-    // kube's client retried a 503/504 beneath the counter after the first attempt landed.
+    // started from was stale.
     assert_eq!(
         counts.verb(Verb::Get),
         0,
