@@ -22,8 +22,9 @@ use crate::object::{ObjectRef, TypeRef};
 /// The dependencies of every CR's components, and the reverse index.
 #[derive(Debug, Default)]
 pub struct Dependents {
-    /// What each component of each CR read last.
-    by_component: HashMap<(ObjectRef, String), BTreeSet<ObjectRef>>,
+    /// What each component of each CR read last, by CR, so that forgetting a CR touches
+    /// its own entries only (the runtime forgets one at each CR's deletion).
+    by_cr: HashMap<ObjectRef, HashMap<String, BTreeSet<ObjectRef>>>,
     /// The (CR, component) pairs that read each object.
     by_object: HashMap<ObjectRef, HashSet<(ObjectRef, String)>>,
     /// Every kind reported so far.
@@ -44,12 +45,19 @@ impl Dependents {
         component: &str,
         objects: impl IntoIterator<Item = ObjectRef>,
     ) -> Vec<TypeRef> {
-        let key = (cr.clone(), component.to_string());
         let objects: BTreeSet<ObjectRef> = objects.into_iter().collect();
-        if let Some(before) = self.by_component.remove(&key) {
-            for object in before {
-                self.unlink(&object, &key);
-            }
+        let before = self
+            .by_cr
+            .get_mut(cr)
+            .and_then(|components| components.remove(component));
+        if objects.is_empty() && before.is_none() {
+            // Nothing read now or before: the usual report of a component without
+            // dependencies, which allocates nothing.
+            return Vec::new();
+        }
+        let key = (cr.clone(), component.to_string());
+        for object in before.into_iter().flatten() {
+            self.unlink(&object, &key);
         }
         let mut new_kinds = Vec::new();
         for object in &objects {
@@ -62,8 +70,15 @@ impl Dependents {
                 new_kinds.push(kind);
             }
         }
-        if !objects.is_empty() {
-            self.by_component.insert(key, objects);
+        if objects.is_empty() {
+            if self.by_cr.get(cr).is_some_and(HashMap::is_empty) {
+                self.by_cr.remove(cr);
+            }
+        } else {
+            self.by_cr
+                .entry(cr.clone())
+                .or_default()
+                .insert(key.1, objects);
         }
         new_kinds
     }
@@ -82,14 +97,9 @@ impl Dependents {
 
     /// `cr` is gone: forget what it read.
     pub fn forget(&mut self, cr: &ObjectRef) {
-        let keys: Vec<(ObjectRef, String)> = self
-            .by_component
-            .keys()
-            .filter(|(c, _)| c == cr)
-            .cloned()
-            .collect();
-        for key in keys {
-            for object in self.by_component.remove(&key).unwrap_or_default() {
+        for (component, objects) in self.by_cr.remove(cr).unwrap_or_default() {
+            let key = (cr.clone(), component);
+            for object in objects {
                 self.unlink(&object, &key);
             }
         }
@@ -98,7 +108,7 @@ impl Dependents {
     /// Whether nothing is recorded (kinds seen are remembered regardless).
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.by_component.is_empty()
+        self.by_cr.is_empty()
     }
 
     fn unlink(&mut self, object: &ObjectRef, key: &(ObjectRef, String)) {
@@ -155,5 +165,36 @@ mod tests {
         d.forget(&cr("b"));
         assert!(d.is_empty());
         assert!(d.by_object.is_empty(), "no entry left behind");
+    }
+
+    #[test]
+    fn a_component_that_stops_reading_leaves_no_entry_and_others_stay() {
+        let mut d = Dependents::new();
+        d.record(&cr("a"), "web", [secret("s")]);
+        d.record(&cr("a"), "worker", [map("m")]);
+        d.record(&cr("b"), "web", []);
+        assert!(
+            !d.by_cr.contains_key(&cr("b")),
+            "an empty report keeps nothing"
+        );
+
+        d.record(&cr("a"), "web", []);
+        assert!(d.concerned(&secret("s")).is_empty());
+        assert_eq!(
+            d.concerned(&map("m")),
+            [cr("a")],
+            "the other component's stays"
+        );
+        d.record(&cr("a"), "worker", []);
+        assert!(d.is_empty(), "a CR reading nothing has no entry");
+        assert!(d.by_object.is_empty());
+
+        // Forgetting one CR leaves the others' entries for the same object.
+        d.record(&cr("a"), "web", [secret("s")]);
+        d.record(&cr("b"), "web", [secret("s")]);
+        d.forget(&cr("a"));
+        assert_eq!(d.concerned(&secret("s")), [cr("b")]);
+        d.forget(&cr("unknown"));
+        assert_eq!(d.concerned(&secret("s")), [cr("b")]);
     }
 }
