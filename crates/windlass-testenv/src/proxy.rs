@@ -70,6 +70,8 @@ pub struct Seen {
     pub method: String,
     /// Its path, without the query.
     pub path: String,
+    /// Its query (`labelSelector=…&watch=true`), empty if none.
+    pub query: String,
     /// Whether it was a watch.
     pub watch: bool,
     /// The fault injected instead of (or, for a swallow, after) forwarding it.
@@ -191,7 +193,13 @@ impl Proxy {
 
     /// The fault for `request`, if a rule matches it (and is used up by it), and where it
     /// is logged (for [`answered`](Self::answered)).
-    fn fault_for(&self, method: &str, path: &str, watch: bool) -> (Option<Fault>, usize) {
+    fn fault_for(
+        &self,
+        method: &str,
+        path: &str,
+        query: &str,
+        watch: bool,
+    ) -> (Option<Fault>, usize) {
         let mut state = self.state.lock().unwrap();
         let fault = state
             .rules
@@ -210,6 +218,7 @@ impl Proxy {
             at: Instant::now(),
             method: method.to_string(),
             path: path.to_string(),
+            query: query.to_string(),
             watch,
             injected: fault,
             code: None,
@@ -228,13 +237,11 @@ impl Proxy {
     async fn answer(&self, upstream: &kube::Client, request: http::Request<Incoming>) -> Answer {
         let method = request.method().to_string();
         let path = request.uri().path().to_string();
-        let watch = request
-            .uri()
-            .query()
-            .unwrap_or("")
+        let query = request.uri().query().unwrap_or("").to_string();
+        let watch = query
             .split('&')
             .any(|p| p == "watch=true" || p == "watch=1");
-        let (fault, index) = self.fault_for(&method, &path, watch);
+        let (fault, index) = self.fault_for(&method, &path, &query, watch);
         let answer = match fault {
             Some(Fault::Status(code, retry_after)) => {
                 let mut response = http::Response::builder()
