@@ -318,9 +318,17 @@ impl KindStore {
 
 /// The objects the runtime's watches have seen, by kind. Shared by the watches (which
 /// write) and the [`CachedCluster`]s (which read).
+///
+/// The stores of one shard of a sharded controller answer for some kinds from the
+/// replica's shared stores ([`Stores::over`], [`Stores::lend`]): the kinds watched whole
+/// are watched once per replica, not once per shard it holds.
 #[derive(Debug, Default)]
 pub struct Stores {
     kinds: RwLock<HashMap<TypeRef, KindStore>>,
+    /// The stores that answer for the kinds in `lent`.
+    shared: Option<Arc<Stores>>,
+    /// The kinds `shared` answers for.
+    lent: RwLock<HashSet<TypeRef>>,
 }
 
 /// The answer of a store for one object.
@@ -338,6 +346,32 @@ impl Stores {
     /// Empty stores.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Empty stores that will answer for the kinds [`lend`](Self::lend) names from
+    /// `shared`.
+    pub(crate) fn over(shared: Arc<Stores>) -> Self {
+        Stores {
+            shared: Some(shared),
+            ..Self::default()
+        }
+    }
+
+    /// From now on the shared stores answer for `kind` (whose watch they are fed by), and
+    /// what these stores held of it is dropped. Without shared stores: nothing changes.
+    pub(crate) fn lend(&self, kind: &TypeRef) {
+        if self.shared.is_some() {
+            write(&self.lent).insert(kind.clone());
+            write(&self.kinds).remove(kind);
+        }
+    }
+
+    /// The stores that answer for `kind`: the shared ones if it is lent to them.
+    fn of(&self, kind: &TypeRef) -> &Stores {
+        match &self.shared {
+            Some(shared) if read(&self.lent).contains(kind) => shared,
+            _ => self,
+        }
     }
 
     /// What the watches know of `object`, whole: a store that keeps only part of its
@@ -363,8 +397,9 @@ impl Stores {
     /// without one), or `None` when no store that covers it holds it: what
     /// [`Stores::lookup_metadata`] would answer `Present` with, without parsing the copy.
     fn held_version(&self, object: &ObjectRef) -> Option<Option<String>> {
-        let kinds = read(&self.kinds);
-        let store = kinds.get(&object.type_ref())?;
+        let type_ref = object.type_ref();
+        let kinds = read(&self.of(&type_ref).kinds);
+        let store = kinds.get(&type_ref)?;
         if !store.covers(&object.namespace) {
             return None;
         }
@@ -375,8 +410,9 @@ impl Stores {
     }
 
     fn lookup_with(&self, object: &ObjectRef, own: bool, partial: bool) -> Cached {
-        let kinds = read(&self.kinds);
-        let Some(store) = kinds.get(&object.type_ref()) else {
+        let type_ref = object.type_ref();
+        let kinds = read(&self.of(&type_ref).kinds);
+        let Some(store) = kinds.get(&type_ref) else {
             return Cached::Unknown;
         };
         if !store.covers(&object.namespace) || (store.keep == Keep::Slim && !partial) {
@@ -392,7 +428,7 @@ impl Stores {
     /// Every object of `type_ref` the watches have, e.g. to find a CR by uid.
     #[cfg(any(test, feature = "testing"))]
     pub fn objects(&self, type_ref: &TypeRef) -> Vec<Value> {
-        read(&self.kinds)
+        read(&self.of(type_ref).kinds)
             .get(type_ref)
             .map(|s| s.objects.values().filter_map(Packed::unpack).collect())
             .unwrap_or_default()
@@ -402,7 +438,7 @@ impl Stores {
     /// when a watch sees every object of the kind there and has listed it; `None` when
     /// the store cannot tell. Selectors are not applied here.
     fn list(&self, query: &ListQuery) -> Option<Vec<(ObjectRef, Value)>> {
-        let kinds = read(&self.kinds);
+        let kinds = read(&self.of(&query.type_ref).kinds);
         let store = kinds.get(&query.type_ref)?;
         if !store.complete || !store.covers(&query.namespace) {
             return None;
@@ -420,7 +456,7 @@ impl Stores {
     /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
     #[cfg(any(test, feature = "testing"))]
     pub fn is_synced(&self, type_ref: &TypeRef, namespace: Option<&str>) -> bool {
-        read(&self.kinds)
+        read(&self.of(type_ref).kinds)
             .get(type_ref)
             .is_some_and(|s| s.synced.contains(&namespace.map(str::to_string)))
     }
@@ -927,6 +963,45 @@ mod tests {
         let v = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}});
         (ObjectRef::from_manifest(&v).unwrap(), Arc::new(v))
+    }
+
+    #[test]
+    fn a_kind_lent_to_shared_stores_is_answered_from_there_and_its_own_copies_go() {
+        let shared = Arc::new(Stores::new());
+        let shard = Stores::over(shared.clone());
+        let (a, a_obj) = cm("a", "1");
+        let (b, b_obj) = cm("b", "2");
+        let kind = a.type_ref();
+        // The shard watched the kind by label before; the shared stores watch it whole.
+        shard.declare(&kind, Some(crate::annotations::OWNER_UID), Keep::Slim);
+        shard.replace(&kind, Some("ns"), vec![(a.clone(), a_obj.clone())]);
+        shared.declare(&kind, None, Keep::Whole);
+        shared.replace(&kind, Some("ns"), vec![(b.clone(), b_obj.clone())]);
+        assert_eq!(shard.lookup_metadata(&b), Cached::Unknown, "not lent yet");
+
+        shard.lend(&kind);
+        assert_eq!(shard.lookup(&b), Cached::Present((*b_obj).clone()));
+        assert_eq!(
+            shard.lookup(&a),
+            Cached::Absent,
+            "the shared watch is complete"
+        );
+        assert!(shard.is_synced(&kind, Some("ns")));
+        assert_eq!(shard.held_version(&b), Some(Some("2".into())));
+        assert!(shard.sizes().is_empty(), "the shard's own copies are gone");
+        let secret = ObjectRef::new("v1", "Secret", Some("ns"), "s");
+        assert_eq!(
+            shard.lookup(&secret),
+            Cached::Unknown,
+            "other kinds: its own"
+        );
+
+        // Stores over nothing lend nothing.
+        let alone = Stores::new();
+        alone.declare(&kind, None, Keep::Whole);
+        alone.replace(&kind, Some("ns"), vec![(a.clone(), a_obj.clone())]);
+        alone.lend(&kind);
+        assert_eq!(alone.lookup(&a), Cached::Present((*a_obj).clone()));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! A dispatcher of one shard of a sharded controller ([`ShardScope`], see
 //! `runtime::shard`) watches the primary kind and the deployed kinds within the shard, and
 //! starts with the deployed kinds the other shards have learned, so that a shard taken
-//! over starts with its whole cache.
+//! over starts with its whole cache. The kinds watched whole it leaves to the replica's
+//! [`SharedWatches`], one watch for all the shards the replica holds.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -22,6 +23,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::cache::{Keep, Stores};
 use super::route::Router;
+use super::shared_watches::{SharedWatches, Subscription};
 use super::source::{self, InitialList, SourceEvent, Watch, WatchObserver};
 use crate::cluster::{Cluster, LiveCluster, Scope};
 use crate::object::{ObjectRef, TypeRef};
@@ -50,6 +52,9 @@ pub(super) struct ShardScope {
     /// The kinds the controller's reconciles deployed so far, in any shard: watched from
     /// the start, and added to as reconciles deploy more.
     pub(super) deployed: Arc<Mutex<BTreeSet<TypeRef>>>,
+    /// The kinds watched whole (the extra watches, the kinds CRs read), watched once for
+    /// all the shards of the replica; the shard's stores answer for them from there.
+    pub(super) shared: Arc<SharedWatches>,
 }
 
 /// Start the primary kind's and the controller's extra watches, then route every event;
@@ -109,6 +114,8 @@ struct Watches {
     whole: HashSet<TypeRef>,
     /// The shard, when the controller is sharded.
     shard: Option<ShardScope>,
+    /// The shard's subscription to the replica's shared watches, when sharded.
+    subscription: Option<Subscription>,
 }
 
 impl Watches {
@@ -126,6 +133,9 @@ impl Watches {
         } else {
             namespaces.into_iter().map(Some).collect()
         };
+        let subscription = shard
+            .as_ref()
+            .map(|shard| shard.shared.subscribe(events.clone(), observer.clone()));
         Watches {
             live,
             stores,
@@ -137,7 +147,21 @@ impl Watches {
             scoped: HashMap::new(),
             whole: HashSet::new(),
             shard,
+            subscription,
         }
+    }
+
+    /// Have the replica's shared watches watch `kind` whole (see `SharedWatches`), when
+    /// sharded, with the shard's stores answering for it from theirs; `false` when not
+    /// sharded (the kind is for this dispatcher to watch).
+    fn share(&mut self, kind: &TypeRef, labels: Option<String>, cluster_scoped: bool) -> bool {
+        let Some(subscription) = &self.subscription else {
+            return false;
+        };
+        // Lent before the first event can come: the router reads the kind from there.
+        self.stores.lend(kind);
+        subscription.watch(kind, labels, cluster_scoped);
+        true
     }
 
     /// Start watching `type_ref` (the objects matching `labels`, or all; within the shard
@@ -190,6 +214,9 @@ impl Watches {
     ) {
         for (kind, labels) in declared {
             let scoped = cluster_scoped(&self.live, &kind).await;
+            if kind != *primary && self.share(&kind, labels.clone(), scoped) {
+                continue;
+            }
             let (shard, live) = match &self.shard {
                 Some(shard) if kind == *primary => match &shard.primary_live {
                     Some(selecting) => (None, selecting.clone()),
@@ -263,7 +290,9 @@ impl Watches {
             retire(&mut self.tasks, &old, self.observer.as_ref()).await;
         }
         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-        self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
+        if !self.share(&kind, None, cluster) {
+            self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
+        }
     }
 }
 

@@ -47,6 +47,7 @@ pub(crate) mod health;
 pub(crate) mod heartbeat;
 pub(crate) mod held;
 mod secure;
+mod shared_watches;
 mod tolerant;
 // The lock itself is internal; windlass's own live tests drive it directly through the
 // `testing` feature.

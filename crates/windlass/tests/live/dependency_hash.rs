@@ -400,3 +400,137 @@ async fn a_secret_one_cr_writes_rolls_the_pods_of_another_cr_that_reads_it() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+/// A sharded replica holding every shard: the CRs of its shards all read the user's
+/// Secret, and the Secrets are watched whole once for the replica, not once per shard
+/// whose CRs read one. An edit of the Secret rolls the pods of every CR, in every shard,
+/// and their reconciles read it from the shared watch, not from the API server.
+#[tokio::test]
+async fn a_sharded_replica_watches_a_kind_its_crs_read_once_for_all_its_shards() {
+    use windlass::config::{ConfigDuration, OperatorConfig};
+    use windlass_testenv::proxy::{Proxy, upstream};
+
+    let (admin, env) = live().await;
+    let ns = env.namespace("dependency-sharded").await.unwrap();
+    let ns = ns.name();
+    let credentials = |password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials", "namespace": ns},
+            "data": {"password": encode(password)}})
+    };
+    admin
+        .apply(&credentials("one"), WriteMethod::Update)
+        .await
+        .unwrap();
+    // Between the operator and the server, to see each request's query.
+    let proxy = Proxy::start(upstream(env)).await;
+    let mut config = OperatorConfig::default();
+    config.runtime.watch_namespaces = vec![ns.to_string()];
+    config.server.metrics_bind_address = "127.0.0.1:0".into();
+    config.sharding.shards = 4;
+    config.sharding.server_side_selector = false;
+    config.leader_election.id = "dependency-sharded".into();
+    config.leader_election.namespace = ns.to_string();
+    config.leader_election.identity = "the-only-replica".into();
+    config.leader_election.lease_duration = ConfigDuration(std::time::Duration::from_secs(4));
+    config.leader_election.retry_period = ConfigDuration(std::time::Duration::from_millis(500));
+    let done = Finished::default();
+    let manager =
+        windlass::runtime::Manager::new(kube::Client::try_from(proxy.config()).unwrap(), config)
+            .controller(Web)
+            .with_observer(std::sync::Arc::new(done.clone()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async {
+        let _ = stopped.await;
+    }));
+
+    // Eight CRs: spread over the four shards by their uids (all in one shard: 1 in 16 384).
+    let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    for name in &names {
+        admin
+            .apply(
+                &json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+                    "metadata": {"name": name, "namespace": ns}, "spec": {"greeting": "hi"}}),
+                WriteMethod::Update,
+            )
+            .await
+            .unwrap();
+    }
+    eventually("every CR is Done", || async {
+        names.iter().all(|name| done.done(name) > 0)
+    })
+    .await;
+    let shards: std::collections::BTreeSet<String> = {
+        let mut shards = std::collections::BTreeSet::new();
+        for name in &names {
+            let cr = ObjectRef::new("test.windlass.dev/v1", "Widget", Some(ns), name.as_str());
+            let stored = admin.get(&cr).await.unwrap().unwrap();
+            if let Some(shard) = stored["metadata"]["labels"]["windlass.dev/shard"].as_str() {
+                shards.insert(shard.to_string());
+            }
+        }
+        shards
+    };
+    assert!(
+        shards.len() > 1,
+        "the CRs are in more than one shard: {shards:?}"
+    );
+    let whole_secret_watches = || {
+        proxy
+            .seen()
+            .iter()
+            .filter(|s| {
+                s.watch && s.path.ends_with("/secrets") && !s.query.contains("labelSelector")
+            })
+            .count()
+    };
+    eventually("the Secrets are watched whole", || async {
+        whole_secret_watches() > 0
+    })
+    .await;
+    let hashes = {
+        let mut hashes = Vec::new();
+        for name in &names {
+            let deployment =
+                ObjectRef::new("apps/v1", "Deployment", Some(ns), format!("{name}-web"));
+            hashes.push(template_hash(&admin, &deployment).await.expect("annotated"));
+        }
+        hashes
+    };
+
+    let mark = proxy.seen().len();
+    admin
+        .apply(&credentials("two"), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("every CR's pods roll, in every shard", || async {
+        for (name, before) in names.iter().zip(&hashes) {
+            let deployment =
+                ObjectRef::new("apps/v1", "Deployment", Some(ns), format!("{name}-web"));
+            if template_hash(&admin, &deployment).await.as_deref() == Some(before.as_str()) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let reads: Vec<_> = proxy
+        .seen()
+        .into_iter()
+        .skip(mark)
+        .filter(|s| s.method == "GET" && !s.watch && s.path.contains("/secrets"))
+        .map(|s| s.path)
+        .collect();
+    assert!(
+        reads.is_empty(),
+        "Secrets read from the server, not the shared watch: {reads:?}"
+    );
+    assert_eq!(
+        whole_secret_watches(),
+        1,
+        "one whole watch of the Secrets for the {} shards the replica holds",
+        shards.len()
+    );
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}

@@ -17,6 +17,7 @@ use super::super::fence::Fenced;
 use super::super::metrics::Metrics;
 use super::super::queue::{self, ReconcileQueue};
 use super::super::route::Router;
+use super::super::shared_watches::SharedWatches;
 use super::super::source::{Watch, WatchObserver};
 use super::super::worker::{self, WorkerSettings};
 use super::super::{Context, DRAIN, Running};
@@ -51,6 +52,8 @@ struct Shared<C: Controller> {
     deployed: Arc<Mutex<BTreeSet<TypeRef>>>,
     shards: u32,
     selecting: bool,
+    /// The kinds watched whole, once for every shard the replica holds.
+    watches: Arc<SharedWatches>,
 }
 
 /// Start `controller` sharded: its shards come and go as `sharding` says.
@@ -93,6 +96,12 @@ pub(crate) fn start_controller<C: Controller>(
         deployed: Arc::default(),
         shards: sharding.shards(),
         selecting: sharding.selecting(),
+        watches: SharedWatches::new(
+            context.live.clone(),
+            &operator.watch_namespaces(),
+            context.initial_list,
+            context.metrics.clone(),
+        ),
     });
     let commands = sharding.subscribe();
     let held: Arc<Mutex<BTreeMap<u32, Leadership>>> = Arc::default();
@@ -173,7 +182,7 @@ impl Cell {
     /// and while `leadership` leads.
     fn start<C: Controller>(shared: &Arc<Shared<C>>, shard: u32, leadership: Leadership) -> Cell {
         let began = Instant::now();
-        let stores = Arc::new(Stores::new());
+        let stores = Arc::new(Stores::over(shared.watches.stores().clone()));
         let cluster = Arc::new(CachedCluster::new(shared.live.clone(), stores.clone()));
         // The queue's own bound is the controller's; the permits bound all shards together.
         let queue = queue::new_queue(shared.concurrency, BackOffPolicy::default())
@@ -220,6 +229,7 @@ impl Cell {
                     labels: label_selector(shard),
                     primary_live,
                     deployed: shared.deployed.clone(),
+                    shared: shared.watches.clone(),
                 }),
             },
             kinds_rx,

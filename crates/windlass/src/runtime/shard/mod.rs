@@ -58,8 +58,9 @@
 //! label (`rollout` stamps it), so the kinds a controller deploys are watched
 //! `windlass.dev/owner-uid,windlass.dev/shard=k`: every object of a CR is in its shard's
 //! cache. Kinds a CR reads without owning them (the Secrets of a dependency hash) and a
-//! controller's extra watches are not sharded: each shard a replica holds watches them
-//! whole, so their memory is not divided by the replicas.
+//! controller's extra watches are not sharded: the replica watches each of them whole
+//! once, for all the shards it holds (`runtime::shared_watches`), so their memory is
+//! paid once per replica, neither divided by the replicas nor multiplied by the shards.
 
 pub mod assign;
 mod controller;
