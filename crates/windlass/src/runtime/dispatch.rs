@@ -348,10 +348,15 @@ async fn cluster_scoped(live: &LiveCluster, kind: &TypeRef) -> bool {
 }
 
 /// Tells the router about each kind a reconcile deployed, once, and about what the
-/// components read without owning it, every time.
+/// components read without owning it, every time a component has read something since the
+/// controller started.
 pub(super) struct KindsSeen {
     primary: TypeRef,
     seen: Mutex<HashSet<TypeRef>>,
+    /// Whether a component has reported reading anything yet. Until one has, the router
+    /// holds no dependency to clear, so the empty reports (every component's, for a
+    /// controller without dependency hashes) are not sent.
+    reads: std::sync::atomic::AtomicBool,
     tx: mpsc::UnboundedSender<Learned>,
 }
 
@@ -361,6 +366,7 @@ impl KindsSeen {
         KindsSeen {
             primary,
             seen: Mutex::default(),
+            reads: std::sync::atomic::AtomicBool::new(false),
             tx,
         }
     }
@@ -374,6 +380,14 @@ impl Observer for KindsSeen {
             objects,
         } = event
         {
+            use std::sync::atomic::Ordering::SeqCst;
+            // Set before the report is sent: a later report of the same component (a
+            // later reconcile of the CR) sees it, and is sent even when empty.
+            if !objects.is_empty() {
+                self.reads.store(true, SeqCst);
+            } else if !self.reads.load(SeqCst) {
+                return;
+            }
             let _ = self.tx.send(Learned::Reads {
                 cr: cr.clone(),
                 component: component.clone(),
@@ -401,5 +415,56 @@ impl Observer for KindsSeen {
                 let _ = self.tx.send(Learned::Deploys(kind));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(cr: &str, objects: &[&str]) -> Event {
+        Event::Dependencies {
+            cr: ObjectRef::new("test.windlass.dev/v1", "Widget", Some("ns"), cr),
+            component: "web".into(),
+            objects: objects
+                .iter()
+                .map(|name| (ObjectRef::new("v1", "Secret", Some("ns"), *name), None))
+                .collect(),
+        }
+    }
+
+    fn reads(rx: &mut mpsc::UnboundedReceiver<Learned>) -> Vec<(String, usize)> {
+        let mut out = Vec::new();
+        while let Ok(learned) = rx.try_recv() {
+            if let Learned::Reads { cr, objects, .. } = learned {
+                out.push((cr.name, objects.len()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn empty_reports_go_to_the_router_only_once_a_component_has_read_something() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let seen = KindsSeen::new(TypeRef::new("test.windlass.dev/v1", "Widget"), tx);
+        seen.event(&report("a", &[]));
+        seen.event(&report("b", &[]));
+        assert!(
+            reads(&mut rx).is_empty(),
+            "nothing read yet: nothing to clear"
+        );
+
+        seen.event(&report("a", &["credentials"]));
+        // a stops reading it: the router must hear, and so must every later report.
+        seen.event(&report("a", &[]));
+        seen.event(&report("b", &[]));
+        assert_eq!(
+            reads(&mut rx),
+            [
+                ("a".to_string(), 1),
+                ("a".to_string(), 0),
+                ("b".to_string(), 0)
+            ]
+        );
     }
 }
