@@ -63,7 +63,9 @@ struct Watched {
 /// One shard's dispatcher: where its events go, and who waits for its watches to list.
 struct Subscriber {
     kinds: HashSet<TypeRef>,
-    events: mpsc::Sender<SourceEvent>,
+    /// To the subscriber's [`relay`]: unbounded, so that one busy dispatcher never holds
+    /// up the events of the others (nor, through them, the shared watches).
+    events: mpsc::UnboundedSender<SourceEvent>,
     observer: Arc<dyn WatchObserver>,
 }
 
@@ -110,6 +112,9 @@ impl SharedWatches {
         events: mpsc::Sender<SourceEvent>,
         observer: Arc<dyn WatchObserver>,
     ) -> Subscription {
+        let (relayed, queued) = mpsc::unbounded_channel();
+        // Ends when the subscription goes (its sender with it) or the dispatcher does.
+        tokio::spawn(relay(queued, events));
         let mut state = self.state.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -117,7 +122,7 @@ impl SharedWatches {
             id,
             Subscriber {
                 kinds: HashSet::new(),
-                events,
+                events: relayed,
                 observer,
             },
         );
@@ -178,6 +183,12 @@ impl Subscription {
         let State {
             kinds, subscribers, ..
         } = &mut *state;
+        // One watch per kind: every shard of a controller asks for a kind alike (its extra
+        // watches, or every object of a kind read).
+        debug_assert!(
+            kinds[kind].watches.iter().all(|w| w.labels == labels),
+            "{kind} asked for with another selector than it is watched with"
+        );
         let Some(subscriber) = subscribers.get_mut(&self.id) else {
             return;
         };
@@ -229,20 +240,27 @@ impl WatchObserver for Listed {
     }
 }
 
-/// Send every event the shared watches see to each subscriber of its kind, in order. A
-/// subscriber whose dispatcher has ended is skipped (its subscription goes with it).
+/// Send every event the shared watches see to each subscriber of its kind, in order,
+/// without waiting for any of them (see [`relay`]).
 async fn forward(mut events: mpsc::Receiver<SourceEvent>, state: Arc<Mutex<State>>) {
     while let Some(event) = events.recv().await {
         let kind = event.reference.type_ref();
-        let targets: Vec<mpsc::Sender<SourceEvent>> = state
-            .lock()
-            .subscribers
-            .values()
-            .filter(|s| s.kinds.contains(&kind))
-            .map(|s| s.events.clone())
-            .collect();
-        for target in targets {
-            let _ = target.send(event.clone()).await;
+        for subscriber in state.lock().subscribers.values() {
+            if subscriber.kinds.contains(&kind) {
+                let _ = subscriber.events.send(event.clone());
+            }
+        }
+    }
+}
+
+/// Pass one subscriber's events on to its dispatcher, as fast as it takes them.
+async fn relay(
+    mut queued: mpsc::UnboundedReceiver<SourceEvent>,
+    dispatcher: mpsc::Sender<SourceEvent>,
+) {
+    while let Some(event) = queued.recv().await {
+        if dispatcher.send(event).await.is_err() {
+            return;
         }
     }
 }
@@ -348,6 +366,28 @@ mod tests {
             "an unsubscribed shard hears nothing"
         );
         drop(b);
+    }
+
+    #[tokio::test]
+    async fn a_dispatcher_that_takes_no_events_holds_up_no_other() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
+        let shared =
+            SharedWatches::new(live, &[], InitialList::Streaming, Arc::new(Metrics::new()));
+        let secrets = TypeRef::new("v1", "Secret");
+        // A dispatcher busy elsewhere: room for one event, and it takes none.
+        let (busy_tx, _busy) = mpsc::channel(1);
+        let busy = shared.subscribe(busy_tx, Arc::new(Heard::default()));
+        busy.watch(&secrets, None, false);
+        let (tx, mut events) = mpsc::channel(64);
+        let other = shared.subscribe(tx, Arc::new(Heard::default()));
+        other.watch(&secrets, None, false);
+        for i in 0..20 {
+            shared.events.send(event(&format!("s{i}"))).await.unwrap();
+        }
+        for i in 0..20 {
+            assert_eq!(received(&mut events).await, Some(format!("s{i}")));
+        }
     }
 
     #[tokio::test]
