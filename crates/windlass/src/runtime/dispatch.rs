@@ -242,10 +242,19 @@ impl Watches {
                 component,
                 objects,
             } => {
+                let read = self.subscription.is_some().then(|| objects.clone());
+                let mut shared = false;
                 for kind in router.depend(&cr, &component, objects) {
                     if !router.watches_extra(&kind) {
-                        self.watch_read(kind).await;
+                        shared |= self.watch_read(kind).await;
                     }
+                }
+                // A shared watch that listed before this shard subscribed sends it nothing
+                // of what it listed: a change of a dependency since the rollout read it is
+                // in the shared store, which the check of `depend` could not see before the
+                // kind was lent.
+                if let Some(read) = read.filter(|_| shared) {
+                    router.queue_if_changed(&cr, &read);
                 }
             }
         }
@@ -276,10 +285,11 @@ impl Watches {
     }
 
     /// A kind CRs read without owning it (the dependency hash): watch every object of it,
-    /// in place of its label-scoped watch, unless it is watched whole already.
-    async fn watch_read(&mut self, kind: TypeRef) {
+    /// in place of its label-scoped watch, unless it is watched whole already. Returns
+    /// whether the replica's shared watches watch it for this shard from now on.
+    async fn watch_read(&mut self, kind: TypeRef) -> bool {
         if !self.whole.insert(kind.clone()) {
-            return;
+            return false;
         }
         let cluster = cluster_scoped(&self.live, &kind).await;
         // One watch per kind feeds its store: the label-scoped one ends
@@ -290,9 +300,11 @@ impl Watches {
             retire(&mut self.tasks, &old, self.observer.as_ref()).await;
         }
         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-        if !self.share(&kind, None, cluster) {
-            self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
+        if self.share(&kind, None, cluster) {
+            return true;
         }
+        self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
+        false
     }
 }
 
@@ -348,8 +360,8 @@ async fn cluster_scoped(live: &LiveCluster, kind: &TypeRef) -> bool {
 }
 
 /// Tells the router about each kind a reconcile deployed, once, and about what the
-/// components read without owning it, every time a component has read something since the
-/// controller started.
+/// components read without owning it: every report, once any component of the pipeline
+/// has read something (until then the reports are all empty, and none is sent).
 pub(super) struct KindsSeen {
     primary: TypeRef,
     seen: Mutex<HashSet<TypeRef>>,

@@ -143,6 +143,18 @@ impl Router {
             return Vec::new();
         }
         let objects: Vec<(ObjectRef, Option<String>)> = objects.into_iter().collect();
+        self.queue_if_changed(cr, &objects);
+        self.dependents
+            .record(cr, component, objects.into_iter().map(|(object, _)| object))
+    }
+
+    /// Queue `cr` if the store holds another version of one of `objects` than the one its
+    /// rollout read (newer, or the object appeared or went): a change routed before the
+    /// CR was known to read it, or seen by a watch before this router heard of it.
+    pub fn queue_if_changed(&mut self, cr: &ObjectRef, objects: &[(ObjectRef, Option<String>)]) {
+        if !self.uid_of.contains_key(cr) {
+            return;
+        }
         let changed = objects.iter().find(|(object, read)| {
             // Only its version is read: a partial copy tells it as well.
             let held = match self.cluster.stores().lookup_metadata(object) {
@@ -163,8 +175,6 @@ impl Router {
             tracing::debug!(%cr, %object, "a dependency changed before its reader was known: queued");
             self.queue.enqueue(self.interned(cr));
         }
-        self.dependents
-            .record(cr, component, objects.into_iter().map(|(object, _)| object))
     }
 
     /// Whether `kind` has an extra watch of the controller's (so it needs no other).
