@@ -38,19 +38,28 @@ const NAMES: [&str; 8] = [
 ];
 
 /// The answers kube's client retries by itself (after a pause), beneath the operator: a
-/// request answered so is tried again, and that is one write of the operator's, not two.
+/// request answered so and tried again is one write of the operator's, not two (even a
+/// 504 whose write landed: the second attempt is the client's, not a decision of the
+/// operator's).
 const RETRIED_BY_THE_CLIENT: [u16; 3] = [429, 503, 504];
 
 /// The writes the proxy forwarded from request `from` on: (method, path) → how many, an
-/// attempt the client retried by itself not counted (see [`RETRIED_BY_THE_CLIENT`]).
+/// attempt answered with one of [`RETRIED_BY_THE_CLIENT`] and followed by another of the
+/// same method and path not counted.
 fn writes_since(proxy: &Proxy, from: usize) -> BTreeMap<(String, String), usize> {
+    let log = write_log(proxy, from);
     let mut writes = BTreeMap::new();
-    for seen in write_log(proxy, from) {
-        if !seen
+    for (i, seen) in log.iter().enumerate() {
+        let retried = seen
             .code
             .is_some_and(|c| RETRIED_BY_THE_CLIENT.contains(&c))
-        {
-            *writes.entry((seen.method, seen.path)).or_insert(0) += 1;
+            && log[i + 1..]
+                .iter()
+                .any(|later| later.method == seen.method && later.path == seen.path);
+        if !retried {
+            *writes
+                .entry((seen.method.clone(), seen.path.clone()))
+                .or_insert(0) += 1;
         }
     }
     writes
