@@ -455,6 +455,105 @@ mod tests {
         out
     }
 
+    /// Hears nothing.
+    struct Deaf;
+    impl WatchObserver for Deaf {
+        fn synced(&self, _: &Watch, _: bool) {}
+        fn failed(&self, _: &Watch, _: &kube::runtime::watcher::Error) {}
+    }
+
+    #[tokio::test]
+    async fn a_shard_subscribing_late_queues_a_reader_whose_dependency_moved_since_it_read() {
+        use crate::runtime::cache::CachedCluster;
+        use crate::runtime::metrics::Metrics;
+        use crate::runtime::queue;
+        use crate::runtime::shared_watches::SharedWatches;
+        use crate::watch::filter::{GlobalFilter, WatchFilters};
+        use serde_json::json;
+
+        // A server nobody answers: the shared watch never lists; the test fills its store
+        // as a listing would have, before this shard subscribed.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
+        let shared = SharedWatches::new(
+            live.clone(),
+            &["ns".to_string()],
+            InitialList::Streaming,
+            Arc::new(Metrics::new()),
+        );
+        let secrets = TypeRef::new("v1", "Secret");
+        let (tx, _events) = mpsc::channel(8);
+        let first = shared.subscribe(tx, Arc::new(Deaf));
+        first.watch(&secrets, None, false);
+        let secret = ObjectRef::new("v1", "Secret", Some("ns"), "credentials");
+        shared.stores().replace(
+            &secrets,
+            Some("ns"),
+            vec![(
+                secret.clone(),
+                Arc::new(json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "credentials", "namespace": "ns", "resourceVersion": "8"}})),
+            )],
+        );
+
+        // Another shard: its CR read the Secret at 5, from the API server.
+        let stores = Arc::new(Stores::over(shared.stores().clone()));
+        let cluster = Arc::new(CachedCluster::new(live.clone(), stores.clone()));
+        let queue = queue::new_queue(1, Default::default()).unwrap();
+        let widgets = TypeRef::new("test.windlass.dev/v1", "Widget");
+        let mut router = Router::new(
+            widgets.clone(),
+            queue.clone(),
+            cluster,
+            GlobalFilter::Default.spec(),
+            WatchFilters::default(),
+            Vec::new(),
+        );
+        let cr = json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "ns", "uid": "w-uid",
+                "resourceVersion": "1", "generation": 1}});
+        let reference = ObjectRef::from_manifest(&cr).unwrap();
+        router.route(&SourceEvent {
+            kind: crate::watch::filter::EventKind::Added,
+            reference: reference.clone(),
+            object: Arc::new(cr),
+            listed: false,
+        });
+        assert!(queue.remove(&reference), "queued when first seen");
+
+        let (events, _received) = mpsc::channel(8);
+        let mut watches = Watches::new(
+            Sources {
+                live,
+                stores,
+                namespaces: vec!["ns".into()],
+                observer: Arc::new(Deaf),
+                initial_list: InitialList::Streaming,
+                shard: Some(ShardScope {
+                    labels: "windlass.dev/shard=1".into(),
+                    primary_live: None,
+                    deployed: Arc::default(),
+                    shared: shared.clone(),
+                }),
+            },
+            events,
+        );
+        watches
+            .learned(
+                &mut router,
+                Learned::Reads {
+                    cr: reference.clone(),
+                    component: "web".into(),
+                    objects: vec![(secret, Some("5".into()))],
+                },
+            )
+            .await;
+        assert!(
+            queue.contains(&reference),
+            "the shared store has 8: the reader is reconciled again"
+        );
+    }
+
     #[test]
     fn empty_reports_go_to_the_router_only_once_a_component_has_read_something() {
         let (tx, mut rx) = mpsc::unbounded_channel();
