@@ -75,6 +75,12 @@ fn encode(text: &str) -> Value {
     serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap()
 }
 
+/// The user's Secret `credentials` in `ns`, with `password`.
+fn user_secret(ns: &str, password: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials", "namespace": ns},
+        "data": {"password": encode(password)}})
+}
+
 async fn template_hash(cluster: &LiveCluster, deployment: &ObjectRef) -> Option<String> {
     let live = cluster.get(deployment).await.unwrap()?;
     live["spec"]["template"]["metadata"]["annotations"][DEPENDENCY_HASH]
@@ -258,10 +264,7 @@ async fn a_label_scoped_watch_gives_way_to_a_whole_one_when_a_cr_reads_a_secret_
     let (admin, env) = live().await;
     let ns = env.namespace("dependency-watch").await.unwrap();
     let ns = ns.name();
-    let credentials = |password: &str| {
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials", "namespace": ns},
-            "data": {"password": encode(password)}})
-    };
+    let credentials = |password: &str| user_secret(ns, password);
     admin
         .apply(&credentials("one"), WriteMethod::Update)
         .await
@@ -413,10 +416,7 @@ async fn a_sharded_replica_watches_a_kind_its_crs_read_once_for_all_its_shards()
     let (admin, env) = live().await;
     let ns = env.namespace("dependency-sharded").await.unwrap();
     let ns = ns.name();
-    let credentials = |password: &str| {
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "credentials", "namespace": ns},
-            "data": {"password": encode(password)}})
-    };
+    let credentials = |password: &str| user_secret(ns, password);
     admin
         .apply(&credentials("one"), WriteMethod::Update)
         .await
