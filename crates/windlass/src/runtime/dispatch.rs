@@ -261,18 +261,30 @@ impl Watches {
     }
 
     /// A kind the controller deploys: watch its objects that carry windlass's ownership
-    /// label, unless the kind is watched already.
+    /// label, unless the kind is watched already (by this dispatcher, or whole by the
+    /// replica's shared watches).
     async fn watch_deployed(&mut self, kind: TypeRef) {
         if self.whole.contains(&kind) || self.scoped.contains_key(&kind) {
             return;
         }
         let cluster = cluster_scoped(&self.live, &kind).await;
-        tracing::info!(%kind, "watching the kind the controller deploys");
-        let owned = crate::annotations::OWNER_UID.to_string();
         let shard = self.shard.as_ref().map(|shard| {
             shard.deployed.lock().insert(kind.clone());
-            shard.labels.clone()
+            (shard.labels.clone(), shard.shared.watches_whole(&kind))
         });
+        let shard = match shard {
+            // Another shard's CRs read objects of the kind: the replica watches every one
+            // of them already, this shard's own included.
+            Some((_, true)) => {
+                self.whole.insert(kind.clone());
+                self.share(&kind, None, cluster);
+                return;
+            }
+            Some((labels, false)) => Some(labels),
+            None => None,
+        };
+        tracing::info!(%kind, "watching the kind the controller deploys");
+        let owned = crate::annotations::OWNER_UID.to_string();
         let started = self.start(
             &kind,
             cluster,
@@ -462,6 +474,77 @@ mod tests {
         fn failed(&self, _: &Watch, _: &kube::runtime::watcher::Error) {}
     }
 
+    /// The watches of shard 1 in `ns`, over `stores`, with the replica's `shared` watches.
+    fn shard_watches(
+        live: Arc<LiveCluster>,
+        stores: Arc<Stores>,
+        shared: &Arc<crate::runtime::shared_watches::SharedWatches>,
+    ) -> Watches {
+        let (events, _) = mpsc::channel(8);
+        Watches::new(
+            Sources {
+                live,
+                stores,
+                namespaces: vec!["ns".into()],
+                observer: Arc::new(Deaf),
+                initial_list: InitialList::Streaming,
+                shard: Some(ShardScope {
+                    labels: "windlass.dev/shard=1".into(),
+                    primary_live: None,
+                    deployed: Arc::default(),
+                    shared: shared.clone(),
+                }),
+            },
+            events,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_shard_deploying_a_kind_the_replica_watches_whole_starts_no_watch_of_its_own() {
+        use crate::runtime::cache::Cached;
+        use crate::runtime::metrics::Metrics;
+        use crate::runtime::shared_watches::SharedWatches;
+        use serde_json::json;
+
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
+        let shared = SharedWatches::new(
+            live.clone(),
+            &["ns".to_string()],
+            InitialList::Streaming,
+            Arc::new(Metrics::new()),
+        );
+        let (secrets, maps) = (
+            TypeRef::new("v1", "Secret"),
+            TypeRef::new("v1", "ConfigMap"),
+        );
+        // Another shard's CRs read Secrets: the replica watches every one.
+        let (tx, _events) = mpsc::channel(8);
+        let other = shared.subscribe(tx, Arc::new(Deaf));
+        other.watch(&secrets, None, false);
+        let own = ObjectRef::new("v1", "Secret", Some("ns"), "w-settings");
+        let copy = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "w-settings", "namespace": "ns", "resourceVersion": "3"}});
+        shared.stores().replace(
+            &secrets,
+            Some("ns"),
+            vec![(own.clone(), Arc::new(copy.clone()))],
+        );
+
+        let stores = Arc::new(Stores::over(shared.stores().clone()));
+        let mut watches = shard_watches(live, stores.clone(), &shared);
+        watches.watch_deployed(secrets.clone()).await;
+        assert!(
+            watches.scoped.is_empty(),
+            "no label-scoped watch of Secrets"
+        );
+        assert!(watches.whole.contains(&secrets));
+        assert_eq!(stores.lookup_own(&own), Cached::Present(copy));
+        // A kind nobody reads: its own watch, within the shard.
+        watches.watch_deployed(maps.clone()).await;
+        assert!(watches.scoped.contains_key(&maps));
+    }
+
     #[tokio::test]
     async fn a_shard_subscribing_late_queues_a_reader_whose_dependency_moved_since_it_read() {
         use crate::runtime::cache::CachedCluster;
@@ -521,23 +604,7 @@ mod tests {
         });
         assert!(queue.remove(&reference), "queued when first seen");
 
-        let (events, _received) = mpsc::channel(8);
-        let mut watches = Watches::new(
-            Sources {
-                live,
-                stores,
-                namespaces: vec!["ns".into()],
-                observer: Arc::new(Deaf),
-                initial_list: InitialList::Streaming,
-                shard: Some(ShardScope {
-                    labels: "windlass.dev/shard=1".into(),
-                    primary_live: None,
-                    deployed: Arc::default(),
-                    shared: shared.clone(),
-                }),
-            },
-            events,
-        );
+        let mut watches = shard_watches(live, stores, &shared);
         watches
             .learned(
                 &mut router,

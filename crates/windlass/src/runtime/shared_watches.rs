@@ -104,6 +104,15 @@ impl SharedWatches {
         &self.stores
     }
 
+    /// Whether every object of `kind` is watched here (not only those with a label).
+    pub(super) fn watches_whole(&self, kind: &TypeRef) -> bool {
+        self.state
+            .lock()
+            .kinds
+            .get(kind)
+            .is_some_and(|watched| watched.watches.iter().all(|watch| watch.labels.is_none()))
+    }
+
     /// A shard's dispatcher listens: the events of the kinds it [`watch`](Subscription::watch)es
     /// go to `events`, and `observer` hears when their watches have listed. Until the
     /// subscription is dropped.
