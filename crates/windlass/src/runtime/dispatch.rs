@@ -474,6 +474,23 @@ mod tests {
         fn failed(&self, _: &Watch, _: &kube::runtime::watcher::Error) {}
     }
 
+    /// A cluster no server answers (the watches retry in the background and never list)
+    /// and the replica's shared watches over it, in `ns`.
+    fn replica() -> (
+        Arc<LiveCluster>,
+        Arc<crate::runtime::shared_watches::SharedWatches>,
+    ) {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
+        let shared = crate::runtime::shared_watches::SharedWatches::new(
+            live.clone(),
+            &["ns".to_string()],
+            InitialList::Streaming,
+            Arc::new(crate::runtime::metrics::Metrics::new()),
+        );
+        (live, shared)
+    }
+
     /// The watches of shard 1 in `ns`, over `stores`, with the replica's `shared` watches.
     fn shard_watches(
         live: Arc<LiveCluster>,
@@ -502,18 +519,9 @@ mod tests {
     #[tokio::test]
     async fn a_shard_deploying_a_kind_the_replica_watches_whole_starts_no_watch_of_its_own() {
         use crate::runtime::cache::Cached;
-        use crate::runtime::metrics::Metrics;
-        use crate::runtime::shared_watches::SharedWatches;
         use serde_json::json;
 
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
-        let shared = SharedWatches::new(
-            live.clone(),
-            &["ns".to_string()],
-            InitialList::Streaming,
-            Arc::new(Metrics::new()),
-        );
+        let (live, shared) = replica();
         let (secrets, maps) = (
             TypeRef::new("v1", "Secret"),
             TypeRef::new("v1", "ConfigMap"),
@@ -548,22 +556,13 @@ mod tests {
     #[tokio::test]
     async fn a_shard_subscribing_late_queues_a_reader_whose_dependency_moved_since_it_read() {
         use crate::runtime::cache::CachedCluster;
-        use crate::runtime::metrics::Metrics;
         use crate::runtime::queue;
-        use crate::runtime::shared_watches::SharedWatches;
         use crate::watch::filter::{GlobalFilter, WatchFilters};
         use serde_json::json;
 
         // A server nobody answers: the shared watch never lists; the test fills its store
         // as a listing would have, before this shard subscribed.
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
-        let shared = SharedWatches::new(
-            live.clone(),
-            &["ns".to_string()],
-            InitialList::Streaming,
-            Arc::new(Metrics::new()),
-        );
+        let (live, shared) = replica();
         let secrets = TypeRef::new("v1", "Secret");
         let (tx, _events) = mpsc::channel(8);
         let first = shared.subscribe(tx, Arc::new(Deaf));
