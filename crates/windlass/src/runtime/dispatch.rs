@@ -98,8 +98,8 @@ pub(super) async fn route_events(
 struct Watches {
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
-    /// The namespaces a namespaced kind is watched in (`[None]`: all of them).
-    namespaces: Vec<Option<String>>,
+    /// The namespaces a namespaced kind is watched in (empty: all of them).
+    namespaces: Vec<String>,
     observer: Arc<dyn WatchObserver>,
     initial_list: InitialList,
     /// Where the watches send what they see. Held here for as long as the dispatcher
@@ -128,11 +128,6 @@ impl Watches {
             initial_list,
             shard,
         } = sources;
-        let namespaces: Vec<Option<String>> = if namespaces.is_empty() {
-            vec![None]
-        } else {
-            namespaces.into_iter().map(Some).collect()
-        };
         let subscription = shard
             .as_ref()
             .map(|shard| shard.shared.subscribe(events.clone(), observer.clone()));
@@ -154,7 +149,7 @@ impl Watches {
     /// Have the replica's shared watches watch `kind` whole (see `SharedWatches`), when
     /// sharded, with the shard's stores answering for it from theirs; `false` when not
     /// sharded (the kind is for this dispatcher to watch).
-    fn share(&mut self, kind: &TypeRef, labels: Option<String>, cluster_scoped: bool) -> bool {
+    fn share(&self, kind: &TypeRef, labels: Option<String>, cluster_scoped: bool) -> bool {
         let Some(subscription) = &self.subscription else {
             return false;
         };
@@ -176,21 +171,10 @@ impl Watches {
         shard: Option<String>,
         live: Arc<LiveCluster>,
     ) -> Vec<(AbortHandle, Watch)> {
-        let spread: Vec<Option<String>> = if cluster_scoped {
-            vec![None]
-        } else {
-            self.namespaces.clone()
-        };
         // Before the tasks start: from now on the store answers as the new watch's.
         self.stores.declare(type_ref, labels.as_deref(), keep);
         let mut started = Vec::new();
-        for namespace in spread {
-            let watch = Watch {
-                type_ref: type_ref.clone(),
-                namespace,
-                labels: labels.clone(),
-                shard: shard.clone(),
-            };
+        for watch in Watch::spread(type_ref, &self.namespaces, cluster_scoped, labels, shard) {
             self.observer.declare(&watch);
             let handle = self.tasks.spawn(source::run(
                 live.clone(),
@@ -268,21 +252,17 @@ impl Watches {
             return;
         }
         let cluster = cluster_scoped(&self.live, &kind).await;
-        let shard = self.shard.as_ref().map(|shard| {
+        if let Some(shard) = &self.shard {
             shard.deployed.lock().insert(kind.clone());
-            (shard.labels.clone(), shard.shared.watches_whole(&kind))
-        });
-        let shard = match shard {
             // Another shard's CRs read objects of the kind: the replica watches every one
             // of them already, this shard's own included.
-            Some((_, true)) => {
+            if shard.shared.watches_whole(&kind) {
                 self.whole.insert(kind.clone());
                 self.share(&kind, None, cluster);
                 return;
             }
-            Some((labels, false)) => Some(labels),
-            None => None,
-        };
+        }
+        let shard = self.shard.as_ref().map(|shard| shard.labels.clone());
         tracing::info!(%kind, "watching the kind the controller deploys");
         let owned = crate::annotations::OWNER_UID.to_string();
         let started = self.start(

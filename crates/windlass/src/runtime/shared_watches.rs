@@ -33,8 +33,8 @@ use crate::object::TypeRef;
 pub(super) struct SharedWatches {
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
-    /// The namespaces a namespaced kind is watched in (`[None]`: all of them).
-    namespaces: Vec<Option<String>>,
+    /// The namespaces a namespaced kind is watched in (empty: all of them).
+    namespaces: Vec<String>,
     initial_list: InitialList,
     state: Arc<Mutex<State>>,
     /// Where the watches send what they see, for [`forward`].
@@ -85,11 +85,7 @@ impl SharedWatches {
         Arc::new(SharedWatches {
             live,
             stores: Arc::new(Stores::new()),
-            namespaces: if namespaces.is_empty() {
-                vec![None]
-            } else {
-                namespaces.iter().cloned().map(Some).collect()
-            },
+            namespaces: namespaces.to_vec(),
             initial_list,
             state,
             events,
@@ -158,24 +154,19 @@ impl Subscription {
         if !state.kinds.contains_key(kind) {
             // Declared before the tasks start, as a shard's own watches are.
             shared.stores.declare(kind, labels.as_deref(), Keep::Whole);
-            let spread = if cluster_scoped {
-                vec![None]
-            } else {
-                shared.namespaces.clone()
-            };
             let observer: Arc<dyn WatchObserver> = Arc::new(Listed {
                 state: shared.state.clone(),
                 metrics: shared.metrics.clone(),
             });
             let mut tasks = shared.tasks.lock();
             let mut watched = Watched::default();
-            for namespace in spread {
-                let watch = Watch {
-                    type_ref: kind.clone(),
-                    namespace,
-                    labels: labels.clone(),
-                    shard: None,
-                };
+            for watch in Watch::spread(
+                kind,
+                &shared.namespaces,
+                cluster_scoped,
+                labels.clone(),
+                None,
+            ) {
                 tracing::info!(%kind, namespace = ?watch.namespace, "watching a kind for every shard of the replica");
                 tasks.spawn(source::run(
                     shared.live.clone(),

@@ -53,6 +53,34 @@ pub struct Watch {
     pub shard: Option<String>,
 }
 
+impl Watch {
+    /// The watches of `type_ref` over the namespaces `watched` (empty: one over all of
+    /// them), or one for a cluster-scoped kind, each with the selectors `labels` and
+    /// `shard`.
+    pub(crate) fn spread(
+        type_ref: &TypeRef,
+        watched: &[String],
+        cluster_scoped: bool,
+        labels: Option<String>,
+        shard: Option<String>,
+    ) -> Vec<Watch> {
+        let namespaces: Vec<Option<String>> = if cluster_scoped || watched.is_empty() {
+            vec![None]
+        } else {
+            watched.iter().cloned().map(Some).collect()
+        };
+        namespaces
+            .into_iter()
+            .map(|namespace| Watch {
+                type_ref: type_ref.clone(),
+                namespace,
+                labels: labels.clone(),
+                shard: shard.clone(),
+            })
+            .collect()
+    }
+}
+
 /// One change a watch saw.
 #[derive(Debug, Clone)]
 pub struct SourceEvent {

@@ -58,21 +58,10 @@ pub(super) async fn run(
     };
     let stores = Arc::new(Stores::new());
     let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
-    let spread: Vec<Option<String>> = if namespaces.is_empty() {
-        vec![None]
-    } else {
-        namespaces.into_iter().map(Some).collect()
-    };
     let unlabelled = format!("!{SHARD}");
     stores.declare(&primary, Some(&unlabelled), Keep::Whole);
     let mut watches = JoinSet::new();
-    for namespace in spread {
-        let watch = Watch {
-            type_ref: primary.clone(),
-            namespace,
-            labels: Some(unlabelled.clone()),
-            shard: None,
-        };
+    for watch in Watch::spread(&primary, &namespaces, false, Some(unlabelled.clone()), None) {
         watches.spawn(source::run(
             live.clone(),
             stores.clone(),
