@@ -454,23 +454,6 @@ mod tests {
         fn failed(&self, _: &Watch, _: &kube::runtime::watcher::Error) {}
     }
 
-    /// A cluster no server answers (the watches retry in the background and never list)
-    /// and the replica's shared watches over it, in `ns`.
-    fn replica() -> (
-        Arc<LiveCluster>,
-        Arc<crate::runtime::shared_watches::SharedWatches>,
-    ) {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
-        let shared = crate::runtime::shared_watches::SharedWatches::new(
-            live.clone(),
-            &["ns".to_string()],
-            InitialList::Streaming,
-            Arc::new(crate::runtime::metrics::Metrics::new()),
-        );
-        (live, shared)
-    }
-
     /// The watches of shard 1 in `ns`, over `stores`, with the replica's `shared` watches.
     fn shard_watches(
         live: Arc<LiveCluster>,
@@ -501,7 +484,7 @@ mod tests {
         use crate::runtime::cache::Cached;
         use serde_json::json;
 
-        let (live, shared) = replica();
+        let (live, shared) = crate::runtime::shared_watches::unanswered();
         let (secrets, maps) = (
             TypeRef::new("v1", "Secret"),
             TypeRef::new("v1", "ConfigMap"),
@@ -542,7 +525,7 @@ mod tests {
 
         // A server nobody answers: the shared watch never lists; the test fills its store
         // as a listing would have, before this shard subscribed.
-        let (live, shared) = replica();
+        let (live, shared) = crate::runtime::shared_watches::unanswered();
         let secrets = TypeRef::new("v1", "Secret");
         let (tx, _events) = mpsc::channel(8);
         let first = shared.subscribe(tx, Arc::new(Deaf));

@@ -138,6 +138,22 @@ impl SharedWatches {
     }
 }
 
+/// Shared watches over a cluster no server answers, in the namespace `ns`: their watches
+/// retry in the background and never list, so a test plays their part (their store, their
+/// events) itself. Also the dispatcher's tests'.
+#[cfg(test)]
+pub(super) fn unanswered() -> (Arc<LiveCluster>, Arc<SharedWatches>) {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
+    let shared = SharedWatches::new(
+        live.clone(),
+        &["ns".to_string()],
+        InitialList::Streaming,
+        Arc::new(Metrics::new()),
+    );
+    (live, shared)
+}
+
 /// One shard dispatcher's subscription to [`SharedWatches`]; dropping it unsubscribes.
 pub(super) struct Subscription {
     id: u64,
@@ -313,16 +329,8 @@ mod tests {
 
     #[tokio::test]
     async fn each_kind_is_watched_once_and_a_late_subscriber_hears_it_has_listed() {
-        // A server nobody answers: the watches retry in the background; the test plays
-        // their part through the observer they were given.
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
-        let shared = SharedWatches::new(
-            live,
-            &["ns".to_string()],
-            InitialList::Streaming,
-            Arc::new(Metrics::new()),
-        );
+        // The test plays the watches' part through the observer they were given.
+        let (_, shared) = unanswered();
         let secrets = TypeRef::new("v1", "Secret");
         let (a_tx, mut a_events) = mpsc::channel(8);
         let a_heard = Arc::new(Heard::default());
@@ -370,10 +378,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dispatcher_that_takes_no_events_holds_up_no_other() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
-        let shared =
-            SharedWatches::new(live, &[], InitialList::Streaming, Arc::new(Metrics::new()));
+        let (_, shared) = unanswered();
         let secrets = TypeRef::new("v1", "Secret");
         // A dispatcher busy elsewhere: room for one event, and it takes none.
         let (busy_tx, _busy) = mpsc::channel(1);
@@ -392,10 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_hears_only_the_kinds_it_watches() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let live = Arc::new(LiveCluster::new(kube::Client::try_from(config).unwrap()));
-        let shared =
-            SharedWatches::new(live, &[], InitialList::Streaming, Arc::new(Metrics::new()));
+        let (_, shared) = unanswered();
         let (tx, mut events) = mpsc::channel(8);
         let subscription = shared.subscribe(tx, Arc::new(Heard::default()));
         subscription.watch(
