@@ -61,8 +61,8 @@ pub(crate) struct Takeover {
     /// Its shards and their CRs.
     pub(crate) shards: usize,
     pub(crate) crs: usize,
-    /// Until no shard Lease named it.
-    pub(crate) leases: Duration,
+    /// Until no shard Lease named it; `None` if some still did two minutes on.
+    pub(crate) leases: Option<Duration>,
     /// Until its CRs, changed right after the kill, were all Ready.
     pub(crate) converged: Duration,
     /// The survivors' peak RSS (KiB) after it.
@@ -384,11 +384,10 @@ async fn take_over(
     let leases_taken = tokio::time::timeout(Duration::from_secs(120), leases_task)
         .await
         .ok()
-        .and_then(Result::ok)
-        .unwrap_or(Duration::MAX);
+        .and_then(Result::ok);
     eprintln!(
-        "takeover: the Leases after {:.2} s, the CRs converged after {:.2} s",
-        leases_taken.as_secs_f64(),
+        "takeover: the Leases after {}, the CRs converged after {:.2} s",
+        leases_taken.map_or("(still named after 120 s)".into(), super::seconds),
         converged.as_secs_f64()
     );
     let rss_kib = replicas
@@ -533,7 +532,7 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
          (a Lease may be taken {} s after its last renewal). The survivors' peak RSS then: {}.",
         t.shards,
         t.crs,
-        super::seconds(t.leases),
+        t.leases.map_or("(not within 120 s)".into(), super::seconds),
         super::seconds(t.converged),
         sharded.lease.as_secs(),
         t.rss_kib
