@@ -26,9 +26,12 @@
 //!   ConfigMap applies), `restarts`, `replay` (the same-writes ceiling); their figures then
 //!   print as not measured (`inf×`). For sizes whose full run takes too long.
 //! - `WINDLASS_FLEET_OPERATOR_WRAPPER`: a command the operator process runs under, split at
-//!   spaces (e.g. `heaptrack -o /tmp/fleet-operator` for a heap profile); the RSS and CPU
-//!   figures are then the wrapper's, not the operator's, and a wrapper that does not pass
-//!   on SIGKILL (heaptrack does not) leaves the operator running: stop it by hand.
+//!   spaces (e.g. `heaptrack -o /tmp/fleet-operator` for a heap profile; with several
+//!   operators, a script running `heaptrack -o /tmp/fleet-operator.$$ "$@"`, one file
+//!   each). The wrapper and the operator run in a process group of their own: the RSS and
+//!   CPU figures are those of the group's process started as `<binary> operator run`
+//!   (with the profiler's own overhead in it), the operator is stopped before its
+//!   wrapper, and a SIGKILL reaches the whole group.
 //!
 //! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
 //! client (in another namespace), then the operator starts (this binary again, as
@@ -319,7 +322,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     let fleets: Api<Fleet> = Api::namespaced(client.clone(), ns.name());
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let watch = tokio::spawn(wait_all_ready(fleets.clone(), n, ready_tx));
-    let cpu_before = Cpu::now(env, Some(operator.child.id()));
+    let cpu_before = Cpu::now(env, Some(operator.pid()));
     let clock = Instant::now();
     create_fleet(&fleets, n).await;
     eprintln!("created {n} CRs in {:.2} s", clock.elapsed().as_secs_f64());
@@ -331,7 +334,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
             operator.log.display()
         ),
     };
-    let cpu_rollout = Cpu::now(env, Some(operator.child.id())).since(&cpu_before);
+    let cpu_rollout = Cpu::now(env, Some(operator.pid())).since(&cpu_before);
     watch.abort();
     eprintln!("all {n} Ready after {:.2} s", ready.as_secs_f64());
     let at_ready = operator.scrape().await;
@@ -483,7 +486,7 @@ async fn restart(
     })
     .await;
     let started = clock.elapsed();
-    let cpu = Cpu::now(env, Some(operator.child.id())).since(&before);
+    let cpu = Cpu::now(env, Some(operator.pid())).since(&before);
     let requests = operator.scrape().await;
     let rss_peak_kib = operator.peak_rss_kib();
     eprintln!(
@@ -618,11 +621,17 @@ async fn wait_all_ready(fleets: Api<Fleet>, n: usize, done: tokio::sync::oneshot
     }
 }
 
-/// The operator process.
+/// The operator process, in a process group of its own with whatever wraps it
+/// (`WINDLASS_FLEET_OPERATOR_WRAPPER`): a wrapper that does not `exec` it (heaptrack,
+/// `perf record`) makes the operator a grandchild, so its figures are read from the
+/// group's member running `operator run`, and signals go to the whole group.
 struct Operator {
     child: Child,
     address: String,
     log: PathBuf,
+    /// SIGKILLed and reaped: its group id may be another's by now, so nothing more is
+    /// signalled.
+    reaped: bool,
 }
 
 impl Operator {
@@ -663,7 +672,7 @@ impl Operator {
             }
             None => Command::new(exe),
         };
-        let child = command
+        let child = std::os::unix::process::CommandExt::process_group(&mut command, 0)
             .args([
                 "operator",
                 "run",
@@ -696,6 +705,7 @@ impl Operator {
             child,
             address,
             log,
+            reaped: false,
         }
     }
 
@@ -757,9 +767,55 @@ impl Operator {
         self.status_kib("VmRSS:")
     }
 
+    /// The pid of the operator itself: the member of its process group started as
+    /// `<binary> operator run …`, or the process started if there is none (yet).
+    fn pid(&self) -> u32 {
+        let group = self.child.id();
+        let in_group = |pid: u32| {
+            // `/proc/<pid>/stat`: "pid (comm) state ppid pgrp …"; comm may hold spaces.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.rsplit_once(')')?.1.to_string();
+                    after.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(group)
+        };
+        let runs_operator = |pid: u32| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                // The operator's own arguments, not a wrapper's that names them later.
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                args.get(1..3) == Some(&[&b"operator"[..], &b"run"[..]][..])
+            })
+        };
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| in_group(*pid) && runs_operator(*pid))
+            .unwrap_or(group)
+    }
+
+    /// Send `signal` to the operator's process group.
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([signal, "--", &format!("-{}", self.child.id())])
+            .status();
+    }
+
+    /// SIGKILL the operator (and its wrapper) and reap what was started.
+    fn sigkill(&mut self) {
+        if !self.reaped {
+            self.signal("-KILL");
+            let _ = self.child.wait();
+            self.reaped = true;
+        }
+    }
+
     /// The field `field` of `/proc/<pid>/status` of the operator, in KiB.
     fn status_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("/proc/<pid>/status of the operator");
         status
             .lines()
@@ -771,8 +827,13 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        // The operator first, so that a wrapper outlives it and finishes its work (a
+        // profiler writing its data); the group only if that takes too long.
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args(["-TERM", &self.pid().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(25);
         while Instant::now() < deadline {
@@ -781,8 +842,7 @@ impl Drop for Operator {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.sigkill();
     }
 }
 

@@ -216,7 +216,7 @@ pub(crate) async fn run(
     let watch = tokio::spawn(wait_all_ready(fleets.clone(), n, ready_tx));
     let cpu_before: Vec<Cpu> = replicas
         .iter()
-        .map(|r| Cpu::now(env, Some(r.child.id())))
+        .map(|r| Cpu::now(env, Some(r.pid())))
         .collect();
     let clock = Instant::now();
     create_fleet(&fleets, n).await;
@@ -231,11 +231,7 @@ pub(crate) async fn run(
     let cpu: Duration = replicas
         .iter()
         .zip(&cpu_before)
-        .map(|(r, before)| {
-            Cpu::now(env, Some(r.child.id()))
-                .since(before)
-                .of("operator")
-        })
+        .map(|(r, before)| Cpu::now(env, Some(r.pid())).since(before).of("operator"))
         .sum();
     eprintln!(
         "all {n} Ready on {} sharded replicas after {:.2} s",
@@ -318,8 +314,7 @@ async fn take_over(
         })
         .filter_map(|cr| cr.metadata.name)
         .collect();
-    let _ = replicas[victim].child.kill();
-    let _ = replicas[victim].child.wait();
+    replicas[victim].sigkill();
     let killed = Instant::now();
     eprintln!(
         "SIGKILLed {} ({} shards, {} CRs); changing its CRs",
@@ -396,10 +391,6 @@ async fn take_over(
         .filter(|(i, _)| *i != victim)
         .map(|(_, r)| r.peak_rss_kib())
         .collect();
-    // The victim is gone: its Drop must not signal a pid that may be another's by now.
-    replicas[victim].child = std::process::Command::new("true")
-        .spawn()
-        .expect("a stand-in process");
     Takeover {
         shards: victim_shards.len(),
         crs: crs.len(),
