@@ -66,12 +66,25 @@ impl Cpu {
     }
 }
 
-/// User + system time of process `pid` (all its threads), from `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Option<Duration> {
+/// The fields of `/proc/<pid>/stat` after the command name: `fields[k - 3]` is field `k`
+/// of proc(5) (`state` is field 3, `pgrp` 5, `utime` 14). `None` if there is no such
+/// process.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces: the fields that follow it start after its `)`.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of proc(5); `state` (field 3) is fields[0].
+    Some(
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// User + system time of process `pid` (all its threads), from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let fields = stat_fields(pid)?;
+    // utime and stime are fields 14 and 15 of proc(5).
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
 }

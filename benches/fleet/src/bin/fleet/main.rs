@@ -771,14 +771,9 @@ impl Operator {
     /// `<binary> operator run …`, or the process started if there is none (yet).
     fn pid(&self) -> u32 {
         let group = self.child.id();
+        // `pgrp` is field 5 of proc(5).
         let in_group = |pid: u32| {
-            // `/proc/<pid>/stat`: "pid (comm) state ppid pgrp …"; comm may hold spaces.
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.rsplit_once(')')?.1.to_string();
-                    after.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
+            fleet_bench::cpu::stat_fields(pid).and_then(|fields| fields.get(2)?.parse::<u32>().ok())
                 == Some(group)
         };
         let runs_operator = |pid: u32| {

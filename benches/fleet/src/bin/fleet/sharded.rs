@@ -56,12 +56,20 @@ pub(crate) struct Sharded {
     pub(crate) takeover: Takeover,
 }
 
+/// How long after a SIGKILL the takeover waits for no shard Lease to name the victim.
+const LEASES_WAIT: Duration = Duration::from_secs(120);
+
+/// What the takeover's Lease figure says when they did not move within [`LEASES_WAIT`].
+fn not_moved() -> String {
+    format!("(not within {} s)", LEASES_WAIT.as_secs())
+}
+
 /// A SIGKILLed replica's shards taken over.
 pub(crate) struct Takeover {
     /// Its shards and their CRs.
     pub(crate) shards: usize,
     pub(crate) crs: usize,
-    /// Until no shard Lease named it; `None` if some still did two minutes on.
+    /// Until no shard Lease named it; `None` if some still did after [`LEASES_WAIT`].
     pub(crate) leases: Option<Duration>,
     /// Until its CRs, changed right after the kill, were all Ready.
     pub(crate) converged: Duration,
@@ -376,13 +384,13 @@ async fn take_over(
         }
     }
     let converged = killed.elapsed();
-    let leases_taken = tokio::time::timeout(Duration::from_secs(120), leases_task)
+    let leases_taken = tokio::time::timeout(LEASES_WAIT, leases_task)
         .await
         .ok()
         .and_then(Result::ok);
     eprintln!(
         "takeover: the Leases after {}, the CRs converged after {:.2} s",
-        leases_taken.map_or("(still named after 120 s)".into(), super::seconds),
+        leases_taken.map_or_else(not_moved, super::seconds),
         converged.as_secs_f64()
     );
     let rss_kib = replicas
@@ -523,7 +531,7 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
          (a Lease may be taken {} s after its last renewal). The survivors' peak RSS then: {}.",
         t.shards,
         t.crs,
-        t.leases.map_or("(not within 120 s)".into(), super::seconds),
+        t.leases.map_or_else(not_moved, super::seconds),
         super::seconds(t.converged),
         sharded.lease.as_secs(),
         t.rss_kib
