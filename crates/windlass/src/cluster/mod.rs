@@ -125,6 +125,11 @@ impl ListQuery {
     }
 }
 
+/// Where a copy of a Secret or ConfigMap that keeps the digest of its data in place of the
+/// data holds the digest (see [`Cluster::get_dependency`]): a top-level field no
+/// Kubernetes object has, so it cannot be mistaken for one of the object's own.
+pub const DATA_DIGEST: &str = "windlass.dev/data-digest";
+
 /// The operations a rollout needs from a Kubernetes API server.
 ///
 /// Implementations must be cheap to share (`Arc<dyn Cluster>`) and safe to call
@@ -172,6 +177,16 @@ pub trait Cluster: Send + Sync + 'static {
     /// default is `get_own`'s copy.
     async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         Ok(self.get_own(object).await?.map(Arc::new))
+    }
+
+    /// The Secret or ConfigMap `object` as [`Cluster::get`] reads it, asked by a dependency
+    /// hash, which reads no more of it than its name, labels, resourceVersion and data. A
+    /// cluster that keeps such objects without their data (the runtime's watch of a kind
+    /// CRs read) may answer with a copy that has, in the place of `data` and `binaryData`,
+    /// their digest under [`DATA_DIGEST`], and keeps of the rest what
+    /// [`Cluster::get_own`] may keep. Default: [`Cluster::get`].
+    async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.get(object).await
     }
 
     /// The objects matching `query`, ordered by namespace and name.

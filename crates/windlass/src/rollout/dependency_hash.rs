@@ -44,11 +44,14 @@
 //!   later, not in the reconcile that writes the Secret. Declaring the dependency
 //!   (`depends_on`) avoids the second pass.
 //! - **Hash**: SHA-256 over the canonical JSON (sorted keys) of the list of dependencies,
-//!   sorted by kind and name, each as `{kind, name, data, binaryData}` (a Secret's
-//!   `stringData` folded into `data` as the server does), stamped as
+//!   sorted by kind and name, each as `{kind, name, digest}`, where `digest` is the
+//!   SHA-256 of the canonical JSON of its `{data, binaryData}` (a Secret's `stringData`
+//!   folded into `data` as the server does), stamped as
 //!   [`DEPENDENCY_HASH`](crate::annotations::DEPENDENCY_HASH) on the pod template's
-//!   metadata. The same data gives the same hash, so a steady state writes nothing. Only
-//!   names and a digest leave this module: no data is logged.
+//!   metadata. The same data gives the same hash, so a steady state writes nothing. A
+//!   digest per dependency, not its data, goes into the hash so that the runtime's watch
+//!   of a kind CRs read can keep each object's digest instead of its data (see
+//!   [`data_digest`]). Only names and digests leave this module: no data is logged.
 //! - **Exposure**: the digest is unsalted and readable by anyone who can read the
 //!   workload (and its pods), a wider audience than the Secret's readers. This is the
 //!   trade-off Helm's `checksum/config` annotations and Stakater's Reloader make: a
@@ -64,8 +67,9 @@
 //! concerns the other CRs that read it; see [`crate::runtime::route`]): the rollout
 //! reports them with [`Event::Dependencies`](crate::progress::Event::Dependencies),
 //! and from the first such report of a kind on, the runtime watches every object of that
-//! kind in its namespaces (see [`crate::runtime::dependencies`]), so those reads are
-//! served from memory too. The operator needs `list` and `watch` on Secrets (and
+//! kind in its namespaces (see [`crate::runtime::dependencies`]), keeping of each what a
+//! rollout reads and the digest of its data, so those reads are served from memory too
+//! ([`Cluster::get_dependency`]). The operator needs `list` and `watch` on Secrets (and
 //! ConfigMaps) for that; `windlass rbac` grants them, as it does for every kind a rollout
 //! reads. A controller that watches the kind itself with a label selector
 //! ([`Controller::watches`](crate::controller::Controller::watches)) keeps its own watch:
@@ -76,7 +80,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::annotations;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, DATA_DIGEST};
 use crate::error::Result;
 use crate::object::{ManifestExt, ObjectRef, api_group};
 
@@ -219,26 +223,36 @@ fn items<'a>(value: &'a Value, field: &str) -> impl Iterator<Item = &'a Value> {
 }
 
 /// The hash of resolved dependencies: each with the object it names (`None`: absent, left
-/// out). Order does not matter; the result is the lowercase hex SHA-256 of the canonical
-/// JSON of the present ones, sorted by kind and name.
+/// out), whole or as a copy carrying its [`data_digest`]. Order does not matter; the result
+/// is the lowercase hex SHA-256 of the canonical JSON of the present ones as `{kind, name,
+/// digest}`, sorted by kind and name.
 pub fn hash<'a>(resolved: impl IntoIterator<Item = (&'a Dependency, Option<&'a Value>)>) -> String {
-    let mut entries: Vec<(DependencyKind, &str, Map<String, Value>)> = resolved
+    let mut entries: Vec<(DependencyKind, &str, String)> = resolved
         .into_iter()
         .filter_map(|(dependency, object)| {
-            Some((dependency.kind, dependency.name.as_str(), content(object?)))
+            Some((
+                dependency.kind,
+                dependency.name.as_str(),
+                data_digest(object?),
+            ))
         })
         .collect();
     entries.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let list: Vec<Value> = entries
         .into_iter()
-        .map(|(kind, name, content)| {
-            let mut entry = content;
-            entry.insert("kind".into(), json!(kind.as_str()));
-            entry.insert("name".into(), json!(name));
-            Value::Object(entry)
-        })
+        .map(|(kind, name, digest)| json!({"kind": kind.as_str(), "name": name, "digest": digest}))
         .collect();
     crate::values::canonical_hash(&Value::Array(list))
+}
+
+/// The digest of what the pods see of a Secret or ConfigMap: the lowercase hex SHA-256 of
+/// the canonical JSON of its `{data, binaryData}` (see [`content`]); for a copy that
+/// carries it already ([`DATA_DIGEST`]), that one.
+pub(crate) fn data_digest(object: &Value) -> String {
+    match object.get(DATA_DIGEST).and_then(Value::as_str) {
+        Some(digest) => digest.to_string(),
+        None => crate::values::canonical_hash(&Value::Object(content(object))),
+    }
 }
 
 /// What of a Secret or ConfigMap the pods see: `data` and `binaryData`, empty when absent
@@ -345,7 +359,7 @@ pub(crate) async fn annotate(
         let value = match own {
             Some(own) => Some(own.manifest.clone()),
             None => {
-                let found = cluster.get(&reference).await?;
+                let found = cluster.get_dependency(&reference).await?;
                 read.push((reference.clone(), found.clone()));
                 // A create-only object not created yet will be created as rendered.
                 found.or_else(|| {

@@ -53,8 +53,21 @@
 //! object), the owner references, the timestamps. It answers [`Cluster::get_own`] only
 //! (whose callers read no more, and which says so: [`Cluster::get_own_is_partial`]); a
 //! [`Cluster::get`] of such an object, by a component or a verify check of its own that may
-//! read anything, goes to the API server. A kind whose objects CRs read for their data (a
-//! dependency hash) is watched whole from then on (see [`super::dispatch`]).
+//! read anything, goes to the API server, and from then on the store keeps that object
+//! whole ([`Stores::keep_whole`]): what components read whole is a handful of objects (a
+//! CA's Secret, a database's credentials), read on every reconcile.
+//!
+//! **What the kinds CRs read keep.** A kind whose Secrets or ConfigMaps CRs read for a
+//! dependency hash is watched whole from then on (see [`super::dispatch`]): every object of
+//! the kind in the watched namespaces, most of them not windlass's (a cluster's Helm
+//! releases are Secrets of up to 1 MiB each). A dependency hash reads of them the name, the
+//! resourceVersion, windlass's ownership label and a digest of `data` and `binaryData`, so
+//! such a store ([`Keep::Digest`]) keeps what a slim copy keeps and that digest, under
+//! [`DATA_DIGEST`], in place of the data: a few hundred bytes an object, whatever its data,
+//! and no Secret's data held in the operator's memory. It answers
+//! [`Cluster::get_dependency`] and [`Cluster::get_own`]; a `list` of the kind goes to the
+//! API server, and so does the first `get` of an object, which is kept whole from then on
+//! as in a slim store.
 //!
 //! Why not kube-runtime's `reflector::Store`: it keeps typed objects keyed by kube's
 //! `ObjectRef`, and has no place for the written copies of rule 2. The watch itself is
@@ -70,9 +83,10 @@ use tokio::time::Instant;
 
 use super::echo::OwnWrites;
 pub use super::echo::WRITTEN_TTL;
-use crate::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
+use crate::cluster::{Cluster, DATA_DIGEST, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
 use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef, newer_version};
+use crate::rollout::dependency_hash::data_digest;
 
 /// What one watch of one kind has seen.
 #[derive(Debug, Default)]
@@ -85,6 +99,10 @@ struct KindStore {
     owned: bool,
     /// What is kept of each object.
     keep: Keep,
+    /// The objects of a store that keeps part of each that a reader read whole: kept
+    /// whole from then on, so that the next whole read of one is answered from memory;
+    /// and whether the copy held is whole yet.
+    kept_whole: HashMap<Key, bool>,
     objects: HashMap<Key, Packed>,
     /// The bytes of the objects' texts, for `windlass_cache_bytes`.
     bytes: usize,
@@ -98,6 +116,45 @@ pub(crate) enum Keep {
     Whole,
     /// What a rollout reads of an object windlass applied (see the module docs).
     Slim,
+    /// What [`Keep::Slim`] keeps and the digest of the object's data, in place of the
+    /// data: the Secrets and ConfigMaps of a kind CRs read for a dependency hash (see the
+    /// module docs).
+    Digest,
+}
+
+impl Keep {
+    /// Whether a copy kept so holds something a copy kept as `other` lacks.
+    fn keeps_more_than(self, other: Keep) -> bool {
+        let rank = |keep| match keep {
+            Keep::Slim => 0,
+            Keep::Digest => 1,
+            Keep::Whole => 2,
+        };
+        rank(self) > rank(other)
+    }
+
+    /// Whether a copy kept so serves a reader of `what`.
+    fn serves(self, what: Read) -> bool {
+        match what {
+            Read::Whole => self == Keep::Whole,
+            Read::Own | Read::Metadata => true,
+            Read::Dependency => self != Keep::Slim,
+        }
+    }
+}
+
+/// What a reader of a store reads of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// All of it ([`Cluster::get`]).
+    Whole,
+    /// What a rollout reads of an object it is about to write ([`Cluster::get_own`]): a
+    /// watch of every object with windlass's ownership label knows it absent as well.
+    Own,
+    /// Its metadata.
+    Metadata,
+    /// What a dependency hash reads ([`Cluster::get_dependency`]).
+    Dependency,
 }
 
 /// The prefix of windlass's own labels and annotations.
@@ -117,8 +174,9 @@ const SLIM_METADATA: [&str; 6] = [
 /// [`crate::object::applied_fields`] reads).
 const SLIM_MANAGED: [&str; 4] = ["manager", "operation", "subresource", "fieldsV1"];
 
-/// An object as [`Keep::Slim`] keeps it, written without copying the parts kept.
-struct Slim<'a>(&'a Value);
+/// An object as [`Keep::Slim`] keeps it, written without copying the parts kept; with
+/// the digest of its data under [`DATA_DIGEST`] as [`Keep::Digest`] keeps it.
+struct Slim<'a>(&'a Value, Option<String>);
 
 /// An object's metadata as [`Keep::Slim`] keeps it.
 struct SlimMetadata<'a>(&'a serde_json::Map<String, Value>);
@@ -182,6 +240,9 @@ impl serde::Serialize for Slim<'_> {
                 }
                 _ => {}
             }
+        }
+        if let Some(digest) = &self.1 {
+            map.serialize_entry(DATA_DIGEST, digest)?;
         }
         map.end()
     }
@@ -257,7 +318,8 @@ impl Packed {
         // are strings.
         let text = match keep {
             Keep::Whole => serde_json::to_string(object),
-            Keep::Slim => serde_json::to_string(&Slim(object)),
+            Keep::Slim => serde_json::to_string(&Slim(object, None)),
+            Keep::Digest => serde_json::to_string(&Slim(object, Some(data_digest(object)))),
         };
         Packed(Arc::from(text.unwrap_or_default()))
     }
@@ -290,10 +352,28 @@ impl Packed {
 }
 
 impl KindStore {
-    /// Keep `packed` as `reference`; returns whether it replaces a copy.
-    fn insert(&mut self, reference: &ObjectRef, packed: Packed) -> bool {
+    /// What is kept of the object `key` when the watch delivers it.
+    fn keep_of(&self, key: &Key) -> Keep {
+        if self.kept_whole.contains_key(key) {
+            Keep::Whole
+        } else {
+            self.keep
+        }
+    }
+
+    /// What the copy held of the object `key` keeps.
+    fn held_keep(&self, key: &Key) -> Keep {
+        if self.kept_whole.get(key) == Some(&true) {
+            Keep::Whole
+        } else {
+            self.keep
+        }
+    }
+
+    /// Keep `packed` as `key`; returns whether it replaces a copy.
+    fn insert(&mut self, key: Key, packed: Packed) -> bool {
         self.bytes += packed.0.len();
-        match self.objects.insert(Key::of(reference), packed) {
+        match self.objects.insert(key, packed) {
             Some(old) => {
                 self.bytes -= old.0.len();
                 true
@@ -302,8 +382,9 @@ impl KindStore {
         }
     }
 
-    /// Drop the copy of `reference`, if any.
+    /// Drop the copy of `key`, if any.
     fn take(&mut self, key: &Key) -> Option<Packed> {
+        self.kept_whole.remove(key);
         let old = self.objects.remove(key)?;
         self.bytes -= old.0.len();
         Some(old)
@@ -375,22 +456,24 @@ impl Stores {
     }
 
     /// What the watches know of `object`, whole: a store that keeps only part of its
-    /// objects ([`Keep::Slim`]) cannot tell.
-    pub fn lookup(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, false, false)
+    /// objects ([`Keep::Slim`], [`Keep::Digest`]) cannot tell.
+    #[cfg(test)]
+    fn lookup(&self, object: &ObjectRef) -> Cached {
+        self.lookup_with(object, Read::Whole)
     }
 
     /// What the watches know of `object` that windlass is about to write: a watch of
     /// every object carrying windlass's ownership label knows it is absent too (see
     /// [`Cluster::get_own`]); and the copy may be the part a store of the kind keeps.
-    pub fn lookup_own(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, true, true)
+    #[cfg(test)]
+    pub(crate) fn lookup_own(&self, object: &ObjectRef) -> Cached {
+        self.lookup_with(object, Read::Own)
     }
 
     /// What the watches know of `object`, for a reader of its metadata only: the copy may
     /// be the part a store of the kind keeps.
     pub(crate) fn lookup_metadata(&self, object: &ObjectRef) -> Cached {
-        self.lookup_with(object, false, true)
+        self.lookup_with(object, Read::Metadata)
     }
 
     /// The resourceVersion of the copy the watches hold of `object` (`Some(None)`: a copy
@@ -409,18 +492,24 @@ impl Stores {
             .map(Packed::resource_version)
     }
 
-    fn lookup_with(&self, object: &ObjectRef, own: bool, partial: bool) -> Cached {
+    /// What the watches know of `object` for a reader of `what`: a store whose copies do
+    /// not hold that much cannot tell.
+    fn lookup_with(&self, object: &ObjectRef, what: Read) -> Cached {
         let type_ref = object.type_ref();
         let kinds = read(&self.of(&type_ref).kinds);
         let Some(store) = kinds.get(&type_ref) else {
             return Cached::Unknown;
         };
-        if !store.covers(&object.namespace) || (store.keep == Keep::Slim && !partial) {
+        if !store.covers(&object.namespace) {
             return Cached::Unknown;
         }
-        match store.objects.get(&Key::of(object)) {
-            Some(found) => found.unpack().map_or(Cached::Unknown, Cached::Present),
-            None if store.complete || (own && store.owned) => Cached::Absent,
+        let key = Key::of(object);
+        match store.objects.get(&key) {
+            Some(found) if store.held_keep(&key).serves(what) => {
+                found.unpack().map_or(Cached::Unknown, Cached::Present)
+            }
+            Some(_) => Cached::Unknown,
+            None if store.complete || (what == Read::Own && store.owned) => Cached::Absent,
             None => Cached::Unknown,
         }
     }
@@ -440,7 +529,7 @@ impl Stores {
     fn list(&self, query: &ListQuery) -> Option<Vec<(ObjectRef, Value)>> {
         let kinds = read(&self.of(&query.type_ref).kinds);
         let store = kinds.get(&query.type_ref)?;
-        if !store.complete || !store.covers(&query.namespace) {
+        if !store.complete || !store.covers(&query.namespace) || store.keep != Keep::Whole {
             return None;
         }
         Some(
@@ -471,10 +560,11 @@ impl Stores {
             // store lacks may exist.
             store.synced.clear();
         }
-        if keep == Keep::Whole && store.keep == Keep::Slim {
-            // Its copies are partial: none may answer a whole read, so the watch that
-            // replaces the one that kept them lists the kind afresh.
+        if keep.keeps_more_than(store.keep) {
+            // Its copies lack what the new keep serves (a whole read, a digest), so the
+            // watch that replaces the one that kept them lists the kind afresh.
             store.objects.clear();
+            store.kept_whole.clear();
             store.bytes = 0;
             store.synced.clear();
         }
@@ -531,20 +621,55 @@ impl Stores {
     /// a copy.
     pub(crate) fn upsert(&self, reference: ObjectRef, object: &Value) -> bool {
         let type_ref = reference.type_ref();
+        let key = Key::of(&reference);
         let keep = read(&self.kinds)
             .get(&type_ref)
-            .map_or(Keep::Whole, |store| store.keep);
+            .map_or(Keep::Whole, |store| store.keep_of(&key));
         // Packed outside the lock: readers wait for none of it.
         let packed = Packed::new(object, keep);
         let mut kinds = write(&self.kinds);
         let store = kinds.entry(type_ref).or_default();
-        let packed = if store.keep == keep {
+        let packed = if store.keep_of(&key) == keep {
             packed
         } else {
-            // Declared otherwise meanwhile.
-            Packed::new(object, store.keep)
+            // Declared otherwise, or read whole, meanwhile.
+            Packed::new(object, store.keep_of(&key))
         };
-        store.insert(&reference, packed)
+        if let Some(whole) = store.kept_whole.get_mut(&key) {
+            *whole = true;
+        }
+        store.insert(key, packed)
+    }
+
+    /// A whole read of `object` went to the API server, which answered `found`, because
+    /// the store of its kind keeps part of each object: keep this one whole from now on
+    /// (the watch's next copy, and `found` itself if it is the version the store holds),
+    /// so that the next whole read of it is answered from memory. What components read
+    /// whole of a kind (a Secret's data) is a handful of its objects; the rest stay
+    /// partial. Nothing changes for an object the store does not hold (out of its watch's
+    /// selector, or gone).
+    pub(crate) fn keep_whole(&self, object: &ObjectRef, found: &Value) {
+        let type_ref = object.type_ref();
+        let mut kinds = write(&self.of(&type_ref).kinds);
+        let Some(store) = kinds.get_mut(&type_ref) else {
+            return;
+        };
+        let key = Key::of(object);
+        if store.keep == Keep::Whole || !store.covers(&object.namespace) {
+            return;
+        }
+        let Some(held) = store.objects.get(&key) else {
+            return;
+        };
+        let current = held
+            .resource_version()
+            .is_some_and(|held| found.resource_version() == Some(held.as_str()));
+        if current {
+            store.kept_whole.insert(key.clone(), true);
+            store.insert(key, Packed::new(found, Keep::Whole));
+        } else {
+            store.kept_whole.entry(key).or_insert(false);
+        }
     }
 
     /// The watch saw `object` deleted.
@@ -724,7 +849,8 @@ impl CachedCluster {
     }
 
     /// What the watches hold of `object` (not what this process wrote since): for the
-    /// kinds components deploy, the part of it their stores keep (see the module docs).
+    /// kinds components deploy and the kinds CRs read, the part of it their stores keep
+    /// (see the module docs).
     #[cfg(any(test, feature = "testing"))]
     pub fn lookup(&self, object: &ObjectRef) -> Cached {
         self.stores.lookup_metadata(object)
@@ -734,6 +860,17 @@ impl CachedCluster {
     #[cfg(any(test, feature = "testing"))]
     pub fn objects(&self, type_ref: &TypeRef) -> Vec<Value> {
         self.stores.objects(type_ref)
+    }
+
+    /// How many objects of `type_ref` the stores hold and the bytes of their texts (what
+    /// `windlass_cache_objects` and `windlass_cache_bytes` export).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn cache_size(&self, type_ref: &TypeRef) -> (usize, usize) {
+        self.stores
+            .sizes()
+            .into_iter()
+            .find(|(kind, _, _)| kind == type_ref)
+            .map_or((0, 0), |(_, objects, bytes)| (objects, bytes))
     }
 
     /// Whether the watch of `type_ref` over `namespace` (`None`: all) has listed.
@@ -786,17 +923,18 @@ impl CachedCluster {
         written.keep(reference, Written { object, at });
     }
 
-    /// [`Cluster::get`] or, with `own`, [`Cluster::get_own`] (see the module docs).
-    async fn get_with(&self, object: &ObjectRef, own: bool) -> Result<Option<Value>, ClusterError> {
+    /// [`Cluster::get`], [`Cluster::get_own`] or [`Cluster::get_dependency`], as `what`
+    /// says (see the module docs).
+    async fn get_with(
+        &self,
+        object: &ObjectRef,
+        what: Read,
+    ) -> Result<Option<Value>, ClusterError> {
         let read_through = self.stale.lock().remove(object);
         if !read_through {
             // A written copy past its TTL is dropped: the store answers again.
             let written = self.written.lock().fresh(object);
-            let cached = if own {
-                self.stores.lookup_own(object)
-            } else {
-                self.stores.lookup(object)
-            };
+            let cached = self.stores.lookup_with(object, what);
             match (written, cached) {
                 (Some(written), Cached::Present(seen)) => return Ok(written.over(Some(seen))),
                 (Some(written), _) => return Ok(written.over(None)),
@@ -808,6 +946,9 @@ impl CachedCluster {
         let found = self.live.get(object).await?;
         if read_through {
             self.remember(object.clone(), found.as_ref());
+        }
+        if let (Read::Whole, Some(found)) = (what, &found) {
+            self.stores.keep_whole(object, found);
         }
         Ok(found)
     }
@@ -831,15 +972,19 @@ impl Cluster for CachedCluster {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        self.get_with(object, false).await
+        self.get_with(object, Read::Whole).await
     }
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        self.get_with(object, true).await
+        self.get_with(object, Read::Own).await
     }
 
     fn get_own_is_partial(&self) -> bool {
         true
+    }
+
+    async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.get_with(object, Read::Dependency).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -1194,6 +1339,150 @@ mod tests {
             vec![(reference.clone(), Arc::new(full.clone()))],
         );
         assert_eq!(stores.lookup(&reference), Cached::Present(full));
+    }
+
+    /// A Secret windlass applied (labelled, with its managed fields) and 64 KiB of data.
+    fn big_secret(data: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "tls", "namespace": "ns", "resourceVersion": "7", "uid": "u1",
+                "labels": {crate::annotations::OWNER_UID: "cr-uid", "app": "web"},
+                "managedFields": [{"manager": crate::FIELD_MANAGER, "operation": "Apply",
+                    "fieldsV1": {"f:data": {"f:key": {}}}, "time": "2026-01-01T00:00:00Z"}]},
+            "type": "Opaque",
+            "data": {"key": data.repeat(64 * 1024 / data.len())}})
+    }
+
+    #[test]
+    fn a_digest_store_keeps_a_digest_of_the_data_and_answers_dependency_and_own_reads_only() {
+        let stores = Stores::new();
+        let secret = big_secret("aGVsbG8h");
+        let reference = ObjectRef::from_manifest(&secret).unwrap();
+        let kind = reference.type_ref();
+        stores.declare(&kind, None, Keep::Digest);
+        stores.replace(
+            &kind,
+            Some("ns"),
+            vec![(reference.clone(), Arc::new(secret.clone()))],
+        );
+        let Cached::Present(kept) = stores.lookup_with(&reference, Read::Dependency) else {
+            panic!("a dependency read is answered");
+        };
+        assert!(kept.get("data").is_none(), "no data is kept: {kept}");
+        assert_eq!(kept[DATA_DIGEST], json!(data_digest(&secret)));
+        // What a dependency hash and a rollout read of it is the same as of the whole.
+        let dependency = crate::rollout::dependency_hash::Dependency {
+            kind: crate::rollout::dependency_hash::DependencyKind::Secret,
+            name: "tls".into(),
+            optional: false,
+        };
+        assert_eq!(
+            crate::rollout::dependency_hash::hash([(&dependency, Some(&kept))]),
+            crate::rollout::dependency_hash::hash([(&dependency, Some(&secret))]),
+        );
+        assert_eq!(kept.resource_version(), Some("7"));
+        assert_eq!(
+            kept.label(crate::annotations::OWNER_UID),
+            Some("cr-uid"),
+            "windlass's own label, which the rollout reads"
+        );
+        assert_eq!(stores.lookup_own(&reference), Cached::Present(kept.clone()));
+        let sizes = stores.sizes();
+        assert!(
+            sizes[0].2 < 1024,
+            "{} bytes kept of a 64 KiB Secret",
+            sizes[0].2
+        );
+        // Another object's data changes its digest.
+        let changed = big_secret("Ynll");
+        assert_ne!(data_digest(&changed), data_digest(&secret));
+
+        // Whole reads, and lists, ask the server: the store has no data to give.
+        assert_eq!(stores.lookup(&reference), Cached::Unknown);
+        let query = ListQuery::new(kind.clone(), Some("ns"));
+        assert!(stores.list(&query).is_none());
+        // A store of the kind that is complete knows what is absent.
+        let other = ObjectRef::new("v1", "Secret", Some("ns"), "other");
+        assert_eq!(stores.lookup_with(&other, Read::Dependency), Cached::Absent);
+
+        // A slim store has no digest to give a dependency read; becoming a digest store,
+        // it lists afresh.
+        let slim = Stores::new();
+        slim.declare(&kind, Some(crate::annotations::OWNER_UID), Keep::Slim);
+        slim.replace(
+            &kind,
+            Some("ns"),
+            vec![(reference.clone(), Arc::new(secret.clone()))],
+        );
+        assert_eq!(
+            slim.lookup_with(&reference, Read::Dependency),
+            Cached::Unknown
+        );
+        slim.declare(&kind, None, Keep::Digest);
+        assert_eq!(slim.sizes()[0].2, 0, "the slim copies go");
+        assert_eq!(
+            slim.lookup_with(&reference, Read::Dependency),
+            Cached::Unknown,
+            "not listed yet"
+        );
+    }
+
+    #[test]
+    fn an_object_read_whole_from_a_partial_store_is_kept_whole_until_it_goes() {
+        let stores = Stores::new();
+        let secret = big_secret("aGVsbG8h");
+        let reference = ObjectRef::from_manifest(&secret).unwrap();
+        let kind = reference.type_ref();
+        let mut other = big_secret("Ynll");
+        other["metadata"]["name"] = json!("other");
+        let other_ref = ObjectRef::from_manifest(&other).unwrap();
+        stores.declare(&kind, None, Keep::Digest);
+        stores.replace(
+            &kind,
+            Some("ns"),
+            vec![
+                (reference.clone(), Arc::new(secret.clone())),
+                (other_ref.clone(), Arc::new(other.clone())),
+            ],
+        );
+        let digests = stores.sizes()[0].2;
+        assert_eq!(stores.lookup(&reference), Cached::Unknown);
+
+        // The server's answer is the version held: kept whole at once.
+        stores.keep_whole(&reference, &secret);
+        assert_eq!(stores.lookup(&reference), Cached::Present(secret.clone()));
+        assert!(stores.sizes()[0].2 > digests + 60 * 1024);
+        assert_eq!(
+            stores.lookup(&other_ref),
+            Cached::Unknown,
+            "the rest stay digests"
+        );
+        // And so is the watch's next copy of it.
+        let mut newer = secret.clone();
+        newer["metadata"]["resourceVersion"] = json!("8");
+        newer["data"]["key"] = json!("bmV3");
+        stores.upsert(reference.clone(), &newer);
+        assert_eq!(stores.lookup(&reference), Cached::Present(newer.clone()));
+        // Gone: a copy of it that comes back is a digest again.
+        stores.remove(&reference);
+        stores.upsert(reference.clone(), &newer);
+        assert_eq!(stores.lookup(&reference), Cached::Unknown);
+        assert_eq!(stores.sizes()[0].2, digests);
+
+        // An answer older or newer than the copy held: the watch's next copy is whole.
+        let mut stale = other.clone();
+        stale["metadata"]["resourceVersion"] = json!("6");
+        stores.keep_whole(&other_ref, &stale);
+        assert_eq!(stores.lookup(&other_ref), Cached::Unknown);
+        stores.upsert(other_ref.clone(), &other);
+        assert_eq!(stores.lookup(&other_ref), Cached::Present(other.clone()));
+
+        // An object the store does not hold (outside its watch) is not marked.
+        let label_scoped = Stores::new();
+        label_scoped.declare(&kind, Some(crate::annotations::OWNER_UID), Keep::Slim);
+        label_scoped.replace(&kind, Some("ns"), Vec::new());
+        label_scoped.keep_whole(&reference, &secret);
+        label_scoped.upsert(reference.clone(), &secret);
+        assert_eq!(label_scoped.lookup(&reference), Cached::Unknown);
     }
 
     #[test]

@@ -9,11 +9,14 @@
 //! To see changes of objects that carry no label of windlass's, the kind is watched whole
 //! in the watched namespaces from the first report of a dependency of that kind on (see
 //! the runtime's event routing): one list and one watch per kind and namespace, and every
-//! later read of such an object is answered from memory. The price is the memory of every
-//! Secret (or ConfigMap) of those namespaces and `list`/`watch` access to them, which
-//! the operator's reads of them need anyway. Watching each dependency by name
-//! (`metadata.name` field selector) would keep less, but costs a watch connection per
-//! dependency and leaves the store unable to answer for the rest of the kind.
+//! later dependency read of such an object is answered from memory. The store keeps of
+//! each object a few hundred bytes, not its data: what a rollout reads and a digest of the
+//! data (see [`super::cache`]). The price is that memory for every Secret (or ConfigMap)
+//! of those namespaces, the decoding of each as the watch delivers it, and `list`/`watch`
+//! access to them, which the operator's reads of them need anyway. Watching each
+//! dependency by name (`metadata.name` field selector) would decode less, but costs a
+//! watch connection per dependency and leaves the store unable to answer for the rest of
+//! the kind.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 

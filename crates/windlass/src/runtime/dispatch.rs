@@ -6,7 +6,8 @@
 //! ownership label) as reconciles first deploy them ([`Learned::Deploys`]), and its store
 //! keeps what a rollout reads of them ([`Keep::Slim`]); a kind whose objects CRs read
 //! without owning them ([`Learned::Reads`], for a dependency hash) is watched whole from
-//! then on, in place of its label-scoped watch, and kept whole.
+//! then on, in place of its label-scoped watch, its store keeping what a rollout reads and
+//! a digest of each object's data ([`Keep::Digest`]).
 //!
 //! A dispatcher of one shard of a sharded controller ([`ShardScope`], see
 //! `runtime::shard`) watches the primary kind and the deployed kinds within the shard, and
@@ -146,16 +147,22 @@ impl Watches {
         }
     }
 
-    /// Have the replica's shared watches watch `kind` whole (see `SharedWatches`), when
-    /// sharded, with the shard's stores answering for it from theirs; `false` when not
-    /// sharded (the kind is for this dispatcher to watch).
-    fn share(&self, kind: &TypeRef, labels: Option<String>, cluster_scoped: bool) -> bool {
+    /// Have the replica's shared watches watch `kind` whole (see `SharedWatches`), keeping
+    /// `keep` of each object, when sharded, with the shard's stores answering for it from
+    /// theirs; `false` when not sharded (the kind is for this dispatcher to watch).
+    fn share(
+        &self,
+        kind: &TypeRef,
+        labels: Option<String>,
+        keep: Keep,
+        cluster_scoped: bool,
+    ) -> bool {
         let Some(subscription) = &self.subscription else {
             return false;
         };
         // Lent before the first event can come: the router reads the kind from there.
         self.stores.lend(kind);
-        subscription.watch(kind, labels, cluster_scoped);
+        subscription.watch(kind, labels, keep, cluster_scoped);
         true
     }
 
@@ -198,7 +205,7 @@ impl Watches {
     ) {
         for (kind, labels) in declared {
             let scoped = cluster_scoped(&self.live, &kind).await;
-            if kind != *primary && self.share(&kind, labels.clone(), scoped) {
+            if kind != *primary && self.share(&kind, labels.clone(), Keep::Whole, scoped) {
                 continue;
             }
             let (shard, live) = match &self.shard {
@@ -258,7 +265,7 @@ impl Watches {
             // of them already, this shard's own included.
             if shard.shared.watches_whole(&kind) {
                 self.whole.insert(kind.clone());
-                self.share(&kind, None, cluster);
+                self.share(&kind, None, Keep::Digest, cluster);
                 return;
             }
         }
@@ -292,10 +299,10 @@ impl Watches {
             retire(&mut self.tasks, &old, self.observer.as_ref()).await;
         }
         tracing::info!(%kind, "watching every object of a kind CRs read (dependency hash)");
-        if self.share(&kind, None, cluster) {
+        if self.share(&kind, None, Keep::Digest, cluster) {
             return true;
         }
-        self.start(&kind, cluster, None, Keep::Whole, None, self.live.clone());
+        self.start(&kind, cluster, None, Keep::Digest, None, self.live.clone());
         false
     }
 }
@@ -492,7 +499,7 @@ mod tests {
         // Another shard's CRs read Secrets: the replica watches every one.
         let (tx, _events) = mpsc::channel(8);
         let other = shared.subscribe(tx, Arc::new(Deaf));
-        other.watch(&secrets, None, false);
+        other.watch(&secrets, None, Keep::Digest, false);
         let own = ObjectRef::new("v1", "Secret", Some("ns"), "w-settings");
         let copy = json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "w-settings", "namespace": "ns", "resourceVersion": "3"}});
@@ -510,7 +517,11 @@ mod tests {
             "no label-scoped watch of Secrets"
         );
         assert!(watches.whole.contains(&secrets));
-        assert_eq!(stores.lookup_own(&own), Cached::Present(copy));
+        // Answered from the replica's store, which keeps the Secret's digest too.
+        let Cached::Present(kept) = stores.lookup_own(&own) else {
+            panic!("the shard's store answers from the replica's");
+        };
+        assert_eq!(kept["metadata"], copy["metadata"]);
         // A kind nobody reads: its own watch, within the shard.
         watches.watch_deployed(maps.clone()).await;
         assert!(watches.scoped.contains_key(&maps));
@@ -529,7 +540,7 @@ mod tests {
         let secrets = TypeRef::new("v1", "Secret");
         let (tx, _events) = mpsc::channel(8);
         let first = shared.subscribe(tx, Arc::new(Deaf));
-        first.watch(&secrets, None, false);
+        first.watch(&secrets, None, Keep::Digest, false);
         let secret = ObjectRef::new("v1", "Secret", Some("ns"), "credentials");
         shared.stores().replace(
             &secrets,

@@ -76,6 +76,10 @@ impl Cluster for Fenced {
         self.inner.get_own_is_partial()
     }
 
+    async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.inner.get_dependency(object).await
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
         self.inner.list(query).await
     }

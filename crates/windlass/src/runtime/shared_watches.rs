@@ -162,14 +162,20 @@ pub(super) struct Subscription {
 
 impl Subscription {
     /// Have `kind` watched whole (the objects matching `labels`; `None`: all), once for the
-    /// replica, and send its events to this subscriber from now on. `cluster_scoped`: one
-    /// watch for every namespace.
-    pub(super) fn watch(&self, kind: &TypeRef, labels: Option<String>, cluster_scoped: bool) {
+    /// replica, its store keeping `keep` of each object, and send its events to this
+    /// subscriber from now on. `cluster_scoped`: one watch for every namespace.
+    pub(super) fn watch(
+        &self,
+        kind: &TypeRef,
+        labels: Option<String>,
+        keep: Keep,
+        cluster_scoped: bool,
+    ) {
         let shared = &self.shared;
         let mut state = shared.state.lock();
         if !state.kinds.contains_key(kind) {
             // Declared before the tasks start, as a shard's own watches are.
-            shared.stores.declare(kind, labels.as_deref(), Keep::Whole);
+            shared.stores.declare(kind, labels.as_deref(), keep);
             let observer: Arc<dyn WatchObserver> = Arc::new(Listed {
                 state: shared.state.clone(),
                 metrics: shared.metrics.clone(),
@@ -335,8 +341,8 @@ mod tests {
         let (a_tx, mut a_events) = mpsc::channel(8);
         let a_heard = Arc::new(Heard::default());
         let a = shared.subscribe(a_tx, a_heard.clone());
-        a.watch(&secrets, None, false);
-        a.watch(&secrets, None, false);
+        a.watch(&secrets, None, Keep::Digest, false);
+        a.watch(&secrets, None, Keep::Digest, false);
         assert_eq!(shared.state.lock().kinds[&secrets].watches.len(), 1);
         assert_eq!(*a_heard.0.lock(), ["declared v1/Secret"], "told once");
 
@@ -352,7 +358,7 @@ mod tests {
         let (b_tx, mut b_events) = mpsc::channel(8);
         let b_heard = Arc::new(Heard::default());
         let b = shared.subscribe(b_tx, b_heard.clone());
-        b.watch(&secrets, None, false);
+        b.watch(&secrets, None, Keep::Digest, false);
         assert_eq!(shared.state.lock().kinds.len(), 1);
         assert_eq!(
             *b_heard.0.lock(),
@@ -383,10 +389,10 @@ mod tests {
         // A dispatcher busy elsewhere: room for one event, and it takes none.
         let (busy_tx, _busy) = mpsc::channel(1);
         let busy = shared.subscribe(busy_tx, Arc::new(Heard::default()));
-        busy.watch(&secrets, None, false);
+        busy.watch(&secrets, None, Keep::Digest, false);
         let (tx, mut events) = mpsc::channel(64);
         let other = shared.subscribe(tx, Arc::new(Heard::default()));
-        other.watch(&secrets, None, false);
+        other.watch(&secrets, None, Keep::Digest, false);
         for i in 0..20 {
             shared.events.send(event(&format!("s{i}"))).await.unwrap();
         }
@@ -403,6 +409,7 @@ mod tests {
         subscription.watch(
             &TypeRef::new("v1", "ConfigMap"),
             Some("app=x".into()),
+            Keep::Whole,
             false,
         );
         // Forwarded in order: the ConfigMap's event comes after the Secret's.

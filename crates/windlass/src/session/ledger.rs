@@ -15,7 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
+use crate::cluster::{Cluster, DATA_DIGEST, Deletion, ListQuery, Scope, WriteMethod};
 use crate::error::ClusterError;
 use crate::object::{ObjectRef, TypeRef};
 use crate::status::inventory::Inventory;
@@ -197,6 +197,29 @@ impl Recorded {
         Ok(found)
     }
 
+    /// The copy seen before in this reconcile if it serves a dependency hash (whole, or
+    /// carrying its data's digest), else [`Cluster::get_dependency`] of the inner cluster,
+    /// remembered (as partial when it is a digest copy).
+    async fn read_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        let seen = self.ledger.objects.lock().get(object).cloned();
+        match seen {
+            Some((seen, false)) => return Ok(seen.map(owned)),
+            Some((Some(seen), true)) if seen.get(DATA_DIGEST).is_some() => {
+                return Ok(Some(owned(seen)));
+            }
+            _ => {}
+        }
+        let found = self.inner.get_dependency(object).await?;
+        let partial = found.as_ref().is_some_and(|f| f.get(DATA_DIGEST).is_some());
+        let kept = found.clone().map(Arc::new);
+        if partial {
+            self.ledger.remember_partial(object.clone(), kept);
+        } else {
+            self.ledger.remember(object.clone(), kept);
+        }
+        Ok(found)
+    }
+
     fn remember(&self, stored: &Arc<Value>) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
             self.ledger.remember(reference, Some(stored.clone()));
@@ -233,6 +256,10 @@ impl Cluster for Recorded {
 
     fn get_own_is_partial(&self) -> bool {
         self.inner.get_own_is_partial()
+    }
+
+    async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+        self.read_dependency(object).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
@@ -288,11 +315,13 @@ pub(crate) mod tests {
     use super::*;
     use crate::cluster::MemoryCluster;
 
-    /// A cluster whose own reads drop `data`, as the runtime's watch caches do, counting
-    /// its whole reads.
+    /// A cluster whose own reads drop `data`, and whose dependency reads replace it with
+    /// its digest, as the runtime's watch caches do, counting its whole and its
+    /// dependency reads.
     pub(crate) struct Partial {
         inner: MemoryCluster,
         whole_reads: AtomicUsize,
+        dependency_reads: AtomicUsize,
     }
 
     impl Partial {
@@ -300,6 +329,7 @@ pub(crate) mod tests {
             Partial {
                 inner: MemoryCluster::new(),
                 whole_reads: AtomicUsize::new(0),
+                dependency_reads: AtomicUsize::new(0),
             }
         }
     }
@@ -322,6 +352,18 @@ pub(crate) mod tests {
         }
         fn get_own_is_partial(&self) -> bool {
             true
+        }
+        async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
+            self.dependency_reads.fetch_add(1, Ordering::SeqCst);
+            let mut found = self.inner.get(object).await?;
+            if let Some(found) = &mut found {
+                let digest = crate::rollout::dependency_hash::data_digest(found);
+                if let Value::Object(map) = found {
+                    map.remove("data");
+                    map.insert(DATA_DIGEST.into(), json!(digest));
+                }
+            }
+            Ok(found)
         }
         async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {
             self.inner.list(query).await
@@ -387,6 +429,46 @@ pub(crate) mod tests {
         recorded.get(&reference).await.unwrap();
         assert_eq!(recorded.get_own(&reference).await.unwrap().unwrap(), whole);
         assert_eq!(cluster.whole_reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_dependency_read_takes_a_digest_or_whole_copy_and_a_whole_read_no_digest_copy() {
+        let cluster = Arc::new(Partial::new());
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}});
+        cluster.inner.apply(&map, WriteMethod::Apply).await.unwrap();
+        let reference = ObjectRef::from_manifest(&map).unwrap();
+        let recorded = Recorded::shared(cluster.clone(), Arc::new(Ledger::default()));
+        let reads = || {
+            (
+                cluster.dependency_reads.load(Ordering::SeqCst),
+                cluster.whole_reads.load(Ordering::SeqCst),
+            )
+        };
+        // An own read's partial copy has no digest: the dependency read asks.
+        recorded.get_own(&reference).await.unwrap().unwrap();
+        let digest = recorded.get_dependency(&reference).await.unwrap().unwrap();
+        assert!(digest.get("data").is_none());
+        assert_eq!(
+            digest[DATA_DIGEST],
+            json!(crate::rollout::dependency_hash::data_digest(&map))
+        );
+        assert_eq!(reads(), (1, 0));
+        // Then from the ledger; a whole read does not take the digest copy.
+        assert_eq!(
+            recorded.get_dependency(&reference).await.unwrap().unwrap(),
+            digest
+        );
+        assert_eq!(reads(), (1, 0));
+        let whole = recorded.get(&reference).await.unwrap().unwrap();
+        assert_eq!(whole["data"]["k"], "v");
+        assert_eq!(reads(), (1, 1));
+        // Whole in the ledger now: it serves a dependency read too.
+        assert_eq!(
+            recorded.get_dependency(&reference).await.unwrap().unwrap(),
+            whole
+        );
+        assert_eq!(reads(), (1, 1));
     }
 
     #[test]

@@ -774,6 +774,126 @@ impl windlass::controller::Controller for Copier {
     }
 }
 
+/// A controller whose one component renders the ConfigMap `<cr>-seed` and reads it back
+/// whole on every pass, as a component reads its CA's Secret.
+struct Rereader;
+
+struct Reread;
+
+#[windlass::async_trait]
+impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
+    windlass::component::Component<C> for Reread
+{
+    fn name(&self) -> &str {
+        "reread"
+    }
+    async fn render(
+        &self,
+        session: &windlass::session::Session<C>,
+        out: &mut windlass::component::Resources,
+    ) -> windlass::Result<()> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let name = format!("{}-seed", session.name());
+        let seed = session.get::<ConfigMap>(&name).await?;
+        let value = seed
+            .and_then(|cm| cm.data?.get("seed").cloned())
+            .unwrap_or_else(|| "first".into());
+        out.add_value(
+            "seed",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                "data": {"seed": value}}),
+        )?;
+        Ok(())
+    }
+}
+
+#[windlass::async_trait]
+impl windlass::controller::Controller for Rereader {
+    type Resource = windlass::testing::Widget;
+    type Config = windlass::controller::NoConfig;
+    type Status = windlass::status::Status;
+    fn components(
+        &self,
+        _: &windlass::session::Session<Self>,
+    ) -> windlass::Result<windlass::controller::Components<Self>> {
+        let mut graph = windlass::controller::Components::new();
+        graph.add(Reread)?;
+        Ok(graph)
+    }
+}
+
+/// The cache of the kinds windlass applies keeps what a rollout reads of each object; a
+/// component's whole read of one of them asks the API server once, and the cache keeps
+/// that object whole from then on: the next reconcile reads nothing.
+#[tokio::test]
+async fn an_object_a_component_reads_whole_is_read_from_the_server_once_then_from_memory() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-reread").await.unwrap();
+    let counter = RequestCounter::new();
+    // No retries beneath the counter (see the first test of this file).
+    let mut config = env.kube_config();
+    config.default_retry = false;
+    let finished = Finished::default();
+    let (stop, task, cache) = start_with(
+        counter.client(config).unwrap(),
+        ns.name(),
+        finished.clone(),
+        Rereader,
+    );
+    admin
+        .apply(&widget(ns.name(), "w", json!({})), WriteMethod::Update)
+        .await
+        .unwrap();
+    eventually("the CR is reconciled to Done", || async {
+        finished.of("w").iter().any(|(_, o)| *o == Action::Done)
+    })
+    .await;
+    let configmaps = TypeRef::new("v1", "ConfigMap");
+    let seed = ObjectRef::new("v1", "ConfigMap", Some(ns.name()), "w-seed");
+    eventually("the ConfigMap watch has the seed", || async {
+        cache.is_synced(&configmaps, Some(ns.name()))
+            && matches!(cache.lookup(&seed), windlass::runtime::Cached::Present(_))
+    })
+    .await;
+
+    let mut touches = Vec::new();
+    for touch in ["one", "two"] {
+        let before = finished.of("w").len();
+        counter.take();
+        admin
+            .apply(
+                &json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+                    "metadata": {"name": "w", "namespace": ns.name(), "labels": {"touched": touch}}}),
+                WriteMethod::Update,
+            )
+            .await
+            .unwrap();
+        eventually("the label change is reconciled", || async {
+            finished.of("w").len() > before
+        })
+        .await;
+        let counts = counter.take();
+        println!("a reconcile after touch {touch}:\n{counts}");
+        assert_eq!(counts.mutating(), 0, "{counts}");
+        touches.push(counts);
+    }
+    assert_eq!(
+        touches[0].of(Verb::Get, "configmaps"),
+        1,
+        "the cache held the seed partially: asked once\n{}",
+        touches[0]
+    );
+    assert_eq!(
+        touches[1].verb(Verb::Get),
+        0,
+        "kept whole since: no read\n{}",
+        touches[1]
+    );
+
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn an_extra_watch_reconciles_the_cr_its_mapping_names() {
     let (admin, env) = live().await;
