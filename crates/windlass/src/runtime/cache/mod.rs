@@ -54,8 +54,9 @@
 //! (whose callers read no more, and which says so: [`Cluster::get_own_is_partial`]); a
 //! [`Cluster::get`] of such an object, by a component or a verify check of its own that may
 //! read anything, goes to the API server, and from then on the store keeps that object
-//! whole ([`Stores::keep_whole`]): what components read whole is a handful of objects (a
-//! CA's Secret, a database's credentials), read on every reconcile.
+//! whole ([`Stores::keep_whole`]) until it is deleted: what components read whole is a
+//! handful of objects (a CA's Secret, a database's credentials), read on every reconcile.
+//! A written copy answers no read the store's newer partial copy shows to be stale.
 //!
 //! **What the kinds CRs read keep.** A kind whose Secrets or ConfigMaps CRs read for a
 //! dependency hash is watched whole from then on (see [`super::dispatch`]): every object of
@@ -218,6 +219,10 @@ impl CachedCluster {
             let cached = self.stores.lookup_with(object, what);
             match (written, cached) {
                 (Some(written), Cached::Present(seen)) => return Ok(written.over(Some(seen))),
+                // The store holds a copy too partial for this read, but as new as the one
+                // written or newer (another writer since): the written copy is stale.
+                (Some(written), Cached::Unknown)
+                    if written.outdated_by(self.stores.held_version(object)) => {}
                 (Some(written), _) => return Ok(written.over(None)),
                 (None, Cached::Present(seen)) => return Ok(Some(seen)),
                 (None, Cached::Absent) => return Ok(None),

@@ -330,6 +330,8 @@ impl Stores {
     /// selector, or gone).
     pub(crate) fn keep_whole(&self, object: &ObjectRef, found: &Value) {
         let type_ref = object.type_ref();
+        // Packed outside the lock, as `upsert` does: a Secret may be a mebibyte.
+        let packed = Packed::new(found, Keep::Whole);
         let mut kinds = write(&self.of(&type_ref).kinds);
         let Some(store) = kinds.get_mut(&type_ref) else {
             return;
@@ -346,7 +348,7 @@ impl Stores {
             .is_some_and(|held| found.resource_version() == Some(held.as_str()));
         if current {
             store.kept_whole.insert(key.clone(), true);
-            store.insert(key, Packed::new(found, Keep::Whole));
+            store.insert(key, packed);
         } else {
             store.kept_whole.entry(key).or_insert(false);
         }

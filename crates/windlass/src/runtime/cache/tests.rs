@@ -570,3 +570,35 @@ fn resource_versions_compare_as_integers() {
     assert!(v10.newer_than(None), "unknown counts as newer");
     assert!(v10.newer_than(Some("abc")), "not an integer: newer");
 }
+
+#[tokio::test]
+async fn a_written_copy_older_than_a_partial_copy_held_does_not_answer_a_whole_read() {
+    let stores = Arc::new(Stores::new());
+    let mut written = big_secret("aGVsbG8h");
+    written["metadata"]["resourceVersion"] = json!("8");
+    let reference = ObjectRef::from_manifest(&written).unwrap();
+    let kind = reference.type_ref();
+    stores.declare(&kind, None, Keep::Digest);
+    stores.replace(&kind, Some("ns"), Vec::new());
+    let cluster = cached(stores.clone());
+
+    // The watch holds an older version: the written copy answers.
+    let mut older = written.clone();
+    older["metadata"]["resourceVersion"] = json!("7");
+    stores.upsert(reference.clone(), &older);
+    cluster.remember(reference.clone(), Some(&written));
+    assert_eq!(
+        cluster.get(&reference).await.unwrap(),
+        Some(written.clone())
+    );
+
+    // Another writer's newer version reached the watch before the echo of this one's: the
+    // written copy is stale, and the read goes to the server (here: none listens).
+    let mut newer = written.clone();
+    newer["metadata"]["resourceVersion"] = json!("9");
+    stores.upsert(reference.clone(), &newer);
+    assert!(
+        cluster.get(&reference).await.is_err(),
+        "asked the server, not answered with the stale copy"
+    );
+}

@@ -46,6 +46,15 @@ impl WrittenCopy {
 }
 
 impl Written {
+    /// Whether the watch's copy, at `held` (as [`super::Stores::held_version`] tells it),
+    /// is as new as this written copy or newer, so that this one must not answer.
+    pub(super) fn outdated_by(&self, held: Option<Option<String>>) -> bool {
+        match (&self.object, held) {
+            (Some(mine), Some(seen)) => !mine.newer_than(seen.as_deref()),
+            _ => false,
+        }
+    }
+
     /// The object as this process must see it, given the store's copy `seen` (rule 2):
     /// gone after its delete, else the newer of what it wrote and what the watch has.
     pub(super) fn over(&self, seen: Option<Value>) -> Option<Value> {
