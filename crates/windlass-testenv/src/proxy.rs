@@ -74,6 +74,10 @@ pub struct Seen {
     pub query: String,
     /// Whether it was a watch.
     pub watch: bool,
+    /// The connection it came on, numbered from 0 in the order the proxy accepted them: a
+    /// request a killed client had sent before it died comes on one of its own connections,
+    /// however late the proxy reads it (see [`Proxy::connections`]).
+    pub connection: u64,
     /// The fault injected instead of (or, for a swallow, after) forwarding it.
     pub injected: Option<Fault>,
     /// The status code of the answer, whoever gave it (the server, or a rule in its
@@ -100,6 +104,8 @@ pub struct Proxy {
     severed: Arc<tokio::sync::watch::Sender<u64>>,
     /// Bumped by [`Proxy::heal`]: stalled requests go on.
     healed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// How many connections it has accepted.
+    accepted: Arc<std::sync::atomic::AtomicU64>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -121,10 +127,14 @@ impl Proxy {
             state: Arc::default(),
             severed: Arc::new(tokio::sync::watch::channel(0).0),
             healed: Arc::new(tokio::sync::watch::channel(0).0),
+            accepted: Arc::default(),
         };
         let serving = proxy.clone();
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
+                let connection = serving
+                    .accepted
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let proxy = serving.clone();
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
@@ -133,7 +143,7 @@ impl Proxy {
                         let upstream = upstream.clone();
                         async move {
                             Ok::<_, std::convert::Infallible>(
-                                proxy.answer(&upstream, request).await,
+                                proxy.answer(&upstream, request, connection).await,
                             )
                         }
                     });
@@ -154,6 +164,12 @@ impl Proxy {
     /// Apply `rule` to the next matching requests.
     pub fn inject(&self, rule: Rule) {
         self.state.lock().unwrap().rules.push(rule);
+    }
+
+    /// How many connections the proxy has accepted so far: the requests of a client started
+    /// after this call come on connections numbered this or higher ([`Seen::connection`]).
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Forget every rule, and let stalled requests go on.
@@ -199,6 +215,7 @@ impl Proxy {
         path: &str,
         query: &str,
         watch: bool,
+        connection: u64,
     ) -> (Option<Fault>, usize) {
         let mut state = self.state.lock().unwrap();
         let fault = state
@@ -220,6 +237,7 @@ impl Proxy {
             path: path.to_string(),
             query: query.to_string(),
             watch,
+            connection,
             injected: fault,
             code: None,
         });
@@ -234,14 +252,19 @@ impl Proxy {
         answer
     }
 
-    async fn answer(&self, upstream: &kube::Client, request: http::Request<Incoming>) -> Answer {
+    async fn answer(
+        &self,
+        upstream: &kube::Client,
+        request: http::Request<Incoming>,
+        connection: u64,
+    ) -> Answer {
         let method = request.method().to_string();
         let path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or("").to_string();
         let watch = query
             .split('&')
             .any(|p| p == "watch=true" || p == "watch=1");
-        let (fault, index) = self.fault_for(&method, &path, &query, watch);
+        let (fault, index) = self.fault_for(&method, &path, &query, watch, connection);
         let answer = match fault {
             Some(Fault::Status(code, retry_after)) => {
                 let mut response = http::Response::builder()
