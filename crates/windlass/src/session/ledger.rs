@@ -168,54 +168,42 @@ impl Recorded {
         Ok(stored)
     }
 
-    /// The copy seen before in this reconcile, else [`Cluster::get`] (or, with `own`,
-    /// [`Cluster::get_own`]) of the inner cluster, remembered. A whole read is not
-    /// answered with a partial copy an own read left.
+    /// The copy seen before in this reconcile that serves `reading`, else the inner
+    /// cluster's answer to it, remembered (as partial when it may be: an own read of a
+    /// cluster that says so, a dependency read answered with a digest). A whole read is
+    /// not answered with a partial copy; a dependency read only with a whole copy or one
+    /// that carries its data's digest.
     async fn read(
         &self,
         object: &ObjectRef,
-        own: bool,
+        reading: Reading,
     ) -> Result<Option<Arc<Value>>, ClusterError> {
-        let seen = if own {
-            self.ledger.seen_own(object)
-        } else {
-            self.ledger.seen(object)
+        let seen = match reading {
+            Reading::Whole => self.ledger.seen(object),
+            Reading::Own => self.ledger.seen_own(object),
+            Reading::Dependency => self.ledger.seen(object).or_else(|| {
+                self.ledger
+                    .seen_own(object)
+                    .filter(|seen| seen.as_ref().is_some_and(|s| s.get(DATA_DIGEST).is_some()))
+            }),
         };
         if let Some(seen) = seen {
             return Ok(seen);
         }
-        let found = if own {
-            self.inner.get_own_shared(object).await?
-        } else {
-            self.inner.get_shared(object).await?
+        let found = match reading {
+            Reading::Whole => self.inner.get_shared(object).await?,
+            Reading::Own => self.inner.get_own_shared(object).await?,
+            Reading::Dependency => self.inner.get_dependency(object).await?.map(Arc::new),
         };
-        if own && self.inner.get_own_is_partial() {
+        let partial = match reading {
+            Reading::Whole => false,
+            Reading::Own => self.inner.get_own_is_partial(),
+            Reading::Dependency => found.as_ref().is_some_and(|f| f.get(DATA_DIGEST).is_some()),
+        };
+        if partial {
             self.ledger.remember_partial(object.clone(), found.clone());
         } else {
             self.ledger.remember(object.clone(), found.clone());
-        }
-        Ok(found)
-    }
-
-    /// The copy seen before in this reconcile if it serves a dependency hash (whole, or
-    /// carrying its data's digest), else [`Cluster::get_dependency`] of the inner cluster,
-    /// remembered (as partial when it is a digest copy).
-    async fn read_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        let seen = self.ledger.objects.lock().get(object).cloned();
-        match seen {
-            Some((seen, false)) => return Ok(seen.map(owned)),
-            Some((Some(seen), true)) if seen.get(DATA_DIGEST).is_some() => {
-                return Ok(Some(owned(seen)));
-            }
-            _ => {}
-        }
-        let found = self.inner.get_dependency(object).await?;
-        let partial = found.as_ref().is_some_and(|f| f.get(DATA_DIGEST).is_some());
-        let kept = found.clone().map(Arc::new);
-        if partial {
-            self.ledger.remember_partial(object.clone(), kept);
-        } else {
-            self.ledger.remember(object.clone(), kept);
         }
         Ok(found)
     }
@@ -225,6 +213,17 @@ impl Recorded {
             self.ledger.remember(reference, Some(stored.clone()));
         }
     }
+}
+
+/// Which of the inner cluster's reads a [`Recorded`] read stands for.
+#[derive(Clone, Copy)]
+enum Reading {
+    /// [`Cluster::get`].
+    Whole,
+    /// [`Cluster::get_own`].
+    Own,
+    /// [`Cluster::get_dependency`].
+    Dependency,
 }
 
 /// A copy of `value` of the caller's own (no copy when the ledger did not keep it).
@@ -239,19 +238,19 @@ impl Cluster for Recorded {
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        Ok(self.read(object, false).await?.map(owned))
+        Ok(self.read(object, Reading::Whole).await?.map(owned))
     }
 
     async fn get_own(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        Ok(self.read(object, true).await?.map(owned))
+        Ok(self.read(object, Reading::Own).await?.map(owned))
     }
 
     async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
-        self.read(object, false).await
+        self.read(object, Reading::Whole).await
     }
 
     async fn get_own_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
-        self.read(object, true).await
+        self.read(object, Reading::Own).await
     }
 
     fn get_own_is_partial(&self) -> bool {
@@ -259,7 +258,7 @@ impl Cluster for Recorded {
     }
 
     async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
-        self.read_dependency(object).await
+        Ok(self.read(object, Reading::Dependency).await?.map(owned))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Value>, ClusterError> {

@@ -70,6 +70,15 @@ impl KindStore {
         Some(old)
     }
 
+    /// The copy held of `key` in `namespace` when it is partial (the store keeps part of
+    /// each object) and the watch has listed there.
+    fn partial_copy(&self, key: &Key, namespace: &Option<String>) -> Option<&Packed> {
+        if self.keep == Keep::Whole || !self.covers(namespace) {
+            return None;
+        }
+        self.objects.get(key)
+    }
+
     /// Whether a watch sees every object of the kind in `namespace` (`None`: in every
     /// namespace) and has listed them.
     fn covers(&self, namespace: &Option<String>) -> bool {
@@ -330,23 +339,35 @@ impl Stores {
     /// selector, or gone).
     pub(crate) fn keep_whole(&self, object: &ObjectRef, found: &Value) {
         let type_ref = object.type_ref();
-        // Packed outside the lock, as `upsert` does: a Secret may be a mebibyte.
-        let packed = Packed::new(found, Keep::Whole);
-        let mut kinds = write(&self.of(&type_ref).kinds);
+        let stores = self.of(&type_ref);
+        let key = Key::of(object);
+        // Whether the held copy is the version the server answered with.
+        let answered = |held: &Packed| {
+            held.resource_version()
+                .is_some_and(|held| found.resource_version() == Some(held.as_str()))
+        };
+        // Asked under the read lock first: most reads that reach the server are of objects
+        // no partial store holds (a user's Secret outside a label-scoped watch), and need
+        // nothing packed.
+        let current = match read(&stores.kinds).get(&type_ref) {
+            Some(store) => match store.partial_copy(&key, &object.namespace) {
+                Some(held) => answered(held),
+                None => return,
+            },
+            None => return,
+        };
+        // Packed outside the write lock, as `upsert` does: a Secret may be a mebibyte.
+        let packed = current.then(|| Packed::new(found, Keep::Whole));
+        let mut kinds = write(&stores.kinds);
         let Some(store) = kinds.get_mut(&type_ref) else {
             return;
         };
-        let key = Key::of(object);
-        if store.keep == Keep::Whole || !store.covers(&object.namespace) {
-            return;
-        }
-        let Some(held) = store.objects.get(&key) else {
+        let Some(held) = store.partial_copy(&key, &object.namespace) else {
             return;
         };
-        let current = held
-            .resource_version()
-            .is_some_and(|held| found.resource_version() == Some(held.as_str()));
-        if current {
+        if answered(held) {
+            // (Packed here only if the watch delivered that version meanwhile.)
+            let packed = packed.unwrap_or_else(|| Packed::new(found, Keep::Whole));
             store.kept_whole.insert(key.clone(), true);
             store.insert(key, packed);
         } else {
