@@ -33,14 +33,14 @@
 //!   (with the profiler's own overhead in it), the operator is stopped before its
 //!   wrapper, and a SIGKILL reaches the whole group.
 //!
-//! Per N, in a fresh namespace: first N × 6 server-side applies of ConfigMaps from one
-//! client (in another namespace), then the operator starts (this binary again, as
+//! Per N, each phase on a fresh control plane (`plane.rs` says why): first N × 6
+//! server-side applies of ConfigMaps from one client, then the operator starts (this binary again, as
 //! `fleet operator run …`, so its RSS is its own), the CRs are created with 16 creates in
 //! flight, a watch on them notes when the last one is Ready (Ready=True for its current
 //! generation), the operator's `/metrics` are scraped, and the steady window runs. The
 //! clock starts at the first create. Last, the ceiling the targets use: everything the
 //! operator wrote, and the CRs' creates, written again from one client into a fresh
-//! namespace (`replay.rs` says why ConfigMap applies are not that ceiling). Before the
+//! control plane (`replay.rs` says why ConfigMap applies are not that ceiling). Before the
 //! replay, the operator is started four more times over the fleet that is there, twice with
 //! streaming lists and twice with paged ones (`KUBE_FEATURE_WatchListClient=false`), each until
 //! its watches have listed and every CR is reconciled once; its start-up time, peak RSS,
@@ -48,6 +48,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod plane;
 mod replay;
 mod sharded;
 
@@ -60,11 +61,12 @@ use std::time::{Duration, Instant};
 use fleet_bench::cpu::Cpu;
 use fleet_bench::{Fleet, FleetController, FleetSpec, OBJECTS};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use plane::Plane;
 use serde_json::json;
-use windlass_testenv::{TestEnv, TestNamespace};
+use windlass_testenv::TestEnv;
 
 /// Writes per CR a rollout should need: each object once, and the status.
 const WRITES_PER_CR: usize = OBJECTS + 1;
@@ -254,28 +256,20 @@ impl Run {
 async fn bench() {
     let settings = Settings::from_env();
     let started = Instant::now();
-    let mut builder = TestEnv::builder().without_simulator();
+    let mut flags = Vec::new();
     if settings
         .sharded
         .as_ref()
         .is_some_and(|s| s.selector == "server")
     {
-        builder = builder.apiserver_flag("--feature-gates=ShardedListAndWatch=true");
+        flags.push("--feature-gates=ShardedListAndWatch=true".to_string());
     }
-    let env = builder
-        .start()
-        .await
-        .expect("the control plane starts (provision it with scripts/provision-control-plane.sh)");
-    eprintln!(
-        "control plane up in {:.1} s",
-        env.startup_time().as_secs_f64()
-    );
-    let client = env.client().expect("a client");
-    fleet_bench::install_crd(&client).await;
+    let mut plane = Plane::start(flags).await;
     let mut runs = Vec::new();
     for &n in &settings.sizes {
-        runs.push(run(&env, &client, &settings, n).await);
+        runs.push(run(&mut plane, &settings, n).await);
     }
+    let (_, client) = plane.current();
     let server_version = client
         .apiserver_version()
         .await
@@ -284,15 +278,12 @@ async fn bench() {
     eprintln!("benchmark took {:.0} s", started.elapsed().as_secs_f64());
 }
 
-async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize) -> Run {
+async fn run(plane: &mut Plane, settings: &Settings, n: usize) -> Run {
     eprintln!("── N = {n} ──");
     let mut ceilings = Vec::new();
     let mut cpu_ceiling = Cpu::default();
     if !settings.skips("ceiling") {
-        let ns = env
-            .namespace(&format!("ceiling-{n}"))
-            .await
-            .expect("a namespace");
+        let (env, client, ns) = plane.namespace(&format!("ceiling-{n}")).await;
         for (round, &in_flight) in settings.ceiling_in_flight.iter().enumerate() {
             let before = Cpu::now(env, None);
             let took = ceiling(client, ns.name(), n * WRITES_PER_CR, in_flight, round).await;
@@ -308,12 +299,8 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
             );
             ceilings.push((in_flight, took));
         }
-        clear(client, ns).await;
     }
-    let ns = env
-        .namespace(&format!("fleet-{n}"))
-        .await
-        .expect("a namespace");
+    let (env, client, ns) = plane.namespace(&format!("fleet-{n}")).await;
     let operator = Operator::start(env, ns.name(), &settings.period, &n.to_string(), &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
     let at_start = operator.scrape().await;
@@ -364,7 +351,6 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
     }
 
     let capture = replay::capture(client, ns.name()).await;
-    clear(client, ns).await;
     let mut replayed = (0, Duration::MAX);
     let mut cpu_replay = Cpu::default();
     if settings.skips("replay") {
@@ -375,10 +361,7 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
         .iter()
         .filter(|_| !settings.skips("replay"))
     {
-        let target = env
-            .namespace(&format!("replay-{n}-{in_flight}"))
-            .await
-            .expect("a namespace");
+        let (env, client, target) = plane.namespace(&format!("replay-{n}-{in_flight}")).await;
         let before = Cpu::now(env, None);
         let took = replay::replay(client, target.name(), &capture, in_flight).await;
         let cpu = Cpu::now(env, None).since(&before);
@@ -392,11 +375,10 @@ async fn run(env: &TestEnv, client: &kube::Client, settings: &Settings, n: usize
             replayed = (in_flight, took);
             cpu_replay = cpu;
         }
-        clear(client, target).await;
     }
 
     let sharded = match &settings.sharded {
-        Some(shards) => Some(sharded::run(env, client, settings, shards, n).await),
+        Some(shards) => Some(sharded::run(plane, settings, shards, n).await),
         None => None,
     };
     let rollout = at_ready.since(&at_start);
@@ -534,34 +516,6 @@ async fn change_spec(fleets: &Api<Fleet>, name: &str, tag: &str) -> Duration {
         "{name} was not Ready for its changed spec within {deadline:?}"
     );
     clock.elapsed()
-}
-
-/// Deletes `namespace` and waits until it is gone. Left to the background, a namespace's
-/// deletion (kube-controller-manager deleting its thousands of objects) runs on through the
-/// next phase and takes the API server's time from it: it once made the operator's
-/// rollout at N = 1000 half again as slow.
-async fn clear(client: &kube::Client, mut namespace: TestNamespace) {
-    namespace.keep();
-    let name = namespace.name();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let started = Instant::now();
-    namespaces
-        .delete(name, &DeleteParams::background())
-        .await
-        .unwrap_or_else(|e| panic!("deleting namespace {name}: {e}"));
-    let what = format!("namespace {name} is gone after its deletion");
-    windlass_testenv::eventually_within(&what, Duration::from_secs(600), || async {
-        namespaces
-            .get_opt(name)
-            .await
-            .unwrap_or_else(|e| panic!("reading namespace {name}: {e}"))
-            .is_none()
-    })
-    .await;
-    eprintln!(
-        "namespace {name} deleted in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
 }
 
 /// `count` server-side applies of distinct ConfigMaps with `in_flight` at a time: the time
@@ -1122,7 +1076,7 @@ fn print_report(settings: &Settings, server_version: &str, runs: &[Run]) {
         out,
         "\nRequests are the operator's own (its `/metrics`), from its start until all CRs were Ready. \
          Queue waits are histogram bucket bounds. The ceiling is the operator's own writes (the CRs' creates, \
-         the objects' applies, the status writes and the Events), read back after the run and written again into a fresh namespace \
+         the objects' applies, the status writes and the Events), read back after the run and written again on a fresh control plane \
          from one client; the ConfigMap applies are measured before the operator starts."
     );
     for r in runs {

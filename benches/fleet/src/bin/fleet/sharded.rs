@@ -27,7 +27,8 @@ use windlass::config::ShardingConfig;
 use windlass::runtime::shard::assign::assign;
 use windlass_testenv::TestEnv;
 
-use super::{Operator, Run, Scrape, Settings, clear, create_fleet, is_ready, wait_all_ready};
+use super::plane::Plane;
+use super::{Operator, Run, Scrape, Settings, create_fleet, is_ready, wait_all_ready};
 
 /// The name of the replicas' Leases: `fleet-members`, `fleet-shard-<k>`.
 const ID: &str = "fleet";
@@ -151,8 +152,7 @@ async fn holders(leases: &Api<Lease>, shards: u32) -> BTreeMap<u32, String> {
 /// Run the fleet of `n` CRs on `shards.replicas` sharded replicas, in a namespace of its
 /// own.
 pub(crate) async fn run(
-    env: &TestEnv,
-    client: &kube::Client,
+    plane: &mut Plane,
     settings: &Settings,
     shards: &ShardSettings,
     n: usize,
@@ -161,10 +161,7 @@ pub(crate) async fn run(
         "── N = {n}, {} sharded replicas ({} shards, by {}) ──",
         shards.replicas, shards.shards, shards.selector
     );
-    let ns = env
-        .namespace(&format!("fleet-sharded-{n}"))
-        .await
-        .expect("a namespace");
+    let (env, client, ns) = plane.namespace(&format!("fleet-sharded-{n}")).await;
     let identities: Vec<String> = (0..shards.replicas)
         .map(|i| format!("replica-{i}"))
         .collect();
@@ -267,7 +264,6 @@ pub(crate) async fn run(
     )
     .await;
     drop(replicas);
-    clear(client, ns).await;
     Sharded {
         replicas: shards.replicas,
         shards: shards.shards,
