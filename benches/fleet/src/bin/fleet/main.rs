@@ -188,6 +188,8 @@ struct Run {
     ready: Duration,
     rss_peak_kib: u64,
     rss_at_ready_kib: u64,
+    /// The file-backed part of the operator's resident set (its code) when all were Ready.
+    rss_file_at_ready_kib: u64,
     /// The operator's resident set before the first create (its baseline).
     rss_baseline_kib: u64,
     /// The operator's resident set at the end of the steady window.
@@ -326,6 +328,7 @@ async fn run(plane: &mut Plane, settings: &Settings, n: usize) -> Run {
     eprintln!("all {n} Ready after {:.2} s", ready.as_secs_f64());
     let at_ready = operator.scrape().await;
     let rss_at_ready_kib = operator.peak_rss_kib();
+    let rss_file_at_ready_kib = operator.rss_file_kib();
 
     // Let the owned-kind watches catch up with the last writes before the window opens.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -390,6 +393,7 @@ async fn run(plane: &mut Plane, settings: &Settings, n: usize) -> Run {
         ready,
         rss_peak_kib,
         rss_at_ready_kib,
+        rss_file_at_ready_kib,
         rss_baseline_kib,
         rss_steady_kib,
         cache_steady,
@@ -719,6 +723,13 @@ impl Operator {
     /// `VmRSS` of the operator process: its resident set now, in KiB.
     fn rss_kib(&self) -> u64 {
         self.status_kib("VmRSS:")
+    }
+
+    /// `RssFile` of the operator process: the file-backed part of its resident set now
+    /// (the binary's code and read-only data, shared by every process that maps the same
+    /// file), in KiB.
+    fn rss_file_kib(&self) -> u64 {
+        self.status_kib("RssFile:")
     }
 
     /// The pid of the operator itself: the member of its process group started as

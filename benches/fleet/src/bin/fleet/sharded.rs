@@ -45,6 +45,8 @@ pub(crate) struct Sharded {
     pub(crate) ready: Duration,
     /// Per replica: peak RSS (KiB) when all were Ready.
     pub(crate) rss_kib: Vec<u64>,
+    /// Per replica: the file-backed part of its resident set (KiB) then.
+    pub(crate) rss_file_kib: Vec<u64>,
     /// Per replica: its resident set (KiB) before the first create, as the single
     /// replica's baseline is measured.
     pub(crate) rss_start_kib: Vec<u64>,
@@ -244,6 +246,7 @@ pub(crate) async fn run(
         ready.as_secs_f64()
     );
     let rss_kib: Vec<u64> = replicas.iter().map(Operator::peak_rss_kib).collect();
+    let rss_file_kib: Vec<u64> = replicas.iter().map(Operator::rss_file_kib).collect();
     let mut requests = Scrape::default();
     for (replica, start) in replicas.iter().zip(&at_start) {
         requests = requests.plus(&replica.scrape().await.since(start));
@@ -272,6 +275,7 @@ pub(crate) async fn run(
         selector: shards.selector,
         ready,
         rss_kib,
+        rss_file_kib,
         rss_start_kib,
         held,
         requests,
@@ -413,6 +417,16 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
     let per_cr = |v: f64| v / n as f64;
     let mib = |kib: u64| kib as f64 / 1024.0;
     let max_rss = sharded.rss_kib.iter().copied().max().unwrap_or_default();
+    // Peak RSS less the code's pages: what a replica's own memory is, the part that can
+    // fall as replicas are added (the code is the same in each).
+    let single_anon = single_rss_kib.saturating_sub(single.rss_file_at_ready_kib);
+    let anon: Vec<u64> = sharded
+        .rss_kib
+        .iter()
+        .zip(&sharded.rss_file_kib)
+        .map(|(peak, file)| peak.saturating_sub(*file))
+        .collect();
+    let max_anon = anon.iter().copied().max().unwrap_or_default();
     let added: Vec<u64> = sharded
         .rss_kib
         .iter()
@@ -456,6 +470,25 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
                     .join(", ")
             ),
             max_rss as f64 / single_rss_kib as f64,
+        ),
+        (
+            "the same less the file-backed pages (the binary's code, RssFile then)".to_string(),
+            format!(
+                "{:.1} MiB ({:.1} MiB of code)",
+                mib(single_anon),
+                mib(single.rss_file_at_ready_kib)
+            ),
+            format!(
+                "{:.1} MiB at most ({} MiB of code)",
+                mib(max_anon),
+                sharded
+                    .rss_file_kib
+                    .iter()
+                    .map(|kib| format!("{:.1}", mib(*kib)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            max_anon as f64 / single_anon as f64,
         ),
         (
             "what the CRs added to it (peak when all were Ready less before the first create)"
