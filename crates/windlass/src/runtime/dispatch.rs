@@ -66,7 +66,7 @@ pub(super) async fn route_events(
     sources: Sources,
     mut kinds: mpsc::UnboundedReceiver<Learned>,
 ) {
-    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
+    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(source::EVENTS_IN_FLIGHT);
     let mut watches = Watches::new(sources, events_tx);
     watches
         .start_declared(router.primary(), declared_watches(&router))

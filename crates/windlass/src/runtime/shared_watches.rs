@@ -78,7 +78,7 @@ impl SharedWatches {
         initial_list: InitialList,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        let (events, received) = mpsc::channel(1024);
+        let (events, received) = mpsc::channel(super::source::EVENTS_IN_FLIGHT);
         let state = Arc::new(Mutex::new(State::default()));
         let mut tasks = JoinSet::new();
         tasks.spawn(forward(received, state.clone()));

@@ -96,6 +96,17 @@ pub struct SourceEvent {
     pub listed: bool,
 }
 
+/// How many events the watches may have sent that their dispatcher has not routed yet.
+///
+/// Each holds the whole decoded object, several KiB as a `Value` tree. When an operator
+/// starts over thousands of objects, the watches decode their lists faster than the
+/// dispatcher routes them (it shares the cores with the reconciles the lists start), so
+/// the channel runs full: at 1024 that was about 9 MiB of decoded objects at N = 1000, the
+/// largest part of the restart's peak heap. A small channel holds the watches back
+/// instead (the server's stream waits in the socket); the dispatcher never waits for
+/// events while any are queued, so it routes as many in the same time.
+pub(super) const EVENTS_IN_FLIGHT: usize = 64;
+
 /// What a watch tells about itself (readiness, metrics).
 pub trait WatchObserver: Send + Sync {
     /// The watch is about to start (readiness waits for it from now on).
