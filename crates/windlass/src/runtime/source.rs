@@ -96,15 +96,19 @@ pub struct SourceEvent {
     pub listed: bool,
 }
 
-/// How many events the watches may have sent that their dispatcher has not routed yet.
+/// The capacity of the channel from a dispatcher's own watches to it (and from the
+/// replica's shared watches to their relay): how many decoded events may wait there.
 ///
 /// Each holds the whole decoded object, several KiB as a `Value` tree. When an operator
 /// starts over thousands of objects, the watches decode their lists faster than the
 /// dispatcher routes them (it shares the cores with the reconciles the lists start), so
 /// the channel runs full: at 1024 that was about 9 MiB of decoded objects at N = 1000, the
 /// largest part of the restart's peak heap. A small channel holds the watches back
-/// instead (the server's stream waits in the socket); the dispatcher never waits for
-/// events while any are queued, so it routes as many in the same time.
+/// instead (the server's stream waits in the socket); the dispatcher's loop takes the
+/// next event whenever one is queued, so it routes as many in the same time. The relay
+/// from the shared watches to each shard's dispatcher stays unbounded (one busy shard must
+/// not hold up the others), so events of the kinds watched whole for every shard are not
+/// bounded by this.
 pub(super) const EVENTS_IN_FLIGHT: usize = 64;
 
 /// What a watch tells about itself (readiness, metrics).

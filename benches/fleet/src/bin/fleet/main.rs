@@ -285,8 +285,8 @@ async fn run(plane: &mut Plane, settings: &Settings, n: usize) -> Run {
     let mut ceilings = Vec::new();
     let mut cpu_ceiling = Cpu::default();
     if !settings.skips("ceiling") {
-        let (env, client, ns) = plane.namespace(&format!("ceiling-{n}")).await;
         for (round, &in_flight) in settings.ceiling_in_flight.iter().enumerate() {
+            let (env, client, ns) = plane.namespace(&format!("ceiling-{n}-{in_flight}")).await;
             let before = Cpu::now(env, None);
             let took = ceiling(client, ns.name(), n * WRITES_PER_CR, in_flight, round).await;
             let cpu = Cpu::now(env, None).since(&before);

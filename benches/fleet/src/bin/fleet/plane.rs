@@ -1,12 +1,13 @@
 //! The control plane each phase of the benchmark runs on.
 //!
 //! Every phase that writes (the ConfigMap ceiling, the operator's rollout, the replay, the
-//! sharded run) starts on a control plane of its own, with an empty etcd, rather than on
-//! the one before it with the last phase's namespace deleted: at N = 10 000 deleting a
-//! namespace of 60 000 objects took kube-controller-manager 5–6 minutes, 19 of the full
-//! run's 47 minutes, and a deletion still running would take the API server's time from the
-//! next phase. A warm start of a new control plane takes about 3 s. It also makes the
-//! phases comparable: each one's API server and etcd start from the same state.
+//! sharded run, each round of the ceilings) starts on a control plane of its own, with an
+//! empty etcd, rather than on the one before it with the last phase's namespace deleted:
+//! at N = 10 000 deleting a phase's namespace (60 000–80 000 objects) took
+//! kube-controller-manager 108–367 s, 20 of the full run's 47 minutes, and a deletion still
+//! running would take the API server's time from the next phase. A warm start of a new
+//! control plane takes about 5 s. It also makes the phases comparable: each one's API
+//! server and etcd start from the same state.
 
 use std::time::Instant;
 
@@ -31,6 +32,8 @@ impl Plane {
             used: true,
         };
         plane.fresh().await;
+        // No phase has written to it yet: the first one takes it as it is.
+        plane.used = false;
         plane
     }
 

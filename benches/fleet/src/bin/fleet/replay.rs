@@ -6,7 +6,7 @@
 //! 1.2 (`src/bin/write-costs.rs` measures it); the Ready clock also covers the CRs'
 //! creates. So after the operator's run, the benchmark reads back what it wrote — every
 //! object a `Fleet` owns, every CR's spec and status, every Event about a `Fleet` — and
-//! writes it all again into a fresh namespace from one client with a fixed number of
+//! writes it all again on a fresh control plane from one client with a fixed number of
 //! requests in flight: first the CRs' creates, then, CR after CR, its objects' server-side
 //! applies, its status write and its Events. The time that takes is what the API server
 //! needs for the same writes with no operator at all; the operator's Ready time over it

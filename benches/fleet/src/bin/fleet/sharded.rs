@@ -384,10 +384,13 @@ async fn take_over(
         }
     }
     let converged = killed.elapsed();
-    let leases_taken = tokio::time::timeout(LEASES_WAIT, leases_task)
+    let mut leases_task = leases_task;
+    let leases_taken = tokio::time::timeout(LEASES_WAIT, &mut leases_task)
         .await
         .ok()
         .and_then(Result::ok);
+    // Not moved in time: stop polling (the control plane goes with the phase).
+    leases_task.abort();
     eprintln!(
         "takeover: the Leases after {}, the CRs converged after {:.2} s",
         leases_taken.map_or_else(not_moved, super::seconds),
