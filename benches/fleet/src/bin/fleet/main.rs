@@ -585,7 +585,8 @@ async fn wait_all_ready(fleets: Api<Fleet>, n: usize, done: tokio::sync::oneshot
 /// group's member running `operator run`, and signals go to the whole group.
 struct Operator {
     child: Child,
-    address: String,
+    /// Where it serves `/metrics` and the probes, once it has logged it.
+    address: std::sync::OnceLock<String>,
     log: PathBuf,
     /// SIGKILLed and reaped: its group id may be another's by now, so nothing more is
     /// signalled.
@@ -613,10 +614,6 @@ impl Operator {
         vars: &[(&str, &str)],
         extra: &[String],
     ) -> Operator {
-        let address = {
-            let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            free.local_addr().expect("its address").to_string()
-        };
         let log = std::env::temp_dir().join(format!("fleet-operator-{label}.log"));
         let file = std::fs::File::create(&log).expect("the operator's log file");
         let exe = std::env::current_exe().expect("this binary's path");
@@ -636,12 +633,17 @@ impl Operator {
                 "run",
                 "--watch-namespace",
                 namespace,
+                // Port 0: the operator logs the port it got (see `Operator::address`).
                 "--metrics-bind-address",
-                &address,
+                "127.0.0.1:0",
                 "--sync-period",
                 period,
                 "--log-level",
-                &env_or("WINDLASS_FLEET_LOG_LEVEL", "info"),
+                // Whatever the level, the line saying where it serves (`Operator::address`).
+                &format!(
+                    "{},windlass::runtime::health=info",
+                    env_or("WINDLASS_FLEET_LOG_LEVEL", "info")
+                ),
             ])
             .args(extra)
             // The benchmark's own settings are not the operator's configuration, which
@@ -654,14 +656,10 @@ impl Operator {
             .stderr(Stdio::from(file))
             .spawn()
             .expect("the operator process starts");
-        eprintln!(
-            "operator pid {} on {address}, log {}",
-            child.id(),
-            log.display()
-        );
+        eprintln!("operator pid {}, log {}", child.id(), log.display());
         Operator {
             child,
-            address,
+            address: std::sync::OnceLock::new(),
             log,
             reaped: false,
         }
@@ -679,7 +677,7 @@ impl Operator {
             }
             assert!(
                 Instant::now() < deadline,
-                "the operator is not ready; log: {}",
+                "the operator is not ready (or has not logged where it serves); log: {}",
                 self.log.display()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -688,17 +686,35 @@ impl Operator {
 
     async fn http(&self, path: &str) -> Option<(u16, String)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(&self.address).await.ok()?;
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
-        );
+        let address = self.address()?;
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await.ok()?;
         let code = response.split(' ').nth(1)?.parse().ok()?;
         let body = response.split_once("\r\n\r\n")?.1.to_string();
         Some((code, body))
+    }
+
+    /// The address the operator serves `/metrics` and the probes on, from its log: it
+    /// binds port 0 and logs the port it got (a port picked free here and passed on could
+    /// be taken by any socket opened meanwhile). `None` until it has logged it.
+    fn address(&self) -> Option<&str> {
+        if let Some(address) = self.address.get() {
+            return Some(address);
+        }
+        let log = std::fs::read_to_string(&self.log).ok()?;
+        let found = log
+            .lines()
+            .filter(|line| line.contains("serving /metrics"))
+            .find_map(|line| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix("addr="))
+            })?
+            .to_string();
+        Some(self.address.get_or_init(|| found))
     }
 
     async fn scrape(&self) -> Scrape {
