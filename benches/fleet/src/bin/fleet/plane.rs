@@ -29,11 +29,9 @@ impl Plane {
         let mut plane = Plane {
             current: None,
             flags,
-            used: true,
+            used: false,
         };
-        plane.fresh().await;
-        // No phase has written to it yet: the first one takes it as it is.
-        plane.used = false;
+        plane.replace().await;
         plane
     }
 
@@ -42,26 +40,32 @@ impl Plane {
     /// share the cores). The Fleet CRD is installed on it.
     pub(crate) async fn fresh(&mut self) -> (&TestEnv, &kube::Client) {
         if self.used {
-            let clock = Instant::now();
-            // Stops its processes and removes its directory.
-            self.current = None;
-            let mut builder = TestEnv::builder().without_simulator();
-            for flag in &self.flags {
-                builder = builder.apiserver_flag(flag.clone());
-            }
-            let env = builder.start().await.expect(
-                "the control plane starts (provision it with scripts/provision-control-plane.sh)",
-            );
-            let client = env.client().expect("a client");
-            fleet_bench::install_crd(&client).await;
-            eprintln!(
-                "a fresh control plane is up in {:.1} s",
-                clock.elapsed().as_secs_f64()
-            );
-            self.current = Some((env, client));
+            self.replace().await;
         }
         self.used = true;
         self.current()
+    }
+
+    /// Stop the current control plane, if any, and start a new one with the Fleet CRD.
+    async fn replace(&mut self) {
+        let clock = Instant::now();
+        // Stops its processes and removes its directory.
+        self.current = None;
+        let mut builder = TestEnv::builder().without_simulator();
+        for flag in &self.flags {
+            builder = builder.apiserver_flag(flag.clone());
+        }
+        let env = builder.start().await.expect(
+            "the control plane starts (provision it with scripts/provision-control-plane.sh)",
+        );
+        let client = env.client().expect("a client");
+        fleet_bench::install_crd(&client).await;
+        eprintln!(
+            "a fresh control plane is up in {:.1} s",
+            clock.elapsed().as_secs_f64()
+        );
+        self.current = Some((env, client));
+        self.used = false;
     }
 
     /// A namespace on a fresh control plane (see [`Plane::fresh`]).

@@ -336,7 +336,7 @@ async fn take_over(
     // held": the survivors also pass shards between them as the assignment for two
     // members says, and a shard between two survivors is held by neither for a moment.)
     let victim_name = identities[victim].clone();
-    let leases_task = {
+    let mut leases_task = {
         let leases = leases.clone();
         let shard_count = shards.shards;
         let victim_shards = victim_shards.clone();
@@ -391,7 +391,6 @@ async fn take_over(
         }
     }
     let converged = killed.elapsed();
-    let mut leases_task = leases_task;
     let leases_taken = tokio::time::timeout(LEASES_WAIT, &mut leases_task)
         .await
         .ok()
@@ -430,19 +429,27 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
     // Peak RSS less the code's pages: what a replica's own memory is, the part that can
     // fall as replicas are added (the code is the same in each).
     let single_anon = single_rss_kib.saturating_sub(single.rss_file_at_ready_kib);
-    let anon: Vec<u64> = sharded
-        .rss_kib
-        .iter()
-        .zip(&sharded.rss_file_kib)
-        .map(|(peak, file)| peak.saturating_sub(*file))
-        .collect();
-    let max_anon = anon.iter().copied().max().unwrap_or_default();
-    let added: Vec<u64> = sharded
-        .rss_kib
-        .iter()
-        .zip(&sharded.rss_start_kib)
-        .map(|(peak, start)| peak.saturating_sub(*start))
-        .collect();
+    // Each replica's peak less another figure of it.
+    let peak_less = |other: &[u64]| -> Vec<u64> {
+        sharded
+            .rss_kib
+            .iter()
+            .zip(other)
+            .map(|(peak, other)| peak.saturating_sub(*other))
+            .collect()
+    };
+    let max_anon = peak_less(&sharded.rss_file_kib)
+        .into_iter()
+        .max()
+        .unwrap_or_default();
+    let added = peak_less(&sharded.rss_start_kib);
+    // Each replica's figure, in MiB.
+    let each = |kibs: &[u64]| {
+        kibs.iter()
+            .map(|kib| format!("{:.1}", mib(*kib)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let leases = sharded.requests.sum("windlass_api_requests_total", |l| {
         l.get("resource").is_some_and(|r| r.starts_with("leases"))
     });
@@ -491,12 +498,7 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
             format!(
                 "{:.1} MiB at most ({} MiB of code)",
                 mib(max_anon),
-                sharded
-                    .rss_file_kib
-                    .iter()
-                    .map(|kib| format!("{:.1}", mib(*kib)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                each(&sharded.rss_file_kib)
             ),
             max_anon as f64 / single_anon as f64,
         ),
@@ -511,12 +513,7 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
             format!(
                 "{:.1} MiB at most ({} MiB before)",
                 mib(added.iter().copied().max().unwrap_or_default()),
-                sharded
-                    .rss_start_kib
-                    .iter()
-                    .map(|kib| format!("{:.1}", mib(*kib)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                each(&sharded.rss_start_kib)
             ),
             added.iter().copied().max().unwrap_or_default() as f64
                 / single_rss_kib.saturating_sub(single.rss_baseline_kib) as f64,
