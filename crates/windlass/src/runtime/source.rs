@@ -97,7 +97,9 @@ pub struct SourceEvent {
 }
 
 /// The capacity of the channel from a dispatcher's own watches to it (and from the
-/// replica's shared watches to their relay): how many decoded events may wait there.
+/// replica's shared watches to their relay, and from the watch of unlabelled CRs to the
+/// shard labeller, which lists a whole fleet when sharding is turned on for CRs that have
+/// no shard label yet): how many decoded events may wait there.
 ///
 /// Each holds the whole decoded object, several KiB as a `Value` tree. When an operator
 /// starts over thousands of objects, the watches decode their lists faster than the

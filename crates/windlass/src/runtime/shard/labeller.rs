@@ -57,7 +57,7 @@ pub(super) async fn run(
         ..ShardingConfig::default()
     };
     let stores = Arc::new(Stores::new());
-    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(1024);
+    let (events_tx, mut events) = mpsc::channel::<SourceEvent>(source::EVENTS_IN_FLIGHT);
     let unlabelled = format!("!{SHARD}");
     stores.declare(&primary, Some(&unlabelled), Keep::Whole);
     let mut watches = JoinSet::new();
