@@ -1020,9 +1020,20 @@ fn print_scale(out: &mut String, runs: &[Run]) {
             })
             .collect::<Vec<_>>()
             .join(", ");
+        // What kube-rs's client alone spent per CR replaying the same writes: the part of the
+        // operator's CPU that is not windlass's.
+        let operator = r.cpu_rollout.of("operator").as_secs_f64() * 1e3 / n;
+        let client = r.cpu_replay.of("bench client").as_secs_f64() * 1e3 / n;
+        let client = match client > 0.0 {
+            true => format!(
+                " ({:.2}× the replay client's {client:.2} ms)",
+                operator / client
+            ),
+            false => String::new(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms | {:.2} | {:.0}, {:.0} | {changes} |",
+            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms{client} | {:.2} | {:.0}, {:.0} | {changes} |",
             r.n,
             seconds(r.ceiling()),
             seconds(r.ready),
@@ -1032,7 +1043,7 @@ fn print_scale(out: &mut String, runs: &[Run]) {
             bytes / objects.max(1.0),
             per_object(r.rss_steady_kib),
             per_object(r.rss_peak_kib),
-            r.cpu_rollout.of("operator").as_secs_f64() * 1e3 / n,
+            operator,
             r.rollout.sum("windlass_api_requests_total", |_| true) / n,
             r.steady.writes(),
             r.steady.requests(&["get", "list"]),
