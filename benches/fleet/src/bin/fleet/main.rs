@@ -1024,7 +1024,7 @@ fn print_scale(out: &mut String, runs: &[Run]) {
         // operator's CPU that is not windlass's.
         let operator = r.cpu_rollout.of("operator").as_secs_f64() * 1e3 / n;
         let client = r.cpu_replay.of("bench client").as_secs_f64() * 1e3 / n;
-        let client = match client > 0.0 {
+        let against_client = match client > 0.0 {
             true => format!(
                 " ({:.2}× the replay client's {client:.2} ms)",
                 operator / client
@@ -1033,7 +1033,7 @@ fn print_scale(out: &mut String, runs: &[Run]) {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms{client} | {:.2} | {:.0}, {:.0} | {changes} |",
+            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms{against_client} | {:.2} | {:.0}, {:.0} | {changes} |",
             r.n,
             seconds(r.ceiling()),
             seconds(r.ready),

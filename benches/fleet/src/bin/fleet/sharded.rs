@@ -442,7 +442,11 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
         .into_iter()
         .max()
         .unwrap_or_default();
-    let added = peak_less(&sharded.rss_start_kib);
+    // The most the CRs added to any replica (its peak less its start).
+    let max_added = peak_less(&sharded.rss_start_kib)
+        .into_iter()
+        .max()
+        .unwrap_or_default();
     // Each replica's figure, in MiB.
     let each = |kibs: &[u64]| {
         kibs.iter()
@@ -512,11 +516,10 @@ pub(crate) fn report(out: &mut String, single: &Run, sharded: &Sharded) {
             ),
             format!(
                 "{:.1} MiB at most ({} MiB before)",
-                mib(added.iter().copied().max().unwrap_or_default()),
+                mib(max_added),
                 each(&sharded.rss_start_kib)
             ),
-            added.iter().copied().max().unwrap_or_default() as f64
-                / single_rss_kib.saturating_sub(single.rss_baseline_kib) as f64,
+            max_added as f64 / single_rss_kib.saturating_sub(single.rss_baseline_kib) as f64,
         ),
         (
             "requests per CR, all replicas".to_string(),
