@@ -55,7 +55,7 @@ impl Component<App> for Web {
         if let Some(count) = replicas.count {
             deployment["spec"]["replicas"] = json!(count);
         }
-        out.add_value("deployment", &deployment)?;
+        out.add_value("deployment", deployment)?;
         Ok(())
     }
 }

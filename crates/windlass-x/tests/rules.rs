@@ -405,7 +405,7 @@ impl Component<Probe<PostgresConnection>> for InClusterPostgres {
     ) -> Result<()> {
         out.add_value(
             "service",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": session.scoped_name(&self.name)}}),
         )?;
         Ok(())

@@ -324,8 +324,9 @@ impl Resources {
 
     /// Add an object given as JSON (a `json!` manifest, a `kube::core::DynamicObject`
     /// serialized, another operator's kind without a Rust type): it must name its
-    /// `apiVersion` and `kind` itself.
-    pub fn add_value(&mut self, name: &str, manifest: &Value) -> Result<ResourceId> {
+    /// `apiVersion` and `kind` itself. The manifest is moved in, not copied: pass a
+    /// `clone()` of one you keep.
+    pub fn add_value(&mut self, name: &str, manifest: Value) -> Result<ResourceId> {
         self.add_value_with(name, manifest, ResourceOptions::default())
     }
 
@@ -333,7 +334,7 @@ impl Resources {
     pub fn add_value_with(
         &mut self,
         name: &str,
-        manifest: &Value,
+        manifest: Value,
         options: ResourceOptions,
     ) -> Result<ResourceId> {
         self.insert(name, value_to_manifest(manifest), options)
@@ -556,7 +557,7 @@ mod tests {
         let mut r = Resources::new("web", names("shop", "app", "a"));
         r.add_value(
             "config",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": null}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": null}}),
         )
         .unwrap();
         let ordered = r.into_ordered();
@@ -586,7 +587,7 @@ mod tests {
     #[test]
     fn bad_resources_are_config_errors_naming_the_component() {
         let mut r = Resources::new("web", names("shop", "app", "a"));
-        let err = r.add_value("x", &json!({"kind": "ConfigMap"})).unwrap_err();
+        let err = r.add_value("x", json!({"kind": "ConfigMap"})).unwrap_err();
         assert!(matches!(err, Error::Config(_)));
         assert!(
             err.to_string()
@@ -594,14 +595,14 @@ mod tests {
             "{err}"
         );
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
-        r.add_value("dup", &cm).unwrap();
+        r.add_value("dup", cm.clone()).unwrap();
         assert!(
-            r.add_value("dup", &cm)
+            r.add_value("dup", cm.clone())
                 .unwrap_err()
                 .to_string()
                 .contains("already exists")
         );
-        assert!(r.add_value("", &cm).is_err());
+        assert!(r.add_value("", cm).is_err());
     }
 
     #[test]
@@ -609,8 +610,8 @@ mod tests {
         let mut r = Resources::new("db", names("ns", "app", "a"));
         let cm =
             |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
-        let a = r.add_value("a", &cm("a")).unwrap();
-        let b = r.add_value("b", &cm("b")).unwrap();
+        let a = r.add_value("a", cm("a")).unwrap();
+        let b = r.add_value("b", cm("b")).unwrap();
         r.depends_on(a, b).unwrap();
         assert!(r.depends_on(b, a).is_err(), "cycles are rejected");
         let names: Vec<String> = r.into_ordered().into_iter().map(|(n, _, _)| n).collect();

@@ -24,7 +24,7 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add_value(
             "config",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": session.scoped_name(&self.0)},
                     "data": {"component": self.0, "version": session.version()}}),
         )?;

@@ -27,7 +27,7 @@ impl<C: crate::controller::Controller<Resource = Widget>> crate::component::Comp
         "children"
     }
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
-        out.add_value("config", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
+        out.add_value("config", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
         let n = session
             .cr()
             .spec
@@ -38,7 +38,7 @@ impl<C: crate::controller::Controller<Resource = Widget>> crate::component::Comp
         for i in 0..n {
             out.add_value(
                 &format!("child-{i}"),
-                &json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+                json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
                 "metadata": {"name": session.scoped_name(&format!("child-{i}"))}, "spec": {}}),
             )?;
         }
@@ -121,7 +121,7 @@ impl<C: crate::controller::Controller<Resource = Widget>> crate::component::Comp
             .get("n")
             .and_then(|v| v.as_u64())
             .unwrap_or(0);
-        out.add_value("self", &json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
+        out.add_value("self", json!({"apiVersion": "test.windlass.dev/v1", "kind": "Widget",
             "metadata": {"name": format!("{}-next", session.name().trim_end_matches("-next"))}, "spec": {"n": n + 1}}))?;
         Ok(())
     }

@@ -101,7 +101,7 @@ impl<C: Controller> Component<C> for DummyComponent {
             // `{cr}` in names stands for the CR's name, so several CRs do not collide.
             let text = manifest.to_string().replace("{cr}", session.name());
             let manifest: Value = serde_json::from_str(&text).map_err(Error::other)?;
-            out.add_value_with(resource, &manifest, options.clone())?;
+            out.add_value_with(resource, manifest, options.clone())?;
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ impl<C: windlass::controller::Controller<Resource = Shop, Config = ShopConfig>>
         if self.0.load(Ordering::SeqCst) == PANIC_IN_RENDER {
             panic!("index out of bounds: the len is 0 but the index is 3");
         }
-        out.add_value("config", &json!({"apiVersion": "v1", "kind": "ConfigMap",
+        out.add_value("config", json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": session.scoped_name("front")},
             "data": {"title": session.cr().spec.title, "replicas": session.cr().spec.replicas.to_string(),
                      "maxItems": session.config().max_items.to_string()}}))?;

@@ -58,7 +58,7 @@ impl Controller for Shop {
             let greeting = greeting.and_then(Value::as_str);
             out.add_value(
                 "secret",
-                &secret(&session.scoped_name("settings"), greeting.unwrap_or("")),
+                secret(&session.scoped_name("settings"), greeting.unwrap_or("")),
             )?;
             Ok(())
         })?;
@@ -66,7 +66,7 @@ impl Controller for Shop {
             let password = format!("{:?}", std::time::Instant::now());
             out.add_value_with(
                 "password",
-                &secret(&session.scoped_name("web"), &password),
+                secret(&session.scoped_name("web"), &password),
                 ResourceOptions::new().create_only(),
             )?;
             let env_from = json!([
@@ -77,7 +77,7 @@ impl Controller for Shop {
                 {"name": session.scoped_name("settings"), "key": "value"}}}]);
             out.add_value_with(
                 "deployment",
-                &deployment(
+                deployment(
                     &session.scoped_name("web"),
                     env_from.clone(),
                     init_env.clone(),
@@ -86,7 +86,7 @@ impl Controller for Shop {
             )?;
             out.add_value(
                 "plain",
-                &deployment(&session.scoped_name("plain"), env_from, init_env),
+                deployment(&session.scoped_name("plain"), env_from, init_env),
             )?;
             Ok(())
         })?;
@@ -277,17 +277,17 @@ impl Controller for Unrelated {
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         graph.add_fn("maker", |_: &Session<Self>, out| {
-            out.add_value("secret", &secret("shared", "v"))?;
+            out.add_value("secret", secret("shared", "v"))?;
             Ok(())
         })?;
         let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
-            out.add_value("map", &config_map("gate", "g"))?;
+            out.add_value("map", config_map("gate", "g"))?;
             Ok(())
         })?;
         let consumer = graph.add_fn("consumer", |_: &Session<Self>, out| {
             out.add_value_with(
                 "deployment",
-                &deployment(
+                deployment(
                     "consumer",
                     json!([{"secretRef": {"name": "shared"}}]),
                     json!([]),
@@ -355,7 +355,7 @@ impl Component<Switch> for Reader {
     async fn render(&self, _: &Session<Switch>, out: &mut Resources) -> Result<()> {
         out.add_value_with(
             "deployment",
-            &deployment(
+            deployment(
                 "reader",
                 json!([{"secretRef": {"name": "credentials"}}]),
                 json!([]),
@@ -422,19 +422,19 @@ impl Controller for SameCr {
     fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
         let mut graph = Components::new();
         let gate = graph.add_fn("gate", |_: &Session<Self>, out| {
-            out.add_value("map", &config_map("gate", "g"))?;
+            out.add_value("map", config_map("gate", "g"))?;
             Ok(())
         })?;
         let maker = graph.add_fn("maker", |session: &Session<Self>, out| {
             let greeting = session.cr().spec.extra.get("greeting");
             let greeting = greeting.and_then(Value::as_str).unwrap_or("");
-            out.add_value("secret", &secret("made", greeting))?;
+            out.add_value("secret", secret("made", greeting))?;
             Ok(())
         })?;
         graph.add_fn("reader", |_: &Session<Self>, out| {
             out.add_value_with(
                 "deployment",
-                &deployment(
+                deployment(
                     "reader",
                     json!([{"secretRef": {"name": "made"}}]),
                     json!([]),

@@ -44,7 +44,7 @@ impl<C: Controller<Resource = Shop, Config = ShopConfig>> windlass::component::C
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add_value(
             "config",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": session.scoped_name("front")},
             "data": {"title": session.cr().spec.title,
                      "replicas": session.cr().spec.replicas.to_string(),
@@ -581,7 +581,7 @@ impl<C: Controller<Resource = Widget>> windlass::component::Component<C> for Raw
             .get("render")
             .cloned()
             .unwrap_or_default();
-        out.add_value("raw", &rendered)?;
+        out.add_value("raw", rendered)?;
         Ok(())
     }
 }

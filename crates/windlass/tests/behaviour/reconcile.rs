@@ -259,7 +259,7 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add_value(
             "config",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": session.scoped_name("echo")}, "data": session.config()}),
         )?;
         Ok(())

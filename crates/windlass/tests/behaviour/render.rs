@@ -24,7 +24,7 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add_value(
             "config",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": session.scoped_name("web"), "labels": null},
             "data": {"value": "rendered"}}),
         )?;
@@ -136,10 +136,10 @@ impl<C: windlass::controller::Controller<Resource = Widget>> windlass::component
     async fn render(&self, session: &Session<C>, out: &mut Resources) -> Result<()> {
         out.add_value(
             "role",
-            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": session.scoped_name("reader")}, "rules": []}),
         )?;
-        out.add_value("config", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
+        out.add_value("config", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": session.scoped_name("cfg")}}))?;
         Ok(())
     }
 }

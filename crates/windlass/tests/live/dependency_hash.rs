@@ -36,7 +36,7 @@ impl Controller for Web {
             let settings = session.scoped_name("settings");
             out.add_value(
                 "settings",
-                &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": settings},
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": settings},
                     "data": {"greeting": encode(greeting.unwrap_or(""))}}),
             )?;
             let name = session.scoped_name("web");
@@ -62,7 +62,7 @@ impl Controller for Web {
             }
             out.add_value_with(
                 "deployment",
-                &deployment,
+                deployment,
                 ResourceOptions::new().restart_on_dependency_change(),
             )?;
             Ok(())

@@ -515,7 +515,7 @@ impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
         tokio::time::sleep(self.0).await;
         out.add_value(
             "config",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": format!("{}-slow", session.name())}, "data": {}}),
         )?;
         Ok(())

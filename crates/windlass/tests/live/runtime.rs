@@ -739,7 +739,7 @@ impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
             .ok_or_else(|| Error::config("no input ConfigMap"))?;
         out.add_value(
             "output",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": format!("{}-output", session.name())},
                 "data": input.data.unwrap_or_default()}),
         )?;
@@ -800,7 +800,7 @@ impl<C: windlass::controller::Controller<Resource = windlass::testing::Widget>>
             .unwrap_or_else(|| "first".into());
         out.add_value(
             "seed",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
                 "data": {"seed": value}}),
         )?;
         Ok(())
@@ -1007,7 +1007,7 @@ impl windlass::controller::Controller for TenantDefaults {
         graph.add_fn("defaults", |session, out| {
             out.add_value(
                 "config",
-                &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "tenant-defaults", "namespace": session.name()},
                     "data": {"tenant": session.name()}}),
             )?;
