@@ -70,7 +70,10 @@ pub struct Status {
     /// The versions rolled out and supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versions: Option<Versions>,
-    /// Everything else windlass writes (`<kind>Status`, `operatorVersion`, the inventory).
+    /// Every other key (`<kind>Status`, `operatorVersion`, the author's), except the
+    /// inventory: windlass's record of what it applied, which it reads from the stored
+    /// status itself and keeps there. A typed status written back whole would drop it;
+    /// change the status with [`Session::update_status`](crate::session::Session::update_status).
     #[serde(flatten)]
     pub other: Map<String, Value>,
 }
@@ -134,9 +137,9 @@ impl Status {
 
 /// By hand, as `#[derive(Deserialize)]` would with `other` flattened, except that the
 /// keys windlass does not know go straight into `other` instead of through serde's buffer
-/// for flattened fields first: the inventory, one of them, lists every object of the CR,
-/// and a reconcile parses the status on every pass. The same answers and errors (paths
-/// included, see `parses_as_derived`).
+/// for flattened fields first, and that the inventory is skipped, not copied: it lists
+/// every object of the CR, and a reconcile parses the typed CR, status included, on every
+/// pass. Otherwise the same answers and errors (paths included, see `parses_as_derived`).
 impl<'de> Deserialize<'de> for Status {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(StatusVisitor)
@@ -164,6 +167,10 @@ impl<'de> serde::de::Visitor<'de> for StatusVisitor {
         let mut status = Status::default();
         let mut seen = [false; STATUS_FIELDS.len()];
         while let Some(key) = map.next_key::<String>()? {
+            if key == inventory::FIELD {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
             let Some(field) = STATUS_FIELDS.iter().position(|f| *f == key) else {
                 status.other.insert(key, map.next_value()?);
                 continue;
@@ -1303,16 +1310,47 @@ mod tests {
                    "observedGeneration": null, "versions": {"reconciled": "1.0"},
                    "componentStatus": {"deployed": "1/1"}}),
         ];
+        // The derived struct keeps the inventory in `other`; Status skips it.
+        let without_inventory = |value: &Value| {
+            let mut value = value.clone();
+            if let Some(map) = value.as_object_mut() {
+                map.remove(inventory::FIELD);
+            }
+            value
+        };
         for case in cases {
-            assert_eq!(parsed::<Status>(&case), parsed::<Derived>(&case), "{case}");
+            assert_eq!(
+                parsed::<Status>(&case),
+                parsed::<Derived>(&without_inventory(&case)),
+                "{case}"
+            );
             let mut outer = case.clone();
             if let Some(map) = outer.as_object_mut() {
                 map.insert("url".into(), json!("u"));
             }
             assert_eq!(
                 parsed::<Outer<Status>>(&outer),
-                parsed::<Outer<Derived>>(&outer),
+                parsed::<Outer<Derived>>(&without_inventory(&outer)),
                 "{outer}"
+            );
+        }
+    }
+
+    /// The typed status leaves the inventory out of `other`, whatever its shape, and keeps
+    /// every other unknown key.
+    #[test]
+    fn the_typed_status_skips_the_inventory() {
+        for inventory in [
+            json!([{"kind": "ConfigMap", "name": "a"}]),
+            json!("x"),
+            json!(null),
+        ] {
+            let status: Status = serde_json::from_value(json!({
+                "inventory": inventory, "webAppStatus": "Completed", "url": "u"}))
+            .unwrap();
+            assert_eq!(
+                Value::Object(status.other),
+                json!({"webAppStatus": "Completed", "url": "u"})
             );
         }
     }
