@@ -45,7 +45,9 @@ pub(crate) struct Ledger {
 impl Ledger {
     pub(crate) fn new(inventory: Inventory) -> Self {
         Ledger {
-            objects: Mutex::default(),
+            // Sized for what the rollout will read: each recorded object, the CR and a few
+            // more, so that the map does not grow (and rehash) object by object.
+            objects: Mutex::new(HashMap::with_capacity(inventory.len() + 8)),
             inventory: Mutex::new(Arc::new(inventory)),
             finalizers: tokio::sync::Mutex::new(()),
             dependencies: Mutex::default(),
