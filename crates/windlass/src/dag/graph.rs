@@ -44,6 +44,11 @@ struct Entry<N, E> {
     upstream: Vec<(NodeId, E)>,
 }
 
+/// A graph of fewer nodes than this finds a name by scanning its nodes; a larger one keeps
+/// an index. Most graphs are one component's few resources, made on every reconcile, for
+/// which a hash map and a second copy of each name cost more than the scan saves.
+const INDEXED_FROM: usize = 16;
+
 /// A directed acyclic graph of named nodes with data `N` and edges with data `E`.
 /// An edge from `node` to `upstream` means "`node` waits for `upstream`".
 ///
@@ -51,6 +56,7 @@ struct Entry<N, E> {
 #[derive(Debug, Clone)]
 pub struct Graph<N, E = ()> {
     nodes: Vec<Entry<N, E>>,
+    /// Every node by name once there are [`INDEXED_FROM`] of them; empty before.
     by_name: HashMap<String, NodeId>,
 }
 
@@ -75,16 +81,26 @@ impl<N, E> Graph<N, E> {
         if name.is_empty() {
             return Err(GraphError::EmptyName);
         }
-        if self.by_name.contains_key(&name) {
+        if self.node(&name).is_some() {
             return Err(GraphError::Duplicate(name));
         }
         let id = NodeId(self.nodes.len());
-        self.by_name.insert(name.clone(), id);
         self.nodes.push(Entry {
             name,
             data,
             upstream: Vec::new(),
         });
+        match self.nodes.len() {
+            n if n < INDEXED_FROM => {}
+            INDEXED_FROM => {
+                self.by_name = (self.nodes.iter().enumerate())
+                    .map(|(i, entry)| (entry.name.clone(), NodeId(i)))
+                    .collect();
+            }
+            _ => {
+                self.by_name.insert(self.nodes[id.0].name.clone(), id);
+            }
+        }
         Ok(id)
     }
 
@@ -130,6 +146,9 @@ impl<N, E> Graph<N, E> {
 
     /// The node of this name.
     pub fn node(&self, name: &str) -> Option<NodeId> {
+        if self.nodes.len() < INDEXED_FROM {
+            return self.nodes.iter().position(|e| e.name == name).map(NodeId);
+        }
         self.by_name.get(name).copied()
     }
 
@@ -171,6 +190,9 @@ impl<N, E> Graph<N, E> {
     /// Nodes with every dependency before its dependents, ties broken by name (rule 8):
     /// a post-order depth-first walk visiting nodes and their dependencies sorted by name.
     pub fn topology(&self) -> Vec<NodeId> {
+        if self.nodes.len() < 2 {
+            return self.ids().collect();
+        }
         let mut order = Vec::with_capacity(self.nodes.len());
         let mut visited = vec![false; self.nodes.len()];
         let mut roots: Vec<NodeId> = self.ids().collect();
@@ -247,6 +269,31 @@ mod tests {
         g.add_node("a", ()).unwrap();
         assert_eq!(g.add_node("a", ()), Err(GraphError::Duplicate("a".into())));
         assert_eq!(g.add_node("", ()), Err(GraphError::EmptyName));
+    }
+
+    /// Names are found, and duplicates refused, as a graph grows past the size from which
+    /// it indexes its names.
+    #[test]
+    fn names_are_found_at_every_size() {
+        let mut g: Graph<usize> = Graph::new();
+        for i in 0..3 * INDEXED_FROM {
+            let name = format!("n{i}");
+            assert_eq!(g.add_node(name.clone(), i), Ok(NodeId(i)));
+            for j in [0, i / 2, i] {
+                assert_eq!(
+                    g.node(&format!("n{j}")),
+                    Some(NodeId(j)),
+                    "{j} of {}",
+                    i + 1
+                );
+                assert_eq!(
+                    g.add_node(format!("n{j}"), 0),
+                    Err(GraphError::Duplicate(format!("n{j}")))
+                );
+            }
+            assert_eq!(g.node(&format!("n{}", i + 1)), None);
+            assert_eq!(g.len(), i + 1);
+        }
     }
 
     #[test]
