@@ -220,7 +220,10 @@ struct Schedule<'r> {
     rank: Vec<usize>,
     /// How many upstream nodes each node waits for to be verified.
     waiting_on: Vec<usize>,
-    downstream: Vec<Vec<NodeId>>,
+    /// The nodes that wait for each node, all in one list: node `i`'s are
+    /// `downstream[starts[i]..starts[i + 1]]` (one allocation per run, not one per node).
+    downstream: Vec<NodeId>,
+    starts: Vec<usize>,
     state: Vec<NodeState>,
     /// Ready nodes ordered by topology rank, so a limit of 1 runs them in topology order.
     queue: BTreeSet<(usize, NodeId)>,
@@ -238,17 +241,27 @@ impl<'r> Schedule<'r> {
             rank[id.index()] = i;
         }
         let waiting_on: Vec<usize> = graph.ids().map(|id| graph.upstream(id).count()).collect();
-        let mut downstream: Vec<Vec<NodeId>> = vec![Vec::new(); graph.len()];
-        for id in graph.ids() {
-            for (up, _) in graph.upstream(id) {
-                downstream[up.index()].push(id);
-            }
+        // Every edge as (upstream, dependent), in node order; a stable sort by upstream keeps
+        // each node's dependents in node order.
+        let mut edges: Vec<(usize, NodeId)> = graph
+            .ids()
+            .flat_map(|id| graph.upstream(id).map(move |(up, _)| (up.index(), id)))
+            .collect();
+        edges.sort_by_key(|(up, _)| *up);
+        let mut starts = vec![0; graph.len() + 1];
+        for (up, _) in &edges {
+            starts[up + 1] += 1;
         }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let downstream = edges.into_iter().map(|(_, id)| id).collect();
         let mut schedule = Schedule {
             disabled,
             rank,
             waiting_on,
             downstream,
+            starts,
             state: vec![NodeState::Waiting; graph.len()],
             queue: BTreeSet::new(),
             gated: Vec::new(),
@@ -307,7 +320,8 @@ impl<'r> Schedule<'r> {
         };
         self.state[id.index()] = outcome;
         if outcome == NodeState::Verified {
-            for &down in &self.downstream[id.index()] {
+            let waiting = self.starts[id.index()]..self.starts[id.index() + 1];
+            for &down in &self.downstream[waiting] {
                 self.waiting_on[down.index()] -= 1;
                 if self.waiting_on[down.index()] == 0
                     && self.state[down.index()] == NodeState::Waiting
