@@ -45,9 +45,7 @@ pub(crate) struct Ledger {
 impl Ledger {
     pub(crate) fn new(inventory: Inventory) -> Self {
         Ledger {
-            // Sized for what the rollout will read: each recorded object, the CR and a few
-            // more, so that the map does not grow (and rehash) object by object.
-            objects: Mutex::new(HashMap::with_capacity(inventory.len() + 8)),
+            objects: Mutex::default(),
             inventory: Mutex::new(Arc::new(inventory)),
             finalizers: tokio::sync::Mutex::new(()),
             dependencies: Mutex::default(),
