@@ -222,17 +222,13 @@ impl ManifestExt for Value {
 pub fn to_manifest<T: Serialize + ?Sized>(object: &T) -> Result<Value, Error> {
     let value = serde_json::to_value(object)
         .map_err(|e| Error::config(format!("object cannot be serialized: {e}")))?;
-    checked_manifest(value)
+    value_to_manifest(value)
 }
 
-/// [`to_manifest`] of a manifest that is JSON already: checked in place, neither
-/// serialized again nor copied (a rollout adds every object it renders).
-pub(crate) fn value_to_manifest(value: Value) -> Result<Value, Error> {
-    checked_manifest(value)
-}
-
-/// `value` as a manifest: a map, without `null` map entries.
-fn checked_manifest(mut value: Value) -> Result<Value, Error> {
+/// [`to_manifest`] of a manifest that is JSON already: checked to be a map, with its
+/// `null` map entries dropped in place, neither serialized again nor copied (a rollout
+/// adds every object it renders).
+pub(crate) fn value_to_manifest(mut value: Value) -> Result<Value, Error> {
     if !value.is_object() {
         return Err(Error::config(format!(
             "a Kubernetes object must serialize to a map, got {value}"
