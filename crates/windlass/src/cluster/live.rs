@@ -107,10 +107,18 @@ impl LiveCluster {
         }
     }
 
+    /// What the API server says of `type_ref`'s kind, asked once and then kept.
     async fn kind(&self, type_ref: &TypeRef) -> Result<Arc<Kind>, ClusterError> {
         if let Some(kind) = self.kinds.lock().get(type_ref) {
             return Ok(Arc::clone(kind));
         }
+        // Boxed: a discovery's state is a few KiB that every caller's future would carry
+        // (and allocate, every request) if it were kept inline for the rare first call.
+        Box::pin(self.discover(type_ref)).await
+    }
+
+    /// Ask the API server about `type_ref`'s kind and keep the answer (see [`Self::kind`]).
+    async fn discover(&self, type_ref: &TypeRef) -> Result<Arc<Kind>, ClusterError> {
         let (group, version) = match type_ref.api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", type_ref.api_version.as_str()),

@@ -50,7 +50,7 @@ impl<C: Controller> Reconciler<C> {
         let current_version = reconciled_version(status).map(str::to_string);
         Ok(Session::new(Parts {
             id: id.to_string(),
-            cr: typed,
+            cr: Box::new(typed),
             reference: Parts::<C>::reference_of(&merged),
             manifest: merged,
             config,

@@ -133,7 +133,10 @@ impl<C: ControllerTypes> Clone for Session<C> {
 /// What a session is made of; [`crate::reconcile`] builds it.
 pub(crate) struct Parts<C: ControllerTypes> {
     pub(crate) id: String,
-    pub(crate) cr: C::Resource,
+    /// Boxed, as are the typed statuses below: the parts are made every reconcile, and
+    /// kept under 1 KiB they stay clear of glibc malloc's slow path for larger blocks (the
+    /// runtime's worker module says what it costs).
+    pub(crate) cr: Box<C::Resource>,
     /// The CR merged over the controller's CR defaults (`read` itself when there are none).
     pub(crate) manifest: Arc<Value>,
     /// The CR's reference, from `manifest` (see [`Parts::reference_of`]): read once, as
@@ -149,9 +152,9 @@ pub(crate) struct Parts<C: ControllerTypes> {
     /// The status as read, typed (the type's default when it does not parse), parsed when
     /// first asked for: parsing a status that lists every component and object costs a
     /// reconcile that does not look at it.
-    pub(crate) typed_status: std::sync::OnceLock<C::Status>,
+    pub(crate) typed_status: std::sync::OnceLock<Box<C::Status>>,
     /// The author's changes to the status, once [`Session::update_status`] was called.
-    pub(crate) status_changes: Mutex<Option<C::Status>>,
+    pub(crate) status_changes: Mutex<Option<Box<C::Status>>>,
     pub(crate) version: Option<String>,
     pub(crate) current_version: Option<String>,
     /// The versions a CR may ask for.
@@ -317,7 +320,7 @@ impl<C: ControllerTypes> Session<C> {
     pub fn status(&self) -> &C::Status {
         self.inner
             .typed_status
-            .get_or_init(|| typed_status::<C>(self.status_value()))
+            .get_or_init(|| Box::new(typed_status::<C>(self.status_value())))
     }
     /// The CR's status when the reconcile began, as JSON.
     pub fn status_value(&self) -> &Value {
@@ -337,7 +340,7 @@ impl<C: ControllerTypes> Session<C> {
     /// ```
     pub fn update_status(&self, change: impl FnOnce(&mut C::Status)) {
         let mut changes = self.inner.status_changes.lock();
-        change(changes.get_or_insert_with(|| self.status().clone()));
+        change(changes.get_or_insert_with(|| Box::new(self.status().clone())));
     }
     /// The author's status changes as one JSON merge over the status (keys that changed,
     /// `null` for keys that went away), if any were made.
