@@ -207,6 +207,8 @@ struct Run {
     cpu_ceiling: Cpu,
     /// CPU time of each process from the first create to all Ready.
     cpu_rollout: Cpu,
+    /// CPU time of each process during the steady window.
+    cpu_steady: Cpu,
     /// The same-writes ceiling: the operator's writes replayed from one client
     /// ([`replay`]), how many requests were in flight and how long it took.
     replayed: (usize, Duration),
@@ -333,8 +335,10 @@ async fn run(plane: &mut Plane, settings: &Settings, n: usize) -> Run {
     // Let the owned-kind watches catch up with the last writes before the window opens.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before_steady = operator.scrape().await;
+    let cpu_before_steady = Cpu::now(env, Some(operator.pid()));
     eprintln!("steady window: {} s", settings.steady.as_secs());
     tokio::time::sleep(settings.steady).await;
+    let cpu_steady = Cpu::now(env, Some(operator.pid())).since(&cpu_before_steady);
     let after_steady = operator.scrape().await;
     let rss_peak_kib = operator.peak_rss_kib();
     let rss_steady_kib = operator.rss_kib();
@@ -404,6 +408,7 @@ async fn run(plane: &mut Plane, settings: &Settings, n: usize) -> Run {
         queue_wait_p99: p99,
         cpu_ceiling,
         cpu_rollout,
+        cpu_steady,
         replayed,
         replayed_writes: capture.describe(),
         cpu_replay,
@@ -1031,9 +1036,25 @@ fn print_scale(out: &mut String, runs: &[Run]) {
             ),
             false => String::new(),
         };
+        // A steady window's reconciles are periodic ones that find nothing to do: their cost
+        // prices the reconciles of the rollout beyond one per CR (the sync period coming round
+        // for CRs Ready early), which are no part of rolling a CR out.
+        let steady_reconciles = r.steady.reconciles();
+        let periodic = match steady_reconciles > 0.0 {
+            true => {
+                let each = r.cpu_steady.of("operator").as_secs_f64() / steady_reconciles;
+                let beyond = (r.rollout.reconciles() - n).max(0.0);
+                format!(
+                    "; {:.0} µs a periodic reconcile, {:.2} ms / CR less {beyond:.0} reconciles beyond one per CR at that",
+                    each * 1e6,
+                    operator - beyond * each * 1e3 / n
+                )
+            }
+            false => String::new(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms{against_client} | {:.2} | {:.0}, {:.0} | {changes} |",
+            "| {} | {} | {} | {:.2}× | {:.1} MiB (baseline {:.1}) | {objects:.0} | {:.0} B, {:.0} B, {:.0} B | {:.2} ms{against_client}{periodic} | {:.2} | {:.0}, {:.0} | {changes} |",
             r.n,
             seconds(r.ceiling()),
             seconds(r.ready),
