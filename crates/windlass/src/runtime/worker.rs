@@ -250,21 +250,7 @@ mod tests {
     use super::*;
     use crate::cluster::MemoryCluster;
     use crate::config::OperatorConfig;
-    use crate::prelude::*;
-    use crate::testing::{TEST_NAMESPACE, Widget};
-
-    /// A controller of no components: reconciling a CR that is not there ends at once.
-    struct Nothing;
-
-    #[async_trait]
-    impl Controller for Nothing {
-        type Resource = Widget;
-        type Config = crate::controller::NoConfig;
-        type Status = crate::status::Status;
-        fn components(&self, _: &Session<Self>) -> Result<Components<Self>> {
-            Ok(Components::new())
-        }
-    }
+    use crate::testing::{DummyController, TEST_NAMESPACE};
 
     /// Notes the task each reconcile ran on, and how many ran at once at most.
     #[derive(Default)]
@@ -298,8 +284,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reconciles_reuse_a_pool_no_larger_than_the_queue_bound_and_a_stop_ends_it_at_once() {
+        // No components: reconciling a CR that is not there ends at once.
         let reconciler = Reconciler::new(
-            Nothing,
+            DummyController::new(),
             Arc::new(MemoryCluster::new()),
             OperatorConfig::default(),
         );
