@@ -20,6 +20,7 @@
 //!   `Retry-After`), 503 and 504 beneath this.
 
 use parking_lot::Mutex;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -300,7 +301,7 @@ impl Cluster for LiveCluster {
             WriteMethod::Replace => {
                 let (api, kind) = self.object_api(&reference).await?;
                 let desired = without_ignored_fields(manifest, &kind);
-                replace_or_create(&api, &reference, desired).await?
+                replace_or_create(&api, &reference, desired.into_owned()).await?
             }
         };
         self.to_value(written)
@@ -428,19 +429,27 @@ impl LiveCluster {
 
 /// The manifest as it is sent for a kind: without a namespace if the kind is
 /// cluster-scoped, without status if the kind writes status through its subresource.
-fn without_ignored_fields(manifest: &Value, kind: &Kind) -> Value {
+/// Borrowed when there is nothing to drop, as for almost every object: a copy of the
+/// manifest per write would be an allocation per field, freed again once it is sent.
+fn without_ignored_fields<'m>(manifest: &'m Value, kind: &Kind) -> Cow<'m, Value> {
+    let drop_namespace = kind.scope == Scope::Cluster
+        && manifest
+            .get("metadata")
+            .is_some_and(|m| m.get("namespace").is_some());
+    // Status is written through its subresource; on the object itself the server ignores
+    // it, and an apply would claim its fields for nothing.
+    let drop_status = kind.status_subresource && manifest.get("status").is_some();
+    if !drop_namespace && !drop_status {
+        return Cow::Borrowed(manifest);
+    }
     let mut desired = manifest.clone();
-    if kind.scope == Scope::Cluster {
+    if drop_namespace {
         desired.metadata_mut().remove("namespace");
     }
-    if kind.status_subresource
-        && let Some(map) = desired.as_object_mut()
-    {
-        // Status is written through its subresource; on the object itself the server
-        // ignores it, and an apply would claim its fields for nothing.
+    if drop_status && let Some(map) = desired.as_object_mut() {
         map.remove("status");
     }
-    desired
+    Cow::Owned(desired)
 }
 
 /// [`WriteMethod::Update`]: a JSON merge patch, or a create (without the `null`s that
