@@ -67,6 +67,7 @@ impl<C: Controller> Reconciler<C> {
             observer: self.observer.clone(),
             component_events: parking_lot::Mutex::new(Vec::new()),
             ledger,
+            settled: self.settled.clone(),
         }))
     }
 

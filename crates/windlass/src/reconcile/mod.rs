@@ -66,6 +66,7 @@ use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, Observer, Quiet, emit};
+use crate::rollout::settled::Settled;
 use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
 use crate::status::{self, StatusUpdate, condition};
@@ -133,6 +134,9 @@ pub struct Reconciler<C: Controller> {
     operator: Arc<OperatorConfig>,
     observer: Arc<dyn Observer>,
     events: Option<Arc<dyn EventSink>>,
+    /// The objects its reconciles found in sync, by version (see
+    /// [`crate::rollout::settled`]): shared by its clones, which reconcile on its cluster.
+    settled: Arc<Settled>,
 }
 
 impl<C: Controller> Clone for Reconciler<C> {
@@ -144,6 +148,7 @@ impl<C: Controller> Clone for Reconciler<C> {
             operator: self.operator.clone(),
             observer: self.observer.clone(),
             events: self.events.clone(),
+            settled: self.settled.clone(),
         }
     }
 }
@@ -159,6 +164,7 @@ impl<C: Controller> Reconciler<C> {
             operator: Arc::new(operator),
             observer: Arc::new(Quiet),
             events: None,
+            settled: Arc::default(),
         }
     }
 
@@ -182,6 +188,8 @@ impl<C: Controller> Reconciler<C> {
     /// one, say).
     pub(crate) fn with_cluster(mut self, cluster: Arc<dyn Cluster>) -> Self {
         self.cluster = cluster;
+        // What was in sync on the old cluster says nothing about objects of this one.
+        self.settled = Arc::default();
         self
     }
 

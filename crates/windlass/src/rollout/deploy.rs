@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::Rollout;
 use super::prune::delete_recorded;
+use super::settled::Memo;
 use super::stamp::ComponentStamp;
 use crate::annotations;
 use crate::component::ManagedObject;
@@ -99,7 +100,18 @@ impl<C: Controller> Rollout<'_, C> {
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
             (Some(_), true) => crate::rollout::drift::Drift::InSync,
-            _ => stamped.drift(live.as_deref(), object.method, crate::FIELD_MANAGER),
+            _ => {
+                let memo = Memo {
+                    settled: session.settled(),
+                    object: reference,
+                };
+                stamped.drift(
+                    live.as_deref(),
+                    object.method,
+                    crate::FIELD_MANAGER,
+                    Some(memo),
+                )
+            }
         };
         let stored = match live {
             Some(live) if !drift.needs_write() => live,

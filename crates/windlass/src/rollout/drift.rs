@@ -31,6 +31,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::settled::Memo;
 use crate::annotations::APPLIED_HASH;
 use crate::cluster::WriteMethod;
 use crate::object::ManifestExt;
@@ -83,17 +84,22 @@ pub fn drift(
         live,
         method,
         field_manager,
+        None,
     )
 }
 
 /// [`drift`] of the manifest `desired` stands for, whose [`APPLIED_HASH`] annotation
-/// `applied_hash` gives (asked only when there is a live object to compare it with).
+/// `applied_hash` gives (asked only when there is a live object to compare it with). With
+/// a `memo`, an object found in sync at the live object's resourceVersion before is in sync
+/// without walking its fields again, and one found in sync now is remembered (see
+/// [`super::settled`]).
 pub(crate) fn drift_of<'d>(
     desired: Node<'d>,
     applied_hash: impl FnOnce() -> Option<&'d str>,
     live: Option<&Value>,
     method: WriteMethod,
     field_manager: &str,
+    memo: Option<Memo<'_>>,
 ) -> Drift {
     let Some(live) = live else {
         return Drift::Absent;
@@ -105,7 +111,7 @@ pub(crate) fn drift_of<'d>(
     if hash.is_none() || hash != live.annotation(APPLIED_HASH) {
         return Drift::Changed;
     }
-    if method != WriteMethod::Apply {
+    if method != WriteMethod::Apply || memo.is_some_and(|m| m.holds(live)) {
         return Drift::InSync;
     }
     let Some(owned) = applied_fields(live, field_manager) else {
@@ -133,6 +139,9 @@ pub(crate) fn drift_of<'d>(
             path.reverse();
             return Drift::Taken(path.join("."));
         }
+    }
+    if let Some(memo) = memo {
+        memo.record(live);
     }
     Drift::InSync
 }

@@ -34,6 +34,7 @@ mod dump;
 pub(crate) mod patch;
 mod prune;
 mod render;
+pub(crate) mod settled;
 mod stamp;
 
 pub(crate) use prune::prune_removed_components;

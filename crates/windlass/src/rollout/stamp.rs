@@ -18,7 +18,8 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use super::drift::{Drift, Layer, Layered, Node, drift, drift_of, stamp};
+use super::drift::{Drift, Layer, Layered, Node, drift_of, stamp};
+use super::settled::Memo;
 use crate::annotations::{self, APPLIED_HASH, labels};
 use crate::cluster::WriteMethod;
 use crate::cluster::finalizer::{collected_in, collected_with};
@@ -160,18 +161,36 @@ pub(crate) struct ObjectStamp<'a> {
 }
 
 impl ObjectStamp<'_> {
-    /// [`drift`] of the stamped manifest over `live`.
+    /// [`super::drift::drift`] of the stamped manifest over `live`, asking `memo` first whether the walk
+    /// of its fields was done at this version (see [`drift_of`]).
     pub(crate) fn drift(
         &self,
         live: Option<&Value>,
         method: WriteMethod,
         field_manager: &str,
+        memo: Option<Memo<'_>>,
     ) -> Drift {
         if !self.layered() {
-            return drift(self.manifest(), live, method, field_manager);
+            let manifest = self.manifest();
+            let hash = || manifest.annotation(APPLIED_HASH);
+            return drift_of(
+                Node::Plain(manifest),
+                hash,
+                live,
+                method,
+                field_manager,
+                memo,
+            );
         }
         self.view(true, |desired| {
-            drift_of(desired, || self.applied_hash(), live, method, field_manager)
+            drift_of(
+                desired,
+                || self.applied_hash(),
+                live,
+                method,
+                field_manager,
+                memo,
+            )
         })
     }
 

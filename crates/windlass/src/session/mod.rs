@@ -21,6 +21,7 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
+use crate::rollout::settled::Settled;
 use crate::values::parse_with_path;
 use crate::version::Versions;
 mod ledger;
@@ -164,6 +165,8 @@ pub(crate) struct Parts<C: ControllerTypes> {
     /// published by the reconcile once the rollout is over.
     pub(crate) component_events: Mutex<Vec<CrEvent>>,
     pub(crate) ledger: Arc<Ledger>,
+    /// The reconciler's memo of objects found in sync (see [`crate::rollout::settled`]).
+    pub(crate) settled: Arc<Settled>,
 }
 
 impl<C: ControllerTypes> Parts<C> {
@@ -188,6 +191,11 @@ impl<C: ControllerTypes> Session<C> {
 
     pub(crate) fn ledger(&self) -> &Arc<Ledger> {
         &self.inner.ledger
+    }
+
+    /// The reconciler's memo of the objects found in sync, by version.
+    pub(crate) fn settled(&self) -> &Settled {
+        &self.inner.settled
     }
 
     /// [`Session::cluster`], with the reads and writes that answer with the ledger's copy.

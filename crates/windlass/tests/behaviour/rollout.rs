@@ -390,3 +390,46 @@ async fn a_precondition_error_raised_in_verify_waits_like_not_yet() {
         "the reason reaches the status: {status}"
     );
 }
+
+/// A reconcile that found an object in sync remembers it by version and does not walk its
+/// fields again; another writer's edit gives the object a new version, so the next
+/// reconcile walks them, finds the field taken and applies it back: the memo never hides
+/// an edit, however many steady reconciles came before it.
+#[tokio::test]
+async fn a_field_taken_after_steady_reconciles_is_put_back_on_the_next() {
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "{cr}-settings"}, "data": {"mode": "fast", "size": "3"}});
+    let env = Harness::new(DummyController::new().component(
+        DummyComponent::new("app").with_object("settings", config),
+        &[],
+    ))
+    .await;
+    let cr = env.apply_cr("a", json!({})).await;
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
+    assert_eq!(env.log.applied().len(), 1);
+    for _ in 0..3 {
+        env.log.clear();
+        assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
+        assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
+    }
+    // kubectl edit changes a field windlass applied: the field is kubectl's now.
+    let edit = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a-settings", "namespace": TEST_NAMESPACE},
+        "data": {"mode": "slow"}});
+    env.memory
+        .update_as(
+            "kubectl-edit",
+            &edit,
+            windlass::cluster::WriteMethod::Update,
+        )
+        .expect("the edit lands");
+    env.log.clear();
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
+    assert_eq!(env.log.applied(), vec![cm_ref("a-settings")]);
+    let live = env.get(&cm_ref("a-settings")).await.expect("still there");
+    assert_eq!(live["data"]["mode"], "fast", "{live}");
+    // And in sync again from then on.
+    env.log.clear();
+    assert_eq!(env.reconcile(&cr).await.outcome, Action::Done);
+    assert!(env.log.applied().is_empty(), "{:?}", env.log.applied());
+}

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 use super::*;
+use crate::rollout::drift::drift;
 use crate::strategies::{any_json, key, scalar};
 
 const MANAGER: &str = "windlass";
@@ -231,7 +232,7 @@ proptest! {
         for live in &lives {
             let object = stamp.object(&rendered, itself);
             let expected = drift(&copy, live.as_ref(), method, MANAGER);
-            prop_assert_eq!(object.drift(live.as_ref(), method, MANAGER), expected);
+            prop_assert_eq!(object.drift(live.as_ref(), method, MANAGER, None), expected);
             prop_assert_eq!(object.manifest(), &copy);
         }
         // The manifest alone, without a drift check first.
@@ -275,7 +276,7 @@ fn an_applied_object_is_in_sync_until_a_label_is_taken() {
     let live = live_of(&copy, (Some(None), false, false));
     let object = stamp.object(&rendered, false);
     assert_eq!(
-        object.drift(Some(&live), WriteMethod::Apply, MANAGER),
+        object.drift(Some(&live), WriteMethod::Apply, MANAGER, None),
         Drift::InSync
     );
     let mut taken = live.clone();
@@ -285,7 +286,7 @@ fn an_applied_object_is_in_sync_until_a_label_is_taken() {
         .unwrap()
         .remove("f:windlass.dev/owner-uid");
     assert_eq!(
-        object.drift(Some(&taken), WriteMethod::Apply, MANAGER),
+        object.drift(Some(&taken), WriteMethod::Apply, MANAGER, None),
         Drift::Taken("metadata.labels.windlass.dev/owner-uid".into())
     );
     assert_eq!(object.manifest(), &copy);
