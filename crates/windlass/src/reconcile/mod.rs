@@ -66,7 +66,7 @@ use crate::error::{ClusterError, Error, Result};
 use crate::events::{CrEvent, EventSink};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::{Event, Observer, Quiet, emit};
-use crate::rollout::settled::Settled;
+use crate::session::settled::Settled;
 use crate::session::{Ledger, Session};
 use crate::status::inventory::Inventory;
 use crate::status::{self, StatusUpdate, condition};
@@ -135,7 +135,7 @@ pub struct Reconciler<C: Controller> {
     observer: Arc<dyn Observer>,
     events: Option<Arc<dyn EventSink>>,
     /// The objects its reconciles found in sync, by version (see
-    /// [`crate::rollout::settled`]): shared by its clones, which reconcile on its cluster.
+    /// [`crate::session::settled`]): shared by its clones, which reconcile on its cluster.
     settled: Arc<Settled>,
 }
 

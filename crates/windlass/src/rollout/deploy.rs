@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::Rollout;
 use super::prune::delete_recorded;
-use super::settled::Memo;
 use super::stamp::ComponentStamp;
 use crate::annotations;
 use crate::component::ManagedObject;
@@ -19,6 +18,7 @@ use crate::dag::NodeId;
 use crate::error::{ClusterError, Error, Result};
 use crate::object::{ManifestExt, ObjectRef};
 use crate::progress::Event;
+use crate::session::settled::Memo;
 
 impl<C: Controller> Rollout<'_, C> {
     /// Apply every object in render order; the first error stops the component.

@@ -31,11 +31,11 @@
 
 use serde_json::{Map, Value, json};
 
-use super::settled::Memo;
 use crate::annotations::APPLIED_HASH;
 use crate::cluster::WriteMethod;
 use crate::object::ManifestExt;
 use crate::object::applied_fields;
+use crate::session::settled::Memo;
 
 /// Why an object is (or is not) written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +92,7 @@ pub fn drift(
 /// `applied_hash` gives (asked only when there is a live object to compare it with). With
 /// a `memo`, an object found in sync at the live object's resourceVersion before is in sync
 /// without walking its fields again, and one found in sync now is remembered (see
-/// [`super::settled`]).
+/// [`crate::session::settled`]).
 pub(crate) fn drift_of<'d>(
     desired: Node<'d>,
     applied_hash: impl FnOnce() -> Option<&'d str>,

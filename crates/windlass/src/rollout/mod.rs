@@ -34,7 +34,6 @@ mod dump;
 pub(crate) mod patch;
 mod prune;
 mod render;
-pub(crate) mod settled;
 mod stamp;
 
 pub(crate) use prune::prune_removed_components;

@@ -19,11 +19,11 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 
 use super::drift::{Drift, Layer, Layered, Node, drift_of, stamp};
-use super::settled::Memo;
 use crate::annotations::{self, APPLIED_HASH, labels};
 use crate::cluster::WriteMethod;
 use crate::cluster::finalizer::{collected_in, collected_with};
 use crate::object::{ManifestExt, label_value};
+use crate::session::settled::Memo;
 use crate::values::{CanonicalHash, maps_are_sorted};
 
 /// What every object of one rollout gets from the CR, made once per rollout.

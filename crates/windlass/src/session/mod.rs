@@ -21,10 +21,11 @@ use crate::object::{ManifestExt, ObjectRef, TypeRef, scoped_name, truncated_name
 use crate::progress::{Event, Observer, emit};
 use crate::reference::{ObjectName, Ref};
 use crate::resource::ControllerTypes;
-use crate::rollout::settled::Settled;
 use crate::values::parse_with_path;
 use crate::version::Versions;
+use settled::Settled;
 mod ledger;
+pub(crate) mod settled;
 /// The ledger's test cluster, for tests of the layers a reconcile's cluster passes through.
 #[cfg(test)]
 pub(crate) use ledger::tests as ledger_tests;
@@ -165,7 +166,7 @@ pub(crate) struct Parts<C: ControllerTypes> {
     /// published by the reconcile once the rollout is over.
     pub(crate) component_events: Mutex<Vec<CrEvent>>,
     pub(crate) ledger: Arc<Ledger>,
-    /// The reconciler's memo of objects found in sync (see [`crate::rollout::settled`]).
+    /// The reconciler's memo of objects found in sync (see [`crate::session::settled`]).
     pub(crate) settled: Arc<Settled>,
 }
 

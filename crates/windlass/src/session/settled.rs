@@ -2,13 +2,16 @@
 //! resourceVersion they were found at ([`Settled`]).
 //!
 //! A drift check that finds the applied hash unchanged walks the desired manifest against
-//! windlass's `managedFields` entry of the live object (see [`super::drift`]). The answer
-//! depends on nothing but the desired manifest and the live object; with the hash equal to
-//! the live object's annotation, the desired manifest is the one that hash stands for, so
-//! the live object's resourceVersion decides it alone: any change to the object, a field
-//! taken by another writer included, gives it a new one. A reconcile that finds nothing to
-//! do (the periodic resync of every CR) would otherwise walk every field of every object
-//! it renders, every time; it now asks this memo once per object.
+//! windlass's `managedFields` entry of the live object (see [`crate::rollout::drift`]).
+//! The answer depends on nothing but the desired manifest and the live object; with the
+//! hash equal to the live object's annotation, the desired manifest is the one that hash
+//! stands for, so the live object's resourceVersion decides it alone: any change to the
+//! object, a field taken by another writer included, gives it a new one. A reconcile that
+//! finds nothing to do (the periodic resync of every CR) would otherwise walk every field
+//! of every object it renders, every time; it now asks this memo once per object.
+//!
+//! It lives with the session, which carries it into each reconcile, because the rollout
+//! that asks it already depends on the session.
 //!
 //! The memo is the reconciler's, shared by its reconciles, and keeps 16 bytes an object: a
 //! digest of the object's reference and the resourceVersion, which a Kubernetes API server
