@@ -97,21 +97,19 @@ impl<C: Controller> Rollout<'_, C> {
         // The owner reference, windlass's labels and the applied hash: laid over the
         // rendered manifest to decide, stamped on a copy only to write.
         let stamped = stamp.object(&object.manifest, itself);
+        let memo = Memo {
+            settled: session.settled(),
+            object: reference,
+        };
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
             (Some(_), true) => crate::rollout::drift::Drift::InSync,
-            _ => {
-                let memo = Memo {
-                    settled: session.settled(),
-                    object: reference,
-                };
-                stamped.drift(
-                    live.as_deref(),
-                    object.method,
-                    crate::FIELD_MANAGER,
-                    Some(memo),
-                )
-            }
+            _ => stamped.drift(
+                live.as_deref(),
+                object.method,
+                crate::FIELD_MANAGER,
+                Some(memo),
+            ),
         };
         let stored = match live {
             Some(live) if !drift.needs_write() => live,
@@ -125,7 +123,18 @@ impl<C: Controller> Rollout<'_, C> {
                 {
                     Box::pin(session.hold_for_cleanup(component, reference)).await?;
                 }
-                Box::pin(self.write(object, stamped.manifest())).await?
+                let stored = Box::pin(self.write(object, stamped.manifest())).await?;
+                // The answer is the object as this write left it: checked once now, it is
+                // remembered in sync at its version, and the next reconcile need not walk it.
+                if !object.create_only {
+                    stamped.drift(
+                        Some(&stored),
+                        object.method,
+                        crate::FIELD_MANAGER,
+                        Some(memo),
+                    );
+                }
+                stored
             }
         };
         if let Some(uid) = stored.uid() {

@@ -122,6 +122,30 @@ mod tests {
         assert!(settled.versions.lock().is_empty());
     }
 
+    /// A reconcile that writes an object remembers it in sync at the version its write
+    /// returned: the next reconcile, the first steady one, does not walk its fields.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn an_object_written_by_a_reconcile_is_in_sync_at_the_version_written() {
+        use crate::testing::{DummyComponent, DummyController, Harness, TEST_NAMESPACE};
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "{cr}-settings"}, "data": {"mode": "fast"}});
+        let env = Harness::new(DummyController::new().component(
+            DummyComponent::new("app").with_object("settings", config),
+            &[],
+        ))
+        .await;
+        let cr = env.apply_cr("a", json!({})).await;
+        let settings = ObjectRef::new("v1", "ConfigMap", Some(TEST_NAMESPACE), "a-settings");
+        let memo = Memo {
+            settled: env.reconciler.settled(),
+            object: &settings,
+        };
+        env.reconcile(&cr).await;
+        let written = env.get(&settings).await.expect("the reconcile wrote it");
+        assert!(memo.holds(&written), "{written}");
+    }
+
     #[test]
     fn a_full_memo_starts_afresh_instead_of_growing() {
         let settled = Settled::default();
