@@ -78,13 +78,25 @@ pub fn drift(
     method: WriteMethod,
     field_manager: &str,
 ) -> Drift {
+    drift_remembered(desired, live, method, field_manager, None)
+}
+
+/// [`drift`], asking `memo` first whether the walk of the fields was done at `live`'s
+/// version (see [`drift_of`]).
+pub(crate) fn drift_remembered(
+    desired: &Value,
+    live: Option<&Value>,
+    method: WriteMethod,
+    field_manager: &str,
+    memo: Option<Memo<'_>>,
+) -> Drift {
     drift_of(
         Node::Plain(desired),
         || desired.annotation(APPLIED_HASH),
         live,
         method,
         field_manager,
-        None,
+        memo,
     )
 }
 

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use super::drift::{Drift, Layer, Layered, Node, drift_of, stamp};
+use super::drift::{Drift, Layer, Layered, Node, drift_of, drift_remembered, stamp};
 use crate::annotations::{self, APPLIED_HASH, labels};
 use crate::cluster::WriteMethod;
 use crate::cluster::finalizer::{collected_in, collected_with};
@@ -161,8 +161,8 @@ pub(crate) struct ObjectStamp<'a> {
 }
 
 impl ObjectStamp<'_> {
-    /// [`super::drift::drift`] of the stamped manifest over `live`, asking `memo` first whether the walk
-    /// of its fields was done at this version (see [`drift_of`]).
+    /// [`super::drift::drift`] of the stamped manifest over `live`, asking `memo` first
+    /// whether the walk of its fields was done at this version (see [`drift_of`]).
     pub(crate) fn drift(
         &self,
         live: Option<&Value>,
@@ -171,16 +171,7 @@ impl ObjectStamp<'_> {
         memo: Option<Memo<'_>>,
     ) -> Drift {
         if !self.layered() {
-            let manifest = self.manifest();
-            let hash = || manifest.annotation(APPLIED_HASH);
-            return drift_of(
-                Node::Plain(manifest),
-                hash,
-                live,
-                method,
-                field_manager,
-                memo,
-            );
+            return drift_remembered(self.manifest(), live, method, field_manager, memo);
         }
         self.view(true, |desired| {
             drift_of(
