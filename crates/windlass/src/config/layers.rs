@@ -21,6 +21,31 @@ pub const ENV_PREFIX: &str = "WINDLASS_";
 /// The variable that names the configuration file when `--config` does not.
 pub const CONFIG_FILE_ENV: &str = "WINDLASS_CONFIG";
 
+/// `WINDLASS_` variables that windlass's own tooling reads, never an operator: the test
+/// harness's cache and control plane (`WINDLASS_CACHE_DIR`, `WINDLASS_K8S_VERSION`,
+/// `WINDLASS_K8S_ASSETS`, `WINDLASS_TESTENV_KEEP`), the tests' and the benchmarks' knobs.
+/// A developer exports them in the shell their operator runs from too, so they are not
+/// taken for misspelled keys. A name ending in `_` covers every variable it begins.
+/// No configuration key may be spelled as one of these (a unit test checks).
+const TOOLING_ENV: &[&str] = &[
+    "WINDLASS_CACHE_DIR",
+    "WINDLASS_K8S_",
+    "WINDLASS_TESTENV_",
+    "WINDLASS_TEST_",
+    "WINDLASS_BENCH_",
+    "WINDLASS_FLEET_",
+    "WINDLASS_SOAK_",
+    "WINDLASS_WRITE_COSTS_",
+];
+
+/// Whether `name` is one of [`TOOLING_ENV`].
+fn is_tooling_env(name: &str) -> bool {
+    TOOLING_ENV.iter().any(|tool| match tool.ends_with('_') {
+        true => name.starts_with(tool),
+        false => name == *tool,
+    })
+}
+
 /// The configuration could not be built. Every problem is listed, one per key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid operator configuration:\n  - {}", problems.join("\n  - "))]
@@ -105,7 +130,8 @@ impl Layers {
 
     /// Override keys from environment variables. `RUST_LOG` sets `logging.level`; then each
     /// `WINDLASS_<PATH>` sets its key (`.` and `-` become `_`: `WINDLASS_LEADER_ELECTION_ENABLED`). A `WINDLASS_` variable that names
-    /// no key is an error, so a misspelled one is not ignored; every other variable is.
+    /// no key is an error, so a misspelled one is not ignored, unless windlass's own tooling
+    /// reads it (the test harness's `WINDLASS_CACHE_DIR`, …); every other variable is ignored.
     pub fn env<I, K, V>(mut self, vars: I) -> Self
     where
         I: IntoIterator<Item = (K, V)>,
@@ -122,7 +148,11 @@ impl Layers {
         }
         let known: BTreeSet<String> = leaves.iter().map(|(path, _)| env_name(path)).collect();
         for name in vars.keys() {
-            if name.starts_with(ENV_PREFIX) && name != CONFIG_FILE_ENV && !known.contains(name) {
+            if name.starts_with(ENV_PREFIX)
+                && name != CONFIG_FILE_ENV
+                && !known.contains(name)
+                && !is_tooling_env(name)
+            {
                 self.problems.push(format!(
                     "{name}: there is no such configuration key (variables are WINDLASS_ and \
                      a key's path, e.g. WINDLASS_LEADER_ELECTION_ENABLED)"
@@ -444,6 +474,42 @@ mod tests {
             err.problems[0].starts_with("WINDLASS_LEADER_ELECT: "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_tooling_variables_are_not_configuration_and_not_refused() {
+        // The README's cold CI run exports WINDLASS_CACHE_DIR, and the examples' tests run
+        // their operators in that environment.
+        let config = Layers::new()
+            .env([
+                ("WINDLASS_CACHE_DIR", "/tmp/cache"),
+                ("WINDLASS_K8S_VERSION", "1.34.4"),
+                ("WINDLASS_FLEET_NS", "1000"),
+                ("WINDLASS_LOGGING_LEVEL", "debug"),
+            ])
+            .build()
+            .expect("the tooling's variables are not refused");
+        assert_eq!(config.logging.level, "debug");
+        // Only the names the tooling reads: one letter off is still a misspelled key.
+        let err = Layers::new()
+            .env([("WINDLASS_CACHE_DIRS", "/tmp/cache")])
+            .build()
+            .expect_err("a name the tooling does not read");
+        assert!(
+            err.problems[0].starts_with("WINDLASS_CACHE_DIRS: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn no_configuration_key_is_spelled_as_a_tooling_variable() {
+        for (path, _) in Layers::leaves() {
+            let name = env_name(&path);
+            assert!(
+                !is_tooling_env(&name),
+                "{path} ({name}) would be ignored as a tooling variable: rename one"
+            );
+        }
     }
 
     #[test]
