@@ -499,6 +499,15 @@ mod tests {
             err.problems[0].starts_with("WINDLASS_CACHE_DIRS: "),
             "{err}"
         );
+        // The list follows the harness's own names, where they are defined.
+        for name in [
+            windlass_testenv::CACHE_DIR_ENV,
+            windlass_testenv::KUBERNETES_VERSION_ENV,
+            windlass_testenv::ASSETS_ENV,
+            windlass_testenv::KEEP_ENV,
+        ] {
+            assert!(is_tooling_env(name), "{name} is not in TOOLING_ENV");
+        }
     }
 
     #[test]
