@@ -288,6 +288,136 @@ fn needs_escape(text: &[u8]) -> bool {
         .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
+/// The tags of [`Fingerprint`]'s encoding: one before every value says what follows.
+mod tag {
+    pub(super) const NULL: u8 = 0;
+    pub(super) const FALSE: u8 = 1;
+    pub(super) const TRUE: u8 = 2;
+    pub(super) const UNSIGNED: u8 = 3;
+    pub(super) const SIGNED: u8 = 4;
+    pub(super) const FLOAT: u8 = 5;
+    pub(super) const STRING: u8 = 6;
+    pub(super) const LIST: u8 = 7;
+    pub(super) const MAP: u8 = 8;
+    pub(super) const ENTRY: u8 = 9;
+    pub(super) const END: u8 = 10;
+}
+
+/// A 64-bit fingerprint of a JSON value, keyed by a seed drawn once per [`Fingerprints`]:
+/// "is this the manifest I saw before?" at a fraction of the applied hash's cost.
+///
+/// The applied hash ([`canonical_hash`]) is written on objects, so it must be the same in
+/// every process and every version of windlass, and it is a SHA-256 of escaped JSON. A
+/// fingerprint is only ever compared with another from the same process (the memo of
+/// `session::settled`), so it can be a fast keyed hash of an encoding that needs no
+/// escaping: a tag before each value, the length before each string and list, an end mark
+/// after each map's entries. Two values give the same stream only when they are equal, and
+/// the random key leaves two different streams one chance in 2^64 of the same fingerprint,
+/// which no input can aim at without the key.
+pub(crate) struct Fingerprint(foldhash::quality::FoldHasher<'static>);
+
+/// Makes [`Fingerprint`]s, all under one random key.
+#[derive(Debug, Default)]
+pub(crate) struct Fingerprints(foldhash::quality::RandomState);
+
+impl Fingerprints {
+    /// An empty fingerprint, to write a value into.
+    pub(crate) fn start(&self) -> Fingerprint {
+        use std::hash::BuildHasher;
+        Fingerprint(self.0.build_hasher())
+    }
+
+    /// The fingerprint of `value`.
+    #[cfg(test)]
+    pub(crate) fn of(&self, value: &Value) -> u64 {
+        let mut fingerprint = self.start();
+        fingerprint.value(value);
+        fingerprint.finish()
+    }
+}
+
+impl Fingerprint {
+    /// A whole value.
+    pub(crate) fn value(&mut self, value: &Value) {
+        use std::hash::Hasher;
+        match value {
+            Value::Null => self.0.write_u8(tag::NULL),
+            Value::Bool(false) => self.0.write_u8(tag::FALSE),
+            Value::Bool(true) => self.0.write_u8(tag::TRUE),
+            Value::Number(number) => {
+                if let Some(n) = number.as_u64() {
+                    self.0.write_u8(tag::UNSIGNED);
+                    self.0.write_u64(n);
+                } else if let Some(n) = number.as_i64() {
+                    self.0.write_u8(tag::SIGNED);
+                    self.0.write_u64(n as u64);
+                } else {
+                    self.0.write_u8(tag::FLOAT);
+                    self.0
+                        .write_u64(number.as_f64().unwrap_or(f64::NAN).to_bits());
+                }
+            }
+            Value::String(text) => self.string(text),
+            Value::Array(items) => {
+                self.list(items.len());
+                for item in items {
+                    self.value(item);
+                }
+            }
+            Value::Object(map) => {
+                self.map();
+                for (key, value) in map {
+                    self.key(key);
+                    self.value(value);
+                }
+                self.end();
+            }
+        }
+    }
+
+    /// A string value.
+    fn string(&mut self, text: &str) {
+        use std::hash::Hasher;
+        self.0.write_u8(tag::STRING);
+        self.0.write_usize(text.len());
+        self.0.write(text.as_bytes());
+    }
+
+    /// The start of a list of `len` values, which follow.
+    pub(crate) fn list(&mut self, len: usize) {
+        use std::hash::Hasher;
+        self.0.write_u8(tag::LIST);
+        self.0.write_usize(len);
+    }
+
+    /// The start of a map: then [`Fingerprint::key`] and the value of each entry, then
+    /// [`Fingerprint::end`].
+    pub(crate) fn map(&mut self) {
+        use std::hash::Hasher;
+        self.0.write_u8(tag::MAP);
+    }
+
+    /// The key of a map's entry, its value to follow.
+    pub(crate) fn key(&mut self, key: &str) {
+        use std::hash::Hasher;
+        self.0.write_u8(tag::ENTRY);
+        self.0.write_usize(key.len());
+        self.0.write(key.as_bytes());
+    }
+
+    /// The end of a map's entries.
+    pub(crate) fn end(&mut self) {
+        use std::hash::Hasher;
+        self.0.write_u8(tag::END);
+    }
+
+    /// The fingerprint of everything written.
+    pub(crate) fn finish(&self) -> u64 {
+        use std::hash::Hasher;
+        self.0.finish()
+    }
+}
+
 /// Whether serde_json's maps keep their keys sorted: they do unless a crate in the build
 /// turns on its `preserve_order` feature. Asked once.
 pub(crate) fn maps_are_sorted() -> bool {
@@ -340,6 +470,56 @@ pub(crate) fn apply_json_patch(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Values that differ only in where a string ends, which JSON type holds a scalar, or
+    /// whether a level is a list or a map: each its own fingerprint.
+    #[test]
+    fn look_alike_values_have_their_own_fingerprints() {
+        let fingerprints = Fingerprints::default();
+        let values = [
+            json!({"a": "bc"}),
+            json!({"ab": "c"}),
+            json!({"a": ["bc"]}),
+            json!(["a", "bc"]),
+            json!(["ab", "c"]),
+            json!([["a"], "bc"]),
+            json!({"a": {}}),
+            json!({"a": []}),
+            json!({"a": null}),
+            json!({}),
+            json!([]),
+            json!(1),
+            json!(-1),
+            json!(1.0),
+            json!("1"),
+            json!(true),
+            json!(null),
+            json!({"a": {"b": 1}, "c": 2}),
+            json!({"a": {"b": 1, "c": 2}}),
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for value in &values {
+            if let Some(other) = seen.insert(fingerprints.of(value), value) {
+                panic!("{value} and {other} share a fingerprint");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Equal values have one fingerprint, however their maps were built; different
+        /// values have different ones (one chance in 2^64 otherwise).
+        #[test]
+        fn fingerprints_tell_values_apart(
+            a in crate::strategies::any_json(3, 4),
+            b in crate::strategies::any_json(3, 4),
+        ) {
+            let fingerprints = Fingerprints::default();
+            // Parsed again from its text (a float may not survive that; then it differs).
+            let rebuilt: Value = serde_json::from_str(&a.to_string()).unwrap();
+            proptest::prop_assert_eq!(fingerprints.of(&a) == fingerprints.of(&rebuilt), a == rebuilt);
+            proptest::prop_assert_eq!(fingerprints.of(&a) == fingerprints.of(&b), a == b);
+        }
+    }
 
     #[test]
     fn merge_recurses_into_maps_and_replaces_lists() {

@@ -193,12 +193,6 @@ impl<C: Controller> Reconciler<C> {
         self
     }
 
-    /// The objects its reconciles found in sync.
-    #[cfg(test)]
-    pub(crate) fn settled(&self) -> &Settled {
-        &self.settled
-    }
-
     /// Report progress events to `observer`.
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
         self.observer = Arc::new(observer);

@@ -21,6 +21,12 @@
 //! entry to consult; for them the hash alone decides, and changes by other writers are not
 //! put back until the desired manifest changes.
 //!
+//! Both answers depend on the desired manifest and the live object alone, and the server
+//! gives an object a new resourceVersion for any change. So a reconcile remembers each
+//! object it found in sync, by its version and a fingerprint of the manifest
+//! ([`crate::session::settled`]), and the next one that meets both unchanged (the periodic
+//! resync) skips the hash and the walk.
+//!
 //! The field set is matched without a schema: map keys are `f:<key>`, and a map whose entry
 //! has no `f:` children is atomic (a label selector: `f:selector: {}`), owned as a whole; a
 //! list is either atomic (`f:args: {}`), a set of values (`v:<json>`) or a map keyed by
@@ -35,7 +41,7 @@ use crate::annotations::APPLIED_HASH;
 use crate::cluster::WriteMethod;
 use crate::object::ManifestExt;
 use crate::object::applied_fields;
-use crate::session::settled::Memo;
+use crate::session::settled::Recall;
 
 /// Why an object is (or is not) written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,14 +87,14 @@ pub fn drift(
     drift_remembered(desired, live, method, field_manager, None)
 }
 
-/// [`drift`], asking `memo` first whether the walk of the fields was done at `live`'s
-/// version (see [`drift_of`]).
+/// [`drift`], asking `memo` first whether the object was found in sync with `desired` at
+/// `live`'s version (see [`drift_of`]).
 pub(crate) fn drift_remembered(
     desired: &Value,
     live: Option<&Value>,
     method: WriteMethod,
     field_manager: &str,
-    memo: Option<Memo<'_>>,
+    memo: Option<Recall<'_>>,
 ) -> Drift {
     drift_of(
         Node::Plain(desired),
@@ -102,16 +108,16 @@ pub(crate) fn drift_remembered(
 
 /// [`drift`] of the manifest `desired` stands for, whose [`APPLIED_HASH`] annotation
 /// `applied_hash` gives (asked only when there is a live object to compare it with). With
-/// a `memo`, an object found in sync at the live object's resourceVersion before is in sync
-/// without walking its fields again, and one found in sync now is remembered (see
-/// [`crate::session::settled`]).
+/// a `memo`, an object found in sync with this manifest at the live object's
+/// resourceVersion before is in sync without the hash or the walk of its fields, and one
+/// found in sync now is remembered (see [`crate::session::settled`]).
 pub(crate) fn drift_of<'d>(
     desired: Node<'d>,
     applied_hash: impl FnOnce() -> Option<&'d str>,
     live: Option<&Value>,
     method: WriteMethod,
     field_manager: &str,
-    memo: Option<Memo<'_>>,
+    memo: Option<Recall<'_>>,
 ) -> Drift {
     let Some(live) = live else {
         return Drift::Absent;
@@ -119,11 +125,14 @@ pub(crate) fn drift_of<'d>(
     if live.is_terminating() {
         return Drift::Terminating;
     }
+    if remembered(live, method, memo) {
+        return Drift::InSync;
+    }
     let hash = applied_hash();
     if hash.is_none() || hash != live.annotation(APPLIED_HASH) {
         return Drift::Changed;
     }
-    if method != WriteMethod::Apply || memo.is_some_and(|m| m.holds(live)) {
+    if method != WriteMethod::Apply {
         return Drift::InSync;
     }
     let Some(owned) = applied_fields(live, field_manager) else {
@@ -156,6 +165,14 @@ pub(crate) fn drift_of<'d>(
         memo.record(live);
     }
     Drift::InSync
+}
+
+/// Whether `memo` alone says `live` is in sync: found so before at its resourceVersion with
+/// the same desired manifest (only for server-side apply, the method the memo records).
+/// Asked before anything else is computed of the desired manifest: it is the whole check
+/// of a reconcile that finds nothing to do.
+pub(crate) fn remembered(live: &Value, method: WriteMethod, memo: Option<Recall<'_>>) -> bool {
+    method == WriteMethod::Apply && !live.is_terminating() && memo.is_some_and(|m| m.holds(live))
 }
 
 /// A value of a desired manifest as the drift check walks it: a plain JSON value, or a map

@@ -35,6 +35,8 @@ pub(crate) mod patch;
 mod prune;
 mod render;
 mod stamp;
+#[cfg(test)]
+pub(crate) use stamp::HASHED;
 
 pub(crate) use prune::prune_removed_components;
 pub(crate) use render::render_component;

@@ -18,13 +18,13 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use super::drift::{Drift, Layer, Layered, Node, drift_of, drift_remembered, stamp};
+use super::drift::{Drift, Layer, Layered, Node, drift_of, drift_remembered, remembered, stamp};
 use crate::annotations::{self, APPLIED_HASH, labels};
 use crate::cluster::WriteMethod;
 use crate::cluster::finalizer::{collected_in, collected_with};
 use crate::object::{ManifestExt, label_value};
 use crate::session::settled::Memo;
-use crate::values::{CanonicalHash, maps_are_sorted};
+use crate::values::{CanonicalHash, Fingerprint, Fingerprints, maps_are_sorted};
 
 /// What every object of one rollout gets from the CR, made once per rollout.
 pub(crate) struct CrStamp<'a> {
@@ -142,9 +142,16 @@ impl<'a> ComponentStamp<'a> {
             itself,
             owner,
             hash: OnceCell::new(),
+            fingerprint: OnceCell::new(),
             copy: OnceCell::new(),
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many applied hashes this thread computed: what a test of the memo counts.
+    pub(crate) static HASHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// One rendered object and what windlass adds to it.
@@ -156,13 +163,16 @@ pub(crate) struct ObjectStamp<'a> {
     owner: Option<&'a Value>,
     /// The applied hash, once computed.
     hash: OnceCell<Value>,
+    /// The fingerprint of the stamped manifest, once computed.
+    fingerprint: OnceCell<u64>,
     /// The stamped manifest, once made.
     copy: OnceCell<Value>,
 }
 
 impl ObjectStamp<'_> {
     /// [`super::drift::drift`] of the stamped manifest over `live`, asking `memo` first
-    /// whether the walk of its fields was done at this version (see [`drift_of`]).
+    /// whether the object was found in sync with this manifest at this version (see
+    /// [`drift_of`]): then neither the applied hash nor the stamped copy is made.
     pub(crate) fn drift(
         &self,
         live: Option<&Value>,
@@ -170,6 +180,12 @@ impl ObjectStamp<'_> {
         field_manager: &str,
         memo: Option<Memo<'_>>,
     ) -> Drift {
+        let memo = memo.map(|memo| memo.desired(self.fingerprint(memo.settled.fingerprints())));
+        if let Some(live) = live
+            && remembered(live, method, memo)
+        {
+            return Drift::InSync;
+        }
         if !self.layered() {
             return drift_remembered(self.manifest(), live, method, field_manager, memo);
         }
@@ -182,6 +198,23 @@ impl ObjectStamp<'_> {
                 field_manager,
                 memo,
             )
+        })
+    }
+
+    /// The fingerprint of the stamped manifest: of the laid-over view without the applied
+    /// hash (which follows from the rest) where the view stands for the manifest, of the
+    /// stamped copy otherwise.
+    fn fingerprint(&self, fingerprints: &Fingerprints) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            let mut fingerprint = fingerprints.start();
+            if self.layered() {
+                self.view(false, |manifest| {
+                    fingerprint_node(manifest, &mut fingerprint)
+                });
+            } else {
+                fingerprint.value(self.manifest());
+            }
+            fingerprint.finish()
         })
     }
 
@@ -216,6 +249,8 @@ impl ObjectStamp<'_> {
     /// from the laid-over view.
     fn hash(&self) -> &Value {
         self.hash.get_or_init(|| {
+            #[cfg(test)]
+            HASHED.with(|hashed| hashed.set(hashed.get() + 1));
             let mut hash = CanonicalHash::new();
             self.view(false, |manifest| hash_node(manifest, &mut hash));
             Value::String(hash.finish())
@@ -368,6 +403,27 @@ fn hash_node(node: Node<'_>, hash: &mut CanonicalHash) {
                 hash.value(item);
             }
             hash.punct(b']');
+        }
+    }
+}
+
+/// Write `node` as [`Fingerprint::value`] writes the value it stands for.
+fn fingerprint_node(node: Node<'_>, fingerprint: &mut Fingerprint) {
+    match node {
+        Node::Plain(value) => fingerprint.value(value),
+        Node::Map(_) => {
+            fingerprint.map();
+            for (key, child) in node.entries().into_iter().flatten() {
+                fingerprint.key(key);
+                fingerprint_node(child, fingerprint);
+            }
+            fingerprint.end();
+        }
+        Node::Appended(items, last) => {
+            fingerprint.list(items.len() + 1);
+            for item in items.iter().chain([last]) {
+                fingerprint.value(item);
+            }
         }
     }
 }

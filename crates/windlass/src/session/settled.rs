@@ -1,23 +1,27 @@
-//! The objects whose field set was last found to cover what windlass applies, by the
-//! resourceVersion they were found at ([`Settled`]).
+//! The objects last found to be as windlass would apply them, each by the resourceVersion
+//! it was found at and the fingerprint of the manifest it was checked against ([`Settled`]).
 //!
-//! A drift check that finds the applied hash unchanged walks the desired manifest against
-//! windlass's `managedFields` entry of the live object (see [`crate::rollout::drift`]).
-//! The answer depends on nothing but the desired manifest and the live object; with the
-//! hash equal to the live object's annotation, the desired manifest is the one that hash
-//! stands for, so the live object's resourceVersion decides it alone: any change to the
-//! object, a field taken by another writer included, gives it a new one. A reconcile that
-//! finds nothing to do (the periodic resync of every CR) would otherwise walk every field
-//! of every object it renders, every time; it now asks this memo once per object.
+//! A drift check compares the applied hash of the desired manifest with the live object's
+//! annotation, then walks the desired manifest against windlass's `managedFields` entry of
+//! the live object (see [`crate::rollout::drift`]). Both answers depend on nothing but the
+//! desired manifest and the live object, and a Kubernetes API server gives an object a new
+//! resourceVersion for any change to it, a field taken by another writer included. So
+//! once an object was found in sync at a version against a manifest, the same manifest
+//! over the same version is in sync: the check needs neither the hash (a SHA-256 of the
+//! whole manifest) nor the walk. The manifest is told apart by a keyed fingerprint
+//! ([`crate::values::Fingerprint`]), which costs a fraction of the hash. A reconcile that
+//! finds nothing to do (the periodic resync of every CR) would otherwise hash and walk
+//! every object it renders, every time; it now fingerprints each and asks this memo once.
 //!
 //! It lives with the session, which carries it into each reconcile, because the rollout
 //! that asks it already depends on the session.
 //!
 //! The memo is the reconciler's, shared by its reconciles, and keeps 16 bytes an object: a
-//! digest of the object's reference and the resourceVersion, which a Kubernetes API server
-//! gives as an integer (a version that is not one is not remembered). It forgets
-//! everything when it reaches [`LIMIT`] objects, so deleted objects cannot make it grow
-//! without bound; each object then costs one walk again.
+//! digest of the object's reference, and one of the resourceVersion (which a Kubernetes API
+//! server gives as an integer; a version that is not one is not remembered) with the
+//! manifest's fingerprint. It forgets everything when it reaches [`LIMIT`] objects, so
+//! deleted objects cannot make it grow without bound; each object then costs one full
+//! check again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -26,18 +30,29 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::object::{ManifestExt, ObjectRef};
+use crate::values::Fingerprints;
 
 /// How many objects the memo holds before it starts afresh: 4 MiB of entries at most.
 const LIMIT: usize = 1 << 18;
 
-/// The objects found in sync, each by the resourceVersion it was found in sync at (see the
-/// module docs).
+/// The objects found in sync, each by the resourceVersion and the manifest it was found in
+/// sync at (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
-    /// The digest of an object's reference → its resourceVersion when last found in sync.
+    /// The digest of an object's reference → the digest of its resourceVersion and of the
+    /// desired manifest's fingerprint when last found in sync.
     versions: Mutex<HashMap<u64, u64>>,
-    /// Digests references for `versions`.
+    /// Digests references and versions for `versions`.
     keys: RandomState,
+    /// Fingerprints desired manifests.
+    fingerprints: Fingerprints,
+}
+
+impl Settled {
+    /// What fingerprints the desired manifests this memo is asked about.
+    pub(crate) fn fingerprints(&self) -> &Fingerprints {
+        &self.fingerprints
+    }
 }
 
 /// The memo and the object a drift check asks it about.
@@ -47,27 +62,54 @@ pub(crate) struct Memo<'a> {
     pub(crate) object: &'a ObjectRef,
 }
 
-impl Memo<'_> {
-    /// Whether the object was found in sync at `live`'s resourceVersion.
+impl<'a> Memo<'a> {
+    /// The question for the desired manifest whose fingerprint (by
+    /// [`Settled::fingerprints`]) is `desired`.
+    pub(crate) fn desired(self, desired: u64) -> Recall<'a> {
+        Recall {
+            memo: self,
+            desired,
+        }
+    }
+}
+
+/// The memo, the object and the manifest it is to be in sync with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Recall<'a> {
+    memo: Memo<'a>,
+    /// The desired manifest's fingerprint.
+    desired: u64,
+}
+
+impl Recall<'_> {
+    /// Whether the object was found in sync with this manifest at `live`'s resourceVersion.
     pub(crate) fn holds(&self, live: &Value) -> bool {
-        let Some(version) = version_of(live) else {
+        let Some(state) = self.state(live) else {
             return false;
         };
-        let key = self.settled.keys.hash_one(self.object);
-        self.settled.versions.lock().get(&key) == Some(&version)
+        let key = self.memo.settled.keys.hash_one(self.memo.object);
+        self.memo.settled.versions.lock().get(&key) == Some(&state)
     }
 
-    /// The object is in sync at `live`'s resourceVersion.
+    /// The object is in sync with this manifest at `live`'s resourceVersion.
     pub(crate) fn record(&self, live: &Value) {
-        let Some(version) = version_of(live) else {
+        let Some(state) = self.state(live) else {
             return;
         };
-        let key = self.settled.keys.hash_one(self.object);
-        let mut versions = self.settled.versions.lock();
+        let settled = self.memo.settled;
+        let key = settled.keys.hash_one(self.memo.object);
+        let mut versions = settled.versions.lock();
         if versions.len() >= LIMIT && !versions.contains_key(&key) {
             versions.clear();
         }
-        versions.insert(key, version);
+        versions.insert(key, state);
+    }
+
+    /// The digest of `live`'s resourceVersion and the manifest's fingerprint, if the
+    /// version is an integer.
+    fn state(&self, live: &Value) -> Option<u64> {
+        let version = version_of(live)?;
+        Some(self.memo.settled.keys.hash_one((version, self.desired)))
     }
 }
 
@@ -86,22 +128,36 @@ mod tests {
     }
 
     #[test]
-    fn an_object_holds_only_at_the_version_it_was_recorded_at() {
+    fn an_object_holds_only_at_the_version_and_manifest_it_was_recorded_at() {
         let settled = Settled::default();
         let a = ObjectRef::new("v1", "ConfigMap", Some("ns"), "a");
         let b = ObjectRef::new("v1", "ConfigMap", Some("ns"), "b");
+        let manifest = settled.fingerprints().of(&json!({"data": {"k": "1"}}));
+        let changed = settled.fingerprints().of(&json!({"data": {"k": "2"}}));
+        assert_ne!(manifest, changed);
         let memo = Memo {
             settled: &settled,
             object: &a,
-        };
+        }
+        .desired(manifest);
         assert!(!memo.holds(&at("7")), "nothing recorded yet");
         memo.record(&at("7"));
         assert!(memo.holds(&at("7")));
         assert!(!memo.holds(&at("8")), "a later version was not checked");
+        let other_manifest = Memo {
+            settled: &settled,
+            object: &a,
+        }
+        .desired(changed);
+        assert!(
+            !other_manifest.holds(&at("7")),
+            "another manifest was not checked"
+        );
         let other = Memo {
             settled: &settled,
             object: &b,
-        };
+        }
+        .desired(manifest);
         assert!(!other.holds(&at("7")), "another object at the same version");
         memo.record(&at("8"));
         assert!(!memo.holds(&at("7")) && memo.holds(&at("8")));
@@ -114,7 +170,8 @@ mod tests {
         let memo = Memo {
             settled: &settled,
             object: &a,
-        };
+        }
+        .desired(1);
         memo.record(&at("abc"));
         assert!(!memo.holds(&at("abc")));
         memo.record(&json!({"metadata": {"name": "a"}}));
@@ -123,10 +180,12 @@ mod tests {
     }
 
     /// A reconcile that writes an object remembers it in sync at the version its write
-    /// returned: the next reconcile, the first steady one, does not walk its fields.
+    /// returned: the next reconcile, the first steady one, computes no applied hash and
+    /// walks no fields; one after another writer changed the object checks it in full.
     #[cfg(feature = "testing")]
     #[tokio::test]
     async fn an_object_written_by_a_reconcile_is_in_sync_at_the_version_written() {
+        use crate::rollout::HASHED;
         use crate::testing::{DummyComponent, DummyController, Harness, TEST_NAMESPACE};
         let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "{cr}-settings"}, "data": {"mode": "fast"}});
@@ -137,13 +196,16 @@ mod tests {
         .await;
         let cr = env.apply_cr("a", json!({})).await;
         let settings = ObjectRef::new("v1", "ConfigMap", Some(TEST_NAMESPACE), "a-settings");
-        let memo = Memo {
-            settled: env.reconciler.settled(),
-            object: &settings,
-        };
+        let hashed = || HASHED.with(std::cell::Cell::take);
         env.reconcile(&cr).await;
+        assert_eq!(hashed(), 1, "the write hashed its manifest");
         let written = env.get(&settings).await.expect("the reconcile wrote it");
-        assert!(memo.holds(&written), "{written}");
+        env.reconcile(&cr).await;
+        assert_eq!(hashed(), 0, "the steady reconcile recalled it");
+        assert_eq!(env.get(&settings).await, Some(written), "and wrote nothing");
+        env.annotate(&settings, "someone", "else").await;
+        env.reconcile(&cr).await;
+        assert_eq!(hashed(), 1, "a new version is checked in full");
     }
 
     #[test]
@@ -157,7 +219,8 @@ mod tests {
         let memo = Memo {
             settled: &settled,
             object: &a,
-        };
+        }
+        .desired(3);
         memo.record(&at("3"));
         assert_eq!(settled.versions.lock().len(), 1);
         assert!(memo.holds(&at("3")));

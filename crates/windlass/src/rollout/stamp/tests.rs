@@ -6,7 +6,9 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 use super::*;
+use crate::object::ObjectRef;
 use crate::rollout::drift::drift;
+use crate::session::settled::Settled;
 use crate::strategies::{any_json, key, scalar};
 
 const MANAGER: &str = "windlass";
@@ -219,21 +221,44 @@ proptest! {
         )),
         other_live in prop::option::of(any_json(3, 3)),
         method in method(),
+        other_rendered in rendered(),
     ) {
         let copy = stamped_copy(&rendered, &cr, &component, itself, shard);
+        let other_copy = stamped_copy(&other_rendered, &cr, &component, itself, shard);
         let crs = CrStamp::new(&cr, shard);
         let stamp = crs.component(&component);
-        // Every live object: none, the copy as applied (taken in part or not), another one.
+        // Every live object: none, the copy as applied (taken in part or not), another one;
+        // each at a version of its own, as a server gives them.
         let lives = [
             None,
             live.map(|shape| live_of(&copy, shape)),
             other_live.map(|other| live_of(&other, (Some(None), false, false))),
         ];
-        for live in &lives {
+        let settled = Settled::default();
+        let reference = ObjectRef::new("v1", "ConfigMap", Some("ns"), "object");
+        let memo = Memo { settled: &settled, object: &reference };
+        for (version, live) in lives.iter().enumerate() {
+            let live = live.clone().map(|mut live| {
+                if let Some(metadata) = live.get_mut("metadata").and_then(Value::as_object_mut) {
+                    metadata.insert("resourceVersion".into(), json!(version.to_string()));
+                }
+                live
+            });
             let object = stamp.object(&rendered, itself);
             let expected = drift(&copy, live.as_ref(), method, MANAGER);
-            prop_assert_eq!(object.drift(live.as_ref(), method, MANAGER, None), expected);
+            prop_assert_eq!(object.drift(live.as_ref(), method, MANAGER, None), expected.clone());
             prop_assert_eq!(object.manifest(), &copy);
+            // With the memo: the same answer the first time and again, when it may answer
+            // alone; and another manifest over the same version is checked, not recalled.
+            for _ in 0..2 {
+                let object = stamp.object(&rendered, itself);
+                prop_assert_eq!(object.drift(live.as_ref(), method, MANAGER, Some(memo)), expected.clone());
+            }
+            let other = stamp.object(&other_rendered, itself);
+            prop_assert_eq!(
+                other.drift(live.as_ref(), method, MANAGER, Some(memo)),
+                drift(&other_copy, live.as_ref(), method, MANAGER)
+            );
         }
         // The manifest alone, without a drift check first.
         let object = stamp.object(&rendered, itself);
@@ -290,4 +315,61 @@ fn an_applied_object_is_in_sync_until_a_label_is_taken() {
         Drift::Taken("metadata.labels.windlass.dev/owner-uid".into())
     );
     assert_eq!(object.manifest(), &copy);
+}
+
+/// A reconcile that finds nothing to do asks the memo and computes no applied hash: the
+/// object was found in sync with this manifest at this version before. A new version of
+/// the object, or another manifest, is checked in full.
+#[test]
+fn a_remembered_object_is_in_sync_without_its_applied_hash() {
+    let cr = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "bench", "namespace": "ns", "uid": "cr-uid"}});
+    let rendered = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bench-c", "namespace": "ns"}, "data": {"a": "1"}});
+    let copy = stamped_copy(&rendered, &cr, "c", false, None);
+    let crs = CrStamp::new(&cr, None);
+    let stamp = crs.component("c");
+    let mut live = live_of(&copy, (Some(None), false, false));
+    live["metadata"]["resourceVersion"] = json!("41");
+    let settled = Settled::default();
+    let reference = ObjectRef::new("v1", "ConfigMap", Some("ns"), "bench-c");
+    let memo = Memo {
+        settled: &settled,
+        object: &reference,
+    };
+    let first = stamp.object(&rendered, false);
+    let answer = first.drift(Some(&live), WriteMethod::Apply, MANAGER, Some(memo));
+    assert_eq!(answer, Drift::InSync);
+    assert!(
+        first.hash.get().is_some(),
+        "the first check compares the hash"
+    );
+
+    let again = stamp.object(&rendered, false);
+    let answer = again.drift(Some(&live), WriteMethod::Apply, MANAGER, Some(memo));
+    assert_eq!(answer, Drift::InSync);
+    assert!(again.hash.get().is_none(), "recalled, not hashed");
+
+    // The annotation stands in for any change: a server would have given a new version.
+    let mut rehashed = live.clone();
+    rehashed["metadata"]["annotations"][APPLIED_HASH] = json!("other");
+    rehashed["metadata"]["resourceVersion"] = json!("42");
+    let at_new_version = stamp.object(&rendered, false);
+    let answer = at_new_version.drift(Some(&rehashed), WriteMethod::Apply, MANAGER, Some(memo));
+    assert_eq!(answer, Drift::Changed);
+
+    let changed = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bench-c", "namespace": "ns"}, "data": {"a": "2"}});
+    let other = stamp.object(&changed, false);
+    let answer = other.drift(Some(&live), WriteMethod::Apply, MANAGER, Some(memo));
+    assert_eq!(
+        answer,
+        Drift::Changed,
+        "another manifest at the remembered version"
+    );
+
+    let replaced = stamp.object(&rendered, false);
+    let answer = replaced.drift(Some(&live), WriteMethod::Replace, MANAGER, Some(memo));
+    assert_eq!(answer, Drift::InSync);
+    assert!(replaced.hash.get().is_some(), "only apply is remembered");
 }
