@@ -287,15 +287,21 @@ fn windlass_labels_and_metadata_keys_are_in_key_order() {
     );
 }
 
-/// The steady case, as the rollout meets it: the object as applied, every field still
-/// windlass's, is in sync, and a label another writer took is named.
-#[test]
-fn an_applied_object_is_in_sync_until_a_label_is_taken() {
+/// A CR, a ConfigMap its component `c` renders, and that stamped as the rollout applies it.
+fn a_configmap_of_a_cr() -> (Value, Value, Value) {
     let cr = json!({"apiVersion": "example.com/v1", "kind": "Widget",
         "metadata": {"name": "bench", "namespace": "ns", "uid": "cr-uid"}});
     let rendered = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "bench-c", "namespace": "ns"}, "data": {"a": "1"}});
     let copy = stamped_copy(&rendered, &cr, "c", false, None);
+    (cr, rendered, copy)
+}
+
+/// The steady case, as the rollout meets it: the object as applied, every field still
+/// windlass's, is in sync, and a label another writer took is named.
+#[test]
+fn an_applied_object_is_in_sync_until_a_label_is_taken() {
+    let (cr, rendered, copy) = a_configmap_of_a_cr();
     let crs = CrStamp::new(&cr, None);
     let stamp = crs.component("c");
     let live = live_of(&copy, (Some(None), false, false));
@@ -322,11 +328,7 @@ fn an_applied_object_is_in_sync_until_a_label_is_taken() {
 /// the object, or another manifest, is checked in full.
 #[test]
 fn a_remembered_object_is_in_sync_without_its_applied_hash() {
-    let cr = json!({"apiVersion": "example.com/v1", "kind": "Widget",
-        "metadata": {"name": "bench", "namespace": "ns", "uid": "cr-uid"}});
-    let rendered = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "bench-c", "namespace": "ns"}, "data": {"a": "1"}});
-    let copy = stamped_copy(&rendered, &cr, "c", false, None);
+    let (cr, rendered, copy) = a_configmap_of_a_cr();
     let crs = CrStamp::new(&cr, None);
     let stamp = crs.component("c");
     let mut live = live_of(&copy, (Some(None), false, false));
