@@ -87,8 +87,7 @@ pub fn drift(
     drift_remembered(desired, live, method, field_manager, None)
 }
 
-/// [`drift`], asking `memo` first whether the object was found in sync with `desired` at
-/// `live`'s version (see [`drift_of`]).
+/// [`drift`], remembering in `memo` an object found in sync (see [`drift_of`]).
 pub(crate) fn drift_remembered(
     desired: &Value,
     live: Option<&Value>,
@@ -108,9 +107,9 @@ pub(crate) fn drift_remembered(
 
 /// [`drift`] of the manifest `desired` stands for, whose [`APPLIED_HASH`] annotation
 /// `applied_hash` gives (asked only when there is a live object to compare it with). With
-/// a `memo`, an object found in sync with this manifest at the live object's
-/// resourceVersion before is in sync without the hash or the walk of its fields, and one
-/// found in sync now is remembered (see [`crate::session::settled`]).
+/// a `memo`, an object found in sync now is remembered (see [`crate::session::settled`]);
+/// whether it was found so before is the caller's to ask, with [`remembered`], before it
+/// computes anything of the desired manifest.
 pub(crate) fn drift_of<'d>(
     desired: Node<'d>,
     applied_hash: impl FnOnce() -> Option<&'d str>,
@@ -124,9 +123,6 @@ pub(crate) fn drift_of<'d>(
     };
     if live.is_terminating() {
         return Drift::Terminating;
-    }
-    if remembered(live, method, memo) {
-        return Drift::InSync;
     }
     let hash = applied_hash();
     if hash.is_none() || hash != live.annotation(APPLIED_HASH) {

@@ -180,7 +180,10 @@ impl ObjectStamp<'_> {
         field_manager: &str,
         memo: Option<Memo<'_>>,
     ) -> Drift {
-        let memo = memo.map(|memo| memo.desired(self.fingerprint(memo.settled.fingerprints())));
+        // Only an object that is there and applied is remembered: others need no fingerprint.
+        let memo = memo
+            .filter(|_| live.is_some() && method == WriteMethod::Apply)
+            .map(|memo| memo.desired(self.fingerprint(memo.settled.fingerprints())));
         if let Some(live) = live
             && remembered(live, method, memo)
         {
