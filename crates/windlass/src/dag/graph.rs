@@ -2,7 +2,6 @@
 //! edge data, rejection of a cycle at the moment the edge is added, and a topology order
 //! whose ties are broken by name (rule 8), which petgraph's `toposort` does not give.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// A node of a [`Graph`]: an index, stable for the graph's lifetime.
@@ -56,15 +55,16 @@ const INDEXED_FROM: usize = 16;
 #[derive(Debug, Clone)]
 pub struct Graph<N, E = ()> {
     nodes: Vec<Entry<N, E>>,
-    /// Every node by name once there are [`INDEXED_FROM`] of them; empty before.
-    by_name: HashMap<String, NodeId>,
+    /// Every node by name once there are [`INDEXED_FROM`] of them; empty before. Hashed
+    /// with foldhash: a controller builds its graph on every reconcile.
+    by_name: foldhash::HashMap<String, NodeId>,
 }
 
 impl<N, E> Default for Graph<N, E> {
     fn default() -> Self {
         Graph {
             nodes: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: foldhash::HashMap::default(),
         }
     }
 }

@@ -42,7 +42,7 @@ pub(crate) use prune::prune_removed_components;
 pub(crate) use render::render_component;
 
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -74,7 +74,7 @@ pub async fn run<C: Controller>(
         components,
         stamp: stamp::CrStamp::new(session.manifest(), shard),
         cr_names: crate::component::CrNames::of(session),
-        rendered: Mutex::new(HashMap::new()),
+        rendered: Mutex::new(vec![None; components.len()]),
         waiting: Mutex::new(BTreeMap::new()),
     };
 
@@ -208,8 +208,9 @@ struct Rollout<'a, C: Controller> {
     stamp: stamp::CrStamp<'a>,
     /// What every component's resources take from the CR.
     cr_names: Arc<crate::component::CrNames>,
-    /// Rendering happens once per component per rollout; the verify phase reuses it.
-    rendered: Mutex<HashMap<NodeId, Arc<Vec<ManagedObject>>>>,
+    /// Rendering happens once per component per rollout; the verify phase reuses it. By
+    /// node index: every component has a place from the start.
+    rendered: Mutex<Vec<Option<Arc<Vec<ManagedObject>>>>>,
     /// Why each component that is not ready (or not started) yet waits, by component.
     waiting: Mutex<BTreeMap<String, String>>,
 }

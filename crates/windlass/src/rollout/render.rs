@@ -23,7 +23,7 @@ use crate::session::Session;
 
 impl<C: Controller> Rollout<'_, C> {
     pub(super) async fn render(&self, id: NodeId) -> Result<Arc<Vec<ManagedObject>>> {
-        if let Some(done) = self.rendered.lock().get(&id) {
+        if let Some(Some(done)) = self.rendered.lock().get(id.index()) {
             return Ok(done.clone());
         }
         let session = self.session;
@@ -94,7 +94,9 @@ impl<C: Controller> Rollout<'_, C> {
             objects: objects.iter().map(|o| o.reference.clone()).collect(),
         });
         let objects = Arc::new(objects);
-        self.rendered.lock().insert(id, objects.clone());
+        if let Some(place) = self.rendered.lock().get_mut(id.index()) {
+            *place = Some(objects.clone());
+        }
         Ok(objects)
     }
 
@@ -139,13 +141,13 @@ impl<C: Controller> Rollout<'_, C> {
     /// its rendered copy and the cluster's differ.
     fn rendered_upstream(&self, id: NodeId) -> Vec<Arc<Vec<ManagedObject>>> {
         let graph = &self.components.graph;
-        self.rendered
-            .lock()
-            .iter()
+        graph
+            .ids()
+            .zip(self.rendered.lock().iter())
             .filter(|(other, _)| {
-                **other != id && graph.depends_on(id, **other) && !graph.data(**other).disabled
+                *other != id && graph.depends_on(id, *other) && !graph.data(*other).disabled
             })
-            .map(|(_, rendered)| rendered.clone())
+            .filter_map(|(_, rendered)| rendered.clone())
             .collect()
     }
 

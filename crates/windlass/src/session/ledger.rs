@@ -9,8 +9,10 @@
 //! their own, as the trait says.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -28,6 +30,8 @@ type Seen = (Option<Arc<Value>>, bool);
 pub(crate) struct Ledger {
     /// The freshest copy of each object read or written; `None` when it was found absent;
     /// and whether the copy is partial (read with a [`Cluster::get_own`] that says so).
+    /// Hashed with foldhash, not the standard library's SipHash: a reconcile looks up every
+    /// object it renders here, and an object's reference is four strings.
     objects: Mutex<HashMap<ObjectRef, Seen>>,
     /// What windlass applied for the CR, as the rollout updates it; shared with the
     /// snapshots [`Ledger::inventory`] hands out, copied only when changed after one.
@@ -45,7 +49,9 @@ pub(crate) struct Ledger {
 impl Ledger {
     pub(crate) fn new(inventory: Inventory) -> Self {
         Ledger {
-            objects: Mutex::default(),
+            // Sized for what the CR had applied (and the CR): a reconcile reads each of them,
+            // so the map would otherwise grow in steps, rehashing every reference each time.
+            objects: Mutex::new(HashMap::with_capacity(inventory.len() + 1)),
             inventory: Mutex::new(Arc::new(inventory)),
             finalizers: tokio::sync::Mutex::new(()),
             dependencies: Mutex::default(),

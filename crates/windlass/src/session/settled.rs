@@ -19,11 +19,13 @@
 //! The memo is the reconciler's, shared by its reconciles, and keeps 16 bytes an object: a
 //! digest of the object's reference, and one of the resourceVersion (which a Kubernetes API
 //! server gives as an integer; a version that is not one is not remembered) with the
-//! manifest's fingerprint. It forgets everything when it reaches [`LIMIT`] objects, so
+//! manifest's fingerprint. The second is what an answer rests on: the fingerprint covers the
+//! manifest's kind and name, and the version is that of one write, so two objects whose
+//! references happened to share a digest would still not share it. The reference's digest
+//! can therefore be a fast one (foldhash), where the second is keyed SipHash. It forgets everything when it reaches [`LIMIT`] objects, so
 //! deleted objects cannot make it grow without bound; each object then costs one full
 //! check again.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
 use parking_lot::Mutex;
@@ -40,9 +42,13 @@ const LIMIT: usize = 1 << 18;
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
     /// The digest of an object's reference → the digest of its resourceVersion and of the
-    /// desired manifest's fingerprint when last found in sync.
-    versions: Mutex<HashMap<u64, u64>>,
-    /// Digests references and versions for `versions`.
+    /// desired manifest's fingerprint when last found in sync. The keys are keyed digests
+    /// already, so the map hashes them with foldhash rather than with SipHash again.
+    versions: Mutex<foldhash::HashMap<u64, u64>>,
+    /// Digests references for `versions` (see the module docs).
+    references: foldhash::quality::RandomState,
+    /// Digests versions with fingerprints for `versions`: SipHash with a random key, so
+    /// that no two can be made to share a digest.
     keys: RandomState,
     /// Fingerprints desired manifests.
     fingerprints: Fingerprints,
@@ -87,7 +93,7 @@ impl Recall<'_> {
         let Some(state) = self.state(live) else {
             return false;
         };
-        let key = self.memo.settled.keys.hash_one(self.memo.object);
+        let key = self.memo.settled.references.hash_one(self.memo.object);
         self.memo.settled.versions.lock().get(&key) == Some(&state)
     }
 
@@ -97,7 +103,7 @@ impl Recall<'_> {
             return;
         };
         let settled = self.memo.settled;
-        let key = settled.keys.hash_one(self.memo.object);
+        let key = settled.references.hash_one(self.memo.object);
         let mut versions = settled.versions.lock();
         if versions.len() >= LIMIT && !versions.contains_key(&key) {
             versions.clear();

@@ -218,6 +218,11 @@ impl Inventory {
         self.0.keys().map(String::as_str)
     }
 
+    /// How many objects are recorded, pending ones included.
+    pub(crate) fn len(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
+    }
+
     /// Whether nothing is recorded.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
