@@ -20,7 +20,6 @@
 //! too, until the watch delivers it: the reconcile that deleted it knows it is gone.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -37,7 +36,8 @@ pub const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 /// windlass's writes of each object: in flight, or landed and not yet seen on the watch.
 #[derive(Debug, Default)]
 pub struct OwnWrites {
-    objects: Mutex<HashMap<ObjectRef, Entry>>,
+    /// Hashed with foldhash: every write and every watch event looks up here.
+    objects: Mutex<foldhash::HashMap<ObjectRef, Entry>>,
 }
 
 /// What the ledger knows of one object. It has an entry only while a write of it is in

@@ -8,7 +8,6 @@
 //! anyway, and a later event of an object with events held queues behind them, so the
 //! router still sees each object's events in the watch's order.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -27,7 +26,7 @@ pub const HOLD_LIMIT: Duration = Duration::from_secs(5);
 /// The events held, per object, and the landings they wait for.
 pub struct Held {
     limit: Duration,
-    objects: HashMap<ObjectRef, Parked>,
+    objects: foldhash::HashMap<ObjectRef, Parked>,
     /// One wait per object with events held: its landing, or the deadline.
     waits: FuturesUnordered<BoxFuture<'static, (ObjectRef, Woken)>>,
 }
@@ -72,7 +71,7 @@ impl Held {
     pub fn new(limit: Duration) -> Self {
         Held {
             limit,
-            objects: HashMap::new(),
+            objects: foldhash::HashMap::default(),
             waits: FuturesUnordered::new(),
         }
     }

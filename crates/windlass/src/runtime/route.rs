@@ -80,10 +80,10 @@ pub struct Router {
     /// The CR of each uid seen, to map an owned object's label to its CR. The filter state
     /// of the CR and of every object it owns names the CR by this one shared reference
     /// (see [`Router::interned`]): a copy each would cost more than the state itself.
-    by_uid: HashMap<String, Arc<ObjectRef>>,
+    by_uid: foldhash::HashMap<String, Arc<ObjectRef>>,
     /// The uid last seen of each CR: whether a CR is known, without a scan of `by_uid`
     /// (a rollout asks once per component).
-    uid_of: HashMap<Arc<ObjectRef>, String>,
+    uid_of: foldhash::HashMap<Arc<ObjectRef>, String>,
     /// Filter specs built once per kind.
     specs: HashMap<TypeRef, FilterSpec>,
     /// The controller's extra watches, by kind.
@@ -113,8 +113,8 @@ impl Router {
             crs: FilterTracker::new(global),
             // Deletions pass (a child deleted by hand is put back); replays do not.
             owned: FilterTracker::new(new_version()),
-            by_uid: HashMap::new(),
-            uid_of: HashMap::new(),
+            by_uid: foldhash::HashMap::default(),
+            uid_of: foldhash::HashMap::default(),
             specs: HashMap::new(),
             extra: extra.into_iter().map(|w| (w.type_ref.clone(), w)).collect(),
             held: Held::default(),

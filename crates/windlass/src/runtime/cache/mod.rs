@@ -75,7 +75,6 @@
 //! kube-runtime's `watcher` (see [`super::source`]).
 
 use parking_lot::Mutex;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -104,7 +103,8 @@ pub struct CachedCluster {
     live: Arc<LiveCluster>,
     stores: Arc<Stores>,
     written: Mutex<WrittenCopies>,
-    stale: Mutex<HashSet<ObjectRef>>,
+    /// Asked on every read: hashed with foldhash, as the stores are.
+    stale: Mutex<foldhash::HashSet<ObjectRef>>,
     own: OwnWrites,
 }
 

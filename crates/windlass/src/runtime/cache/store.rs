@@ -2,7 +2,7 @@
 //! it keeps of each object, and what it can answer for whom.
 
 use parking_lot::RwLock;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -25,8 +25,9 @@ struct KindStore {
     /// The objects of a store that keeps part of each that a reader read whole: kept
     /// whole from then on, so that the next whole read of one is answered from memory;
     /// and whether the copy held is whole yet.
-    kept_whole: HashMap<Key, bool>,
-    objects: HashMap<Key, Packed>,
+    kept_whole: foldhash::HashMap<Key, bool>,
+    /// Hashed with foldhash, not SipHash: every watch event and every read looks up here.
+    objects: foldhash::HashMap<Key, Packed>,
     /// The bytes of the objects' texts, for `windlass_cache_bytes`.
     bytes: usize,
 }
@@ -94,7 +95,7 @@ impl KindStore {
 /// are watched once per replica, not once per shard it holds.
 #[derive(Debug, Default)]
 pub struct Stores {
-    kinds: RwLock<HashMap<TypeRef, KindStore>>,
+    kinds: RwLock<foldhash::HashMap<TypeRef, KindStore>>,
     /// The stores that answer for the kinds in `lent`.
     shared: Option<Arc<Stores>>,
     /// The kinds `shared` answers for.

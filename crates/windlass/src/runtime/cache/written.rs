@@ -1,8 +1,6 @@
 //! The copies this process wrote, kept until the watch delivers them (rule 2 of the
 //! module docs of [`super`]).
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -76,14 +74,14 @@ const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The written copies by object, and when they were last swept.
 #[derive(Debug)]
 pub(super) struct WrittenCopies {
-    pub(super) copies: HashMap<ObjectRef, Written>,
+    pub(super) copies: foldhash::HashMap<ObjectRef, Written>,
     swept: Instant,
 }
 
 impl Default for WrittenCopies {
     fn default() -> Self {
         WrittenCopies {
-            copies: HashMap::new(),
+            copies: foldhash::HashMap::default(),
             swept: Instant::now(),
         }
     }
