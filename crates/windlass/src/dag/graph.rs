@@ -58,6 +58,10 @@ pub struct Graph<N, E = ()> {
     /// Every node by name once there are [`INDEXED_FROM`] of them; empty before. Hashed
     /// with foldhash: a controller builds its graph on every reconcile.
     by_name: foldhash::HashMap<String, NodeId>,
+    /// Whether every edge points from a node to one added before it, as it does when a
+    /// graph is built in dependency order: such a graph has no cycle, and an edge that
+    /// keeps it so needs no search for one.
+    descending: bool,
 }
 
 impl<N, E> Default for Graph<N, E> {
@@ -65,6 +69,7 @@ impl<N, E> Default for Graph<N, E> {
         Graph {
             nodes: Vec::new(),
             by_name: foldhash::HashMap::default(),
+            descending: true,
         }
     }
 }
@@ -112,12 +117,16 @@ impl<N, E> Graph<N, E> {
         upstream: NodeId,
         edge: E,
     ) -> Result<(), GraphError> {
-        if node == upstream || self.depends_on(upstream, node) {
+        // Every path of a descending graph goes to ever earlier nodes, so none leads from
+        // `upstream` back to a later `node`.
+        let keeps_descending = self.descending && upstream.0 < node.0;
+        if !keeps_descending && (node == upstream || self.depends_on(upstream, node)) {
             return Err(GraphError::Cycle {
                 node: self.name(node).to_string(),
                 upstream: self.name(upstream).to_string(),
             });
         }
+        self.descending = keeps_descending;
         let edges = &mut self.nodes[node.0].upstream;
         match edges.iter_mut().find(|(id, _)| *id == upstream) {
             Some(existing) => existing.1 = edge,
@@ -359,5 +368,57 @@ mod tests {
         assert!(g.add_dependency(secret, web, ()).is_err()); // would be a cycle
         let order: Vec<&str> = g.topology().into_iter().map(|n| g.name(n)).collect();
         assert_eq!(order, ["secret", "db", "web"]);
+    }
+
+    /// Whether `to` is reachable from `from` over `edges` (node → its upstreams), by a
+    /// search of its own: what the graph's answers are held to.
+    fn reaches(edges: &[Vec<usize>], from: usize, to: usize) -> bool {
+        let mut stack = vec![from];
+        let mut seen = vec![false; edges.len()];
+        while let Some(n) = stack.pop() {
+            if n == to {
+                return true;
+            }
+            for &up in &edges[n] {
+                if !std::mem::replace(&mut seen[up], true) {
+                    stack.push(up);
+                }
+            }
+        }
+        false
+    }
+
+    proptest::proptest! {
+        /// Edges added in any order, descending ones first (the graph skips the search for
+        /// a cycle while every edge points to an earlier node): an edge is refused exactly
+        /// when it would close a cycle, and the order puts every upstream first.
+        #[test]
+        fn an_edge_is_refused_exactly_when_it_closes_a_cycle(
+            nodes in 1usize..12,
+            descending in proptest::collection::vec((0usize..12, 0usize..12), 0..30),
+            any in proptest::collection::vec((0usize..12, 0usize..12), 0..30),
+        ) {
+            let mut g: Graph<(), ()> = Graph::new();
+            let ids: Vec<NodeId> = (0..nodes).map(|i| g.add_node(format!("n{i}"), ()).unwrap()).collect();
+            let mut edges = vec![Vec::new(); nodes];
+            let descending = descending.into_iter().map(|(a, b)| (a.max(b), a.min(b)));
+            for (node, upstream) in descending.chain(any) {
+                let (node, upstream) = (node % nodes, upstream % nodes);
+                let closes = node == upstream || reaches(&edges, upstream, node);
+                let added = g.add_dependency(ids[node], ids[upstream], ());
+                proptest::prop_assert_eq!(added.is_err(), closes, "{} -> {}", node, upstream);
+                if added.is_ok() && !edges[node].contains(&upstream) {
+                    edges[node].push(upstream);
+                }
+            }
+            let order = g.topology();
+            let position = |n: usize| order.iter().position(|id| *id == ids[n]).unwrap();
+            for (node, ups) in edges.iter().enumerate() {
+                for &up in ups {
+                    proptest::prop_assert!(position(up) < position(node));
+                    proptest::prop_assert!(g.depends_on(ids[node], ids[up]));
+                }
+            }
+        }
     }
 }
