@@ -22,9 +22,9 @@
 //! manifest's fingerprint. The second is what an answer rests on: the fingerprint covers the
 //! manifest's kind and name, and the version is that of one write, so two objects whose
 //! references happened to share a digest would still not share it. The reference's digest
-//! can therefore be a fast one (foldhash), where the second is keyed SipHash. It forgets everything when it reaches [`LIMIT`] objects, so
-//! deleted objects cannot make it grow without bound; each object then costs one full
-//! check again.
+//! can therefore be a fast one (foldhash), where the second is keyed SipHash. It forgets
+//! everything when it reaches [`LIMIT`] objects, so deleted objects cannot make it grow
+//! without bound; each object then costs one full check again.
 
 use std::hash::{BuildHasher, RandomState};
 
@@ -42,14 +42,14 @@ const LIMIT: usize = 1 << 18;
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
     /// The digest of an object's reference → the digest of its resourceVersion and of the
-    /// desired manifest's fingerprint when last found in sync. The keys are keyed digests
-    /// already, so the map hashes them with foldhash rather than with SipHash again.
+    /// desired manifest's fingerprint when last found in sync. The keys are digests
+    /// already; the map hashes them with foldhash, the cheapest hasher in the tree.
     versions: Mutex<foldhash::HashMap<u64, u64>>,
     /// Digests references for `versions` (see the module docs).
     references: foldhash::quality::RandomState,
     /// Digests versions with fingerprints for `versions`: SipHash with a random key, so
     /// that no two can be made to share a digest.
-    keys: RandomState,
+    states: RandomState,
     /// Fingerprints desired manifests.
     fingerprints: Fingerprints,
 }
@@ -115,7 +115,7 @@ impl Recall<'_> {
     /// version is an integer.
     fn state(&self, live: &Value) -> Option<u64> {
         let version = version_of(live)?;
-        Some(self.memo.settled.keys.hash_one((version, self.desired)))
+        Some(self.memo.settled.states.hash_one((version, self.desired)))
     }
 }
 
