@@ -339,11 +339,18 @@ pub fn applied_fields<'a>(live: &'a Value, manager: &str) -> Option<&'a Map<Stri
     live["metadata"]["managedFields"]
         .as_array()?
         .iter()
-        .filter(|e| e["manager"].as_str() == Some(manager))
-        .filter(|e| e["operation"].as_str() == Some("Apply"))
-        // Not a subresource's entry (servers from 1.22 record status applies apart).
-        .find(|e| e["subresource"].as_str().is_none_or(str::is_empty))?["fieldsV1"]
+        .find(|e| is_applied_entry(e, manager))?["fieldsV1"]
         .as_object()
+}
+
+/// Whether a `managedFields` entry is `manager`'s server-side apply of the object itself:
+/// the entry [`applied_fields`] reads, and the only one windlass keeps of what it reads
+/// from the API server.
+pub(crate) fn is_applied_entry(entry: &Value, manager: &str) -> bool {
+    entry["manager"].as_str() == Some(manager)
+        && entry["operation"].as_str() == Some("Apply")
+        // Not a subresource's entry (servers from 1.22 record status writes apart).
+        && entry["subresource"].as_str().is_none_or(str::is_empty)
 }
 
 #[cfg(test)]

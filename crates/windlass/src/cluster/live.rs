@@ -8,9 +8,10 @@
 //! - Status is replaced through the status subresource when the kind has one, else
 //!   through the main resource, as such kinds store status.
 //! - Objects read and written back are decoded once, into JSON ([`Parsed`]); and
-//! - `managedFields` are stripped from everything returned except the entries of windlass's
-//!   own field manager: the rollout reads those to tell whether a field it owns was changed
-//!   by someone else; the rest is a quarter of an object's bytes and never read.
+//! - `managedFields` are stripped from everything returned except windlass's own apply of
+//!   the object itself (its field manager's `Apply` entry, not a subresource's): the rollout
+//!   reads that to tell whether a field it owns was changed by someone else. The rest is
+//!   never read (other managers' entries are a quarter of an object's bytes).
 //! - Status writes are conditional on the resourceVersion the status was computed from;
 //!   deletes of objects windlass created carry a uid precondition.
 //! - API errors map to [`ClusterError`] by HTTP status: 404 not found, 409 conflict, 422
@@ -35,7 +36,7 @@ use serde_json::Value;
 use super::parsed::Parsed;
 use super::{Cluster, Deletion, ListQuery, Scope, WriteMethod};
 use crate::error::{ClusterError, FieldCause};
-use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::object::{ManifestExt, ObjectRef, TypeRef, is_applied_entry};
 
 #[derive(Clone)]
 struct Kind {
@@ -87,14 +88,14 @@ impl LiveCluster {
         Ok(self.api(type_ref, namespace).await?.0)
     }
 
-    /// An object from the API as windlass keeps it (JSON, only windlass's own
-    /// `managedFields`), as every other method of this cluster returns objects.
+    /// An object from the API as windlass keeps it (JSON, of its `managedFields` only
+    /// windlass's own apply entry), as every other method of this cluster returns objects.
     pub fn object_value(&self, object: DynamicObject) -> Result<Value, ClusterError> {
         self.to_value(object)
     }
 
-    /// Drop the `managedFields` entries of `object` (JSON as the API server sent it) that
-    /// are not windlass's own field manager's, as [`LiveCluster::object_value`] does.
+    /// Drop the `managedFields` entries of `object` (JSON as the API server sent it) but
+    /// windlass's own apply of the object itself, as [`LiveCluster::object_value`] does.
     pub(crate) fn keep_own_managed_fields(&self, object: &mut Value) {
         let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
             return;
@@ -102,7 +103,7 @@ impl LiveCluster {
         let Some(Value::Array(entries)) = metadata.get_mut("managedFields") else {
             return;
         };
-        entries.retain(|e| e["manager"].as_str() == Some(self.field_manager.as_str()));
+        entries.retain(|e| is_applied_entry(e, &self.field_manager));
         if entries.is_empty() {
             metadata.remove("managedFields");
         }
@@ -223,8 +224,8 @@ impl LiveCluster {
         Ok((api, kind))
     }
 
-    /// An object from the API decoded once, as windlass keeps it: only windlass's own
-    /// `managedFields`.
+    /// An object from the API decoded once, as windlass keeps it: of its `managedFields`,
+    /// only windlass's own apply entry.
     fn parsed_value(&self, object: Parsed) -> Value {
         let mut value = object.into_value();
         self.keep_own_managed_fields(&mut value);
@@ -411,19 +412,16 @@ impl Cluster for LiveCluster {
 }
 
 impl LiveCluster {
-    /// An object from the API as JSON, keeping only windlass's own `managedFields`.
-    fn to_value(&self, mut object: DynamicObject) -> Result<Value, ClusterError> {
-        if let Some(entries) = &mut object.metadata.managed_fields {
-            entries.retain(|e| e.manager.as_deref() == Some(self.field_manager.as_str()));
-            if entries.is_empty() {
-                object.metadata.managed_fields = None;
-            }
-        }
-        serde_json::to_value(object).map_err(|e| {
+    /// An object from the API as JSON, keeping only windlass's own apply entry of its
+    /// `managedFields`.
+    fn to_value(&self, object: DynamicObject) -> Result<Value, ClusterError> {
+        let mut value = serde_json::to_value(object).map_err(|e| {
             ClusterError::api(format!(
                 "object from the API server does not serialize: {e}"
             ))
-        })
+        })?;
+        self.keep_own_managed_fields(&mut value);
+        Ok(value)
     }
 }
 

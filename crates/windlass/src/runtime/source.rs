@@ -20,9 +20,10 @@
 //!
 //! The primary kind is watched whole; the kinds components own are watched
 //! label-scoped, only objects that carry windlass's ownership label
-//! ([`crate::annotations::OWNER_UID`]). Every event carries the whole object (windlass's
-//! own `managedFields` only), for the filters; what the store keeps of it is the store's
-//! choice (see [`super::cache`]: the owned kinds keep what a rollout reads of them).
+//! ([`crate::annotations::OWNER_UID`]). Every event carries the whole object (of its
+//! `managedFields`, windlass's own apply entry only), for the filters; what the store
+//! keeps of it is the store's choice (see [`super::cache`]: the owned kinds keep what a
+//! rollout reads of them).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -470,7 +471,7 @@ fn deleted(
     })
 }
 
-/// The object as windlass keeps it: only windlass's own `managedFields`, and its
+/// The object as windlass keeps it: of its `managedFields` only windlass's own apply, and its
 /// apiVersion and kind (items of a list carry none: they are the watch's).
 fn entry(
     live: &LiveCluster,
@@ -677,8 +678,13 @@ mod follow_tests {
     /// A ConfigMap `name` as the watch decodes it.
     fn parsed(name: &str) -> Parsed {
         serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
-                "managedFields": [{"manager": "kubectl"}, {"manager": crate::FIELD_MANAGER}]}}))
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
+            "managedFields": [
+                {"manager": "kubectl", "operation": "Update"},
+                {"manager": crate::FIELD_MANAGER, "operation": "Update",
+                    "subresource": "status"},
+                {"manager": crate::FIELD_MANAGER, "operation": "Apply"},
+            ]}}))
         .unwrap()
     }
 
@@ -720,11 +726,11 @@ mod follow_tests {
         let mut seen = Vec::new();
         while let Ok(event) = received.try_recv() {
             seen.push((event.kind, event.reference.name.clone(), event.listed));
-            // Only windlass's own managedFields are kept.
+            // Of the managedFields, only windlass's own apply of the object is kept.
             if event.kind != EventKind::Deleted {
                 assert_eq!(
                     event.object["metadata"]["managedFields"],
-                    serde_json::json!([{"manager": crate::FIELD_MANAGER}])
+                    serde_json::json!([{"manager": crate::FIELD_MANAGER, "operation": "Apply"}])
                 );
             }
         }
