@@ -179,6 +179,19 @@ pub trait Cluster: Send + Sync + 'static {
         Ok(self.get_own(object).await?.map(Arc::new))
     }
 
+    /// The resourceVersion of the copy [`Cluster::get_own`] would answer with, when the
+    /// cluster holds one and can tell its version without making the copy; `None` when it
+    /// cannot (the default), or when the object is absent. A reconcile that finds nothing
+    /// to do asks this first: an object it found in sync at that version before needs no
+    /// reading (see `session::settled`), and a watch cache, which keeps its copies as JSON
+    /// text, would otherwise parse every object of every CR on every periodic resync.
+    /// Asking it is not reading: a later [`Cluster::get_own`] reads as if it had not been
+    /// asked.
+    async fn own_version(&self, object: &ObjectRef) -> Result<Option<String>, ClusterError> {
+        let _ = object;
+        Ok(None)
+    }
+
     /// The Secret or ConfigMap `object` as [`Cluster::get`] reads it, asked by a dependency
     /// hash, which reads no more of it than its name, labels, resourceVersion and data. A
     /// cluster that keeps such objects without their data (the runtime's watch of a kind

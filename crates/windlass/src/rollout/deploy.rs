@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use super::Rollout;
 use super::prune::delete_recorded;
-use super::stamp::ComponentStamp;
+use super::stamp::{ComponentStamp, ObjectStamp};
 use crate::annotations;
+use crate::cluster::WriteMethod;
 use crate::component::ManagedObject;
 use crate::controller::Controller;
 use crate::dag::NodeId;
@@ -87,13 +88,6 @@ impl<C: Controller> Rollout<'_, C> {
         // A component may render the CR itself (to rewrite its own spec): it is not its
         // own child.
         let itself = session.is_cr(reference);
-        // About to write it: a watch of windlass's own objects may answer for it.
-        let live = session.cluster().get_own_shared(reference).await?;
-        if let Some(live) = &live
-            && !itself
-        {
-            refuse_foreign(reference, live, cr, stamp.cr_uid())?;
-        }
         // The owner reference, windlass's labels and the applied hash: laid over the
         // rendered manifest to decide, stamped on a copy only to write.
         let stamped = stamp.object(&object.manifest, itself);
@@ -101,6 +95,23 @@ impl<C: Controller> Rollout<'_, C> {
             settled: session.settled(),
             object: reference,
         };
+        // Asked of the version alone first (see `in_sync_unread`).
+        let held = match !itself && !object.create_only && object.method == WriteMethod::Apply {
+            true => session.cluster().own_version(reference).await?,
+            false => None,
+        };
+        if let Some(version) = held
+            && self.in_sync_unread(&stamped, component, reference, memo, &version)
+        {
+            return Ok(false);
+        }
+        // About to write it: a watch of windlass's own objects may answer for it.
+        let live = session.cluster().get_own_shared(reference).await?;
+        if let Some(live) = &live
+            && !itself
+        {
+            refuse_foreign(reference, live, cr, stamp.cr_uid())?;
+        }
         let drift = match (&live, object.create_only) {
             // Created once; what it holds now is what it keeps.
             (Some(_), true) => crate::rollout::drift::Drift::InSync,
@@ -143,6 +154,26 @@ impl<C: Controller> Rollout<'_, C> {
                 .inventory_mut(|i| i.record(component, reference, uid));
         }
         Ok(drift.needs_write())
+    }
+
+    /// Whether the object, which the cluster holds at `version`, is as it was when a
+    /// reconcile last found it in sync with this manifest, told without reading it: by
+    /// that version and the uid the inventory records (see [`crate::session::settled`]).
+    /// Then its owner label, its fields and its uid are all as they were checked; the
+    /// periodic resync of a CR whose objects nobody touched reads none of them.
+    fn in_sync_unread(
+        &self,
+        stamped: &ObjectStamp<'_>,
+        component: &str,
+        reference: &ObjectRef,
+        memo: Memo<'_>,
+        version: &str,
+    ) -> bool {
+        self.session.ledger().inventory_with(|inventory| {
+            inventory
+                .uid_of(component, reference)
+                .is_some_and(|uid| stamped.remembered_at(memo, version, uid))
+        })
     }
 
     /// Write `manifest` by the object's method. Conflicts (HTTP 409) are retried with a

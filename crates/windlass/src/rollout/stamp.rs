@@ -204,6 +204,14 @@ impl ObjectStamp<'_> {
         })
     }
 
+    /// Whether `memo` remembers the object in sync with the stamped manifest at
+    /// resourceVersion `version`, with the uid `uid` (see
+    /// [`crate::session::settled::Recall::holds_at`]): asked before the object is read.
+    pub(crate) fn remembered_at(&self, memo: Memo<'_>, version: &str, uid: &str) -> bool {
+        memo.desired(self.fingerprint(memo.settled.fingerprints()))
+            .holds_at(version, uid)
+    }
+
     /// The fingerprint of the stamped manifest: of the laid-over view without the applied
     /// hash (which follows from the rest) where the view stands for the manifest, of the
     /// stamped copy otherwise.

@@ -76,6 +76,10 @@ impl Cluster for Fenced {
         self.inner.get_own_is_partial()
     }
 
+    async fn own_version(&self, object: &ObjectRef) -> Result<Option<String>, ClusterError> {
+        self.inner.own_version(object).await
+    }
+
     async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.inner.get_dependency(object).await
     }

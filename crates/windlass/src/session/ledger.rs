@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::cluster::{Cluster, DATA_DIGEST, Deletion, ListQuery, Scope, WriteMethod};
 use crate::error::ClusterError;
-use crate::object::{ObjectRef, TypeRef};
+use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::status::inventory::Inventory;
 
 /// A copy the ledger keeps (`None`: found absent), and whether it is partial.
@@ -261,6 +261,14 @@ impl Cluster for Recorded {
 
     fn get_own_is_partial(&self) -> bool {
         self.inner.get_own_is_partial()
+    }
+
+    async fn own_version(&self, object: &ObjectRef) -> Result<Option<String>, ClusterError> {
+        // What this reconcile read or wrote of the object is what it would read again.
+        if let Some(seen) = self.ledger.seen_own(object) {
+            return Ok(seen.and_then(|s| s.resource_version().map(str::to_string)));
+        }
+        self.inner.own_version(object).await
     }
 
     async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {

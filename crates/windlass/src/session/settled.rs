@@ -16,12 +16,20 @@
 //! It lives with the session, which carries it into each reconcile, because the rollout
 //! that asks it already depends on the session.
 //!
+//! A reconcile that finds an object unchanged need not even read it: it asks the cluster
+//! only for the version it holds the object at ([`crate::cluster::Cluster::own_version`]),
+//! which a watch cache answers without parsing its copy, and the memo whether the object
+//! was in sync at that version, with the uid the CR's inventory records for it. The uid is
+//! part of what is remembered so that a yes also vouches for the inventory, which the
+//! reconcile then leaves as it is: an inventory read back from a status write that failed
+//! may name an object's earlier incarnation.
+//!
 //! The memo is the reconciler's, shared by its reconciles, and keeps 16 bytes an object: a
 //! digest of the object's reference, and one of the resourceVersion (which a Kubernetes API
-//! server gives as an integer; a version that is not one is not remembered) with the
-//! manifest's fingerprint. The second is what an answer rests on: the fingerprint covers the
-//! manifest's kind and name, and the version is that of one write, so two objects whose
-//! references happened to share a digest would still not share it. The reference's digest
+//! server gives as an integer; a version that is not one is not remembered) with the uid
+//! and the manifest's fingerprint. The second is what an answer rests on: the fingerprint
+//! covers the manifest's kind and name, and the version is that of one write, so two
+//! objects whose references happened to share a digest would still not share it. The reference's digest
 //! can therefore be a fast one (foldhash), where the second is keyed SipHash. It forgets
 //! everything when it reaches [`LIMIT`] objects, so deleted objects cannot make it grow
 //! without bound; each object then costs one full check again.
@@ -90,7 +98,19 @@ pub(crate) struct Recall<'a> {
 impl Recall<'_> {
     /// Whether the object was found in sync with this manifest at `live`'s resourceVersion.
     pub(crate) fn holds(&self, live: &Value) -> bool {
-        let Some(state) = self.state(live) else {
+        self.holds_state(self.state(live.resource_version(), live.uid()))
+    }
+
+    /// Whether the object was found in sync with this manifest at resourceVersion
+    /// `version`, with the uid `uid`: asked of an object not read, by the version its
+    /// cluster holds it at ([`crate::cluster::Cluster::own_version`]) and the uid the CR's
+    /// inventory records for it. A yes also says the inventory's uid is the object's.
+    pub(crate) fn holds_at(&self, version: &str, uid: &str) -> bool {
+        self.holds_state(self.state(Some(version), Some(uid)))
+    }
+
+    fn holds_state(&self, state: Option<u64>) -> bool {
+        let Some(state) = state else {
             return false;
         };
         let key = self.memo.settled.references.hash_one(self.memo.object);
@@ -99,7 +119,7 @@ impl Recall<'_> {
 
     /// The object is in sync with this manifest at `live`'s resourceVersion.
     pub(crate) fn record(&self, live: &Value) {
-        let Some(state) = self.state(live) else {
+        let Some(state) = self.state(live.resource_version(), live.uid()) else {
             return;
         };
         let settled = self.memo.settled;
@@ -111,17 +131,18 @@ impl Recall<'_> {
         versions.insert(key, state);
     }
 
-    /// The digest of `live`'s resourceVersion and the manifest's fingerprint, if the
-    /// version is an integer.
-    fn state(&self, live: &Value) -> Option<u64> {
-        let version = version_of(live)?;
-        Some(self.memo.settled.states.hash_one((version, self.desired)))
+    /// The digest of an object's resourceVersion and uid and the manifest's fingerprint,
+    /// if the version is an integer.
+    fn state(&self, version: Option<&str>, uid: Option<&str>) -> Option<u64> {
+        let version: u64 = version?.parse().ok()?;
+        let uid = uid.unwrap_or_default();
+        Some(
+            self.memo
+                .settled
+                .states
+                .hash_one((version, uid, self.desired)),
+        )
     }
-}
-
-/// `live`'s resourceVersion, if it is an integer.
-fn version_of(live: &Value) -> Option<u64> {
-    live.resource_version()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -170,6 +191,24 @@ mod tests {
     }
 
     #[test]
+    fn an_object_not_read_holds_only_with_the_uid_it_was_recorded_with() {
+        let settled = Settled::default();
+        let a = ObjectRef::new("v1", "ConfigMap", Some("ns"), "a");
+        let memo = Memo {
+            settled: &settled,
+            object: &a,
+        }
+        .desired(5);
+        let live = json!({"metadata": {"name": "a", "resourceVersion": "7", "uid": "u1"}});
+        assert!(!memo.holds_at("7", "u1"), "nothing recorded yet");
+        memo.record(&live);
+        assert!(memo.holds_at("7", "u1") && memo.holds(&live));
+        assert!(!memo.holds_at("7", "u0"), "an earlier incarnation's uid");
+        assert!(!memo.holds_at("8", "u1"), "a later version");
+        assert!(!memo.holds(&at("7")), "a copy without the uid");
+    }
+
+    #[test]
     fn versions_that_are_not_integers_are_never_remembered() {
         let settled = Settled::default();
         let a = ObjectRef::new("v1", "ConfigMap", Some("ns"), "a");
@@ -212,6 +251,178 @@ mod tests {
         env.annotate(&settings, "someone", "else").await;
         env.reconcile(&cr).await;
         assert_eq!(hashed(), 1, "a new version is checked in full");
+    }
+
+    /// A steady reconcile reads none of the objects the memo vouches for by their version
+    /// and the uid the inventory records, and still finds the CR Ready; an object changed
+    /// since, or one the inventory records with another uid, is read again and checked.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn a_steady_reconcile_reads_no_object_it_remembers_in_sync() {
+        use std::sync::Arc;
+
+        use crate::cluster::MemoryCluster;
+        use crate::testing::{DummyComponent, DummyController, Harness, TEST_NAMESPACE};
+
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "{cr}-settings"}, "data": {"mode": "fast"}});
+        let memory = Arc::new(MemoryCluster::new());
+        let reads = Arc::new(CountingReads::new(memory.clone()));
+        let env = Harness::on_cluster(
+            DummyController::new().component(
+                DummyComponent::new("app").with_object("settings", config),
+                &[],
+            ),
+            crate::config::OperatorConfig::default(),
+            memory,
+            reads.clone(),
+        );
+        let cr = env.apply_cr("a", json!({})).await;
+        let settings = ObjectRef::new("v1", "ConfigMap", Some(TEST_NAMESPACE), "a-settings");
+        env.reconcile(&cr).await;
+        let written = env
+            .get(&settings)
+            .await
+            .expect("the first reconcile wrote it");
+        reads.take();
+
+        env.reconcile(&cr).await;
+        assert_eq!(reads.take(), 0, "the steady reconcile read no ConfigMap");
+        env.assert_ready(&cr).await;
+        assert_eq!(env.get(&settings).await, Some(written), "and wrote nothing");
+
+        env.annotate(&settings, "someone", "else").await;
+        env.reconcile(&cr).await;
+        assert_eq!(reads.take(), 1, "a new version is read");
+        env.reconcile(&cr).await;
+        assert_eq!(reads.take(), 0, "and remembered at that version");
+
+        // An inventory read back from a status write that failed names an earlier uid.
+        let mut status = env.status(&cr).await;
+        status["inventory"][0]["uid"] = json!("an-earlier-incarnation");
+        env.set_status(&cr, status).await;
+        env.reconcile(&cr).await;
+        assert_eq!(reads.take(), 1, "a uid the memo does not vouch for is read");
+        let uid = env
+            .get(&settings)
+            .await
+            .and_then(|s| s.uid().map(str::to_string));
+        assert_eq!(
+            env.status(&cr).await["inventory"][0]["uid"].as_str(),
+            uid.as_deref(),
+            "and the inventory records the object's own"
+        );
+    }
+
+    /// A cluster counting the reads of ConfigMaps, passing everything to `inner`.
+    #[cfg(feature = "testing")]
+    struct CountingReads {
+        inner: std::sync::Arc<crate::cluster::MemoryCluster>,
+        reads: Mutex<usize>,
+    }
+
+    #[cfg(feature = "testing")]
+    impl CountingReads {
+        fn new(inner: std::sync::Arc<crate::cluster::MemoryCluster>) -> Self {
+            CountingReads {
+                inner,
+                reads: Mutex::new(0),
+            }
+        }
+
+        fn count(&self, object: &ObjectRef) {
+            if object.kind == "ConfigMap" {
+                *self.reads.lock() += 1;
+            }
+        }
+
+        fn take(&self) -> usize {
+            std::mem::take(&mut *self.reads.lock())
+        }
+    }
+
+    #[cfg(feature = "testing")]
+    #[async_trait::async_trait]
+    impl crate::cluster::Cluster for CountingReads {
+        async fn scope(
+            &self,
+            type_ref: &crate::object::TypeRef,
+        ) -> Result<crate::cluster::Scope, crate::error::ClusterError> {
+            self.inner.scope(type_ref).await
+        }
+
+        async fn get(
+            &self,
+            object: &ObjectRef,
+        ) -> Result<Option<Value>, crate::error::ClusterError> {
+            self.count(object);
+            self.inner.get(object).await
+        }
+
+        async fn get_shared(
+            &self,
+            object: &ObjectRef,
+        ) -> Result<Option<std::sync::Arc<Value>>, crate::error::ClusterError> {
+            self.count(object);
+            self.inner.get_shared(object).await
+        }
+
+        async fn get_own_shared(
+            &self,
+            object: &ObjectRef,
+        ) -> Result<Option<std::sync::Arc<Value>>, crate::error::ClusterError> {
+            self.count(object);
+            self.inner.get_own_shared(object).await
+        }
+
+        async fn own_version(
+            &self,
+            object: &ObjectRef,
+        ) -> Result<Option<String>, crate::error::ClusterError> {
+            self.inner.own_version(object).await
+        }
+
+        async fn list(
+            &self,
+            query: &crate::cluster::ListQuery,
+        ) -> Result<Vec<Value>, crate::error::ClusterError> {
+            self.inner.list(query).await
+        }
+
+        async fn apply(
+            &self,
+            manifest: &Value,
+            method: crate::cluster::WriteMethod,
+        ) -> Result<Value, crate::error::ClusterError> {
+            self.inner.apply(manifest, method).await
+        }
+
+        async fn delete(
+            &self,
+            object: &ObjectRef,
+            uid: Option<&str>,
+        ) -> Result<crate::cluster::Deletion, crate::error::ClusterError> {
+            self.inner.delete(object, uid).await
+        }
+
+        async fn write_status(
+            &self,
+            object: &ObjectRef,
+            status: &Value,
+            resource_version: Option<&str>,
+        ) -> Result<Option<Value>, crate::error::ClusterError> {
+            self.inner
+                .write_status(object, status, resource_version)
+                .await
+        }
+
+        async fn patch(
+            &self,
+            object: &ObjectRef,
+            patch: &json_patch::Patch,
+        ) -> Result<Value, crate::error::ClusterError> {
+            self.inner.patch(object, patch).await
+        }
     }
 
     #[test]

@@ -208,6 +208,14 @@ impl Inventory {
         self.0.get(component).map_or(&[], Vec::as_slice)
     }
 
+    /// The uid recorded for `component`'s `reference`: `None` when it has no entry, or a
+    /// pending one.
+    pub(crate) fn uid_of(&self, component: &str, reference: &ObjectRef) -> Option<&str> {
+        let objects = self.objects(component);
+        let at = objects.binary_search_by(|(r, _)| r.cmp(reference)).ok()?;
+        Some(objects[at].1.as_str()).filter(|uid| !uid.is_empty())
+    }
+
     /// The components with recorded objects.
     pub fn components(&self) -> BTreeSet<String> {
         self.component_names().map(str::to_string).collect()

@@ -312,6 +312,15 @@ impl Cluster for MemoryCluster {
         Ok(state.objects.get(&key).map(|e| e.view(&self.field_manager)))
     }
 
+    async fn own_version(&self, object: &ObjectRef) -> Result<Option<String>, ClusterError> {
+        let state = self.state.lock();
+        let (key, _) = Self::key_of(&state, object)?;
+        Ok(state
+            .objects
+            .get(&key)
+            .and_then(|e| e.object().resource_version().map(str::to_string)))
+    }
+
     async fn get_shared(&self, object: &ObjectRef) -> Result<Option<Arc<Value>>, ClusterError> {
         self.shared_view(object)
     }

@@ -269,6 +269,15 @@ impl Cluster for CachedCluster {
         true
     }
 
+    async fn own_version(&self, object: &ObjectRef) -> Result<Option<String>, ClusterError> {
+        // Only where `get_own` would answer with the store's copy alone: no read through
+        // pending after a conflict, no copy this process wrote to lay over it.
+        if self.stale.lock().contains(object) || self.written.lock().fresh(object).is_some() {
+            return Ok(None);
+        }
+        Ok(self.stores.held_version(object).flatten())
+    }
+
     async fn get_dependency(&self, object: &ObjectRef) -> Result<Option<Value>, ClusterError> {
         self.get_with(object, Read::Dependency).await
     }

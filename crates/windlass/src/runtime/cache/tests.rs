@@ -602,3 +602,47 @@ async fn a_written_copy_older_than_a_partial_copy_held_does_not_answer_a_whole_r
         "asked the server, not answered with the stale copy"
     );
 }
+
+/// `own_version` answers with the version of the copy `get_own` would answer with, and
+/// only where that copy is the store's: not over a copy this process wrote, not after a
+/// conflict that makes the next read go to the API server.
+#[tokio::test]
+async fn the_version_of_a_copy_is_told_only_where_the_store_alone_answers() {
+    let stores = Arc::new(Stores::new());
+    let v1 = cm_with("1", "old");
+    let a = ObjectRef::from_manifest(&v1).unwrap();
+    let kind = a.type_ref();
+    let cluster = cached(stores.clone());
+    assert_eq!(cluster.own_version(&a).await.unwrap(), None, "no watch");
+    stores.declare(&kind, Some(crate::annotations::OWNER_UID), Keep::Slim);
+    stores.replace(&kind, Some("ns"), vec![(a.clone(), Arc::new(v1.clone()))]);
+    assert_eq!(cluster.own_version(&a).await.unwrap(), Some("1".into()));
+    let (b, _) = cm("b", "1");
+    assert_eq!(cluster.own_version(&b).await.unwrap(), None, "absent");
+
+    let v2 = cm_with("2", "new");
+    cluster.remember(a.clone(), Some(&v2));
+    assert_eq!(
+        cluster.own_version(&a).await.unwrap(),
+        None,
+        "a written copy is laid over the store's"
+    );
+    stores.upsert(a.clone(), &v2);
+    cluster.observed(&a, Some(&v2));
+    assert_eq!(cluster.own_version(&a).await.unwrap(), Some("2".into()));
+
+    let conflict = Err::<(), _>(ClusterError::Conflict {
+        object: a.to_string(),
+        message: "the object has been modified".into(),
+    });
+    let _ = cluster.on_error(&a, conflict);
+    assert_eq!(
+        cluster.own_version(&a).await.unwrap(),
+        None,
+        "the next read goes to the API server"
+    );
+    assert!(
+        cluster.stale.lock().contains(&a),
+        "and asking did not take that from it"
+    );
+}
