@@ -62,6 +62,14 @@ pub(super) enum Read {
 /// The prefix of windlass's own labels and annotations.
 const OWN_PREFIX: &str = "windlass.dev/";
 
+/// The field every reader of a store asks of a copy before it reads anything else: the
+/// echo of a write, read-your-writes and the steady reconcile compare versions.
+const VERSION: &str = "resourceVersion";
+
+/// How a packed copy with a resourceVersion begins: [`Packed::new`] writes the metadata
+/// first and the version first in it.
+const VERSION_FIRST: &str = r#"{"metadata":{"resourceVersion":""#;
+
 /// The fields of `metadata` a slim copy keeps as they are.
 const SLIM_METADATA: [&str; 6] = [
     "name",
@@ -129,12 +137,12 @@ impl serde::Serialize for Slim<'_> {
             return self.0.serialize(serializer);
         };
         let mut map = serializer.serialize_map(None)?;
+        if let Some(Value::Object(metadata)) = object.get("metadata") {
+            map.serialize_entry("metadata", &SlimMetadata(metadata))?;
+        }
         for (key, value) in object {
             match (key.as_str(), value) {
                 ("apiVersion" | "kind" | "status", _) => map.serialize_entry(key, value)?,
-                ("metadata", Value::Object(metadata)) => {
-                    map.serialize_entry(key, &SlimMetadata(metadata))?;
-                }
                 ("spec", spec) => {
                     if let Some(replicas) = spec.get("replicas") {
                         map.serialize_entry(key, &Replicas { replicas })?;
@@ -154,9 +162,13 @@ impl serde::Serialize for SlimMetadata<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
+        if let Some(version) = self.0.get(VERSION) {
+            map.serialize_entry(VERSION, version)?;
+        }
         let own = |k: &str| k.starts_with(OWN_PREFIX);
         for (key, value) in self.0 {
             match (key.as_str(), value) {
+                (VERSION, _) => {}
                 (name, value) if SLIM_METADATA.contains(&name) => {
                     map.serialize_entry(key, value)?;
                 }
@@ -169,6 +181,49 @@ impl serde::Serialize for SlimMetadata<'_> {
                     map.serialize_entry(key, &SlimManaged(entries))?;
                 }
                 _ => {}
+            }
+        }
+        map.end()
+    }
+}
+
+/// An object as [`Keep::Whole`] keeps it: whole, with its metadata first and its
+/// resourceVersion first in that (see [`Packed::resource_version`]).
+struct Whole<'a>(&'a Value);
+
+/// An object's metadata, its resourceVersion first.
+struct VersionFirst<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for Whole<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(object) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let metadata = object.get("metadata").and_then(Value::as_object);
+        let mut map = serializer.serialize_map(Some(object.len()))?;
+        if let Some(metadata) = metadata {
+            map.serialize_entry("metadata", &VersionFirst(metadata))?;
+        }
+        for (key, value) in object {
+            if key != "metadata" || metadata.is_none() {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for VersionFirst<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        if let Some(version) = self.0.get(VERSION) {
+            map.serialize_entry(VERSION, version)?;
+        }
+        for (key, value) in self.0 {
+            if key != VERSION {
+                map.serialize_entry(key, value)?;
             }
         }
         map.end()
@@ -219,7 +274,7 @@ impl Packed {
         // every written copy is packed here. Serializing a `Value` cannot fail: its keys
         // are strings.
         let text = match keep {
-            Keep::Whole => serde_json::to_string(object),
+            Keep::Whole => serde_json::to_string(&Whole(object)),
             Keep::Slim => serde_json::to_string(&Slim(object, None)),
             Keep::Digest => serde_json::to_string(&Slim(object, Some(data_digest(object)))),
         };
@@ -232,9 +287,16 @@ impl Packed {
         serde_json::from_str(&self.0).ok()
     }
 
-    /// The object's resourceVersion, read from the text without building the object: the
-    /// parser skips every other field without allocating.
+    /// The object's resourceVersion, read from the text without building the object.
+    /// [`Packed::new`] writes it first, so it is read off the start of the text; a copy
+    /// without one is parsed, every other field skipped without allocating.
     pub(super) fn resource_version(&self) -> Option<String> {
+        if let Some(rest) = self.0.strip_prefix(VERSION_FIRST)
+            && let Some((version, _)) = rest.split_once('"')
+            && !version.contains('\\')
+        {
+            return Some(version.to_string());
+        }
         #[derive(serde::Deserialize)]
         struct Object<'a> {
             #[serde(borrow, default)]

@@ -515,8 +515,25 @@ async fn a_written_copy_past_its_ttl_gives_way_and_is_swept_by_a_later_write() {
 fn a_packed_copy_tells_its_resource_version_without_being_unpacked() {
     let whole = Packed::new(&deployment("7"), Keep::Whole);
     let slim = Packed::new(&deployment("8"), Keep::Slim);
+    let digest = Packed::new(&big_secret("x"), Keep::Digest);
     assert_eq!(whole.resource_version().as_deref(), Some("7"));
     assert_eq!(slim.resource_version().as_deref(), Some("8"));
+    assert_eq!(
+        digest.resource_version(),
+        big_secret("x")["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string)
+    );
+    // Read off the start of the text, where every copy has it; the order of the text's
+    // fields is not the object's.
+    for packed in [&whole, &slim, &digest] {
+        assert!(
+            packed.0.starts_with(r#"{"metadata":{"resourceVersion":""#),
+            "{}",
+            packed.0
+        );
+    }
+    assert_eq!(whole.unpack(), Some(deployment("7")));
     let without = Packed::new(&json!({"metadata": {"name": "x"}}), Keep::Whole);
     assert_eq!(without.resource_version(), None);
     assert_eq!(
