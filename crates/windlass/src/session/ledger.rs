@@ -22,6 +22,14 @@ use crate::error::ClusterError;
 use crate::object::{ManifestExt, ObjectRef, TypeRef};
 use crate::status::inventory::Inventory;
 
+#[cfg(test)]
+thread_local! {
+    /// The objects this thread's reconciles read from their cluster, past the ledger: what
+    /// a test of reading counts.
+    pub(crate) static READ: std::cell::RefCell<Vec<ObjectRef>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A copy the ledger keeps (`None`: found absent), and whether it is partial.
 type Seen = (Option<Arc<Value>>, bool);
 
@@ -196,6 +204,8 @@ impl Recorded {
         if let Some(seen) = seen {
             return Ok(seen);
         }
+        #[cfg(test)]
+        READ.with(|read| read.borrow_mut().push(object.clone()));
         let found = match reading {
             Reading::Whole => self.inner.get_shared(object).await?,
             Reading::Own => self.inner.get_own_shared(object).await?,

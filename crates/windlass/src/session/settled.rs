@@ -259,24 +259,23 @@ mod tests {
     #[cfg(feature = "testing")]
     #[tokio::test]
     async fn a_steady_reconcile_reads_no_object_it_remembers_in_sync() {
-        use std::sync::Arc;
-
-        use crate::cluster::MemoryCluster;
+        use crate::session::ledger::READ;
         use crate::testing::{DummyComponent, DummyController, Harness, TEST_NAMESPACE};
 
         let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "{cr}-settings"}, "data": {"mode": "fast"}});
-        let memory = Arc::new(MemoryCluster::new());
-        let reads = Arc::new(CountingReads::new(memory.clone()));
-        let env = Harness::on_cluster(
-            DummyController::new().component(
-                DummyComponent::new("app").with_object("settings", config),
-                &[],
-            ),
-            crate::config::OperatorConfig::default(),
-            memory,
-            reads.clone(),
-        );
+        let env = Harness::new(DummyController::new().component(
+            DummyComponent::new("app").with_object("settings", config),
+            &[],
+        ))
+        .await;
+        // The ConfigMaps the reconciles since the last call read from the cluster.
+        let reads = || {
+            READ.with(|read| read.take())
+                .iter()
+                .filter(|object| object.kind == "ConfigMap")
+                .count()
+        };
         let cr = env.apply_cr("a", json!({})).await;
         let settings = ObjectRef::new("v1", "ConfigMap", Some(TEST_NAMESPACE), "a-settings");
         env.reconcile(&cr).await;
@@ -284,25 +283,25 @@ mod tests {
             .get(&settings)
             .await
             .expect("the first reconcile wrote it");
-        reads.take();
+        reads();
 
         env.reconcile(&cr).await;
-        assert_eq!(reads.take(), 0, "the steady reconcile read no ConfigMap");
+        assert_eq!(reads(), 0, "the steady reconcile read no ConfigMap");
         env.assert_ready(&cr).await;
         assert_eq!(env.get(&settings).await, Some(written), "and wrote nothing");
 
         env.annotate(&settings, "someone", "else").await;
         env.reconcile(&cr).await;
-        assert_eq!(reads.take(), 1, "a new version is read");
+        assert_eq!(reads(), 1, "a new version is read");
         env.reconcile(&cr).await;
-        assert_eq!(reads.take(), 0, "and remembered at that version");
+        assert_eq!(reads(), 0, "and remembered at that version");
 
         // An inventory read back from a status write that failed names an earlier uid.
         let mut status = env.status(&cr).await;
         status["inventory"][0]["uid"] = json!("an-earlier-incarnation");
         env.set_status(&cr, status).await;
         env.reconcile(&cr).await;
-        assert_eq!(reads.take(), 1, "a uid the memo does not vouch for is read");
+        assert_eq!(reads(), 1, "a uid the memo does not vouch for is read");
         let uid = env
             .get(&settings)
             .await
@@ -312,117 +311,6 @@ mod tests {
             uid.as_deref(),
             "and the inventory records the object's own"
         );
-    }
-
-    /// A cluster counting the reads of ConfigMaps, passing everything to `inner`.
-    #[cfg(feature = "testing")]
-    struct CountingReads {
-        inner: std::sync::Arc<crate::cluster::MemoryCluster>,
-        reads: Mutex<usize>,
-    }
-
-    #[cfg(feature = "testing")]
-    impl CountingReads {
-        fn new(inner: std::sync::Arc<crate::cluster::MemoryCluster>) -> Self {
-            CountingReads {
-                inner,
-                reads: Mutex::new(0),
-            }
-        }
-
-        fn count(&self, object: &ObjectRef) {
-            if object.kind == "ConfigMap" {
-                *self.reads.lock() += 1;
-            }
-        }
-
-        fn take(&self) -> usize {
-            std::mem::take(&mut *self.reads.lock())
-        }
-    }
-
-    #[cfg(feature = "testing")]
-    #[async_trait::async_trait]
-    impl crate::cluster::Cluster for CountingReads {
-        async fn scope(
-            &self,
-            type_ref: &crate::object::TypeRef,
-        ) -> Result<crate::cluster::Scope, crate::error::ClusterError> {
-            self.inner.scope(type_ref).await
-        }
-
-        async fn get(
-            &self,
-            object: &ObjectRef,
-        ) -> Result<Option<Value>, crate::error::ClusterError> {
-            self.count(object);
-            self.inner.get(object).await
-        }
-
-        async fn get_shared(
-            &self,
-            object: &ObjectRef,
-        ) -> Result<Option<std::sync::Arc<Value>>, crate::error::ClusterError> {
-            self.count(object);
-            self.inner.get_shared(object).await
-        }
-
-        async fn get_own_shared(
-            &self,
-            object: &ObjectRef,
-        ) -> Result<Option<std::sync::Arc<Value>>, crate::error::ClusterError> {
-            self.count(object);
-            self.inner.get_own_shared(object).await
-        }
-
-        async fn own_version(
-            &self,
-            object: &ObjectRef,
-        ) -> Result<Option<String>, crate::error::ClusterError> {
-            self.inner.own_version(object).await
-        }
-
-        async fn list(
-            &self,
-            query: &crate::cluster::ListQuery,
-        ) -> Result<Vec<Value>, crate::error::ClusterError> {
-            self.inner.list(query).await
-        }
-
-        async fn apply(
-            &self,
-            manifest: &Value,
-            method: crate::cluster::WriteMethod,
-        ) -> Result<Value, crate::error::ClusterError> {
-            self.inner.apply(manifest, method).await
-        }
-
-        async fn delete(
-            &self,
-            object: &ObjectRef,
-            uid: Option<&str>,
-        ) -> Result<crate::cluster::Deletion, crate::error::ClusterError> {
-            self.inner.delete(object, uid).await
-        }
-
-        async fn write_status(
-            &self,
-            object: &ObjectRef,
-            status: &Value,
-            resource_version: Option<&str>,
-        ) -> Result<Option<Value>, crate::error::ClusterError> {
-            self.inner
-                .write_status(object, status, resource_version)
-                .await
-        }
-
-        async fn patch(
-            &self,
-            object: &ObjectRef,
-            patch: &json_patch::Patch,
-        ) -> Result<Value, crate::error::ClusterError> {
-            self.inner.patch(object, patch).await
-        }
     }
 
     #[test]
