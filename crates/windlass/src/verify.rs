@@ -85,7 +85,7 @@ pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) ->
         // A kind without a rule is ready once it exists: the version the cluster holds it
         // at says so without reading it (see `Cluster::own_version`).
         if object.verify.is_none()
-            && !RULED_KINDS.contains(&object.reference.kind.as_str())
+            && rule(&object.reference.kind).is_none()
             && cluster.own_version(&object.reference).await?.is_some()
         {
             continue;
@@ -120,10 +120,6 @@ pub async fn verify_objects(cluster: &dyn Cluster, objects: &[ManagedObject]) ->
     Ok(Readiness::Ready)
 }
 
-/// The kinds [`verify_object`] has a rule for ([`failure`] reads only Jobs): an object of
-/// any other kind is ready once it exists.
-const RULED_KINDS: [&str; 5] = ["Pod", "Job", "Deployment", "StatefulSet", "DaemonSet"];
-
 /// Whether a live object is ready by its kind's rule; kinds without a rule are
 /// ready once they exist.
 ///
@@ -140,37 +136,62 @@ const RULED_KINDS: [&str; 5] = ["Pod", "Job", "Deployment", "StatefulSet", "Daem
 /// Workloads must also have been observed at their current generation: right after an
 /// update, the old status still describes the old spec.
 pub fn verify_object(object: &Value) -> bool {
-    let status = &object["status"];
-    let count = |v: &Value| v.as_i64().unwrap_or(0);
-    let desired = object["spec"]["replicas"].as_i64().unwrap_or(1);
-    match object.kind().unwrap_or_default() {
-        "Pod" => condition_is(object, "Ready", true, None),
-        "Job" => condition_is(object, "Complete", true, None),
-        "Deployment" => {
-            observed_current(object)
-                && condition_is(object, "Available", true, None)
-                && condition_is(object, "Progressing", true, Some("NewReplicaSetAvailable"))
+    rule(object.kind().unwrap_or_default()).is_none_or(|ready| ready(object))
+}
+
+/// The rule [`verify_object`] holds an object of `kind` to, if the kind has one
+/// ([`failure`] reads only Jobs, which have one): an object of any other kind is ready once
+/// it exists, so verifying it reads nothing but whether it does.
+fn rule(kind: &str) -> Option<fn(&Value) -> bool> {
+    let ready: fn(&Value) -> bool = match kind {
+        "Pod" => |pod| condition_is(pod, "Ready", true, None),
+        "Job" => |job| condition_is(job, "Complete", true, None),
+        "Deployment" => |deployment| {
+            let status = &deployment["status"];
+            let desired = desired_replicas(deployment);
+            observed_current(deployment)
+                && condition_is(deployment, "Available", true, None)
+                && condition_is(
+                    deployment,
+                    "Progressing",
+                    true,
+                    Some("NewReplicaSetAvailable"),
+                )
                 && count(&status["updatedReplicas"]) == desired
                 && count(&status["replicas"]) == desired
                 && count(&status["availableReplicas"]) == desired
-        }
-        "StatefulSet" => {
-            observed_current(object)
+        },
+        "StatefulSet" => |set| {
+            let status = &set["status"];
+            let desired = desired_replicas(set);
+            observed_current(set)
                 && count(&status["readyReplicas"]) == desired
                 && status["updatedReplicas"]
                     .as_i64()
                     .is_none_or(|updated| updated == desired)
-        }
-        "DaemonSet" => {
+        },
+        "DaemonSet" => |set| {
+            let status = &set["status"];
             let scheduled = status["desiredNumberScheduled"].as_i64();
-            observed_current(object)
+            observed_current(set)
                 && scheduled.is_some_and(|d| {
                     count(&status["numberReady"]) == d
                         && count(&status["updatedNumberScheduled"]) == d
                 })
-        }
-        _ => true,
-    }
+        },
+        _ => return None,
+    };
+    Some(ready)
+}
+
+/// A count of a workload's status; absent is none.
+fn count(value: &Value) -> i64 {
+    value.as_i64().unwrap_or(0)
+}
+
+/// The replicas a workload's spec asks for (default 1).
+fn desired_replicas(object: &Value) -> i64 {
+    object["spec"]["replicas"].as_i64().unwrap_or(1)
 }
 
 /// Why a live object has failed for good, if it has: a Job whose `Failed` condition is
@@ -264,13 +285,14 @@ mod tests {
         json!({"kind": kind, "status": {"conditions": conditions}})
     }
 
-    /// `verify_objects` does not read an object of a kind outside `RULED_KINDS`: each kind
-    /// listed has a rule that a bare object fails, and kinds outside it pass bare.
+    /// `verify_objects` does not read an object of a kind without a rule: the workload
+    /// kinds have one that a bare object fails, and other kinds have none and pass bare.
     #[test]
-    fn the_kinds_with_a_rule_are_the_ones_listed() {
-        for kind in RULED_KINDS {
+    fn the_kinds_with_a_rule_are_the_workloads() {
+        for kind in ["Pod", "Job", "Deployment", "StatefulSet", "DaemonSet"] {
             let bare = json!({"kind": kind, "metadata": {"generation": 1}});
-            assert!(!verify_object(&bare), "{kind} has a rule");
+            assert!(rule(kind).is_some(), "{kind} has a rule");
+            assert!(!verify_object(&bare), "{kind}: a bare one is not ready");
         }
         for kind in [
             "ConfigMap",
@@ -279,7 +301,11 @@ mod tests {
             "ServiceAccount",
             "Ingress",
         ] {
-            assert!(verify_object(&json!({"kind": kind})), "{kind} has none");
+            assert!(rule(kind).is_none(), "{kind} has none");
+            assert!(
+                verify_object(&json!({"kind": kind})),
+                "{kind}: ready once it exists"
+            );
         }
     }
 
