@@ -187,42 +187,23 @@ impl serde::Serialize for SlimMetadata<'_> {
     }
 }
 
-/// An object as [`Keep::Whole`] keeps it: whole, with its metadata first and its
-/// resourceVersion first in that (see [`Packed::resource_version`]).
-struct Whole<'a>(&'a Value);
+/// A value written with the key `path[0]` of its map first (that key's value written so in
+/// turn, by the rest of the path), then the others in order: [`Keep::Whole`] writes an
+/// object along `["metadata", "resourceVersion"]` (see [`Packed::resource_version`]).
+struct KeysFirst<'a>(&'a Value, &'a [&'a str]);
 
-/// An object's metadata, its resourceVersion first.
-struct VersionFirst<'a>(&'a serde_json::Map<String, Value>);
-
-impl serde::Serialize for Whole<'_> {
+impl serde::Serialize for KeysFirst<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let Some(object) = self.0.as_object() else {
+        let (Some(object), Some((first, rest))) = (self.0.as_object(), self.1.split_first()) else {
             return self.0.serialize(serializer);
         };
-        let metadata = object.get("metadata").and_then(Value::as_object);
         let mut map = serializer.serialize_map(Some(object.len()))?;
-        if let Some(metadata) = metadata {
-            map.serialize_entry("metadata", &VersionFirst(metadata))?;
+        if let Some(value) = object.get(*first) {
+            map.serialize_entry(first, &KeysFirst(value, rest))?;
         }
         for (key, value) in object {
-            if key != "metadata" || metadata.is_none() {
-                map.serialize_entry(key, value)?;
-            }
-        }
-        map.end()
-    }
-}
-
-impl serde::Serialize for VersionFirst<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        if let Some(version) = self.0.get(VERSION) {
-            map.serialize_entry(VERSION, version)?;
-        }
-        for (key, value) in self.0 {
-            if key != VERSION {
+            if key != first {
                 map.serialize_entry(key, value)?;
             }
         }
@@ -274,7 +255,7 @@ impl Packed {
         // every written copy is packed here. Serializing a `Value` cannot fail: its keys
         // are strings.
         let text = match keep {
-            Keep::Whole => serde_json::to_string(&Whole(object)),
+            Keep::Whole => serde_json::to_string(&KeysFirst(object, &["metadata", VERSION])),
             Keep::Slim => serde_json::to_string(&Slim(object, None)),
             Keep::Digest => serde_json::to_string(&Slim(object, Some(data_digest(object)))),
         };
