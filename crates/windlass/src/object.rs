@@ -265,6 +265,20 @@ pub(crate) fn truncated_name(name: &str) -> String {
     format!("{}{}", &name[..cut], hex)
 }
 
+/// Whether `answer`, what the server answered to a write of an object, says the write
+/// deleted it: an update that leaves a terminating object with no finalizer and no grace
+/// period left is carried out as the object's deletion. The server then answers with the
+/// object as the write would have left it, but at the version it had before (nothing new
+/// was stored), so a cache comparing versions would take the answer for an old copy.
+pub(crate) fn deleted_by_write(answer: &Value) -> bool {
+    let no_grace = answer
+        .get("metadata")
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .is_none_or(|seconds| seconds == 0);
+    answer.is_terminating() && answer.finalizers().is_empty() && no_grace
+}
+
 /// Whether resourceVersion `mine` is newer than `seen`, compared as the integers etcd
 /// makes them; versions that are not integers (or missing) are newer when different.
 pub(crate) fn newer_version(mine: Option<&str>, seen: Option<&str>) -> bool {

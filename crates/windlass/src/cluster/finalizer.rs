@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::Cluster;
 use crate::error::{ClusterError, Error, Result};
-use crate::object::{ManifestExt, ObjectRef};
+use crate::object::{ManifestExt, ObjectRef, deleted_by_write};
 
 pub(crate) use crate::annotations::CLEANUP_FINALIZER;
 
@@ -115,6 +115,8 @@ pub(crate) async fn remove(
             {"op": "remove", "path": path},
         ]);
         match cluster.patch(cr, &finalizer_patch(ops)?).await {
+            // The last finalizer of a CR being deleted: the patch deleted it.
+            Ok(written) if deleted_by_write(&written) => return Ok(None),
             Ok(written) => return Ok(Some(written)),
             Err(ClusterError::NotFound(_)) => return Ok(None),
             Err(e @ (ClusterError::Invalid { .. } | ClusterError::Conflict { .. })) => {

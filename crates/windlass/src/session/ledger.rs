@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::cluster::{Cluster, DATA_DIGEST, Deletion, ListQuery, Scope, WriteMethod};
 use crate::error::ClusterError;
-use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::object::{ManifestExt, ObjectRef, TypeRef, deleted_by_write};
 use crate::status::inventory::Inventory;
 
 #[cfg(test)]
@@ -224,9 +224,12 @@ impl Recorded {
         Ok(found)
     }
 
+    /// Remember what a write answered: the copy it stored, or that it deleted the object
+    /// ([`deleted_by_write`]).
     fn remember(&self, stored: &Arc<Value>) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
-            self.ledger.remember(reference, Some(stored.clone()));
+            let kept = (!deleted_by_write(stored)).then(|| stored.clone());
+            self.ledger.remember(reference, kept);
         }
     }
 }
@@ -314,7 +317,8 @@ impl Cluster for Recorded {
             .write_status(object, status, resource_version)
             .await?;
         let stored = stored.map(Arc::new);
-        self.ledger.remember(object.clone(), stored.clone());
+        let kept = stored.clone().filter(|s| !deleted_by_write(s));
+        self.ledger.remember(object.clone(), kept);
         Ok(stored.map(owned))
     }
 

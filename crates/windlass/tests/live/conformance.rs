@@ -249,12 +249,18 @@ fn finalizers<'a>(c: &'a dyn Cluster, ns: &'a str) -> BoxFuture<'a, Vec<String>>
             {"op": "test", "path": "/metadata/finalizers/0", "value": "example.com/hold"},
             {"op": "remove", "path": "/metadata/finalizers/0"}]))
         .unwrap();
-        c.patch(&r, &release).await.unwrap();
+        let released = c.patch(&r, &release).await.unwrap();
         vec![
             format!("delete with a finalizer: {deletion:?}"),
             format!("deletionTimestamp set: {}", held.is_terminating()),
             format!("adding a finalizer while terminating: {adding}"),
             format!("a failed JSON-patch test: {failing_patch}"),
+            format!(
+                "the releasing patch answers the last state stored: finalizers {:?}, terminating {}, version newer than the terminating copy's: {}",
+                released.finalizers(),
+                released.is_terminating(),
+                rv(&released) > rv(&held)
+            ),
             format!("gone once released: {}", c.get(&r).await.unwrap().is_none()),
             format!("deleting again: {:?}", c.delete(&r, None).await.unwrap()),
         ]

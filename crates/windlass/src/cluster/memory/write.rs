@@ -399,6 +399,7 @@ pub(super) fn commit(
     entry.disown_changed(writer, &next);
     let stored = entry.object();
     check_no_new_finalizers(&key, stored, &next)?;
+    let before = stored.resource_version().map(str::to_string);
     if next == *stored {
         let unchanged = stored.clone();
         if let Some((manager, applied)) = applied {
@@ -421,9 +422,15 @@ pub(super) fn commit(
     next.metadata_mut()
         .insert("resourceVersion".into(), json!(rv));
     if next.is_terminating() && next.finalizers().is_empty() {
-        remove(state, &key, next.clone());
+        // Deleted instead of stored: the answer is the object as the write left it, at
+        // the version it had (nothing new was stored); the deletion event has a new one.
+        let mut answer = next.clone();
+        answer
+            .metadata_mut()
+            .insert("resourceVersion".into(), json!(before));
+        remove(state, &key, next);
         collect_garbage(state);
-        return Ok(next);
+        return Ok(answer);
     }
     register_crd_kinds(state, &next);
     if let Some(entry) = state.objects.get_mut(&key) {

@@ -81,11 +81,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::echo::OwnWrites;
 pub use super::echo::WRITTEN_TTL;
+use super::echo::{OwnWrites, Write};
 use crate::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
 use crate::error::ClusterError;
-use crate::object::{ManifestExt, ObjectRef, TypeRef};
+use crate::object::{ManifestExt, ObjectRef, TypeRef, deleted_by_write};
 
 mod packed;
 mod store;
@@ -205,6 +205,19 @@ impl CachedCluster {
         written.keep(reference, Written { object, at });
     }
 
+    /// A write of `reference` answered `stored`: keep the copy it wrote, or, when the
+    /// write deleted the object ([`deleted_by_write`]: the answer then carries the version
+    /// the object had, which the store may hold already), that it is gone.
+    fn landed(&self, reference: ObjectRef, stored: &Value, write: Write<'_>) {
+        if deleted_by_write(stored) {
+            self.remember(reference, None);
+            write.deleted();
+        } else {
+            self.remember(reference, Some(stored));
+            write.landed(stored.resource_version());
+        }
+    }
+
     /// [`Cluster::get`], [`Cluster::get_own`] or [`Cluster::get_dependency`], as `what`
     /// says (see the module docs).
     async fn get_with(
@@ -317,8 +330,7 @@ impl Cluster for CachedCluster {
             .map_err(|e| ClusterError::invalid("manifest", e.to_string()))?;
         let write = self.own.begin(&reference);
         let stored = self.on_error(&reference, self.live.apply(manifest, method).await)?;
-        self.remember(reference, Some(&stored));
-        write.landed(stored.resource_version());
+        self.landed(reference, &stored, write);
         Ok(stored)
     }
 
@@ -356,8 +368,13 @@ impl Cluster for CachedCluster {
                 .write_status(object, status, resource_version)
                 .await,
         )?;
-        self.remember(object.clone(), stored.as_ref());
-        write.landed(stored.as_ref().and_then(|s| s.resource_version()));
+        match &stored {
+            Some(stored) => self.landed(object.clone(), stored, write),
+            None => {
+                self.remember(object.clone(), None);
+                write.landed(None);
+            }
+        }
         Ok(stored)
     }
 
@@ -373,8 +390,7 @@ impl Cluster for CachedCluster {
             self.stale.lock().insert(object.clone());
         }
         let stored = self.on_error(object, result)?;
-        self.remember(object.clone(), Some(&stored));
-        write.landed(stored.resource_version());
+        self.landed(object.clone(), &stored, write);
         Ok(stored)
     }
 }

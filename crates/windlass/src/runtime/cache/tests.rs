@@ -475,6 +475,42 @@ async fn a_written_copy_answers_whole_until_the_watch_delivers_its_version() {
     assert!(cluster.written.lock().copies.is_empty());
 }
 
+#[tokio::test]
+async fn a_write_that_deleted_its_object_leaves_it_gone_though_the_store_has_its_version() {
+    // Deleted while held by one finalizer: the watch delivered the terminating copy.
+    let stores = Arc::new(Stores::new());
+    let mut held = cm_with("5", "x");
+    held["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:00:00Z");
+    held["metadata"]["finalizers"] = json!(["example.com/cleanup"]);
+    let a = ObjectRef::from_manifest(&held).unwrap();
+    stores.declare(&a.type_ref(), None, Keep::Whole);
+    stores.replace(
+        &a.type_ref(),
+        Some("ns"),
+        vec![(a.clone(), Arc::new(held.clone()))],
+    );
+    let cluster = cached(stores);
+
+    // The patch that removes the finalizer deletes it; the server answers at version 5.
+    let mut released = held.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    cluster.landed(a.clone(), &released, cluster.own.begin(&a));
+    assert_eq!(
+        cluster.get(&a).await.unwrap(),
+        None,
+        "gone, not the store's copy with the finalizer"
+    );
+    assert_eq!(cluster.own_version(&a).await.unwrap(), None);
+    assert!(cluster.own.is_own_delete(&a));
+
+    // A terminating object that keeps a grace period is still there after the write.
+    let mut graceful = released.clone();
+    graceful["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    graceful["metadata"]["resourceVersion"] = json!("6");
+    cluster.landed(a.clone(), &graceful, cluster.own.begin(&a));
+    assert_eq!(cluster.get(&a).await.unwrap(), Some(graceful));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_written_copy_past_its_ttl_gives_way_and_is_swept_by_a_later_write() {
     let stores = Arc::new(Stores::new());
