@@ -208,12 +208,23 @@ async fn finalizers_hold_deletion_and_none_may_be_added_meanwhile() {
         {"op": "remove", "path": "/metadata/finalizers/0"}
     ]))
     .unwrap();
-    c.patch(&cm_ref("a"), &patch).await.unwrap();
+    let answer = c.patch(&cm_ref("a"), &patch).await.unwrap();
     assert_eq!(
         c.get(&cm_ref("a")).await.unwrap(),
         None,
         "gone once the last finalizer is removed"
     );
+    // As the API server answers: the object as the write left it, at the version it had.
+    assert_eq!(answer.resource_version(), held.resource_version());
+    assert!(crate::object::deleted_by_write(&answer));
+
+    // The finalizer helper tells the caller the object is gone.
+    c.apply(&obj, WriteMethod::Apply).await.unwrap();
+    c.delete(&cm_ref("a"), None).await.unwrap();
+    let held = c.get(&cm_ref("a")).await.unwrap().unwrap();
+    let removed =
+        crate::cluster::finalizer::remove(&c, &cm_ref("a"), held, "example.com/cleanup").await;
+    assert_eq!(removed.unwrap(), None);
 }
 
 #[tokio::test]
