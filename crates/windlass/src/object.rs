@@ -270,13 +270,19 @@ pub(crate) fn truncated_name(name: &str) -> String {
 /// period left is carried out as the object's deletion. The server then answers with the
 /// object as the write would have left it, but at the version it had before (nothing new
 /// was stored), so a cache comparing versions would take the answer for an old copy.
+/// A Namespace is held by the finalizers in its spec as well.
 pub(crate) fn deleted_by_write(answer: &Value) -> bool {
     let no_grace = answer
         .get("metadata")
         .and_then(|m| m.get("deletionGracePeriodSeconds"))
         .and_then(Value::as_i64)
         .is_none_or(|seconds| seconds == 0);
-    answer.is_terminating() && answer.finalizers().is_empty() && no_grace
+    let namespace_held = answer.kind() == Some("Namespace")
+        && answer.api_version() == Some("v1")
+        && answer["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|finalizers| !finalizers.is_empty());
+    answer.is_terminating() && answer.finalizers().is_empty() && no_grace && !namespace_held
 }
 
 /// Whether resourceVersion `mine` is newer than `seen`, compared as the integers etcd
@@ -371,6 +377,38 @@ pub(crate) fn is_applied_entry(entry: &Value, manager: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_write_deleted_its_object_when_nothing_holds_it_any_more() {
+        let answer = |kind: &str, metadata: Value, spec: Value| json!({"apiVersion": "v1", "kind": kind, "metadata": metadata, "spec": spec});
+        let at = "2026-11-29T12:00:00Z";
+        let released = json!({"name": "a", "deletionTimestamp": at, "finalizers": []});
+        assert!(deleted_by_write(&answer(
+            "ConfigMap",
+            released.clone(),
+            json!(null)
+        )));
+        let held = json!({"name": "a", "deletionTimestamp": at, "finalizers": ["x.io/y"]});
+        assert!(!deleted_by_write(&answer("ConfigMap", held, json!(null))));
+        assert!(!deleted_by_write(&answer(
+            "ConfigMap",
+            json!({"name": "a"}),
+            json!(null)
+        )));
+        // A Pod given time to stop stays until the kubelet is done with it.
+        let graceful =
+            json!({"name": "a", "deletionTimestamp": at, "deletionGracePeriodSeconds": 30});
+        assert!(!deleted_by_write(&answer("Pod", graceful, json!({}))));
+        // A Namespace stays while its spec's finalizers (its contents) hold it.
+        let spec = json!({"finalizers": ["kubernetes"]});
+        assert!(!deleted_by_write(&answer(
+            "Namespace",
+            released.clone(),
+            spec
+        )));
+        let emptied = json!({"finalizers": []});
+        assert!(deleted_by_write(&answer("Namespace", released, emptied)));
+    }
 
     #[test]
     fn core_group_is_empty() {

@@ -13,7 +13,7 @@ use super::watch::{WatchEvent, WatchEventType};
 use crate::cluster::validation::{check_metadata, normalize};
 use crate::cluster::{Scope, WriteMethod};
 use crate::error::{ClusterError, FieldCause};
-use crate::object::{ManifestExt, ObjectRef, TypeRef, api_group};
+use crate::object::{ManifestExt, ObjectRef, TypeRef, api_group, deleted_by_write};
 
 /// Metadata the server owns; writers cannot set it.
 const SYSTEM_METADATA: [&str; 7] = [
@@ -421,7 +421,7 @@ pub(super) fn commit(
     let rv = state.next_resource_version();
     next.metadata_mut()
         .insert("resourceVersion".into(), json!(rv));
-    if next.is_terminating() && next.finalizers().is_empty() {
+    if deleted_by_write(&next) {
         // Deleted instead of stored: the answer is the object as the write left it, at
         // the version it had (nothing new was stored); the deletion event has a new one.
         let mut answer = next.clone();
