@@ -85,7 +85,7 @@ pub use super::echo::WRITTEN_TTL;
 use super::echo::{OwnWrites, Write};
 use crate::cluster::{Cluster, Deletion, ListQuery, LiveCluster, Scope, WriteMethod};
 use crate::error::ClusterError;
-use crate::object::{ManifestExt, ObjectRef, TypeRef, deleted_by_write};
+use crate::object::{ManifestExt, ObjectRef, TypeRef, deleted_by_write, newer_version};
 
 mod packed;
 mod store;
@@ -186,9 +186,14 @@ impl CachedCluster {
         self.written.lock().observed(reference, object);
     }
 
+    /// Keep what this process wrote of `reference` until the watch delivers it: a copy,
+    /// or (`None`) that it is gone (see [`CachedCluster::remember_gone`]).
     fn remember(&self, reference: ObjectRef, object: Option<&Value>) {
+        let Some(object) = object else {
+            return self.remember_gone(reference, None);
+        };
         // Packed before the lock is taken: the reconciles' reads wait for none of it.
-        let object = object.map(WrittenCopy::new);
+        let object = Some(WrittenCopy::new(object));
         let mut written = self.written.lock();
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
@@ -205,12 +210,30 @@ impl CachedCluster {
         written.keep(reference, Written { object, at });
     }
 
+    /// This process learned that `reference` is gone (it deleted it, or the server said
+    /// so); `last`, when known, is the version it had. A tombstone is kept only while a
+    /// store still holds a copy (not newer than `last`) for it to overrule: once none does,
+    /// the watch has delivered the deletion (the store answers "absent") or does not cover
+    /// the object (the server is asked), and a tombstone kept then, which nothing the
+    /// watch delivers would clear, would hide the object re-created under the same name
+    /// until its TTL. Asked under the lock, as in [`CachedCluster::remember`].
+    fn remember_gone(&self, reference: ObjectRef, last: Option<&str>) {
+        let mut written = self.written.lock();
+        match self.stores.held_version(&reference) {
+            Some(held) if last.is_none_or(|last| !newer_version(held.as_deref(), Some(last))) => {
+                let at = Instant::now();
+                written.keep(reference, Written { object: None, at });
+            }
+            _ => written.forget(&reference),
+        }
+    }
+
     /// A write of `reference` answered `stored`: keep the copy it wrote, or, when the
     /// write deleted the object ([`deleted_by_write`]: the answer then carries the version
     /// the object had, which the store may hold already), that it is gone.
     fn landed(&self, reference: ObjectRef, stored: &Value, write: Write<'_>) {
         if deleted_by_write(stored) {
-            self.remember(reference, None);
+            self.remember_gone(reference, stored.resource_version());
             write.deleted();
         } else {
             self.remember(reference, Some(stored));

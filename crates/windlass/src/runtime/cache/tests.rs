@@ -503,10 +503,24 @@ async fn a_write_that_deleted_its_object_leaves_it_gone_though_the_store_has_its
     assert_eq!(cluster.own_version(&a).await.unwrap(), None);
     assert!(cluster.own.is_own_delete(&a));
 
+    // The watch delivered the deletion before the write's answer came back: nothing is
+    // kept, so the object re-created under the same name is seen as soon as delivered.
+    cluster.stores.remove(&a);
+    cluster.observed(&a, None);
+    cluster.landed(a.clone(), &released, cluster.own.begin(&a));
+    assert!(cluster.written.lock().copies.is_empty());
+    let recreated = cm_with("9", "again");
+    cluster.stores.upsert(a.clone(), &recreated);
+    cluster.observed(&a, Some(&recreated));
+    assert_eq!(cluster.get(&a).await.unwrap(), Some(recreated.clone()));
+    // … and so when the re-creation had been delivered too: the store's copy is newer.
+    cluster.landed(a.clone(), &released, cluster.own.begin(&a));
+    assert_eq!(cluster.get(&a).await.unwrap(), Some(recreated));
+
     // A terminating object that keeps a grace period is still there after the write.
     let mut graceful = released.clone();
     graceful["metadata"]["deletionGracePeriodSeconds"] = json!(30);
-    graceful["metadata"]["resourceVersion"] = json!("6");
+    graceful["metadata"]["resourceVersion"] = json!("10");
     cluster.landed(a.clone(), &graceful, cluster.own.begin(&a));
     assert_eq!(cluster.get(&a).await.unwrap(), Some(graceful));
 }
