@@ -12,7 +12,7 @@ use windlass::Action;
 use windlass::cluster::{Cluster, ListQuery, RequestCounter, Verb, WriteMethod, parse_labels};
 use windlass::config::OperatorConfig;
 use windlass::error::Error;
-use windlass::object::{ObjectRef, TypeRef};
+use windlass::object::{ManifestExt, ObjectRef, TypeRef};
 use windlass::reconcile::Report;
 use windlass::runtime::InitialList;
 use windlass::runtime::Manager;
@@ -463,6 +463,61 @@ async fn a_child_windlass_deletes_costs_no_second_reconcile() {
     })
     .await;
 
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// A CR with a finalizer, deleted and created again under its name as soon as it is gone,
+/// is reconciled afresh each time: the removal of its finalizer (which the API server
+/// carries out as the deletion) leaves nothing in the cache that hides the new one. The
+/// deletion's echo and the patch's answer come back in either order, so each round may
+/// take either path.
+#[tokio::test]
+async fn a_cr_deleted_and_created_again_at_once_is_reconciled_afresh() {
+    let (admin, env) = live().await;
+    let ns = env.namespace("runtime-recreate").await.unwrap();
+    let controller = DummyController::new()
+        .component(DummyComponent::new("a").with_configmap("a"), &[])
+        .finalizer("test.windlass.dev/cleanup", vec![]);
+    let finished = Finished::default();
+    let (stop, task, _cache) = start_with(
+        env.client().unwrap(),
+        ns.name(),
+        finished.clone(),
+        controller,
+    );
+    let cr = ObjectRef::new("test.windlass.dev/v1", "Widget", Some(ns.name()), "w");
+    let held = |uid: String| {
+        let admin = admin.clone();
+        let cr = cr.clone();
+        async move {
+            admin.get(&cr).await.unwrap().is_some_and(|stored| {
+                stored.uid() == Some(uid.as_str())
+                    && stored.finalizers() == ["test.windlass.dev/cleanup"]
+                    && !stored["status"].is_null()
+            })
+        }
+    };
+    for round in 0..8 {
+        let created = admin
+            .apply(
+                &widget(ns.name(), "w", json!({"round": round})),
+                WriteMethod::Update,
+            )
+            .await
+            .unwrap();
+        let uid = created.uid().unwrap().to_string();
+        eventually(
+            &format!("round {round}: the new CR has the finalizer and a status"),
+            || held(uid.clone()),
+        )
+        .await;
+        admin.delete(&cr, None).await.unwrap();
+        eventually(&format!("round {round}: the CR is gone"), || async {
+            admin.get(&cr).await.unwrap().is_none()
+        })
+        .await;
+    }
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
