@@ -186,27 +186,24 @@ impl CachedCluster {
         self.written.lock().observed(reference, object);
     }
 
-    /// Keep what this process wrote of `reference` until the watch delivers it: a copy,
-    /// or (`None`) that it is gone (see [`CachedCluster::remember_gone`]).
-    fn remember(&self, reference: ObjectRef, object: Option<&Value>) {
-        let Some(object) = object else {
-            return self.remember_gone(reference, None);
-        };
+    /// Keep the copy of `reference` this process wrote (or read through) until the watch
+    /// delivers it.
+    fn remember(&self, reference: ObjectRef, object: &Value) {
         // Packed before the lock is taken: the reconciles' reads wait for none of it.
-        let object = Some(WrittenCopy::new(object));
+        let mine = WrittenCopy::new(object);
         let mut written = self.written.lock();
         // The watch may deliver a write before the write's response is back: then the
         // store already has this version, and a copy kept now would never be cleared.
         // Asked under the lock: the router tells `observed` about an echo after the store
         // has it, so an echo the store does not have yet finds the copy kept here.
-        if let Some(mine) = &object
-            && let Some(seen) = self.stores.held_version(&reference)
+        if let Some(seen) = self.stores.held_version(&reference)
             && !mine.newer_than(seen.as_deref())
         {
             written.forget(&reference);
             return;
         }
         let at = Instant::now();
+        let object = Some(mine);
         written.keep(reference, Written { object, at });
     }
 
@@ -236,7 +233,7 @@ impl CachedCluster {
             self.remember_gone(reference, stored.resource_version());
             write.deleted();
         } else {
-            self.remember(reference, Some(stored));
+            self.remember(reference, stored);
             write.landed(stored.resource_version());
         }
     }
@@ -267,7 +264,10 @@ impl CachedCluster {
         }
         let found = self.live.get(object).await?;
         if read_through {
-            self.remember(object.clone(), found.as_ref());
+            match &found {
+                Some(found) => self.remember(object.clone(), found),
+                None => self.remember_gone(object.clone(), None),
+            }
         }
         if let (Read::Whole, Some(found)) = (what, &found) {
             self.stores.keep_whole(object, found);
@@ -366,7 +366,7 @@ impl Cluster for CachedCluster {
         let deletion = self.on_error(object, self.live.delete(object, uid).await)?;
         match deletion {
             Deletion::Deleted | Deletion::NotFound => {
-                self.remember(object.clone(), None);
+                self.remember_gone(object.clone(), None);
                 write.deleted();
             }
             // Still there, with a deletionTimestamp: the watch tells.
@@ -394,7 +394,7 @@ impl Cluster for CachedCluster {
         match &stored {
             Some(stored) => self.landed(object.clone(), stored, write),
             None => {
-                self.remember(object.clone(), None);
+                self.remember_gone(object.clone(), None);
                 write.landed(None);
             }
         }

@@ -438,7 +438,7 @@ async fn a_written_copy_answers_whole_until_the_watch_delivers_its_version() {
     let cluster = cached(stores.clone());
 
     let v2 = cm_with("2", "new");
-    cluster.remember(a.clone(), Some(&v2));
+    cluster.remember(a.clone(), &v2);
     assert_eq!(
         cluster.get(&a).await.unwrap(),
         Some(v2.clone()),
@@ -462,14 +462,14 @@ async fn a_written_copy_answers_whole_until_the_watch_delivers_its_version() {
     // A write whose echo came before its response: nothing is kept.
     let v3 = cm_with("3", "newer");
     stores.upsert(a.clone(), &v3);
-    cluster.remember(a.clone(), Some(&v3));
+    cluster.remember(a.clone(), &v3);
     assert!(
         cluster.written.lock().copies.is_empty(),
         "the store has it already"
     );
 
     // A delete: gone for this process until the watch says so.
-    cluster.remember(a.clone(), None);
+    cluster.remember_gone(a.clone(), None);
     assert_eq!(cluster.get(&a).await.unwrap(), None);
     cluster.observed(&a, None);
     assert!(cluster.written.lock().copies.is_empty());
@@ -539,7 +539,7 @@ async fn a_written_copy_past_its_ttl_gives_way_and_is_swept_by_a_later_write() {
     );
     let cluster = cached(stores);
     // A version the watch never delivers.
-    cluster.remember(a.clone(), Some(&cm_with("2", "new")));
+    cluster.remember(a.clone(), &cm_with("2", "new"));
     tokio::time::advance(WRITTEN_TTL + std::time::Duration::from_millis(1)).await;
     let listed = cluster
         .list(&ListQuery::new(a.type_ref(), Some("ns")))
@@ -555,7 +555,7 @@ async fn a_written_copy_past_its_ttl_gives_way_and_is_swept_by_a_later_write() {
     );
     let mut b_object = cm_with("1", "b");
     b_object["metadata"]["name"] = json!("b");
-    cluster.remember(b.clone(), Some(&b_object));
+    cluster.remember(b.clone(), &b_object);
     let written = cluster.written.lock();
     assert!(!written.copies.contains_key(&a), "swept by the next write");
     assert!(written.copies.contains_key(&b));
@@ -653,7 +653,7 @@ async fn a_written_copy_older_than_a_partial_copy_held_does_not_answer_a_whole_r
     let mut older = written.clone();
     older["metadata"]["resourceVersion"] = json!("7");
     stores.upsert(reference.clone(), &older);
-    cluster.remember(reference.clone(), Some(&written));
+    cluster.remember(reference.clone(), &written);
     assert_eq!(
         cluster.get(&reference).await.unwrap(),
         Some(written.clone())
@@ -688,7 +688,7 @@ async fn the_version_of_a_copy_is_told_only_where_the_store_alone_answers() {
     assert_eq!(cluster.own_version(&b).await.unwrap(), None, "absent");
 
     let v2 = cm_with("2", "new");
-    cluster.remember(a.clone(), Some(&v2));
+    cluster.remember(a.clone(), &v2);
     assert_eq!(
         cluster.own_version(&a).await.unwrap(),
         None,
