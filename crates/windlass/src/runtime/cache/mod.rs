@@ -13,9 +13,11 @@
 //! 2. **Read your writes.** The object a write returned is kept until the watch delivers
 //!    that version or a newer one (resourceVersions compared as the integers etcd makes
 //!    them; a server whose versions are not integers keeps the written copy until the
-//!    watch delivers exactly it, or for [`WRITTEN_TTL`]). A delete leaves a tombstone the
-//!    same way. So a reconcile never reads an older copy than it wrote, which would make
-//!    it write again.
+//!    watch delivers exactly it, or for [`WRITTEN_TTL`]). A delete leaves a tombstone
+//!    while the store still holds the object, until the watch delivers the deletion (so
+//!    does a write the server carries out as the deletion: the last finalizer of an object
+//!    being deleted removed). So a reconcile never reads an older copy than it wrote,
+//!    which would make it write again, nor one it deleted.
 //! 3. **A conflict reads through.** After a write of an object fails with a conflict, the
 //!    next `get` of it goes to the API server: the store may be what is stale.
 //!
