@@ -51,6 +51,17 @@ pub struct FleetSpec {
     pub message: String,
 }
 
+impl Fleet {
+    /// Ready=True for the CR's current generation.
+    pub fn is_ready(&self) -> bool {
+        let generation = self.metadata.generation;
+        self.status
+            .as_ref()
+            .and_then(|s| s.condition("Ready"))
+            .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
+    }
+}
+
 /// The controller of [`Fleet`]: five components, three levels deep.
 pub struct FleetController;
 

@@ -198,15 +198,6 @@ fn fleet(i: usize, message: &str) -> Fleet {
     cr
 }
 
-/// Ready=True for the CR's current generation.
-fn is_ready(cr: &Fleet) -> bool {
-    let generation = cr.metadata.generation;
-    cr.status
-        .as_ref()
-        .and_then(|s| s.condition("Ready"))
-        .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
-}
-
 /// Create the CRs `f000`… `f{n-1}`, each with the message "one".
 async fn create_all(fleets: &Api<Fleet>, n: usize) {
     stream::iter(0..n)
@@ -248,7 +239,7 @@ async fn change_all(fleets: &Api<Fleet>, n: usize, message: &str) {
 
 async fn all_ready(fleets: &Api<Fleet>, n: usize) -> bool {
     let list = fleets.list(&ListParams::default()).await.unwrap();
-    list.items.len() == n && list.items.iter().all(is_ready)
+    list.items.len() == n && list.items.iter().all(Fleet::is_ready)
 }
 
 /// One reconcile as a replica's log tells it.

@@ -15,9 +15,15 @@
 //! (the bound on RSS growth after the
 //! warm-up, as a fraction, default 0.25).
 //!
+//! Every fourth CR created takes the name of the last one deleted, at once, as `kubectl
+//! delete` followed by `kubectl apply` does: the new CR's objects have the names of the old
+//! one's, which the garbage collector may not have deleted yet. When the churn stops, every
+//! CR alive must become Ready for its generation within `WINDLASS_SOAK_SETTLE_SECS`
+//! (default 120).
+//!
 //! It exits 1 when the bound is broken: RSS grew more than the bound after the warm-up, the
-//! queue depth ever exceeded the CRs alive (each CR is queued once at most), or the log
-//! holds a panic.
+//! queue depth ever exceeded the CRs alive (each CR is queued once at most), a CR alive
+//! did not become Ready once the churn stopped, or the log holds a panic.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -85,12 +91,17 @@ async fn soak() -> bool {
     let mut samples: Vec<Sample> = Vec::new();
     let mut next_sample = Instant::now();
     let mut alive: Vec<String> = Vec::new();
+    // The names of CRs deleted, the latest last: a name taken again leaves.
+    let mut gone: Vec<String> = Vec::new();
     let (mut created, mut changed, mut deleted, mut step) = (0usize, 0usize, 0usize, 0usize);
+    let mut reused = 0usize;
     while started.elapsed() < Duration::from_secs(seconds) {
         step += 1;
         // Grow to the target, then each step changes one CR and replaces another.
         if alive.len() < alive_target || step % 3 == 0 {
-            let name = format!("s{step}");
+            let again = (created % 4 == 3).then(|| gone.pop()).flatten();
+            reused += usize::from(again.is_some());
+            let name = again.unwrap_or_else(|| format!("s{step}"));
             let fleet = Fleet::new(
                 &name,
                 FleetSpec {
@@ -116,6 +127,7 @@ async fn soak() -> bool {
             let name = alive.remove(step * 13 % alive.len());
             if fleets.delete(&name, &DeleteParams::default()).await.is_ok() {
                 deleted += 1;
+                gone.push(name);
             }
         }
         if Instant::now() >= next_sample {
@@ -137,28 +149,70 @@ async fn soak() -> bool {
         // Paced: about ten operations a second, bounded, on loopback only.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let settled = settle(
+        &fleets,
+        Duration::from_secs(env_or("WINDLASS_SOAK_SETTLE_SECS", 120)),
+    )
+    .await;
     let panics = operator.panics();
-    report(
-        &samples,
-        warmup,
-        growth_bound,
+    let figures = Figures {
         created,
+        reused,
         changed,
         deleted,
         panics,
-    )
+    };
+    report(&samples, warmup, growth_bound, &figures, &settled)
 }
 
-#[allow(clippy::too_many_arguments)] // one report's figures
+/// What the churn did and what the operator's log holds.
+struct Figures {
+    created: usize,
+    reused: usize,
+    changed: usize,
+    deleted: usize,
+    panics: usize,
+}
+
+/// The churn has stopped: how long until every CR alive was Ready for its generation, or
+/// the CRs not Ready after `limit`. (A CR may still be deleting: its deletion was asked
+/// for, and its name is not alive.)
+async fn settle(fleets: &Api<Fleet>, limit: Duration) -> Result<Duration, Vec<String>> {
+    let began = Instant::now();
+    loop {
+        let pending: Vec<String> = match fleets.list(&Default::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|cr| cr.metadata.deletion_timestamp.is_none() && !cr.is_ready())
+                .filter_map(|cr| cr.metadata.name.clone())
+                .collect(),
+            Err(e) => vec![format!("(the list failed: {e})")],
+        };
+        if pending.is_empty() {
+            return Ok(began.elapsed());
+        }
+        if began.elapsed() > limit {
+            return Err(pending);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn report(
     samples: &[Sample],
     warmup: Duration,
     growth_bound: f64,
-    created: usize,
-    changed: usize,
-    deleted: usize,
-    panics: usize,
+    figures: &Figures,
+    settled: &Result<Duration, Vec<String>>,
 ) -> bool {
+    let Figures {
+        created,
+        reused,
+        changed,
+        deleted,
+        panics,
+    } = *figures;
     println!("| at | operator RSS | queue depth | CRs alive |\n|---|---|---|---|");
     for s in samples {
         println!(
@@ -179,7 +233,7 @@ fn report(
     let deepest = samples.iter().map(|s| s.queue_depth).fold(0.0, f64::max);
     let most_alive = samples.iter().map(|s| s.alive).max().unwrap_or(0);
     println!(
-        "\n{created} created, {changed} changed, {deleted} deleted; RSS after the warm-up {:.1} MiB, \
+        "\n{created} created ({reused} under a name just deleted), {changed} changed, {deleted} deleted; RSS after the warm-up {:.1} MiB, \
          at the end {:.1} MiB ({:+.1} %), peak {:.1} MiB; deepest queue {deepest}; {panics} panics in the log",
         first.rss_kib as f64 / 1024.0,
         last.rss_kib as f64 / 1024.0,
@@ -201,6 +255,19 @@ fn report(
     if panics > 0 {
         println!("FAIL: the operator's log holds panics");
         ok = false;
+    }
+    match settled {
+        Ok(after) => println!(
+            "every CR alive was Ready for its generation {:.1} s after the churn stopped",
+            after.as_secs_f64()
+        ),
+        Err(pending) => {
+            println!(
+                "FAIL: not Ready for their generation once the churn stopped: {}",
+                pending.join(", ")
+            );
+            ok = false;
+        }
     }
     ok
 }

@@ -513,7 +513,7 @@ async fn change_spec(fleets: &Api<Fleet>, name: &str, tag: &str) -> Duration {
         while let Some(event) = events.next().await {
             if let Ok(cr) = event
                 && cr.metadata.generation >= generation
-                && is_ready(&cr)
+                && cr.is_ready()
             {
                 return;
             }
@@ -556,15 +556,6 @@ async fn ceiling(
     start.elapsed()
 }
 
-/// Ready=True for the CR's current generation.
-fn is_ready(cr: &Fleet) -> bool {
-    let generation = cr.metadata.generation;
-    cr.status
-        .as_ref()
-        .and_then(|s| s.condition("Ready"))
-        .is_some_and(|c| c.status == "True" && c.observed_generation == generation)
-}
-
 /// Watch the namespace's CRs; send the moment all `n` are Ready.
 async fn wait_all_ready(fleets: Api<Fleet>, n: usize, done: tokio::sync::oneshot::Sender<Instant>) {
     let mut ready = HashSet::new();
@@ -572,7 +563,7 @@ async fn wait_all_ready(fleets: Api<Fleet>, n: usize, done: tokio::sync::oneshot
     while let Some(event) = events.next().await {
         let Ok(cr) = event else { continue };
         let name = cr.metadata.name.clone().unwrap_or_default();
-        if is_ready(&cr) {
+        if cr.is_ready() {
             ready.insert(name);
         } else {
             ready.remove(&name);

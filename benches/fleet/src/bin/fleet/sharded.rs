@@ -28,7 +28,7 @@ use windlass::runtime::shard::assign::assign;
 use windlass_testenv::TestEnv;
 
 use super::plane::Plane;
-use super::{Operator, Run, Scrape, Settings, create_fleet, is_ready, wait_all_ready};
+use super::{Operator, Run, Scrape, Settings, create_fleet, wait_all_ready};
 
 /// The name of the replicas' Leases: `fleet-members`, `fleet-shard-<k>`.
 const ID: &str = "fleet";
@@ -385,7 +385,7 @@ async fn take_over(
         if changed
             .get(&name)
             .is_some_and(|g| cr.metadata.generation >= Some(*g))
-            && is_ready(&cr)
+            && cr.is_ready()
         {
             pending.remove(&name);
         }
