@@ -399,7 +399,6 @@ pub(super) fn commit(
     entry.disown_changed(writer, &next);
     let stored = entry.object();
     check_no_new_finalizers(&key, stored, &next)?;
-    let before = stored.resource_version().map(str::to_string);
     if next == *stored {
         let unchanged = stored.clone();
         if let Some((manager, applied)) = applied {
@@ -423,7 +422,12 @@ pub(super) fn commit(
         .insert("resourceVersion".into(), json!(rv));
     if deleted_by_write(&next) {
         // Deleted instead of stored: the answer is the object as the write left it, at
-        // the version it had (nothing new was stored); the deletion event has a new one.
+        // the version it had (nothing new was stored; the entry still holds it); the
+        // deletion event has a new one.
+        let before = state
+            .objects
+            .get(&key)
+            .and_then(|entry| entry.object().resource_version().map(str::to_string));
         let mut answer = next.clone();
         answer
             .metadata_mut()
