@@ -224,12 +224,10 @@ impl Recorded {
         Ok(found)
     }
 
-    /// Remember what a write answered: the copy it stored, or that it deleted the object
-    /// ([`deleted_by_write`]).
+    /// Remember what a write answered: the copy it stored, or that it deleted the object.
     fn remember(&self, stored: &Arc<Value>) {
         if let Ok(reference) = ObjectRef::from_manifest(stored) {
-            let kept = (!deleted_by_write(stored)).then(|| stored.clone());
-            self.ledger.remember(reference, kept);
+            self.ledger.remember(reference, kept(stored));
         }
     }
 }
@@ -243,6 +241,12 @@ enum Reading {
     Own,
     /// [`Cluster::get_dependency`].
     Dependency,
+}
+
+/// What the ledger keeps of a write's answer `stored`: the copy, or `None` (absent) when
+/// the write deleted the object ([`deleted_by_write`]).
+fn kept(stored: &Arc<Value>) -> Option<Arc<Value>> {
+    (!deleted_by_write(stored)).then(|| stored.clone())
 }
 
 /// A copy of `value` of the caller's own (no copy when the ledger did not keep it).
@@ -317,8 +321,8 @@ impl Cluster for Recorded {
             .write_status(object, status, resource_version)
             .await?;
         let stored = stored.map(Arc::new);
-        let kept = stored.clone().filter(|s| !deleted_by_write(s));
-        self.ledger.remember(object.clone(), kept);
+        self.ledger
+            .remember(object.clone(), stored.as_ref().and_then(kept));
         Ok(stored.map(owned))
     }
 
