@@ -272,9 +272,12 @@ pub(crate) fn truncated_name(name: &str) -> String {
 /// was stored), so a cache comparing versions would take the answer for an old copy.
 /// A Namespace is held by the finalizers in its spec as well.
 pub(crate) fn deleted_by_write(answer: &Value) -> bool {
-    let no_grace = answer
-        .get("metadata")
-        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+    // Asked of every write's answer: the one lookup that settles almost all of them first.
+    if !answer.is_terminating() || !answer.finalizers().is_empty() {
+        return false;
+    }
+    let no_grace = answer["metadata"]
+        .get("deletionGracePeriodSeconds")
         .and_then(Value::as_i64)
         .is_none_or(|seconds| seconds == 0);
     let namespace_held = answer.kind() == Some("Namespace")
@@ -282,7 +285,7 @@ pub(crate) fn deleted_by_write(answer: &Value) -> bool {
         && answer["spec"]["finalizers"]
             .as_array()
             .is_some_and(|finalizers| !finalizers.is_empty());
-    answer.is_terminating() && answer.finalizers().is_empty() && no_grace && !namespace_held
+    no_grace && !namespace_held
 }
 
 /// Whether resourceVersion `mine` is newer than `seen`, compared as the integers etcd
