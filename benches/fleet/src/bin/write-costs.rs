@@ -10,6 +10,13 @@
 //! WINDLASS_WRITE_COSTS_N=2000 cargo run --release -p fleet-bench --bin write-costs
 //! ```
 //!
+//! Then the client's side alone: the same plain ConfigMap apply from three client stacks,
+//! each on a tokio runtime with two worker threads and on a current-thread one, their
+//! rounds alternated: kube-rs's client; hyper's client over kube's own rustls connector,
+//! without kube's layers (tower's buffer, retries, tracing, timeouts) and with the answer
+//! parsed as kube parses it. What the client process spends per write under each is the
+//! floor beneath any kube-rs operator's CPU per write.
+//!
 //! Why the fleet benchmark's ceiling is the fleet's own writes replayed, not N × 6
 //! ConfigMap applies: on the 2-core machine of the README an owned Service apply cost 3.6
 //! plain ConfigMap applies (its cluster IP is allocated in etcd), an owned ConfigMap or
@@ -26,10 +33,13 @@ use std::time::{Duration, Instant};
 use fleet_bench::cpu::Cpu;
 use fleet_bench::{Fleet, FleetSpec};
 use futures::{StreamExt, TryStreamExt, stream};
+use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, Service};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::client::ConfigExt as _;
+use secrecy::ExposeSecret as _;
 use serde_json::{Value, json};
-use windlass_testenv::TestEnv;
+use windlass_testenv::{TestEnv, TestNamespace};
 
 const IN_FLIGHT: usize = 16;
 
@@ -92,15 +102,19 @@ fn owned_metadata(name: &str, i: usize, uid: &str) -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(costs());
-}
-
-async fn costs() {
     let n: usize = std::env::var("WINDLASS_WRITE_COSTS_N")
         .unwrap_or_else(|_| "1000".into())
         .parse()
         .expect("WINDLASS_WRITE_COSTS_N is a number");
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let (env, namespace) = runtime.block_on(costs(n));
+    // The stacks run on runtimes of their own, made here, outside `runtime`'s.
+    stacks(&env, namespace.name(), n);
+    drop(namespace);
+    drop(env);
+}
+
+async fn costs(n: usize) -> (TestEnv, TestNamespace) {
     let env =
         TestEnv::builder().without_simulator().start().await.expect(
             "the control plane starts (provision it with scripts/provision-control-plane.sh)",
@@ -273,6 +287,7 @@ async fn costs() {
         .await
         .map_or_else(|e| format!("of unknown version ({e})"), |v| v.git_version);
     print_report(n, &server_version, &costs);
+    (env, namespace)
 }
 
 fn print_report(n: usize, server_version: &str, costs: &[Cost]) {
@@ -305,6 +320,154 @@ fn print_report(n: usize, server_version: &str, costs: &[Cost]) {
             c.per_write(c.cpu.of("kube-controller-manager")),
             control_plane(c) / base,
             c.per_write(c.cpu.of("bench client")),
+        );
+    }
+    println!("{out}");
+}
+
+/// A plain ConfigMap apply's body.
+fn plain_configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name}, "data": {"message": format!("stack {name}")}})
+}
+
+/// The client stacks a plain apply is sent from.
+#[derive(Clone, Copy)]
+enum Stack {
+    /// kube-rs's `Client`, as kube builds it from a config.
+    Kube,
+    /// hyper's client over kube's rustls connector: no layers, the bearer token set by
+    /// hand, the answer parsed into a `DynamicObject` as `Api::patch` parses it.
+    Hyper,
+}
+
+/// `n` plain applies named `<prefix>-<i>`, `IN_FLIGHT` at a time, from `stack`, on the
+/// current runtime: after 200 of them unmeasured (connections made, buffers grown),
+/// what they cost this process.
+async fn stack_round(env: &TestEnv, ns: &str, stack: Stack, prefix: &str, n: usize) -> Duration {
+    let config = env.kube_config();
+    let send: Box<dyn Fn(String) -> futures::future::BoxFuture<'static, ()>> = match stack {
+        Stack::Kube => {
+            let client = kube::Client::try_from(config).expect("a client");
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client, ns, &ApiResource::erase::<ConfigMap>(&()));
+            let apply = PatchParams::apply("write-costs").force();
+            Box::new(move |name| {
+                let (api, apply) = (api.clone(), apply.clone());
+                Box::pin(async move {
+                    let body = plain_configmap(&name);
+                    api.patch(&name, &apply, &Patch::Apply(&body))
+                        .await
+                        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+                })
+            })
+        }
+        Stack::Hyper => {
+            let connector = config.rustls_https_connector().expect("kube's connector");
+            let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+                hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .build(connector);
+            let base = config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_string();
+            let bearer = config
+                .auth_info
+                .token
+                .as_ref()
+                .map(|t| format!("Bearer {}", t.expose_secret()))
+                .expect("the test environment's admin has a token");
+            let ns = ns.to_string();
+            Box::new(move |name| {
+                let (client, bearer) = (client.clone(), bearer.clone());
+                let uri = format!(
+                    "{base}/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager=write-costs&force=true"
+                );
+                Box::pin(async move {
+                    let body = serde_json::to_vec(&plain_configmap(&name)).expect("a body");
+                    let request = http::Request::patch(uri)
+                        .header("content-type", "application/apply-patch+yaml")
+                        .header("accept", "application/json")
+                        .header("authorization", bearer)
+                        .body(kube::client::Body::from(body))
+                        .expect("a request");
+                    let response = client.request(request).await.expect("an answer");
+                    let status = response.status();
+                    let bytes = response
+                        .into_body()
+                        .collect()
+                        .await
+                        .expect("the answer's body")
+                        .to_bytes();
+                    assert!(status.is_success(), "apply {name}: {status}");
+                    let _: DynamicObject = serde_json::from_slice(&bytes).expect("an object");
+                })
+            })
+        }
+    };
+    let send = &send;
+    let round = |prefix: String, count: usize| {
+        stream::iter(0..count)
+            .map(move |i| send(format!("{prefix}-{i:05}")))
+            .buffer_unordered(IN_FLIGHT)
+            .collect::<Vec<()>>()
+    };
+    round(format!("{prefix}-warm"), 200).await;
+    let before = Cpu::now(env, None);
+    round(prefix.to_string(), n).await;
+    Cpu::now(env, None).since(&before).of("bench client")
+}
+
+/// The client's CPU per plain apply under each stack and runtime, two rounds each,
+/// alternated, printed as a table.
+fn stacks(env: &TestEnv, ns: &str, n: usize) {
+    let variants = [
+        ("kube-rs's client", Stack::Kube, true),
+        ("kube-rs's client", Stack::Kube, false),
+        ("hyper and rustls alone", Stack::Hyper, true),
+        ("hyper and rustls alone", Stack::Hyper, false),
+    ];
+    let mut spent = [Duration::ZERO; 4];
+    for round in 0..2 {
+        for (k, (what, stack, threads)) in variants.iter().enumerate() {
+            let runtime = if *threads {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            }
+            .expect("a tokio runtime");
+            let prefix = format!("stack{k}-{round}");
+            let cpu = runtime.block_on(stack_round(env, ns, *stack, &prefix, n));
+            eprintln!(
+                "{what} ({prefix}): {:.0} µs a write",
+                cpu.as_secs_f64() * 1e6 / n as f64
+            );
+            spent[k] += cpu;
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nthe client's CPU per plain ConfigMap apply: {n} of each, twice, {IN_FLIGHT} in flight\n"
+    );
+    let _ = writeln!(out, "| client | runtime | µs per write |");
+    let _ = writeln!(out, "|---|---|---|");
+    for ((what, _, threads), cpu) in variants.iter().zip(spent) {
+        let runtime = if *threads {
+            "2 worker threads"
+        } else {
+            "current thread"
+        };
+        let _ = writeln!(
+            out,
+            "| {what} | {runtime} | {:.0} |",
+            cpu.as_secs_f64() * 1e6 / (2 * n) as f64
         );
     }
     println!("{out}");
