@@ -24,7 +24,7 @@ use crate::cluster::WriteMethod;
 use crate::cluster::finalizer::{collected_in, collected_with};
 use crate::object::{ManifestExt, label_value};
 use crate::session::settled::Memo;
-use crate::values::{CanonicalHash, Fingerprint, Fingerprints, maps_are_sorted};
+use crate::values::{CanonicalHash, Fingerprints, maps_are_sorted};
 
 /// What every object of one rollout gets from the CR, made once per rollout.
 pub(crate) struct CrStamp<'a> {
@@ -212,16 +212,30 @@ impl ObjectStamp<'_> {
             .holds_at(version, uid)
     }
 
-    /// The fingerprint of the stamped manifest: of the laid-over view without the applied
-    /// hash (which follows from the rest) where the view stands for the manifest, of the
-    /// stamped copy otherwise.
+    /// A fingerprint of the stamped manifest. Where the view stands for the manifest, the
+    /// manifest is a function of the rendered object and of what the view lays over it
+    /// (the CR's labels, uid, shard and owner reference, the component's label, whether
+    /// the object is the CR itself), so the fingerprint is of those: the rendered object
+    /// is walked as it is, without merging the layers key by key as the view does. Two
+    /// equal fingerprints still mean the same manifest; two stamps that happen to give
+    /// the same manifest give different fingerprints, which only costs the memo a miss.
+    /// Otherwise, of the stamped copy.
     fn fingerprint(&self, fingerprints: &Fingerprints) -> u64 {
         *self.fingerprint.get_or_init(|| {
             let mut fingerprint = fingerprints.start();
             if self.layered() {
-                self.view(false, |manifest| {
-                    fingerprint_node(manifest, &mut fingerprint)
-                });
+                let cr = self.stamp.cr;
+                let null = &Value::Null;
+                fingerprint.list(9);
+                fingerprint.value(self.rendered);
+                fingerprint.value(&Value::Bool(self.itself));
+                fingerprint.value(&self.stamp.label);
+                fingerprint.value(&cr.name);
+                fingerprint.value(&cr.instance);
+                fingerprint.value(&cr.managed_by);
+                fingerprint.value(cr.uid.as_ref().unwrap_or(null));
+                fingerprint.value(cr.shard.as_ref().map_or(null, |(_, label)| label));
+                fingerprint.value(self.owner.unwrap_or(null));
             } else {
                 fingerprint.value(self.manifest());
             }
@@ -414,27 +428,6 @@ fn hash_node(node: Node<'_>, hash: &mut CanonicalHash) {
                 hash.value(item);
             }
             hash.punct(b']');
-        }
-    }
-}
-
-/// Write `node` as [`Fingerprint::value`] writes the value it stands for.
-fn fingerprint_node(node: Node<'_>, fingerprint: &mut Fingerprint) {
-    match node {
-        Node::Plain(value) => fingerprint.value(value),
-        Node::Map(_) => {
-            fingerprint.map();
-            for (key, child) in node.entries().into_iter().flatten() {
-                fingerprint.key(key);
-                fingerprint_node(child, fingerprint);
-            }
-            fingerprint.end();
-        }
-        Node::Appended(items, last) => {
-            fingerprint.list(items.len() + 1);
-            for item in items.iter().chain([last]) {
-                fingerprint.value(item);
-            }
         }
     }
 }

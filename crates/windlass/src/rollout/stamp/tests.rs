@@ -259,6 +259,27 @@ proptest! {
                 other.drift(live.as_ref(), method, MANAGER, Some(memo)),
                 drift(&other_copy, live.as_ref(), method, MANAGER)
             );
+            // The same rendered object stamped otherwise (another shard, another
+            // component) over the same memo is checked, not recalled.
+            let other_shard = match shard {
+                Some(shard) => (shard % 2 == 0).then_some(shard + 1),
+                None => Some(0),
+            };
+            let other_component = format!("{component}-b");
+            for (shard, component) in [(other_shard, component.as_str()), (shard, &other_component)] {
+                let crs = CrStamp::new(&cr, shard);
+                let stamp = crs.component(component);
+                let restamped = stamp.object(&rendered, itself);
+                prop_assert_eq!(
+                    restamped.drift(live.as_ref(), method, MANAGER, Some(memo)),
+                    drift(
+                        &stamped_copy(&rendered, &cr, component, itself, shard),
+                        live.as_ref(),
+                        method,
+                        MANAGER
+                    )
+                );
+            }
         }
         // The manifest alone, without a drift check first.
         let object = stamp.object(&rendered, itself);
