@@ -10,11 +10,11 @@
 //! WINDLASS_WRITE_COSTS_N=2000 cargo run --release -p fleet-bench --bin write-costs
 //! ```
 //!
-//! Then the client's side alone: the same plain ConfigMap apply from three client stacks,
-//! each on a tokio runtime with two worker threads and on a current-thread one, their
-//! rounds alternated: kube-rs's client; hyper's client over kube's own rustls connector,
-//! without kube's layers (tower's buffer, retries, tracing, timeouts) and with the answer
-//! parsed as kube parses it. What the client process spends per write under each is the
+//! Then the client's side alone: the same plain ConfigMap apply from two client stacks,
+//! each on a tokio runtime with two worker threads and on a current-thread one (four
+//! set-ups, their rounds alternated): kube-rs's client, and hyper's client over kube's own
+//! rustls connector without kube's layers (tower's buffer, retries, tracing, timeouts),
+//! the answer parsed as kube parses it. What the client process spends per write under each is the
 //! floor beneath any kube-rs operator's CPU per write.
 //!
 //! Why the fleet benchmark's ceiling is the fleet's own writes replayed, not N × 6
