@@ -226,16 +226,21 @@ impl ObjectStamp<'_> {
             if self.layered() {
                 let cr = self.stamp.cr;
                 let null = &Value::Null;
-                fingerprint.list(9);
-                fingerprint.value(self.rendered);
-                fingerprint.value(&Value::Bool(self.itself));
-                fingerprint.value(&self.stamp.label);
-                fingerprint.value(&cr.name);
-                fingerprint.value(&cr.instance);
-                fingerprint.value(&cr.managed_by);
-                fingerprint.value(cr.uid.as_ref().unwrap_or(null));
-                fingerprint.value(cr.shard.as_ref().map_or(null, |(_, label)| label));
-                fingerprint.value(self.owner.unwrap_or(null));
+                let parts = [
+                    self.rendered,
+                    &Value::Bool(self.itself),
+                    &self.stamp.label,
+                    &cr.name,
+                    &cr.instance,
+                    &cr.managed_by,
+                    cr.uid.as_ref().unwrap_or(null),
+                    cr.shard.as_ref().map_or(null, |(_, label)| label),
+                    self.owner.unwrap_or(null),
+                ];
+                fingerprint.list(parts.len());
+                for part in parts {
+                    fingerprint.value(part);
+                }
             } else {
                 fingerprint.value(self.manifest());
             }
